@@ -1,0 +1,188 @@
+"""Scaled dot-product self-attention, single- or multi-head, as pure torch.
+
+Shapes: T tokens, D d_model, H heads, Dk per-head query/key size, Dv per-head
+value size. Weights are applied as ``y = x W^T (+ b)``, like ``nn.Linear``.
+
+The weight seed contract, replayable in plain PyTorch::
+
+    torch.manual_seed(seed)
+    W_q, W_k, W_v = (draw in that order, each followed by its bias if any)
+    W_o = (drawn last, when there is an output projection)
+
+where "draw" is ``nn.Linear(in, out, bias=qkv_bias)`` for ``linear`` init,
+``torch.rand(out, in)`` for ``uniform`` and ``torch.randn(out, in)`` for
+``normal`` (biases: ``torch.rand(out)`` / ``torch.randn(out)``). Head h uses
+rows ``h*Dk .. (h+1)*Dk - 1`` of W_q and W_k and rows ``h*Dv ..`` of W_v.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from attn_cli.config import Config, Init
+
+
+@dataclasses.dataclass(frozen=True)
+class Linear:
+    """``y = x @ weight.T + bias``."""
+
+    weight: torch.Tensor  # (out, in)
+    bias: torch.Tensor | None  # (out,)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.weight.T  # (T, in) @ (in, out) -> (T, out)
+        return y + self.bias if self.bias is not None else y
+
+
+@dataclasses.dataclass(frozen=True)
+class Projections:
+    query: Linear | None  # (H*Dk, D); None: Q = K = V = X
+    key: Linear | None  # (H*Dk, D)
+    value: Linear | None  # (H*Dv, D)
+    out: Linear | None  # (H*Dv, H*Dv); None: output = concat
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadResult:
+    """One head's tensors (views into the AttentionResult)."""
+
+    head: int
+    queries: torch.Tensor  # (T, Dk)
+    keys: torch.Tensor  # (T, Dk)
+    values: torch.Tensor  # (T, Dv)
+    scores: torch.Tensor  # (T, T) raw Q K^T
+    scaled_scores: torch.Tensor  # (T, T) softmax input, masked cells -inf
+    weights: torch.Tensor  # (T, T) softmax; rows sum to 1
+    context: torch.Tensor  # (T, Dv) weights (after dropout, if any) @ V
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionResult:
+    queries: torch.Tensor  # (H, T, Dk)
+    keys: torch.Tensor  # (H, T, Dk)
+    values: torch.Tensor  # (H, T, Dv)
+    scores: torch.Tensor  # (H, T, T) raw Q K^T
+    weights: torch.Tensor  # (H, T, T) softmax of the scaled, masked scores
+    dropped_weights: torch.Tensor | None  # (H, T, T) weights after dropout, when dropout > 0
+    context: torch.Tensor  # (H, T, Dv)
+    concat: torch.Tensor  # (T, H*Dv) heads side by side
+    output: torch.Tensor  # (T, H*Dv) concat, through W_o when there is one
+    divisor: float  # scaled_scores = scores / divisor
+    causal: bool
+    projections: Projections
+
+    @property
+    def n_heads(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def scaled_scores(self) -> torch.Tensor:
+        """(H, T, T) the softmax input, masked cells -inf. Derived, not stored:
+        long texts keep one T x T tensor fewer per head."""
+        return _softmax_input(self.scores, self.divisor, self.causal)
+
+    def head(self, h: int) -> HeadResult:
+        return HeadResult(
+            head=h,
+            queries=self.queries[h],
+            keys=self.keys[h],
+            values=self.values[h],
+            scores=self.scores[h],
+            scaled_scores=_softmax_input(self.scores[h], self.divisor, self.causal),
+            weights=self.weights[h],
+            context=self.context[h],
+        )
+
+
+def make_projections(config: Config, d_in: int) -> Projections:
+    """Draw W_q, W_k, W_v (and W_o) per the seed contract; ``config`` must be resolved."""
+    heads, d_k, d_v = config.heads, config.d_k, config.d_v
+    assert d_k is not None and d_v is not None, "resolve the config first"
+    torch.manual_seed(config.seed)
+    query = key = value = None
+    if config.projections:
+        query = _draw(config.init, d_in, heads * d_k, config.qkv_bias)
+        key = _draw(config.init, d_in, heads * d_k, config.qkv_bias)
+        value = _draw(config.init, d_in, heads * d_v, config.qkv_bias)
+    out = _draw(config.init, heads * d_v, heads * d_v, True) if config.out_proj else None
+    return Projections(query, key, value, out)
+
+
+def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
+    """Run attention over X (T, D) as ``config`` (resolved) says."""
+    n_tokens, d_in = x.shape
+    heads = config.heads
+    projections = make_projections(config, d_in)
+    if projections.query and projections.key and projections.value:
+        q, k, v = projections.query(x), projections.key(x), projections.value(x)  # (T, H*Dk), (T, H*Dk), (T, H*Dv)
+    else:
+        q = k = v = x  # (T, D), D = H*Dk = H*Dv
+    queries = _split_heads(q, heads)  # (T, H*Dk) -> (H, T, Dk)
+    keys = _split_heads(k, heads)  # (T, H*Dk) -> (H, T, Dk)
+    values = _split_heads(v, heads)  # (T, H*Dv) -> (H, T, Dv)
+
+    d_k = queries.shape[-1]
+    divisor = (math.sqrt(d_k) if config.scale else 1.0) * config.temperature
+    scores, weights = attention_weights(queries, keys, divisor=divisor, causal=config.causal)
+    dropped = None
+    if config.dropout > 0:
+        # Seeded: the generator carries on from the projection draws.
+        dropped = torch.nn.functional.dropout(weights, p=config.dropout, training=True)  # (H, T, T)
+    context = (dropped if dropped is not None else weights) @ values  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
+    concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
+    output = projections.out(concat) if projections.out else concat  # (T, H*Dv)
+    return AttentionResult(
+        queries=queries,
+        keys=keys,
+        values=values,
+        scores=scores,
+        weights=weights,
+        dropped_weights=dropped,
+        context=context,
+        concat=concat,
+        output=output,
+        divisor=divisor,
+        causal=config.causal,
+        projections=projections,
+    )
+
+
+def attention_weights(
+    queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw scores Q K^T and softmax(scores / divisor, masked). Shapes (..., T, Dk) -> (..., T, T)."""
+    scores = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
+    # softmax subtracts the row max, so large scores cannot overflow; a masked
+    # cell is exp(-inf) = exactly 0, and the diagonal keeps every row non-empty.
+    weights = torch.softmax(_softmax_input(scores, divisor, causal), dim=-1)  # (H, T, T)
+    return scores, weights
+
+
+def causal_mask(n_tokens: int) -> torch.Tensor:
+    """(T, T) True above the diagonal: the keys a query may not see."""
+    return torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(diagonal=1)
+
+
+def _softmax_input(scores: torch.Tensor, divisor: float, causal: bool) -> torch.Tensor:
+    scaled = scores / divisor  # (..., T, T)
+    if causal:
+        scaled = scaled.masked_fill(causal_mask(scores.shape[-1]), float("-inf"))
+    return scaled
+
+
+def _split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
+    n_tokens = m.shape[0]
+    return m.reshape(n_tokens, heads, -1).transpose(0, 1)  # (T, H*d) -> (T, H, d) -> (H, T, d)
+
+
+def _draw(init: Init, d_in: int, d_out: int, bias: bool) -> Linear:
+    with torch.no_grad():
+        if init is Init.linear:
+            layer = torch.nn.Linear(d_in, d_out, bias=bias)
+            return Linear(layer.weight.detach(), layer.bias.detach() if bias else None)
+        rand = torch.rand if init is Init.uniform else torch.randn
+        weight = rand(d_out, d_in)  # (out, in)
+        return Linear(weight, rand(d_out) if bias else None)

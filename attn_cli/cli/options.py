@@ -1,0 +1,195 @@
+"""The options every command shares, defined once.
+
+``@shared_options`` adds the input options (TEXT, --file, --lines) and every
+attention option to a command's signature, builds and validates the
+``Config``, reads the texts, and calls the command with ``config`` and
+``texts``. Commands declare only what is theirs (output format, picture size).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from attn_cli.config import DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
+from attn_cli.cli.inputs import read_texts
+
+INPUT = "Input"
+MODEL = "Attention"
+OUTPUT = "Output"
+
+
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+INPUT_PARAMS = [
+    _param(
+        "text",
+        Annotated[
+            Optional[str],
+            typer.Argument(
+                help="The text; '-' (or no TEXT with a pipe on stdin) reads standard input.",
+                show_default=False,
+                metavar="TEXT",
+            ),
+        ],
+        None,
+    ),
+    _param(
+        "file",
+        Annotated[
+            Optional[Path],
+            typer.Option("--file", "-f", help="Read the text from this file.", rich_help_panel=INPUT, show_default=False),
+        ],
+        None,
+    ),
+    _param(
+        "lines",
+        Annotated[
+            bool,
+            typer.Option("--lines", help="Treat each non-empty line of the input as its own text.", rich_help_panel=INPUT),
+        ],
+        False,
+    ),
+]
+
+CONFIG_PARAMS = [
+    _param(
+        "tokenizer",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--tokenizer",
+                "-t",
+                help=f"'words', a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...) or a model name (gpt-4o). "
+                f"Default {DEFAULT_TOKENIZER}, or 'words' when its files are not on this machine.",
+                rich_help_panel=MODEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    _param("seed", Annotated[int, typer.Option("--seed", "-s", help="Seeds the embeddings, then again the projections.", rich_help_panel=MODEL)], DEFAULT_SEED),
+    _param(
+        "d_model",
+        Annotated[
+            Optional[int],
+            typer.Option("--d-model", help="Embedding width D [default: 16, or the --embeddings file's width].", rich_help_panel=MODEL, show_default=False),
+        ],
+        None,
+    ),
+    _param(
+        "d_k",
+        Annotated[Optional[int], typer.Option("--d-k", help="Query/key size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
+        None,
+    ),
+    _param(
+        "d_v",
+        Annotated[Optional[int], typer.Option("--d-v", help="Value size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
+        None,
+    ),
+    _param("heads", Annotated[int, typer.Option("--heads", "-H", help="Number of heads.", rich_help_panel=MODEL)], 1),
+    _param("causal", Annotated[bool, typer.Option("--causal", help="Mask each query's future keys before the softmax.", rich_help_panel=MODEL)], False),
+    _param("no_scale", Annotated[bool, typer.Option("--no-scale", help="Do not divide the scores by sqrt(d_k).", rich_help_panel=MODEL)], False),
+    _param("temperature", Annotated[float, typer.Option("--temperature", help="Divide the softmax input by this too.", rich_help_panel=MODEL)], 1.0),
+    _param("dropout", Annotated[float, typer.Option("--dropout", help="Dropout on the weights before they mix the values (seeded).", rich_help_panel=MODEL)], 0.0),
+    _param("qkv_bias", Annotated[bool, typer.Option("--qkv-bias", help="Bias in the query, key and value projections.", rich_help_panel=MODEL)], False),
+    _param("out_proj", Annotated[bool, typer.Option("--out-proj", help="Output projection W_o after the heads are concatenated.", rich_help_panel=MODEL)], False),
+    _param(
+        "init",
+        Annotated[Init, typer.Option("--init", help="linear: nn.Linear; uniform: torch.rand; normal: torch.randn.", rich_help_panel=MODEL, case_sensitive=False)],
+        Init.linear,
+    ),
+    _param("no_projections", Annotated[bool, typer.Option("--no-projections", help="Naive attention: Q = K = V = X.", rich_help_panel=MODEL)], False),
+    _param(
+        "positional",
+        Annotated[Positional, typer.Option("--positional", help="Add positional encodings to X.", rich_help_panel=MODEL, case_sensitive=False)],
+        Positional.none,
+    ),
+    _param(
+        "embeddings",
+        Annotated[
+            Optional[Path],
+            typer.Option("--embeddings", help="Use these vectors (JSON list of lists, CSV or .npy; one row per token).", rich_help_panel=MODEL, show_default=False),
+        ],
+        None,
+    ),
+    _param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=MODEL)], DEFAULT_MAX_TOKENS),
+    _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.", hidden=True)], False),
+]
+
+_SHARED = INPUT_PARAMS + CONFIG_PARAMS
+_SHARED_NAMES = {p.name for p in _SHARED}
+
+
+def build_config(**values: Any) -> Config:
+    return Config(
+        tokenizer=values["tokenizer"],
+        seed=values["seed"],
+        d_model=values["d_model"],
+        d_k=values["d_k"],
+        d_v=values["d_v"],
+        heads=values["heads"],
+        causal=values["causal"],
+        scale=not values["no_scale"],
+        temperature=values["temperature"],
+        dropout=values["dropout"],
+        qkv_bias=values["qkv_bias"],
+        out_proj=values["out_proj"],
+        init=values["init"],
+        projections=not values["no_projections"],
+        positional=values["positional"],
+        embeddings=values["embeddings"],
+        max_tokens=values["max_tokens"],
+    )
+
+
+def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command(config=..., texts=..., **own)`` the shared options."""
+    own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name not in ("config", "texts")]
+
+    @functools.wraps(command)
+    def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
+        shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
+        ctx.meta["debug"] = shared["debug"]
+        config = build_config(**shared)
+        texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
+        return command(config=config, texts=texts, **kwargs)
+
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # typer must see the new signature, not the command's
+    return wrapper
+
+
+# Options several commands take; each defined here once and used as
+# ``head: HeadOption = None`` in the commands that want it.
+HeadOption = Annotated[
+    Optional[int],
+    typer.Option("--head", help="Show only this head (0-based).", rich_help_panel=OUTPUT, min=0, show_default=False),
+]
+QueryOption = Annotated[
+    Optional[str],
+    typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
+]
+KeyOption = Annotated[
+    Optional[str],
+    typer.Option("--key", "-k", help="Who attends to this key: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
+]
+PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
+NoColorOption = Annotated[
+    bool,
+    typer.Option("--no-color", help="No colour (also when NO_COLOR is set or stdout is not a terminal).", rich_help_panel=OUTPUT),
+]
+OutputOption = Annotated[
+    Optional[Path],
+    typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.", rich_help_panel=OUTPUT, show_default=False),
+]

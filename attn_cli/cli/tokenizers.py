@@ -1,0 +1,43 @@
+"""`attn-cli tokenizers`: what is ready offline, and how to add rank files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attn_cli.cli import app
+
+tokenizers_app = typer.Typer(help="List the tokenizers and whether each is ready offline; add rank files.", no_args_is_help=False)
+app.add_typer(tokenizers_app, name="tokenizers")
+
+
+@tokenizers_app.callback(invoke_without_command=True)
+def list_tokenizers(ctx: typer.Context) -> None:
+    """List every tokenizer, whether it is ready offline, and the files it needs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import tiktoken
+
+    from attn_cli.rankfiles import DIR_ENV, availability, search_dirs, tiktoken_cache_dir
+
+    typer.echo(f"{'words':<16} ready      needs no files (the tutorials' word tokenizer)")
+    for name in tiktoken.list_encoding_names():
+        status = availability(name)
+        files = ", ".join(f.name for f in status.files)
+        state = "ready" if status.ready else "missing"
+        typer.echo(f"{name:<16} {state:<10} {files}")
+    typer.echo("")
+    typer.echo(f"searched: tiktoken cache {tiktoken_cache_dir() or '(off)'}, " + ", ".join(str(d) for d in search_dirs()))
+    typer.echo(f"to add files: attn-cli tokenizers add FILE..., or set ${DIR_ENV} to a folder of them")
+
+
+@tokenizers_app.command("add")
+def add(files: Annotated[list[Path], typer.Argument(help="Rank files (.tiktoken, vocab.bpe, encoder.json).")]) -> None:
+    """Check rank files against tiktoken's hashes and copy them where attn-cli finds them offline."""
+    from attn_cli.rankfiles import add_rank_file, data_dir
+
+    for path in files:
+        name, serves = add_rank_file(path)
+        typer.echo(f"added {name} ({', '.join(serves)}) to {data_dir() / 'tiktoken'}")

@@ -1,0 +1,135 @@
+"""Every option of a run, in one frozen dataclass, validated once.
+
+No torch here: the CLI builds a ``Config`` (and so rejects bad values) before
+anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from pathlib import Path
+
+from attn_cli.errors import ConfigError
+
+DEFAULT_TOKENIZER = "gpt2"
+DEFAULT_SEED = 123  # the tutorials' habit (manual_seed(123))
+DEFAULT_D_MODEL = 16  # nn.Embedding(6, 16) in the "Life is short" walk-through
+DEFAULT_MAX_TOKENS = 4096
+MAX_SEED = 2**63 - 1
+
+
+class Init(str, enum.Enum):
+    """How W_q, W_k, W_v (and W_o) are drawn after ``torch.manual_seed(seed)``."""
+
+    linear = "linear"  # nn.Linear(in, out): Kaiming-uniform weights, as in the book's classes
+    uniform = "uniform"  # torch.rand(out, in): the "Life is short" walk-through
+    normal = "normal"  # torch.randn(out, in)
+
+
+class Positional(str, enum.Enum):
+    none = "none"
+    sinusoidal = "sinusoidal"  # "Attention Is All You Need", section 3.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run's options; ``None`` sizes are filled in by ``resolved``."""
+
+    tokenizer: str | None = None  # None: DEFAULT_TOKENIZER, falling back to "words" offline
+    seed: int = DEFAULT_SEED  # seeds the embedding table and, again, the projections
+    d_model: int | None = None  # embedding width D; None: DEFAULT_D_MODEL or the file's width
+    d_k: int | None = None  # per-head query/key size; None: d_model // heads
+    d_v: int | None = None  # per-head value size; None: d_model // heads
+    heads: int = 1  # H
+    causal: bool = False  # mask keys after the query before the softmax
+    scale: bool = True  # divide scores by sqrt(d_k)
+    temperature: float = 1.0  # divide the softmax input by this as well
+    dropout: float = 0.0  # dropout on the weights before they mix the values (seeded)
+    qkv_bias: bool = False  # bias in the query, key and value projections
+    out_proj: bool = False  # a (H*Dv, H*Dv) linear layer after the heads are concatenated
+    init: Init = Init.linear
+    projections: bool = True  # False: Q = K = V = X (the tutorials' naive first step)
+    positional: Positional = Positional.none
+    embeddings: Path | None = None  # user-supplied vectors instead of the seeded table
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def __post_init__(self) -> None:
+        _check_int("--seed", self.seed, low=0, high=MAX_SEED)
+        for flag, value in (("--d-model", self.d_model), ("--d-k", self.d_k), ("--d-v", self.d_v)):
+            if value is not None:
+                _check_int(flag, value, low=1, high=1 << 20)
+        _check_int("--heads", self.heads, low=1, high=4096)
+        _check_int("--max-tokens", self.max_tokens, low=1, high=1 << 24)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"--temperature must be a positive number, got {self.temperature}")
+        if not (math.isfinite(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.d_model is not None:
+            self._check_sizes(self.d_model)
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer or DEFAULT_TOKENIZER
+
+    @property
+    def scale_factor(self) -> float:
+        """What the raw scores are multiplied by to give the softmax input."""
+        d_k = self.d_k if self.d_k is not None else 1
+        return (1.0 / math.sqrt(d_k) if self.scale else 1.0) / self.temperature
+
+    def _check_sizes(self, d_model: int) -> None:
+        if (self.d_k is None or self.d_v is None or not self.projections) and d_model % self.heads:
+            raise ConfigError(
+                f"--heads {self.heads} does not divide d_model {d_model}: "
+                f"pick heads that divide it, or give --d-k and --d-v"
+            )
+        if not self.projections:
+            per_head = d_model // self.heads
+            for flag, value in (("--d-k", self.d_k), ("--d-v", self.d_v)):
+                if value is not None and value != per_head:
+                    raise ConfigError(
+                        f"{flag} {value} conflicts with --no-projections: "
+                        f"without projections each head sees d_model / heads = {per_head} dimensions"
+                    )
+        if not self.projections and self.qkv_bias:
+            raise ConfigError("--qkv-bias needs projections: drop it or drop --no-projections")
+
+    def resolved(self, d_model: int) -> Config:
+        """This config with d_model, d_k and d_v filled in for an input of width ``d_model``."""
+        if self.d_model is not None and self.d_model != d_model:
+            raise ConfigError(
+                f"--d-model {self.d_model} does not match the embeddings' width {d_model}: drop --d-model"
+            )
+        self._check_sizes(d_model)
+        per_head = d_model // self.heads
+        d_k = per_head if (self.d_k is None or not self.projections) else self.d_k
+        d_v = per_head if (self.d_v is None or not self.projections) else self.d_v
+        return dataclasses.replace(self, d_model=d_model, d_k=d_k, d_v=d_v)
+
+    def as_dict(self) -> dict[str, object]:
+        """The documented ``config`` object of the JSON output."""
+        return {
+            "seed": self.seed,
+            "d_model": self.d_model,
+            "heads": self.heads,
+            "d_k": self.d_k,
+            "d_v": self.d_v,
+            "causal": self.causal,
+            "scale": self.scale,
+            "scale_factor": self.scale_factor,
+            "temperature": self.temperature,
+            "init": self.init.value,
+            "projections": self.projections,
+            "qkv_bias": self.qkv_bias,
+            "out_proj": self.out_proj,
+            "dropout": self.dropout,
+            "positional": self.positional.value,
+            "embeddings": str(self.embeddings) if self.embeddings is not None else None,
+        }
+
+
+def _check_int(flag: str, value: int, *, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{flag} must be a whole number from {low} to {high}, got {value}")

@@ -1,0 +1,123 @@
+"""Tokens -> X, the (T, D) input of attention.
+
+The seed contract, which any user can replay in plain PyTorch::
+
+    torch.manual_seed(seed)
+    X = torch.nn.Embedding(vocab_size, d_model)(torch.tensor(ids)).detach()
+
+or, with ``--embeddings FILE``, the file's rows as they are. Sinusoidal
+positional encodings, when asked for, are added to X afterwards.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from attn_cli.errors import EmbeddingsError, TooLargeError
+from attn_cli.tokens import Tokens
+
+# An (vocab, D) float32 table bigger than this is refused rather than allocated.
+MAX_TABLE_BYTES = 8 * 2**30
+
+
+def seeded_embeddings(tokens: Tokens, d_model: int, seed: int) -> torch.Tensor:
+    """Rows ``tokens.ids`` of ``nn.Embedding(vocab_size, d_model)`` made right after
+    ``torch.manual_seed(seed)``."""
+    table_bytes = tokens.vocab_size * d_model * 4
+    if table_bytes > MAX_TABLE_BYTES:
+        raise TooLargeError(
+            f"an embedding table of {tokens.vocab_size} x {d_model} floats needs "
+            f"{table_bytes / 2**30:.1f} GiB; lower --d-model or use a smaller tokenizer"
+        )
+    torch.manual_seed(seed)
+    table = torch.nn.Embedding(tokens.vocab_size, d_model)  # (V, D)
+    with torch.no_grad():
+        return table(torch.tensor(tokens.ids, dtype=torch.long)).detach()  # (T, D)
+
+
+def load_embeddings(path: Path, n_tokens: int) -> torch.Tensor:
+    """Read a (T, D) matrix from JSON (list of lists), CSV (no header) or .npy."""
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise EmbeddingsError(f"embeddings file {path} does not exist or is not a file")
+    try:
+        if suffix == ".npy":
+            rows = _read_npy(path)
+        elif suffix == ".csv":
+            rows = _read_csv(path)
+        else:
+            rows = _read_json(path)
+    except OSError as err:
+        raise EmbeddingsError(f"cannot read embeddings file {path}: {err.strerror or err}") from None
+    if not rows or not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise EmbeddingsError(f"{path}: expected a non-empty list of rows (one list of numbers per token)")
+    width = len(rows[0])
+    if width == 0:
+        raise EmbeddingsError(f"{path}: rows are empty; each row needs at least one number")
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise EmbeddingsError(f"{path}: row {i} has {len(row)} numbers, row 0 has {width}; rows must be equally long")
+        for value in row:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EmbeddingsError(f"{path}: row {i} holds {value!r}, which is not a number")
+            if not math.isfinite(value):
+                raise EmbeddingsError(f"{path}: row {i} holds {value}; every value must be finite")
+    if len(rows) != n_tokens:
+        raise EmbeddingsError(
+            f"{path} has {len(rows)} rows but the text has {n_tokens} tokens; give one row per token"
+        )
+    x = torch.tensor(rows, dtype=torch.float32)  # (T, D)
+    if not torch.isfinite(x).all():
+        raise EmbeddingsError(f"{path}: a value overflows float32; keep values within +-3.4e38")
+    return x
+
+
+def sinusoidal(n_tokens: int, d_model: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(same)."""
+    position = torch.arange(n_tokens, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))  # (ceil(D/2),)
+    pe = torch.zeros(n_tokens, d_model)  # (T, D)
+    pe[:, 0::2] = torch.sin(position * div)
+    pe[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]
+    return pe
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise EmbeddingsError(f"{path} is not UTF-8 text; give JSON, CSV or .npy") from None
+    except json.JSONDecodeError as err:
+        raise EmbeddingsError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}); give a list of lists") from None
+
+
+def _read_csv(path: Path) -> list[list[float]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            lines = [row for row in csv.reader(f) if any(cell.strip() for cell in row)]
+    except UnicodeDecodeError:
+        raise EmbeddingsError(f"{path} is not UTF-8 text") from None
+    rows = []
+    for i, row in enumerate(lines):
+        try:
+            rows.append([float(cell) for cell in row])
+        except ValueError:
+            raise EmbeddingsError(f"{path}: line {i + 1} has a cell that is not a number (no header row, please)") from None
+    return rows
+
+
+def _read_npy(path: Path) -> list[list[float]]:
+    import numpy as np
+
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise EmbeddingsError(f"{path} is not a readable .npy file ({err})") from None
+    if array.ndim != 2 or array.dtype.kind not in "fiu":
+        raise EmbeddingsError(f"{path} holds a {array.ndim}-d {array.dtype} array; give a 2-d array of numbers")
+    return array.astype(float).tolist()

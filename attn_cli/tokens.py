@@ -1,0 +1,119 @@
+"""Text -> Tokens, with tiktoken encodings or the tutorials' word tokenizer.
+
+``get_tokenizer(name)`` accepts any tiktoken encoding name (``gpt2``,
+``cl100k_base``, ...), any model name tiktoken maps to one (``gpt-4o``), or
+``words``: punctuation stripped, split on whitespace, ids are positions in the
+sorted vocabulary of the text itself (the "Life is short" walk-through).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+from collections import Counter
+from typing import Protocol
+
+from attn_cli.errors import InputError, TokenizerError
+
+WORDS = "words"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """A tokenized text. ``texts`` decode each token alone: bytes that are not
+    valid UTF-8 on their own are kept as ``\\xNN`` escapes."""
+
+    ids: tuple[int, ...]
+    texts: tuple[str, ...]
+    vocab_size: int  # rows of the embedding table
+    tokenizer: str  # the tokenizer actually used (an encoding name, or "words")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Display labels: whitespace made visible, and ``#position`` on repeats."""
+        shown = [visible(t) for t in self.texts]
+        counts = Counter(shown)
+        return tuple(f"{s}#{i}" if counts[s] > 1 else s for i, s in enumerate(shown))
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> Tokens: ...
+
+
+class WordTokenizer:
+    """The tutorials' tokenizer: vocabulary = sorted unique words of the text."""
+
+    name = WORDS
+
+    def encode(self, text: str) -> Tokens:
+        words = strip_punctuation(text).split()
+        if not words:
+            raise InputError("the text has no words once punctuation is stripped; give some words")
+        vocabulary = sorted(set(words))
+        index = {w: i for i, w in enumerate(vocabulary)}
+        return Tokens(tuple(index[w] for w in words), tuple(words), len(vocabulary), WORDS)
+
+
+class TiktokenTokenizer:
+    def __init__(self, encoding) -> None:  # tiktoken.Encoding
+        self._encoding = encoding
+        self.name: str = encoding.name
+
+    def encode(self, text: str) -> Tokens:
+        # disallowed_special=() makes "<|endoftext|>" in user text ordinary text.
+        ids = self._encoding.encode(text, allowed_special=set(), disallowed_special=())
+        if not ids:
+            raise InputError("the text gives no tokens; give some text")
+        single = self._encoding.decode_single_token_bytes
+        texts = tuple(single(i).decode("utf-8", errors="backslashreplace") for i in ids)
+        return Tokens(tuple(ids), texts, self._encoding.n_vocab, self.name)
+
+
+def encoding_name(name: str) -> str:
+    """An encoding name for ``name``, which may be a model name; raises TokenizerError."""
+    import tiktoken
+    import tiktoken.model
+
+    if name in tiktoken.list_encoding_names():
+        return name
+    try:
+        return tiktoken.model.encoding_name_for_model(name)
+    except KeyError:
+        known = ", ".join([WORDS, *tiktoken.list_encoding_names()])
+        raise TokenizerError(
+            f"unknown tokenizer {name!r}: use one of {known}, or a model name such as gpt-4o"
+        ) from None
+
+
+def get_tokenizer(name: str) -> Tokenizer:
+    """The tokenizer called ``name``; raises TokenizerError or TokenizerUnavailable."""
+    if name == WORDS:
+        return WordTokenizer()
+    from attn_cli.rankfiles import load_encoding
+
+    return TiktokenTokenizer(load_encoding(encoding_name(name)))
+
+
+def strip_punctuation(text: str) -> str:
+    return "".join(c for c in text if not unicodedata.category(c).startswith("P"))
+
+
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(text: str) -> str:
+    """Token text for a label: spaces and line breaks shown, control characters escaped."""
+    out = []
+    for c in text:
+        if c in _VISIBLE:
+            out.append(_VISIBLE[c])
+        elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") or c == "\x7f":
+            out.append(c.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(c)
+    return "".join(out) or "∅"

@@ -1,0 +1,45 @@
+"""Shared fixtures: every test runs offline, with its own empty caches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
+
+
+def real_rank_dir() -> Path | None:
+    """The folder of real tiktoken rank files, when this machine has one."""
+    named = os.environ.get("ATTN_CLI_TEST_TIKTOKEN_DIR")
+    folder = Path(named) if named else SHARED_TIKTOKEN
+    return folder if (folder / "vocab.bpe").is_file() else None
+
+
+@pytest.fixture(autouse=True)
+def offline_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No downloads, no user data folder, an empty tiktoken cache."""
+    home = tmp_path_factory.mktemp("attn-home")
+    monkeypatch.setenv("ATTN_CLI_OFFLINE", "1")
+    monkeypatch.setenv("ATTN_CLI_DATA_DIR", str(home / "data"))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(home / "tiktoken-cache"))
+    monkeypatch.delenv("ATTN_CLI_TIKTOKEN_DIR", raising=False)
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    return home
+
+
+@pytest.fixture
+def rank_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the real rank files, named by ATTN_CLI_TIKTOKEN_DIR; skips without them."""
+    source = real_rank_dir()
+    if source is None:
+        pytest.skip("the real tiktoken rank files are not on this machine (set ATTN_CLI_TEST_TIKTOKEN_DIR)")
+    target = tmp_path / "ranks"
+    shutil.copytree(source, target)
+    monkeypatch.setenv("ATTN_CLI_TIKTOKEN_DIR", str(target))
+    return target

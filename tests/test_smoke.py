@@ -1,0 +1,45 @@
+"""The headline command works end to end, offline, through a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def attn(*args: str, input: str | None = None, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "attn_cli", *args], input=input, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_headline_sentence_falls_back_to_words_offline() -> None:
+    proc = attn("run", "Life is short, eat dessert first", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["tokenizer"] == "words"
+    assert [t["id"] for t in data["tokens"]] == [0, 4, 5, 2, 1, 3]
+    assert "words" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.integration
+def test_headline_sentence_with_gpt2(rank_dir) -> None:
+    proc = attn("run", "Life is short, eat dessert first", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["tokenizer"] == "gpt2"
+    assert [t["id"] for t in data["tokens"]] == [14662, 318, 1790, 11, 4483, 23084, 717]
+    assert proc.stderr == ""
+
+
+def test_help_does_not_import_torch() -> None:
+    code = "import sys; from attn_cli.cli import app; sys.argv=['attn-cli','--help'];\n" \
+           "try:\n app()\nexcept SystemExit: pass\n" \
+           "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('torch','matplotlib')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
