@@ -23,6 +23,7 @@ import math
 import torch
 
 from attn_cli.config import Config, Init
+from attn_cli.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,7 @@ def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
         q, k, v = projections.query(x), projections.key(x), projections.value(x)  # (T, H*Dk), (T, H*Dk), (T, H*Dv)
     else:
         q = k = v = x  # (T, D), D = H*Dk = H*Dv
+    _check_finite((q, k, v), "the queries, keys or values", "use smaller embeddings or another --init")
     queries = _split_heads(q, heads)  # (T, H*Dk) -> (H, T, Dk)
     keys = _split_heads(k, heads)  # (T, H*Dk) -> (H, T, Dk)
     values = _split_heads(v, heads)  # (T, H*Dv) -> (H, T, Dv)
@@ -134,6 +136,7 @@ def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
     context = (dropped if dropped is not None else weights) @ values  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
     output = projections.out(concat) if projections.out else concat  # (T, H*Dv)
+    _check_finite((output,), "the output projection", "use smaller embeddings or drop --out-proj")
     return AttentionResult(
         queries=queries,
         keys=keys,
@@ -155,9 +158,16 @@ def attention_weights(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw scores Q K^T and softmax(scores / divisor, masked). Shapes (..., T, Dk) -> (..., T, T)."""
     scores = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
-    # softmax subtracts the row max, so large scores cannot overflow; a masked
-    # cell is exp(-inf) = exactly 0, and the diagonal keeps every row non-empty.
-    weights = torch.softmax(_softmax_input(scores, divisor, causal), dim=-1)  # (H, T, T)
+    _check_finite((scores,), "the attention scores Q K^T", "use smaller embeddings")
+    scaled = _softmax_input(scores, divisor, causal)  # (H, T, T)
+    if divisor < 1.0:
+        # A tiny temperature can push finite scores past float32's range, and an
+        # infinite softmax input gives NaN weights: refuse it rather than show NaN.
+        unmasked = scaled.masked_fill(causal_mask(scores.shape[-1]), 0.0) if causal else scaled  # (H, T, T)
+        _check_finite((unmasked,), f"the softmax input (scores divided by {divisor:.3g})", "raise --temperature")
+    # softmax subtracts the row max, so large finite inputs cannot overflow; a
+    # masked cell is exp(-inf) = exactly 0, and the diagonal keeps every row non-empty.
+    weights = torch.softmax(scaled, dim=-1)  # (H, T, T)
     return scores, weights
 
 
@@ -171,6 +181,11 @@ def _softmax_input(scores: torch.Tensor, divisor: float, causal: bool) -> torch.
     if causal:
         scaled = scaled.masked_fill(causal_mask(scores.shape[-1]), float("-inf"))
     return scaled
+
+
+def _check_finite(tensors: tuple[torch.Tensor, ...], what: str, fix: str) -> None:
+    if not all(bool(torch.isfinite(t).all()) for t in tensors):
+        raise ConfigError(f"{what}: a value overflows float32 (beyond +-3.4e38); {fix}")
 
 
 def _split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:

@@ -56,6 +56,9 @@ class Config:
     max_tokens: int = DEFAULT_MAX_TOKENS
 
     def __post_init__(self) -> None:
+        if self.tokenizer is not None and not self.tokenizer.strip():
+            # Otherwise "" would silently mean the default tokenizer.
+            raise ConfigError("--tokenizer is empty: give 'words', an encoding such as gpt2, or a model name such as gpt-4o")
         _check_int("--seed", self.seed, low=0, high=MAX_SEED)
         for flag, value in (("--d-model", self.d_model), ("--d-k", self.d_k), ("--d-v", self.d_v)):
             if value is not None:

@@ -64,12 +64,12 @@ def load_embeddings(path: Path, n_tokens: int) -> torch.Tensor:
             raise EmbeddingsError(f"{path}: row {i} has {len(row)} numbers, row 0 has {width}; rows must be equally long")
         for value in row:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise EmbeddingsError(f"{path}: row {i} holds {value!r}, which is not a number")
-            if not math.isfinite(value):
-                raise EmbeddingsError(f"{path}: row {i} holds {value}; every value must be finite")
+                raise EmbeddingsError(f"{path}: row {i} holds {_short(value)}, which is not a number")
+            if not _finite(value):
+                raise EmbeddingsError(f"{path}: row {i} holds {_short(value)}; every value must be a finite float32")
     if len(rows) != n_tokens:
         raise EmbeddingsError(
-            f"{path} has {len(rows)} rows but the text has {n_tokens} tokens; give one row per token"
+            f"{path} has {_count(len(rows), 'row')} but the text has {_count(n_tokens, 'token')}; give one row per token"
         )
     x = torch.tensor(rows, dtype=torch.float32)  # (T, D)
     if not torch.isfinite(x).all():
@@ -87,37 +87,72 @@ def sinusoidal(n_tokens: int, d_model: int) -> torch.Tensor:
     return pe
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _short(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:
+        return "a very large integer"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: files saved by some editors start with a byte-order mark.
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise EmbeddingsError(f"{path} is not UTF-8 text; give JSON, CSV or .npy") from None
     except json.JSONDecodeError as err:
         raise EmbeddingsError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}); give a list of lists") from None
+    except RecursionError:
+        raise EmbeddingsError(f"{path} nests lists too deeply; give a list of rows, each a list of numbers") from None
+    except ValueError as err:  # e.g. an integer literal over Python's 4300-digit limit
+        raise EmbeddingsError(f"{path} is not usable JSON ({str(err).split(':')[0]}); give a list of lists of numbers") from None
 
 
 def _read_csv(path: Path) -> list[list[float]]:
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            lines = [row for row in csv.reader(f) if any(cell.strip() for cell in row)]
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            lines = [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
     except UnicodeDecodeError:
         raise EmbeddingsError(f"{path} is not UTF-8 text") from None
+    except csv.Error as err:
+        raise EmbeddingsError(f"{path} is not valid CSV ({err})") from None
     rows = []
-    for i, row in enumerate(lines):
+    for line_num, row in lines:
         try:
             rows.append([float(cell) for cell in row])
         except ValueError:
-            raise EmbeddingsError(f"{path}: line {i + 1} has a cell that is not a number (no header row, please)") from None
+            raise EmbeddingsError(f"{path}: line {line_num} has a cell that is not a number (no header row, please)") from None
     return rows
 
 
 def _read_npy(path: Path) -> list[list[float]]:
     import numpy as np
 
+    with path.open("rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":
+        raise EmbeddingsError(f"{path} is not a .npy file (no NUMPY header); save it with numpy.save, or give JSON or CSV")
     try:
         array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise EmbeddingsError(f"{path} is not a readable .npy file ({err})") from None
+    except (ValueError, OSError, EOFError) as err:
+        raise EmbeddingsError(f"{path} is not a readable .npy file ({_first_line(err)})") from None
     if array.ndim != 2 or array.dtype.kind not in "fiu":
         raise EmbeddingsError(f"{path} holds a {array.ndim}-d {array.dtype} array; give a 2-d array of numbers")
     return array.astype(float).tolist()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _first_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__

@@ -65,7 +65,7 @@ class Pipeline:
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
         config = config.resolved(x.shape[1] if x is not None else config.d_model or DEFAULT_D_MODEL)
-        check_memory(config, len(tokens))
+        check_memory(config, len(tokens), tokens.vocab_size if x is None else 0)
         if x is None:
             x = seeded_embeddings(tokens, config.d_model, config.seed)  # (T, D)
         if config.positional is Positional.sinusoidal:
@@ -73,12 +73,31 @@ class Pipeline:
         return Run(text, tokens, config, x, self_attention(x, config))
 
 
-def estimate_bytes(config: Config, n_tokens: int) -> int:
+def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
     """Peak float32 bytes of one attention run (resolved config), within a small factor."""
+    return sum(_memory_parts(config, n_tokens, vocab_size).values())
+
+
+def _memory_parts(config: Config, n_tokens: int, vocab_size: int) -> dict[str, int]:
     heads, d_k, d_v, d_model = config.heads, config.d_k or 0, config.d_v or 0, config.d_model or 0
     square = heads * n_tokens * n_tokens  # scores, the softmax input, weights (and dropout)
     vectors = n_tokens * (d_model + heads * (2 * d_k + 3 * d_v))
-    return 4 * ((4 if config.dropout else 3) * square + 2 * vectors)
+    # W_q, W_k, W_v (and W_o) grow with d_model x heads x d_k, whatever the text's length.
+    weights = (d_model * heads * (2 * d_k + d_v) if config.projections else 0) + ((heads * d_v) ** 2 if config.out_proj else 0)
+    return {
+        "matrices": 4 * (4 if config.dropout else 3) * square,
+        "vectors": 4 * 2 * vectors,
+        "weights": 4 * weights,
+        "table": 4 * vocab_size * d_model,  # the seeded nn.Embedding(vocab_size, d_model)
+    }
+
+
+_MEMORY_FIX = {
+    "matrices": "use a shorter text or fewer heads",
+    "vectors": "use a shorter text, fewer heads or smaller --d-k/--d-v",
+    "weights": "lower --d-model, --d-k, --d-v or --heads",
+    "table": "lower --d-model or use a smaller tokenizer",
+}
 
 
 def available_memory() -> int | None:
@@ -95,11 +114,20 @@ def available_memory() -> int | None:
         return None
 
 
-def check_memory(config: Config, n_tokens: int) -> None:
-    need = estimate_bytes(config, n_tokens)
+def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:
+    parts = _memory_parts(config, n_tokens, vocab_size)
+    need = sum(parts.values())
     have = available_memory()
     if have is not None and need > have * 0.8:
+        biggest = max(parts, key=parts.__getitem__)
+        heads = f"{config.heads} head{'s' if config.heads != 1 else ''}"
+        what = {
+            "matrices": f"the T x T matrices of {n_tokens} tokens x {heads}",
+            "vectors": f"the query, key and value vectors of {n_tokens} tokens x {heads}",
+            "weights": f"the projection weights (d_model {config.d_model}, {heads}, d_k {config.d_k}, d_v {config.d_v})",
+            "table": f"the {vocab_size} x {config.d_model} embedding table",
+        }[biggest]
         raise TooLargeError(
-            f"{n_tokens} tokens x {config.heads} heads need about {need / 2**30:.1f} GiB for the "
-            f"T x T matrices, but {have / 2**30:.1f} GiB is free; use a shorter text or fewer heads"
+            f"this run needs about {need / 2**30:.1f} GiB, mostly for {what}, but {have / 2**30:.1f} GiB "
+            f"is free; {_MEMORY_FIX[biggest]}"
         )

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from attn_cli.errors import InputError, TokenizerUnavailable
+from attn_cli.errors import InputError, OutputError, TokenizerUnavailable
 from attn_cli.files import write_atomic
 
 DIR_ENV = "ATTN_CLI_TIKTOKEN_DIR"
@@ -56,11 +56,19 @@ class RankFile:
 class Availability:
     encoding: str
     files: tuple[RankFile, ...]
-    missing: tuple[str, ...]  # canonical names found in no offline source
+    missing: tuple[str, ...]  # canonical names with no intact copy in any offline source
+    corrupt: tuple[Path, ...] = ()  # offline copies whose SHA-256 is not the one tiktoken expects
 
     @property
     def ready(self) -> bool:
         return not self.missing
+
+
+class _Corrupt(Exception):
+    def __init__(self, name: str, path: Path) -> None:
+        super().__init__(name)
+        self.name = name
+        self.path = path
 
 
 class _Missing(Exception):
@@ -114,7 +122,8 @@ def rank_files(encoding: str) -> tuple[RankFile, ...]:
 def availability(encoding: str) -> Availability:
     files = rank_files(encoding)
     missing = tuple(f.name for f in files if _cached(f) is None and _local(f) is None)
-    return Availability(encoding, files, missing)
+    corrupt = tuple(path for f in files for path in _candidates(f) if not _intact(path, f))
+    return Availability(encoding, files, missing, corrupt)
 
 
 def load_encoding(encoding: str):  # -> tiktoken.Encoding
@@ -122,19 +131,35 @@ def load_encoding(encoding: str):  # -> tiktoken.Encoding
     import tiktoken
     import tiktoken.load
 
+    # tiktoken checks hashes only when its cache is on (TIKTOKEN_CACHE_DIR="" turns
+    # both off), so every file is checked here too, against the same hashes.
+    expected = {f.url: f for f in rank_files(encoding)}
+
     def read_file(blobpath: str) -> bytes:
         if "://" not in blobpath:
             return original(blobpath)
-        rank_file = RankFile(blobpath, "")
+        rank_file = expected.get(blobpath) or RankFile(blobpath, "")
         local = _local(rank_file)
         if local is not None:
             return local.read_bytes()
-        return _download(blobpath, rank_file.name)
+        corrupt = [path for path in _candidates(rank_file) if not _intact(path, rank_file)]
+        if corrupt:
+            raise _Corrupt(rank_file.name, corrupt[0])
+        data = _download(blobpath, rank_file.name)
+        if rank_file.sha256 and hashlib.sha256(data).hexdigest() != rank_file.sha256:
+            raise _Missing(rank_file.name, "the downloaded copy does not have the expected SHA-256")
+        return data
 
     original = tiktoken.load.read_file
     try:
         with _patched(tiktoken.load, "read_file", read_file):
             return tiktoken.get_encoding(encoding)
+    except _Corrupt as corrupt:
+        raise TokenizerUnavailable(
+            f"tokenizer {encoding!r}: {corrupt.path} does not have the SHA-256 tiktoken expects for "
+            f"{corrupt.name} (a damaged or different file); replace it with an intact copy",
+            reason=f"{corrupt.path} is damaged",
+        ) from None
     except _Missing as missing:
         raise TokenizerUnavailable(
             f"tokenizer {encoding!r} needs {missing.name}, which is not on this machine "
@@ -176,25 +201,42 @@ def add_rank_file(path: Path) -> tuple[str, list[str]]:
             f"expected one of the files listed by `attn-cli tokenizers`"
         )
     target = data_dir() / "tiktoken" / name
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(
+            f"cannot create {target.parent}: {err.strerror or err}; set ${DATA_DIR_ENV} to a folder you can write"
+        ) from None
     write_atomic(target, data)
     return name, serves
 
 
+def _candidates(rank_file: RankFile) -> list[Path]:
+    """Files under the canonical name in the offline folders, in search order."""
+    return [folder / rank_file.name for folder in search_dirs() if (folder / rank_file.name).is_file()]
+
+
+def _intact(path: Path, rank_file: RankFile) -> bool:
+    if not rank_file.sha256:
+        return True
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == rank_file.sha256
+    except OSError:
+        return False
+
+
 def _local(rank_file: RankFile) -> Path | None:
-    for folder in search_dirs():
-        candidate = folder / rank_file.name
-        if candidate.is_file():
-            return candidate
-    return None
+    """The first intact copy in the offline folders."""
+    return next((path for path in _candidates(rank_file) if _intact(path, rank_file)), None)
 
 
 def _cached(rank_file: RankFile) -> Path | None:
+    """tiktoken's cached copy, if intact (tiktoken deletes one that is not)."""
     cache = tiktoken_cache_dir()
     if not cache:
         return None
     candidate = Path(cache) / hashlib.sha1(rank_file.url.encode()).hexdigest()
-    return candidate if candidate.is_file() else None
+    return candidate if candidate.is_file() and _intact(candidate, rank_file) else None
 
 
 def _download(url: str, name: str) -> bytes:

@@ -104,6 +104,7 @@ def strip_punctuation(text: str) -> str:
 
 
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+_ESCAPED = {"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"}  # Zs: every space but " ", handled above
 
 
 def visible(text: str) -> str:
@@ -112,8 +113,10 @@ def visible(text: str) -> str:
     for c in text:
         if c in _VISIBLE:
             out.append(_VISIBLE[c])
-        elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") or c == "\x7f":
-            out.append(c.encode("unicode_escape").decode("ascii"))
+        elif unicodedata.category(c) in _ESCAPED:
+            # Invisible or line-breaking characters (NBSP, U+2028, zero-width
+            # joiners, lone surrogates) would hide in a label or break a table row.
+            out.append(c.encode("unicode_escape", errors="backslashreplace").decode("ascii"))
         else:
             out.append(c)
     return "".join(out) or "∅"

@@ -21,7 +21,11 @@ def real_rank_dir() -> Path | None:
 
 @pytest.fixture(autouse=True)
 def offline_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No downloads, no user data folder, an empty tiktoken cache."""
+    """No downloads, no user data folder, an empty tiktoken cache, no encodings
+    tiktoken built for an earlier test."""
+    import tiktoken.registry
+
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     home = tmp_path_factory.mktemp("attn-home")
     monkeypatch.setenv("ATTN_CLI_OFFLINE", "1")
     monkeypatch.setenv("ATTN_CLI_DATA_DIR", str(home / "data"))

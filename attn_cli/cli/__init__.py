@@ -24,6 +24,12 @@ except ImportError:  # pragma: no cover
 class AttnGroup(TyperGroup):
     """Maps every error to one line on stderr and a documented exit code."""
 
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise typer.Abort() from None  # typer would turn it into a silent Exit(130)
+
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
         debug = "--debug" in (sys.argv[1:] if args is None else list(args))
         try:
@@ -72,6 +78,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -86,7 +93,10 @@ def _root(
     """See self-attention: scores, weights and context vectors for any sentence, reproducible from a seed."""
 
 
-from attn_cli.cli import run as _run_command  # noqa: E402  (commands register themselves on app)
+# Commands register themselves on ``app`` when imported.
+from attn_cli.cli import run as _run_command  # noqa: E402,F401
+from attn_cli.cli import heatmap as _heatmap_command  # noqa: E402,F401
+from attn_cli.cli import explain as _explain_command  # noqa: E402,F401
 from attn_cli.cli import tokenizers as _tokenizers_command  # noqa: E402,F401
 
 

@@ -1,34 +1,47 @@
-"""Where the text comes from: the TEXT argument, '-', a pipe on stdin, or --file.
+"""Where the text comes from: the TEXT argument, '-', a pipe on stdin, or --file;
+and which token a ``--query``/``--key`` value names.
 
 Never blocks on an interactive terminal: with no text and a terminal on stdin
-the command's help is shown instead.
+the command's help is shown instead, and ``-`` with a terminal on stdin is a
+usage error rather than a wait for typing.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 import typer
 
-from attn_cli.errors import InputError, UsageError
+from attn_cli.errors import AttnCliError, InputError, UsageError
+
+BOM = "\ufeff"
 
 
 def read_texts(ctx: typer.Context, text: str | None, file: Path | None, *, lines: bool) -> list[str]:
     """The texts to run: one, or one per non-empty line with ``lines``."""
     if text is not None and file is not None:
         raise UsageError("give TEXT or --file, not both")
-    if file is not None:
-        raw = _read_file(file)
-    elif text == "-" or (text is None and not _stdin_is_terminal()):
+    from_stdin = text == "-" or str(file) == "-" or (text is None and file is None and not _stdin_is_terminal())
+    if from_stdin:
+        if _stdin_is_terminal():
+            raise UsageError(
+                "'-' reads standard input, but it is a terminal: pipe the text in "
+                "(echo 'some text' | attn-cli ...) or give it as TEXT"
+            )
         raw = _read_stream(sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin)
+    elif file is not None:
+        raw = _read_file(file)
     elif text is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
     else:
         raw = text.encode("utf-8", errors="surrogateescape")
-    decoded = decode(raw, "the input" if file is None else str(file))
+    decoded = decode(raw, str(file) if file is not None and not from_stdin else "the input")
+    decoded = decoded.removeprefix(BOM)  # a byte-order mark is not part of the text
     if lines:
         texts = [line for line in decoded.splitlines() if line.strip()]
         if not texts:
@@ -62,7 +75,10 @@ def _read_file(path: Path) -> bytes:
 
 
 def _read_stream(stream: BinaryIO) -> bytes:
-    data = stream.read()
+    try:
+        data = stream.read()
+    except OSError as err:
+        raise AttnCliError(f"cannot read standard input: {err.strerror or err}") from None
     return data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data
 
 
@@ -71,3 +87,51 @@ def _stdin_is_terminal() -> bool:
         return sys.stdin is None or sys.stdin.isatty()
     except (AttributeError, ValueError):
         return True
+
+
+_POSITION = re.compile(r"[+-]?[0-9]+")
+_LABELLED = re.compile(r"(.+)#([0-9]+)")
+SHOWN_CANDIDATES = 12  # tokens listed in a "no such token" message
+
+
+def resolve_position(spec: str, texts: Sequence[str], labels: Sequence[str], flag: str) -> int:
+    """The position ``spec`` names among the tokens (``texts``, display ``labels``).
+
+    ``spec`` is a position (0-based; negative counts from the end), a label
+    (``saw#3``), ``TEXT#POSITION`` for any token, or a token's text: exactly,
+    with whitespace made visible (``␣the``), without its surrounding spaces, or
+    else ignoring case. A text that several tokens share is refused with the
+    labels to choose from. Raises UsageError.
+    """
+    from attn_cli.tokens import visible
+
+    n = len(texts)
+    if _POSITION.fullmatch(spec):
+        position = int(spec)
+        if not -n <= position < n:
+            raise UsageError(f"{flag} {spec} is out of range: the text has {n} tokens, positions 0 to {n - 1}")
+        return position % n
+    if spec in labels:
+        return labels.index(spec)
+
+    def matches(i: int, wanted: str) -> bool:
+        text = texts[i]
+        return wanted in (text, visible(text)) or (wanted.strip() != "" and wanted.strip() == text.strip())
+
+    labelled = _LABELLED.fullmatch(spec)
+    if labelled and int(labelled[2]) < n and matches(int(labelled[2]), labelled[1]):
+        return int(labelled[2])
+    found = [i for i in range(n) if matches(i, spec)]
+    if not found:
+        wanted = spec.strip().casefold()
+        found = [i for i in range(n) if wanted and texts[i].strip().casefold() == wanted]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        choices = ", ".join(labels[i] for i in found)
+        raise UsageError(f"{flag} {spec!r} matches {len(found)} tokens ({choices}): give one of those labels or a position")
+    if labelled and int(labelled[2]) < n:
+        at = int(labelled[2])
+        raise UsageError(f"{flag} {spec!r}: the token at position {at} is {labels[at]!r}, not {labelled[1]!r}")
+    listed = ", ".join(labels[:SHOWN_CANDIDATES]) + (", ..." if n > SHOWN_CANDIDATES else "")
+    raise UsageError(f"{flag} {spec!r} is not a token of the text ({listed}): give a token or a position 0 to {n - 1}")

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from attn_cli.config import DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
+from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
+from attn_cli.errors import UsageError
 
 INPUT = "Input"
 MODEL = "Attention"
@@ -120,6 +121,18 @@ CONFIG_PARAMS = [
         None,
     ),
     _param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=MODEL)], DEFAULT_MAX_TOKENS),
+    _param(
+        "emit_python",
+        Annotated[
+            bool,
+            typer.Option(
+                "--emit-python",
+                help="Print a standalone PyTorch script that reproduces this run (the first text, with --lines) instead of running.",
+                rich_help_panel=OUTPUT,
+            ),
+        ],
+        False,
+    ),
     _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.", hidden=True)], False),
 ]
 
@@ -128,7 +141,7 @@ _SHARED_NAMES = {p.name for p in _SHARED}
 
 
 def build_config(**values: Any) -> Config:
-    return Config(
+    config = Config(
         tokenizer=values["tokenizer"],
         seed=values["seed"],
         d_model=values["d_model"],
@@ -147,6 +160,9 @@ def build_config(**values: Any) -> Config:
         embeddings=values["embeddings"],
         max_tokens=values["max_tokens"],
     )
+    if config.embeddings is None:
+        config.resolved(config.d_model or DEFAULT_D_MODEL)  # bad sizes fail now, before torch loads
+    return config
 
 
 def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,6 +175,8 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ctx.meta["debug"] = shared["debug"]
         config = build_config(**shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
+        if shared["emit_python"]:
+            return _print_script(config, texts, kwargs.get("output"))
         return command(config=config, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
@@ -168,6 +186,18 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__  # typer must see the new signature, not the command's
     return wrapper
+
+
+def _print_script(config: Config, texts: list[str], output: Any) -> None:
+    """--emit-python: the script on stdout, notes on stderr; the command itself does not run."""
+    if output is not None:
+        raise UsageError("--emit-python prints the script on stdout: drop -o and redirect it, e.g. > attention.py")
+    from attn_cli.emit import script_for_texts
+
+    script, notes = script_for_texts(config, texts)
+    for note in notes:
+        typer.echo(note, err=True)
+    typer.echo(script, nl=False)
 
 
 # Options several commands take; each defined here once and used as

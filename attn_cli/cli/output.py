@@ -1,65 +1,105 @@
-"""Writing results: stdout or an atomic file, rich or plain, and the batch progress bar."""
+"""Writing results: stdout or an atomic file, rich or plain, and the batch progress bar.
+
+Machine formats are written as UTF-8 bytes whatever the locale, so a rerun is
+byte-identical everywhere; a file given with ``-o`` appears only once it is
+complete (see ``attn_cli.files``).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
-from attn_cli.files import write_atomic
+from attn_cli.files import atomic_writer
 
 T = TypeVar("T")
 PROGRESS_MIN = 20  # batches shorter than this finish before a bar is worth drawing
+FILE_WIDTH = 200  # columns of a table written with -o (COLUMNS overrides)
 
 
 def color_allowed(no_color: bool, stream: Any = None) -> bool:
+    """Colour only on a terminal, without --no-color, and with NO_COLOR unset or empty."""
     stream = stream or sys.stdout
-    return not no_color and "NO_COLOR" not in os.environ and _isatty(stream)
+    return not no_color and not os.environ.get("NO_COLOR") and _isatty(stream)
 
 
-def emit(parts: list[Any], path: Path | None, *, rich: bool = False, no_color: bool = False) -> None:
-    """Write ``parts`` (strings, or rich renderables with ``rich``) once, to ``path`` or stdout."""
-    if rich:
-        from rich.console import Console
+@contextlib.contextmanager
+def binary_output(path: Path | None) -> Iterator[IO[bytes]]:
+    """A binary stream to ``path`` (replaced atomically when the block ends cleanly) or stdout."""
+    if path is not None:
+        with atomic_writer(path) as f:
+            yield f
+        return
+    sys.stdout.flush()
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # a text-only stdout (some test harnesses): encode ourselves
+        yield _Utf8Writer(sys.stdout)
+    else:
+        yield stream
+        stream.flush()
 
-        if path is None:
-            console = Console(no_color=not color_allowed(no_color), highlight=False, soft_wrap=False)
-            for part in parts:
-                console.print(part)
-            return
-        console = Console(record=True, no_color=True, highlight=False, width=200, file=open(os.devnull, "w"))
+
+class _Utf8Writer:
+    def __init__(self, text: IO[str]) -> None:
+        self._text = text
+
+    def write(self, data: bytes) -> int:
+        self._text.write(data.decode("utf-8"))
+        return len(data)
+
+
+def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False) -> None:
+    """Print rich renderables to stdout, or as plain text to ``path`` (atomically)."""
+    from rich.console import Console
+
+    common = {"highlight": False, "markup": False, "emoji": False, "soft_wrap": False}
+    if path is None:
+        console = Console(no_color=not color_allowed(no_color), **common)
         for part in parts:
             console.print(part)
-        text = console.export_text()
-    else:
-        text = "".join(parts)
-    if path is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        write_atomic(path, text.encode("utf-8"))
+        return
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=_file_width(), color_system=None, force_terminal=False, **common)
+    for part in parts:
+        console.print(part)
+    with binary_output(path) as out:
+        out.write(buffer.getvalue().encode("utf-8"))
 
 
-def progress(items: Iterable[T], total: int) -> Iterator[T]:
-    """Yield ``items``, with a rich progress bar on stderr for long batches on a terminal."""
-    if total < PROGRESS_MIN or not _isatty(sys.stderr):
+def progress(items: Iterable[T], total: int, *, stdout_is_live: bool = False) -> Iterator[T]:
+    """Yield ``items``, with a transient progress bar on stderr for long batches
+    when stderr is a terminal. ``stdout_is_live``: results stream to the same
+    terminal meanwhile, so they are the progress and no bar is drawn."""
+    if total < PROGRESS_MIN or not _isatty(sys.stderr) or stdout_is_live:
         yield from items
         return
-    from rich.progress import Progress
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(transient=True, console=_stderr_console()) as bar:
+    console = Console(stderr=True)
+    columns = (TextColumn("texts"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    # redirect_stdout off: results must stay on stdout, never pass through the stderr console
+    with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task("texts", total=total)
         for item in items:
             yield item
             bar.advance(task)
 
 
-def _stderr_console() -> Any:
-    from rich.console import Console
+def stdout_is_terminal() -> bool:
+    return _isatty(sys.stdout)
 
-    return Console(stderr=True)
+
+def _file_width() -> int:
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return FILE_WIDTH
 
 
 def _isatty(stream: Any) -> bool:

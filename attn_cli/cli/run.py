@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-import sys
-from typing import Annotated
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from attn_cli.cli import app
-from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, shared_options
-from attn_cli.cli.output import emit, progress
+from attn_cli.cli.options import (
+    OUTPUT,
+    HeadOption,
+    KeyOption,
+    NoColorOption,
+    OutputOption,
+    PrecisionOption,
+    QueryOption,
+    shared_options,
+)
+from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.config import Config
+from attn_cli.errors import AttnCliError, UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.pipeline import Pipeline, Run
 
 
 class Format(str, enum.Enum):
@@ -21,6 +36,20 @@ class Format(str, enum.Enum):
     csv = "csv"
 
 
+# -o FILE with --format auto: the format its name says, JSON otherwise
+SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
+
+
+def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
+    from attn_cli.render.tables import parse_show
+
+    try:
+        parse_show(values)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    return values
+
+
 @app.command()
 @shared_options
 def run(
@@ -28,8 +57,31 @@ def run(
     texts: list[str],
     format: Annotated[
         Format,
-        typer.Option("--format", "-F", help="table for people; json (JSON Lines with --lines) or csv for scripts. auto: table on a terminal, json otherwise.", rich_help_panel=OUTPUT, case_sensitive=False),
+        typer.Option(
+            "--format",
+            "-F",
+            help="table for people; json (JSON Lines with --lines) or csv for scripts. "
+            "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
+            "or with --show/--head/--query/--key, else json.",
+            rich_help_panel=OUTPUT,
+            case_sensitive=False,
+        ),
     ] = Format.auto,
+    show: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--show",
+            help="Tables to draw, comma-separated or repeated: tokens, embeddings, qkv, scores (raw Q K^T), "
+            "scaled (softmax input), weights, context, output, stats, or all. "
+            "Default tokens,weights,stats (+ output with several heads); with --query/--key, just those.",
+            rich_help_panel=OUTPUT,
+            show_default=False,
+            callback=_check_show,
+        ),
+    ] = None,
+    head: HeadOption = None,
+    query: QueryOption = None,
+    key: KeyOption = None,
     output: OutputOption = None,
     precision: PrecisionOption = 4,
     no_color: NoColorOption = False,
@@ -39,29 +91,110 @@ def run(
     \b
     Examples:
       attn-cli run "Life is short, eat dessert first"
-      attn-cli run "I saw a saw" --tokenizer words --heads 2 --causal
+      attn-cli run "I saw a saw" -t words --heads 2 --causal --show scores,scaled,weights
+      attn-cli run "I saw a saw" -t words --query saw#3
       echo "The cat sat on the mat" | attn-cli run - --format json | jq '.heads[0].weights'
-      attn-cli run --file sample_texts/tutorials.txt --lines --format json > runs.jsonl
+      attn-cli run --file sample_texts/tutorials.txt --lines -o runs.jsonl
+      attn-cli run "Hello shiny sun!" --format csv -o hello.csv
     """
+    from attn_cli.render.tables import parse_show
+
+    shaping = [flag for flag, value in (("--show", show), ("--head", head), ("--query", query), ("--key", key)) if value is not None]
+    chosen = _choose_format(format, output, table_asked=bool(shaping))
+    if head is not None and head >= config.heads:
+        raise UsageError(
+            f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
+            f"numbered 0 to {config.heads - 1}"
+        )
+    shown = parse_show(show)
+    if chosen is not Format.table and shaping:
+        typer.echo(
+            f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "
+            f"--format {chosen.value} has every head and number",
+            err=True,
+        )
+
     from attn_cli.pipeline import Pipeline
 
-    chosen = format
-    if chosen is Format.auto:
-        chosen = Format.table if (output is None and sys.stdout.isatty()) else Format.json
     pipeline = Pipeline(config)
     for note in pipeline.notes:
         typer.echo(note, err=True)
-    runs = (pipeline.run(text) for text in texts)
 
     if chosen is Format.table:
-        from attn_cli.render.tables import human_view
+        _tables(pipeline, texts, shown, head, query, key, output, precision, no_color)
+        return
+    from attn_cli.render.export import to_csv, to_json
 
-        emit([human_view(r, precision) for r in progress(runs, len(texts))], output, rich=True, no_color=no_color)
-    elif chosen is Format.json:
-        from attn_cli.render.export import to_json
+    live = output is None and stdout_is_terminal()
+    with binary_output(output) as out:
+        for i, result in enumerate(progress(_runs(pipeline, texts), len(texts), stdout_is_live=live)):
+            if chosen is Format.json:
+                out.write(to_json(result).encode("utf-8") + b"\n")
+            else:
+                out.write(to_csv(result, header=i == 0, index=i).encode("utf-8"))
 
-        emit(["".join(to_json(r) + "\n" for r in progress(runs, len(texts)))], output)
-    else:
-        from attn_cli.render.export import to_csv
 
-        emit([to_csv(r, header=i == 0) for i, r in enumerate(progress(runs, len(texts)))], output)
+def _choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
+    """auto: what the -o file's suffix says; else a table on a terminal or when a
+    table-only option (--show, --head, --query, --key) is given; else JSON."""
+    if format is not Format.auto:
+        return format
+    if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
+        return SUFFIX_FORMATS[output.suffix.lower()]
+    return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
+
+
+def _runs(pipeline: Pipeline, texts: list[str]) -> Iterator[Run]:
+    """Each text's run; in a batch, an error names the text it came from."""
+    for i, text in enumerate(texts):
+        try:
+            yield pipeline.run(text)
+        except AttnCliError as err:
+            if len(texts) > 1:
+                err.args = (f"text {i + 1} of {len(texts)}: {err}",)
+            raise
+
+
+def _tables(
+    pipeline: Pipeline,
+    texts: list[str],
+    shown: frozenset[str] | None,
+    head: int | None,
+    query: str | None,
+    key: str | None,
+    output: Path | None,
+    precision: int,
+    no_color: bool,
+) -> None:
+    from attn_cli.cli.inputs import resolve_position
+    from attn_cli.render.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
+
+    focused = query is not None or key is not None
+    base = View(
+        show=shown if shown is not None else (FOCUSED_SHOW if focused else DEFAULT_SHOW),
+        explicit=shown is not None,
+        heads=None if head is None else (head,),
+        precision=precision,
+    )
+    # Runs are computed first (under the progress bar), then printed in one go.
+    runs = list(progress(_runs(pipeline, texts), len(texts)))
+    parts = []
+    for i, result in enumerate(runs):
+        view = base
+        if focused:
+            texts_, labels = result.tokens.texts, result.tokens.labels
+            try:
+                view = dataclasses.replace(
+                    base,
+                    query=None if query is None else resolve_position(query, texts_, labels, "--query"),
+                    key=None if key is None else resolve_position(key, texts_, labels, "--key"),
+                )
+            except UsageError as err:
+                if len(texts) > 1:
+                    err.args = (f"text {i + 1} of {len(texts)}: {err}",)
+                raise
+        parts.append(human_view(result, view, index=i, total=len(runs)))
+    if shown is None and not focused:
+        parts.append(more_hint(base))
+    emit_rich(parts, output, no_color=no_color)
+

@@ -26,8 +26,10 @@ def list_tokenizers(ctx: typer.Context) -> None:
     for name in tiktoken.list_encoding_names():
         status = availability(name)
         files = ", ".join(f.name for f in status.files)
-        state = "ready" if status.ready else "missing"
+        state = "ready" if status.ready else ("damaged" if status.corrupt else "missing")
         typer.echo(f"{name:<16} {state:<10} {files}")
+        for path in status.corrupt:
+            typer.echo(f"{'':<16} {'':<10} {path} does not match tiktoken's SHA-256; replace it")
     typer.echo("")
     typer.echo(f"searched: tiktoken cache {tiktoken_cache_dir() or '(off)'}, " + ", ".join(str(d) for d in search_dirs()))
     typer.echo(f"to add files: attn-cli tokenizers add FILE..., or set ${DIR_ENV} to a folder of them")

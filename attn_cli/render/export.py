@@ -3,7 +3,8 @@
 Both are built from the same ``run_dict``, so the numbers cannot depend on the
 format. Floats are the float32 values written at full precision (Python's
 shortest repr of the exact value); masked softmax inputs are ``null`` in JSON
-and ``-inf`` in CSV.
+and ``-inf`` in CSV. The schema is documented in the README ("JSON schema");
+``SCHEMA_VERSION`` changes when a key is renamed or removed, not when one is added.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ import math
 from typing import Any
 
 from attn_cli.pipeline import Run
+from attn_cli.render.stats import attention_stats
 
 SCHEMA_VERSION = 1
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
 MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights")  # per head, (T, T)
-CSV_COLUMNS = ("table", "head", "row", "col", "row_token", "col_token", "value")
+HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
+CSV_COLUMNS = ("text_index", "table", "head", "row", "col", "row_token", "col_token", "value")
 
 
 def run_dict(run: Run) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema")."""
     result = run.result
     scaled = result.scaled_scores
+    stats = attention_stats(result.weights, causal=result.causal)
     heads = []
     for h in range(result.n_heads):
         head = result.head(h)
@@ -42,6 +46,7 @@ def run_dict(run: Run) -> dict[str, Any]:
         }
         if result.dropped_weights is not None:
             entry["dropped_weights"] = result.dropped_weights[h].tolist()
+        entry["stats"] = stats[h].as_dict()
         heads.append(entry)
     tokens = run.tokens
     return {
@@ -65,37 +70,51 @@ def to_json(run: Run, *, indent: int | None = None) -> str:
     return json.dumps(run_dict(run), allow_nan=False, ensure_ascii=False, indent=indent)
 
 
-def csv_rows(run: Run) -> list[tuple[Any, ...]]:
-    """Tidy rows: one per head/query/key for matrices, per token/dimension for vectors."""
+def csv_rows(run: Run, index: int = 0) -> list[tuple[Any, ...]]:
+    """Tidy rows (``CSV_COLUMNS``): one per head/query/key for matrices, per
+    token/dimension for vectors, per query for the row statistics, one per head
+    for the head statistics. ``index`` is the text's place in a --lines batch."""
     data = run_dict(run)
     labels = [t["label"] for t in data["tokens"]]
     rows: list[tuple[Any, ...]] = []
 
     def vectors(table: str, head: Any, matrix: list[list[float]]) -> None:
         for i, vec in enumerate(matrix):
-            rows.extend((table, head, i, d, labels[i], "", v) for d, v in enumerate(vec))
+            rows.extend((index, table, head, i, d, labels[i], "", v) for d, v in enumerate(vec))
 
     def squares(table: str, head: Any, matrix: list[list[float | None]]) -> None:
         for i, vec in enumerate(matrix):
             rows.extend(
-                (table, head, i, j, labels[i], labels[j], "-inf" if v is None else v) for j, v in enumerate(vec)
+                (index, table, head, i, j, labels[i], labels[j], "-inf" if v is None else v)
+                for j, v in enumerate(vec)
             )
 
     vectors("embeddings", "", data["embeddings"])
     for head in data["heads"]:
+        h = head["head"]
         for table in VECTOR_TABLES:
-            vectors(table, head["head"], head[table])
+            vectors(table, h, head[table])
         for table in MATRIX_TABLES:
             if table in head:
-                squares(table, head["head"], head[table])
+                squares(table, h, head[table])
+        stats = head["stats"]
+        for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"])):
+            rows.append((index, "most_attended", h, i, j, labels[i], labels[j], w))
+        for table in ("entropy_bits", "effective_tokens"):
+            rows.extend((index, table, h, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
+        for table in HEAD_STATS:
+            if stats[table] is not None:
+                rows.append((index, table, h, "", "", "", "", stats[table]))
+    if run.config.out_proj:  # otherwise concat is the output itself
+        vectors("concat", "", data["concat"])
     vectors("output", "", data["output"])
     return rows
 
 
-def to_csv(run: Run, *, header: bool = True) -> str:
+def to_csv(run: Run, *, header: bool = True, index: int = 0) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if header:
         writer.writerow(CSV_COLUMNS)
-    writer.writerows(csv_rows(run))
+    writer.writerows(csv_rows(run, index))
     return buffer.getvalue()

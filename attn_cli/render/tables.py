@@ -1,79 +1,623 @@
 """The human view of a run: rich renderables, printed once by the command.
 
-Token text always goes through ``rich.markup.escape`` or ``Text``: a token like
-``[b]`` is text, not a style.
+Token text always goes through ``Text`` (never markup): a token like ``[b]`` is
+text, not a style. Tables decide how many columns to draw when they are
+rendered, from the width they are given: a table that does not fit shows its
+first columns, a ``…`` column and its last column, and says how to see the rest,
+instead of wrapping.
+
+Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 from rich import box
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.color import Color
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.rule import Rule
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.pipeline import Run
+if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
+    from attn_cli.pipeline import Run
+    from attn_cli.render.stats import HeadStats
+
+SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats")
+# "output" in the default is drawn only when it differs from the one head's context.
+DEFAULT_SHOW = frozenset({"tokens", "weights", "stats", "output"})
+FOCUSED_SHOW = frozenset({"tokens"})  # the default when --query or --key is given
+LABEL_WIDTH = 20  # widest token label drawn in a row or column header
+BAR_WIDTH = 24  # characters of a full (weight 1) bar
+TOP_KEYS = 50  # --query lists at most this many keys
+ELLIPSIS = "…"
+SEE_ALL = "--format csv (or -o FILE.csv) has every number"
+
+# viridis, from low to high: readable on dark and light terminals alike
+_RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """What the human view shows."""
+
+    show: frozenset[str] = DEFAULT_SHOW
+    explicit: bool = False  # --show was given: draw "output" even for one head
+    heads: tuple[int, ...] | None = None  # None: every head
+    precision: int = 4
+    query: int | None = None  # a resolved position
+    key: int | None = None  # a resolved position
+
+
+# -- numbers and cells ------------------------------------------------------
+
+
+def fmt(value: float, precision: int) -> str:
+    """``value`` to ``precision`` digits, without the sign of a negative zero."""
+    text = f"{value:.{precision}f}"
+    if text.startswith("-") and not text.strip("-0."):
+        text = text[1:]
+    return text
+
+
+def weight_style(weight: float) -> Style:
+    """Background from the viridis ramp by value in [0, 1], text readable on it."""
+    t = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
+    i = min(int(t), len(_RAMP) - 2)
+    f = t - i
+    rgb = tuple(round(a + (b - a) * f) for a, b in zip(_RAMP[i], _RAMP[i + 1]))
+    return Style(bgcolor=Color.from_rgb(*rgb), color="black" if weight >= 0.55 else "white")
+
+
+def bar(weight: float, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of ``weight * width`` characters, in eighths."""
+    eighths = round(min(max(weight, 0.0), 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    return "█" * full + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[part]
+
+
+def printable(text: str) -> str:
+    """``text`` with spaces kept but line breaks, tabs and control characters made visible:
+    nothing in it can move the cursor or restyle the terminal."""
+    from attn_cli.tokens import visible
+
+    return "".join(c if c == " " else visible(c) for c in text)
+
+
+def label_text(label: str, style: str = "") -> Text:
+    return Text(label, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def _title(name: str, rest: str = "") -> Text:
+    return Text.assemble((name, "bold"), rest, no_wrap=True, overflow="ellipsis")
+
+
+def _note(message: str) -> Text:
+    return Text(message, style="dim")
+
+
+# -- a table that fits its width ---------------------------------------------
+
+
+class FittedTable:
+    """A labelled matrix (rows x columns of cells) that drops middle columns
+    rather than wrap. ``what`` names the columns in the note ("keys", "dims")."""
+
+    def __init__(
+        self,
+        title: Text,
+        corner: str,
+        row_labels: Sequence[str],
+        col_labels: Sequence[str],
+        cells: Sequence[Sequence[Text]],
+        *,
+        what: str,
+        captions: Sequence[Text] = (),
+        hint: str = "",
+    ) -> None:
+        self.title = title
+        self.corner = corner
+        self.row_labels = row_labels
+        self.col_labels = col_labels
+        self.cells = cells
+        self.what = what
+        self.captions = captions
+        self.hint = hint
+
+    def widths(self) -> tuple[int, list[int]]:
+        label = min(LABEL_WIDTH, max([cell_len(self.corner), *(cell_len(s) for s in self.row_labels)]))
+        cols = [min(LABEL_WIDTH, cell_len(c)) for c in self.col_labels]
+        for row in self.cells:
+            for j, cell in enumerate(row):
+                cols[j] = max(cols[j], cell.cell_len)
+        return label, cols
+
+    def columns_that_fit(self, width: int) -> list[int | None]:
+        """Column indexes to draw, ``None`` standing for the ``…`` column."""
+        label, cols = self.widths()
+        n = len(cols)
+
+        def total(chosen: list[int | None]) -> int:
+            # each column: content + 1 space padding either side; 1 divider between; 1 edge either side
+            inner = sum((cols[j] if j is not None else cell_len(ELLIPSIS)) + 2 for j in chosen)
+            return (label + 2) + inner + len(chosen) + 2
+
+        everything: list[int | None] = list(range(n))
+        if total(everything) <= width:
+            return everything
+        for keep in range(n - 2, -1, -1):
+            chosen: list[int | None] = [*range(keep), None, n - 1]
+            if total(chosen) <= width:
+                return chosen
+        return [None]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        chosen = self.columns_that_fit(options.max_width)
+        table = Table(box=box.SIMPLE_HEAD, show_edge=True, pad_edge=True, expand=False)
+        label, widths = self.widths()
+        table.add_column(label_text(self.corner), no_wrap=True, overflow="ellipsis", max_width=label)
+        for j in chosen:
+            header = Text(ELLIPSIS) if j is None else label_text(self.col_labels[j])
+            width = cell_len(ELLIPSIS) if j is None else widths[j]
+            table.add_column(header, justify="right", no_wrap=True, overflow="ellipsis", max_width=width)
+        for i, row in enumerate(self.cells):
+            drawn = [Text(ELLIPSIS, style="dim") if j is None else row[j] for j in chosen]
+            table.add_row(label_text(self.row_labels[i]), *drawn)
+        yield self.title
+        yield table
+        for caption in self.captions:
+            yield caption
+        shown = [j for j in chosen if j is not None]
+        if len(shown) < len(self.col_labels):
+            n = len(self.col_labels)
+            first = f"0-{len(shown) - 2}, " if len(shown) > 1 else ""
+            hint = f"; {self.hint}" if self.hint else ""
+            yield Text(
+                f"{ELLIPSIS} {len(shown)} of {n} {self.what} shown ({first}{n - 1}) to fit "
+                f"{options.max_width} columns{hint}; {SEE_ALL}",
+                style="yellow",
+            )
+        yield Text("")
+
+
+# -- header and tokens --------------------------------------------------------
+
+
+def scaling(run: Run) -> tuple[str, str]:
+    """The softmax input as a formula of the raw scores, and the factor's value."""
+    c = run.config
+    divisor = []
+    if c.scale:
+        divisor.append(f"sqrt({c.d_k})")
+    if c.temperature != 1.0:
+        divisor.append(f"{c.temperature:g}")
+    if not divisor:
+        return "Q K^T", "1 (--no-scale)"
+    expr = divisor[0] if len(divisor) == 1 else "(" + " * ".join(divisor) + ")"
+    return f"Q K^T / {expr}", f"{c.scale_factor:.6g} = 1/{expr}"
+
+
+class Pairs:
+    """``key value`` pairs on lines that break between pairs, never inside one."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], *, gap: str = "  ") -> None:
+        self.pairs = pairs
+        self.gap = gap
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        line = Text()
+        for key, value in self.pairs:
+            pair = Text.assemble((key + " ", "dim"), (value, "bold"))
+            if line.cell_len and line.cell_len + len(self.gap) + pair.cell_len > width:
+                yield line
+                line = Text()
+            if line.cell_len:
+                line.append(self.gap)
+            line.append_text(pair)
+        yield line
 
 
 def config_header(run: Run) -> RenderableType:
+    """The configuration actually used, and the reminder that the weights are random."""
     c = run.config
-    scale = f"1/sqrt({c.d_k}) = {c.scale_factor * c.temperature:.4g}" if c.scale else "off"
+    _, factor = scaling(run)
+    if c.embeddings:
+        source = str(c.embeddings)
+    else:
+        source = f"nn.Embedding({run.tokens.vocab_size}, {c.d_model})"
+    if c.positional.value != "none":
+        source += f" + {c.positional.value} positions"
     pairs = [
         ("tokenizer", run.tokens.tokenizer),
+        ("tokens", str(len(run.tokens))),
         ("seed", str(c.seed)),
         ("d_model", str(c.d_model)),
         ("heads", str(c.heads)),
         ("d_k", str(c.d_k)),
         ("d_v", str(c.d_v)),
-        ("scale", scale),
-        ("temperature", f"{c.temperature:g}"),
+        ("scale factor", factor),
         ("causal", "yes" if c.causal else "no"),
         ("init", c.init.value if c.projections else "none (Q = K = V = X)"),
-        ("embeddings", str(c.embeddings) if c.embeddings else f"nn.Embedding({run.tokens.vocab_size}, {c.d_model})"),
+        ("qkv_bias", "yes" if c.qkv_bias else "no"),
+        ("out_proj", "yes" if c.out_proj else "no"),
+        ("dropout", f"{c.dropout:g}"),
+        ("embeddings", source),
     ]
-    line = Text()
-    for i, (key, value) in enumerate(pairs):
-        if i:
-            line.append("  ")
-        line.append(f"{key} ", style="dim")
-        line.append(value, style="bold")
-    note = Text("Random weights drawn from the seed, not a trained model's: the patterns show the mechanics, not meaning.", style="dim italic")
-    return Group(line, note)
+    reminder = Text(
+        "Random weights drawn from the seed, not a trained model's: the patterns show the mechanics, not meaning.",
+        style="dim italic",
+    )
+    return Group(Pairs(pairs), reminder)
 
 
-def tokens_table(run: Run) -> Table:
-    table = Table(title="Tokens", box=box.SIMPLE_HEAD, title_justify="left")
+def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
+    where = f"text {index + 1} of {total}: " if index is not None and total > 1 else ""
+    shown = run.text if len(run.text) <= 200 else run.text[:200] + ELLIPSIS
+    title = Text(where + printable(shown), no_wrap=True, overflow="ellipsis")
+    return Rule(title, align="left", style="dim")
+
+
+def tokens_table(run: Run) -> RenderableType:
+    from attn_cli.tokens import visible
+
+    tokens = run.tokens
+    shown = [visible(t) for t in tokens.texts]
+    with_labels = any(s != label for s, label in zip(shown, tokens.labels))
+    table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
-    table.add_column("token")
-    for i, (tid, label) in enumerate(zip(run.tokens.ids, run.tokens.labels)):
-        table.add_row(str(i), str(tid), Text(label))
-    return table
+    table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=40)
+    if with_labels:
+        table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=40)
+    for i, tid in enumerate(tokens.ids):
+        row = [str(i), str(tid), Text(shown[i])]
+        if with_labels:
+            row.append(Text(tokens.labels[i]))
+        table.add_row(*row)
+    notes = []
+    if any(mark in s for s in shown for mark in "␣↵⇥␍"):
+        notes.append("␣ is a space, ↵ a line break, ⇥ a tab, ␍ a carriage return")
+    if with_labels:
+        notes.append("a repeated token is labelled with its position: use the label with --query/--key")
+    return Group(_title("Tokens"), table, *(_note(n) for n in notes), Text(""))
 
 
-def weights_table(run: Run, head: int, precision: int = 4) -> Table:
-    weights = run.result.weights[head].tolist()
+# -- matrices and vectors ------------------------------------------------------
+
+
+def _head_suffix(run: Run, head: int) -> str:
+    return f", head {head}" if run.result.n_heads > 1 else ""
+
+
+def vector_table(run: Run, title: Text, matrix: Sequence[Sequence[float]], precision: int, captions: Sequence[Text] = ()) -> FittedTable:
     labels = run.tokens.labels
-    title = "Attention weights softmax(scaled scores)"
-    if run.result.n_heads > 1:
-        title += f", head {head}"
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("query \\ key")
-    for label in labels:
-        table.add_column(Text(label), justify="right")
-    mask = run.result.causal
+    dims = [str(d) for d in range(len(matrix[0]))] if matrix else []
+    cells = [[Text(fmt(v, precision)) for v in row] for row in matrix]
+    return FittedTable(title, "token \\ dim", labels, dims, cells, what="dims", captions=captions)
+
+
+def square_table(
+    run: Run, title: Text, matrix: Sequence[Sequence[float]], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
+) -> FittedTable:
+    """A T x T table of scores; ``masked`` is what a causally masked cell shows (None: its value)."""
+    labels = run.tokens.labels
+    causal = run.result.causal and masked is not None
+    cells = []
+    for i, row in enumerate(matrix):
+        cells.append([Text(masked, style="dim") if causal and j > i else Text(fmt(v, precision)) for j, v in enumerate(row)])
+    return FittedTable(
+        title, "query \\ key", labels, labels, cells, what="keys", captions=captions, hint="--query N shows one row in full"
+    )
+
+
+def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
+    weights = run.result.weights[head].tolist()  # (T, T)
+    causal = run.result.causal
+    cells = []
     for i, row in enumerate(weights):
-        best = max(range(len(row)), key=row.__getitem__)
-        cells: list[Text] = []
+        best = max(range(len(row)), key=row.__getitem__)  # the first of equal maxima, as argmax
+        line = []
         for j, w in enumerate(row):
-            if mask and j > i:
-                cells.append(Text("·", style="dim"))
+            if causal and j > i:
+                line.append(Text("·", style="dim"))
             else:
-                cells.append(Text(f"{w:.{precision}f}", style="bold" if j == best else ""))
-        table.add_row(Text(labels[i]), *cells)
-    return table
+                style = weight_style(w) + Style(bold=j == best, underline=j == best)
+                line.append(Text(fmt(w, precision), style=style))
+        cells.append(line)
+    formula, _ = scaling(run)
+    title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
+    caption = "rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
+    if causal:
+        caption += "; · masked (weight exactly 0)"
+    if run.result.dropped_weights is not None:
+        caption += "; before dropout (the JSON has dropped_weights)"
+    return FittedTable(
+        title, "query \\ key", run.tokens.labels, run.tokens.labels, cells,
+        what="keys", captions=[_note(caption)], hint="--query N shows one row in full",
+    )
 
 
-def human_view(run: Run, precision: int = 4) -> RenderableType:
-    parts: list[RenderableType] = [config_header(run), tokens_table(run)]
-    parts.extend(weights_table(run, h, precision) for h in range(run.result.n_heads))
+def scores_table(run: Run, head: int, precision: int) -> FittedTable:
+    title = _title("Raw scores", f"  Q K^T, before scaling and masking{_head_suffix(run, head)}")
+    captions = [_note("computed for every pair; the causal mask applies to the scaled scores")] if run.result.causal else []
+    return square_table(run, title, run.result.scores[head].tolist(), precision, masked=None, captions=captions)
+
+
+def scaled_table(run: Run, head: int, precision: int) -> FittedTable:
+    formula, factor = scaling(run)
+    title = _title("Scaled scores", f"  {formula}, the softmax input{_head_suffix(run, head)}")
+    caption = f"raw scores x {factor}"
+    if run.result.causal:
+        caption += "; -inf: masked by the causal mask (a key after the query)"
+    scaled = run.result.scaled_scores[head].tolist()  # (T, T)
+    return square_table(run, title, scaled, precision, masked="-inf", captions=[_note(caption)])
+
+
+def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
+    c = run.config
+    result = run.result
+    suffix = _head_suffix(run, head)
+    bias = " + b" if c.qkv_bias else ""
+    tables = []
+    for name, letter, tensor, size in (
+        ("Queries", "q", result.queries, "d_k"),
+        ("Keys", "k", result.keys, "d_k"),
+        ("Values", "v", result.values, "d_v"),
+    ):
+        formula = f"{letter.upper()} = X W_{letter}^T{bias}" if c.projections else f"{letter.upper()} = X (no projections)"
+        width = getattr(c, size)
+        title = _title(name, f"  {formula}{suffix} ({len(run.tokens)} x {size} {width})")
+        tables.append(vector_table(run, title, tensor[head].tolist(), precision))
+    return tables
+
+
+def context_table(run: Run, head: int, precision: int) -> FittedTable:
+    weights = "dropped weights" if run.result.dropped_weights is not None else "weights"
+    title = _title("Context vectors", f"  {weights} @ V{_head_suffix(run, head)} ({len(run.tokens)} x d_v {run.config.d_v})")
+    return vector_table(run, title, run.result.context[head].tolist(), precision)
+
+
+def embeddings_table(run: Run, precision: int) -> FittedTable:
+    c = run.config
+    source = f"from {c.embeddings}" if c.embeddings else f"rows of nn.Embedding after manual_seed({c.seed})"
+    if c.positional.value != "none":
+        source += f", plus {c.positional.value} positional encodings"
+    title = _title("Embeddings X", f"  ({len(run.tokens)} x d_model {c.d_model}) {source}")
+    return vector_table(run, title, run.x.tolist(), precision)
+
+
+def output_table(run: Run, precision: int) -> FittedTable:
+    c = run.config
+    how = "the heads' context vectors side by side" if c.heads > 1 else "the context vectors"
+    if c.out_proj:
+        how += ", through W_o"
+    title = _title("Output", f"  {how} ({len(run.tokens)} x heads*d_v {c.heads * (c.d_v or 0)})")
+    captions = [_note(f"dims h*{c.d_v} .. h*{c.d_v}+{(c.d_v or 1) - 1} come from head h")] if c.heads > 1 and not c.out_proj else []
+    return vector_table(run, title, run.result.output.tolist(), precision, captions)
+
+
+# -- statistics --------------------------------------------------------------
+
+
+def _mass(value: float | None, precision: int) -> str:
+    return "-" if value is None else fmt(value, precision)
+
+
+def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = True) -> RenderableType:
+    labels = run.tokens.labels
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    table.add_column("most attended", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    table.add_column("weight", justify="right")
+    table.add_column("entropy (bits)", justify="right")
+    table.add_column("effective tokens", justify="right")
+    table.add_column("of keys", justify="right")
+    for i, label in enumerate(labels):
+        table.add_row(
+            Text(label),
+            Text(labels[stats.most_attended[i]]),
+            fmt(stats.top_weight[i], precision),
+            fmt(stats.entropy_bits[i], precision),
+            fmt(stats.effective_tokens[i], precision),
+            str(stats.visible_keys[i]),
+        )
+    title = _title("Statistics", f"  of the attention weights{_head_suffix(run, stats.head)}")
+    masses = Pairs(
+        [
+            ("self (diagonal) mass", _mass(stats.self_mass, precision)),
+            ("previous-token mass", _mass(stats.previous_mass, precision)),
+            ("first-token mass", _mass(stats.first_mass, precision)),
+        ],
+        gap="   ",
+    )
+    meaning = _note(
+        "entropy 0: all weight on one key; effective tokens = 2^entropy (n for an even spread over n keys). "
+        "Masses: the mean weight a query puts on itself, on the token before it, on the first token "
+        "(the last two over queries 1..T-1)."
+    )
+    return Group(title, table, masses, *([meaning] if explain else []), Text(""))
+
+
+def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> RenderableType:
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("head", "self", "previous", "first", "entropy (bits)", "effective tokens"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in stats:
+        table.add_row(
+            str(s.head),
+            _mass(s.self_mass, precision),
+            _mass(s.previous_mass, precision),
+            _mass(s.first_mass, precision),
+            fmt(s.mean_entropy_bits, precision),
+            fmt(s.mean_effective_tokens, precision),
+        )
+    caption = _note(
+        "self, previous, first: the head's mass on the query itself, the token before it, the first token; "
+        "entropy and effective tokens: means over the head's query rows"
+    )
+    return Group(_title("Heads compared", "  one row per head, no averaging across heads"), table, caption, Text(""))
+
+
+# -- one query, one key --------------------------------------------------------
+
+
+def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
+    labels = run.tokens.labels
+    row = run.result.weights[head][query].tolist()  # (T,)
+    visible = range(query + 1) if run.result.causal else range(len(row))
+    order = sorted(visible, key=lambda j: -row[j])  # stable: equal weights keep position order
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("rank", justify="right")
+    table.add_column("pos", justify="right")
+    table.add_column("key", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    table.add_column("weight", justify="right")
+    table.add_column("", no_wrap=True)
+    for rank, j in enumerate(order[:TOP_KEYS], start=1):
+        table.add_row(str(rank), str(j), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
+    title = Text.assemble(
+        ("Query ", "bold"), (labels[query], "bold"), (f" (position {query})", "bold"),
+        f": what it attends to, most first{_head_suffix(run, head)}",
+        no_wrap=True, overflow="ellipsis",
+    )
+    parts: list[RenderableType] = [title, table]
+    if len(order) > TOP_KEYS:
+        rest = math.fsum(row[j] for j in order[TOP_KEYS:])
+        parts.append(_note(f"{ELLIPSIS} {len(order) - TOP_KEYS} more keys, {fmt(rest, precision)} of the weight together; {SEE_ALL}"))
+    if len(order) < len(row):
+        after = f"key {query + 1} is" if query + 2 == len(row) else f"keys {query + 1}..{len(row) - 1} are"
+        parts.append(_note(f"{after} after the query: masked, weight 0"))
+    parts.append(
+        _note(
+            f"entropy {fmt(stats.entropy_bits[query], precision)} bits, "
+            f"{fmt(stats.effective_tokens[query], precision)} effective tokens of {stats.visible_keys[query]}"
+        )
+    )
+    parts.append(Text(""))
     return Group(*parts)
+
+
+def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
+    labels = run.tokens.labels
+    column = run.result.weights[head][:, key].tolist()  # (T,)
+    queries = range(key, len(column)) if run.result.causal else range(len(column))
+    best = max(queries, key=lambda i: column[i])
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("pos", justify="right")
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    table.add_column("weight", justify="right")
+    table.add_column("", no_wrap=True)
+    for i in queries:
+        style = "bold" if i == best else ""
+        table.add_row(str(i), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
+    title = Text.assemble(
+        ("Key ", "bold"), (labels[key], "bold"), (f" (position {key})", "bold"),
+        f": who attends to it, in query order{_head_suffix(run, head)}",
+        no_wrap=True, overflow="ellipsis",
+    )
+    parts: list[RenderableType] = [title, table]
+    if run.result.causal and key > 0:
+        before = "query 0 comes" if key == 1 else f"queries 0..{key - 1} come"
+        parts.append(_note(f"{before} before the key: masked, weight 0"))
+    mean = math.fsum(column[i] for i in queries) / len(queries)
+    parts.append(_note(f"mean weight from the queries that can see it: {fmt(mean, precision)}; largest in bold"))
+    parts.append(Text(""))
+    return Group(*parts)
+
+
+def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text:
+    labels = run.tokens.labels
+    result = run.result
+    weight = result.weights[head][query][key].item()
+    raw = result.scores[head][query][key].item()
+    scaled = result.scaled_scores[head][query][key].item()
+    return Text.assemble(
+        (labels[query], "bold"), " -> ", (labels[key], "bold"), f"{_head_suffix(run, head)}: weight ",
+        (fmt(weight, precision), "bold"),
+        f", raw score {fmt(raw, precision)}, scaled score {'-inf (masked)' if scaled == -math.inf else fmt(scaled, precision)}",
+    )
+
+
+# -- the whole view ------------------------------------------------------------
+
+
+def human_view(run: Run, view: View = View(), index: int | None = None, total: int = 1) -> RenderableType:
+    """Everything ``view`` asks for, for one run, as one renderable."""
+    from attn_cli.render.stats import attention_stats
+
+    p = view.precision
+    show = view.show
+    heads = view.heads if view.heads is not None else tuple(range(run.result.n_heads))
+    stats = attention_stats(run.result.weights, causal=run.result.causal)
+    parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
+    if "tokens" in show:
+        parts.append(tokens_table(run))
+    if "embeddings" in show:
+        parts.append(embeddings_table(run, p))
+    multi = run.result.n_heads > 1
+    for h in heads:
+        if multi and len(heads) > 1:
+            parts.append(Rule(Text(f"head {h} of {run.result.n_heads}", style="bold"), align="left"))
+        if "qkv" in show:
+            parts.extend(qkv_tables(run, h, p))
+        if "scores" in show:
+            parts.append(scores_table(run, h, p))
+        if "scaled" in show:
+            parts.append(scaled_table(run, h, p))
+        if "weights" in show:
+            parts.append(weights_table(run, h, p))
+        if "stats" in show:
+            parts.append(stats_table(run, stats[h], p, explain=h == heads[0]))
+        if view.query is not None:
+            parts.append(query_view(run, h, view.query, stats[h], p))
+        if view.key is not None:
+            parts.append(key_view(run, h, view.key, p))
+        if view.query is not None and view.key is not None:
+            parts.extend([cell_line(run, h, view.query, view.key, p), Text("")])
+        if "context" in show:
+            parts.append(context_table(run, h, p))
+    if "stats" in show and len(heads) > 1:
+        parts.append(heads_compared(run, [stats[h] for h in heads], p))
+    if "output" in show and (view.explicit or multi or run.config.out_proj):
+        parts.append(output_table(run, p))
+    return Group(*parts)
+
+
+def more_hint(view: View) -> Text:
+    """One line saying what else the view can show (printed once after a default view)."""
+    hidden = [name for name in SHOW_CHOICES if name not in view.show]
+    return _note(
+        f"More tables: --show {','.join(hidden)} (or --show all). Follow one token with --query TOKEN or --key TOKEN. "
+        f"Every number at full precision: --format json or --format csv."
+    )
+
+
+def parse_show(values: Iterable[str] | None) -> frozenset[str] | None:
+    """``--show`` values (comma-separated and/or repeated) -> names; None when not given.
+    Raises ValueError naming the unknown ones."""
+    if not values:
+        return None
+    names: set[str] = set()
+    unknown = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip().lower()
+            if not name:
+                continue
+            if name == "all":
+                names.update(SHOW_CHOICES)
+            elif name in SHOW_CHOICES:
+                names.add(name)
+            else:
+                unknown.append(name)
+    if unknown:
+        raise ValueError(f"unknown table {', '.join(map(repr, unknown))}: choose from {', '.join(SHOW_CHOICES)} or all")
+    if not names:
+        raise ValueError(f"name at least one table: {', '.join(SHOW_CHOICES)} or all")
+    return frozenset(names)

@@ -1,0 +1,86 @@
+"""`attn-cli explain`: the tutorial, live, for any sentence."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import typer
+
+from attn_cli.cli import app
+from attn_cli.cli.options import OUTPUT, HeadOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
+from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
+from attn_cli.config import Config
+from attn_cli.errors import AttnCliError, UsageError
+
+
+class Style(str, enum.Enum):
+    auto = "auto"
+    rich = "rich"
+    text = "text"
+
+
+@app.command()
+@shared_options
+def explain(
+    config: Config,
+    texts: list[str],
+    query: QueryOption = None,
+    head: HeadOption = None,
+    format: Annotated[
+        Style,
+        typer.Option(
+            "--format",
+            "-F",
+            help="rich: panels (for a terminal); text: plain text. auto: rich on a terminal, text otherwise.",
+            rich_help_panel=OUTPUT,
+            case_sensitive=False,
+        ),
+    ] = Style.auto,
+    output: OutputOption = None,
+    precision: PrecisionOption = 4,
+    no_color: NoColorOption = False,
+) -> None:
+    """Walk through attention one step at a time, with this text's own numbers.
+
+    Tokenize, embed, project, raw scores, scale, causal mask, softmax, context
+    vectors, heads and output: each step with its formula, the shapes and the
+    numbers. Long texts are summarised (a corner of each table and statistics).
+
+    \b
+    Examples:
+      attn-cli explain "Life is short, eat dessert first" --tokenizer words
+      attn-cli explain "Life is short, eat dessert first" --query is
+      attn-cli explain "I saw a saw" --causal --heads 2 --out-proj --head 1
+      attn-cli explain "The cat sat on the mat" --no-scale       # the saturation ablation
+      attn-cli explain "Hello shiny sun!" --emit-python > attention.py
+    """
+    from attn_cli.cli.inputs import resolve_position
+    from attn_cli.pipeline import Pipeline
+    from attn_cli.render.explain import explain as build, to_rich, to_text
+
+    if head is not None and head >= config.heads:
+        raise UsageError(
+            f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
+            f"numbered 0 to {config.heads - 1}"
+        )
+    rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
+    pipeline = Pipeline(config)
+    for note in pipeline.notes:
+        typer.echo(note, err=True)
+    parts = []
+    for i, text in enumerate(progress(texts, len(texts))):
+        try:
+            run = pipeline.run(text)
+            position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
+        except AttnCliError as err:
+            if len(texts) > 1:
+                err.args = (f"text {i + 1} of {len(texts)}: {err}",)
+            raise
+        explanation = build(run, head=head, query=position, precision=precision)
+        parts.append(to_rich(explanation) if rich else to_text(explanation))
+    if rich:
+        emit_rich(parts, output, no_color=no_color)
+        return
+    with binary_output(output) as out:
+        out.write("\n".join(parts).encode("utf-8"))

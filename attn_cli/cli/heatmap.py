@@ -1,0 +1,1 @@
+"""`attn-cli heatmap` (being written)."""

@@ -1,0 +1,435 @@
+"""``--emit-python``: a standalone PyTorch script that reproduces one run.
+
+The script needs only torch (and tiktoken for a tiktoken tokenizer). It replays
+the seed contract of ``embed.py`` and ``attention.py`` with the same tensor
+operations in the same order, so its numbers are attn-cli's: run it to print
+the matrices, or with ``--json`` to print them under the keys of
+``attn-cli run --format json`` (``tokens``, ``embeddings``, ``heads[*]``,
+``concat``, ``output``).
+
+No rich or typer here: ``script_for_run`` and ``script_for`` return a string;
+``script_for_texts`` also gives the notes the command line prints on stderr.
+"""
+
+from __future__ import annotations
+
+import struct
+import textwrap
+from collections.abc import Sequence
+
+from attn_cli import __version__
+from attn_cli.config import DEFAULT_D_MODEL, Config, Init, Positional
+from attn_cli.tokens import WORDS, Tokens
+
+# Longest line of a string literal in the script; longer texts are split into
+# adjacent literals, which Python joins back into the same string.
+_LITERAL_WIDTH = 72
+
+
+def script_for_texts(config: Config, texts: Sequence[str]) -> tuple[str, list[str]]:
+    """The script for the first of ``texts`` under ``config`` (unresolved), and notes for stderr.
+
+    Tokenizes and reads the embeddings file as ``Pipeline.run`` does, but runs no
+    attention: the script is what computes it.
+    """
+    from attn_cli.embed import load_embeddings
+    from attn_cli.pipeline import Pipeline
+
+    pipeline = Pipeline(config)
+    notes = list(pipeline.notes)
+    text = texts[0]
+    tokens = pipeline.tokenize(text)
+    rows = None
+    if config.embeddings is not None:
+        rows = load_embeddings(config.embeddings, len(tokens)).tolist()  # (T, D) float32 values
+    resolved = config.resolved(len(rows[0]) if rows else config.d_model or DEFAULT_D_MODEL)
+    if len(texts) > 1:
+        notes.append(
+            f"note: --emit-python wrote the script for the first of {len(texts)} texts; "
+            f"give the others one at a time for theirs"
+        )
+    return script_for(text, tokens, resolved, rows), notes
+
+
+def script_for_run(run) -> str:  # run: attn_cli.pipeline.Run
+    """The script that reproduces ``run``."""
+    rows = None
+    if run.config.embeddings is not None:
+        from attn_cli.embed import load_embeddings
+
+        rows = load_embeddings(run.config.embeddings, len(run.tokens)).tolist()
+    return script_for(run.text, run.tokens, run.config, rows)
+
+
+def script_for(text: str, tokens: Tokens, config: Config, embeddings: list[list[float]] | None = None) -> str:
+    """The script for ``text`` tokenized as ``tokens``, under ``config`` (resolved).
+
+    ``embeddings``: the rows of the user's file (float32 values), written into
+    the script as a literal; ``None`` for the seeded table.
+    """
+    if config.d_model is None or config.d_k is None or config.d_v is None:
+        raise ValueError("script_for needs a resolved config (Config.resolved)")
+    return "\n".join(_Script(text, tokens, config, embeddings).lines()) + "\n"
+
+
+class _Script:
+    def __init__(self, text: str, tokens: Tokens, config: Config, embeddings: list[list[float]] | None) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.c = config
+        self.embeddings = embeddings
+        self.out: list[str] = []
+
+    def lines(self) -> list[str]:
+        self.header()
+        self.settings()
+        self.tokenize()
+        self.embed()
+        self.weights()
+        self.project()
+        self.attend()
+        self.combine()
+        self.report()
+        return self.out
+
+    def add(self, *lines: str) -> None:
+        self.out.extend(lines)
+
+    # -- the parts, in the order the script runs them --------------------------
+
+    def header(self) -> None:
+        c = self.c
+        self.add(
+            "#!/usr/bin/env python3",
+            f'"""Self-attention for one text, step by step: written by attn-cli {__version__} (--emit-python).',
+            "",
+            "It reproduces that attn-cli run with plain PyTorch: same tokens, same seeded",
+            "weights, same numbers. `python attention.py` prints the matrices;",
+            "`python attention.py --json` prints them as JSON, with the keys of",
+            "`attn-cli run --format json`.",
+            "",
+            *textwrap.wrap(f"Configuration: {_describe(c, self.tokens)}.", width=88),
+            "Shapes: T tokens, D d_model, H heads, Dk per-head query/key size, Dv per-head value size.",
+            '"""',
+            "",
+            "import json",
+            "import math",
+            "import sys",
+        )
+        if self.tokens.tokenizer == WORDS:
+            self.add("import unicodedata")
+        self.add("", "import torch")
+        if self.tokens.tokenizer != WORDS:
+            self.add("import tiktoken")
+        self.add("", "torch.set_grad_enabled(False)  # nothing is trained here: no autograd graph needed", "")
+
+    def settings(self) -> None:
+        c = self.c
+        self.add(*_string_assignment("text", self.text))
+        self.add(f"seed = {c.seed}")
+        self.add(f"d_model = {c.d_model}  # D")
+        self.add(f"heads = {c.heads}  # H")
+        self.add(f"d_k = {c.d_k}  # Dk, per head" + ("" if c.projections else ": d_model / heads, as there are no projections"))
+        self.add(f"d_v = {c.d_v}  # Dv, per head")
+        if c.temperature != 1.0:
+            self.add(f"temperature = {c.temperature!r}  # the softmax input is divided by this as well")
+        if c.dropout:
+            self.add(f"dropout = {c.dropout!r}  # probability of zeroing each attention weight")
+        self.add("")
+
+    def tokenize(self) -> None:
+        tokens = self.tokens
+        if tokens.tokenizer == WORDS:
+            self.add(
+                "# 1. Tokenize with the tutorials' word tokenizer: drop punctuation, split on",
+                "#    whitespace; a word's id is its position in the sorted vocabulary of this text.",
+                'words = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P")).split()',
+                "vocabulary = sorted(set(words))",
+                "ids = [vocabulary.index(word) for word in words]",
+                "token_texts = words",
+                "vocab_size = len(vocabulary)  # rows of the embedding table",
+            )
+        else:
+            self.add(
+                f"# 1. Tokenize with tiktoken's {tokens.tokenizer} encoding. tiktoken downloads its rank",
+                "#    files once and caches them in $TIKTOKEN_CACHE_DIR; offline, put them there first.",
+                f"encoding = tiktoken.get_encoding({tokens.tokenizer!r})",
+                'ids = encoding.encode(text, disallowed_special=())  # "<|endoftext|>" in the text is plain text',
+                'token_texts = [encoding.decode_single_token_bytes(i).decode("utf-8", errors="backslashreplace") for i in ids]',
+                f"vocab_size = encoding.n_vocab  # {tokens.vocab_size} rows of the embedding table",
+            )
+        self.add(
+            f"assert ids == {list(tokens.ids)!r}, \"these are not the tokens attn-cli used\""
+            if len(tokens) <= 64
+            else "assert len(ids) == {}, \"these are not the tokens attn-cli used\"".format(len(tokens)),
+            "T = len(ids)",
+            "",
+        )
+
+    def embed(self) -> None:
+        c = self.c
+        if self.embeddings is None:
+            self.add(
+                "# 2. Embed: right after seeding, an nn.Embedding(vocab_size, d_model) table of N(0, 1)",
+                "#    draws; token i gets row ids[i], so repeated tokens get the same vector.",
+                "torch.manual_seed(seed)",
+                "embedding = torch.nn.Embedding(vocab_size, d_model)  # (V, D)",
+                "X = embedding(torch.tensor(ids))  # (T, D)",
+            )
+        else:
+            self.add(
+                f"# 2. Embed: the rows of {_safe(str(c.embeddings))}, one per token, as attn-cli read them (float32).",
+                "X = torch.tensor(",
+                "    [",
+                *(f"        [{', '.join(_float32(v) for v in row)}]," for row in self.embeddings),
+                "    ],",
+                "    dtype=torch.float32,",
+                ")  # (T, D)",
+            )
+        if c.positional is Positional.sinusoidal:
+            self.add(
+                "",
+                "# Positions: add the sinusoidal encodings of \"Attention Is All You Need\" (section 3.5),",
+                "# PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(pos / 10000^(2i/D)).",
+                "position = torch.arange(T, dtype=torch.float32).unsqueeze(1)  # (T, 1)",
+                "div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))  # (ceil(D/2),)",
+                "pe = torch.zeros(T, d_model)  # (T, D)",
+                "pe[:, 0::2] = torch.sin(position * div)",
+                "pe[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]",
+                "X = X + pe  # (T, D)",
+            )
+        self.add("")
+
+    def weights(self) -> None:
+        c = self.c
+        if not c.projections and not c.out_proj:
+            return
+        self.add(
+            ("# 3. Weights" if c.projections else "# Weights") + ": seed again, then draw them in attn-cli's order"
+            + (": W_q, W_k, W_v" if c.projections else "")
+            + (", then W_o" if c.out_proj and c.projections else (": W_o only" if c.out_proj else ""))
+            + ".",
+        )
+        self.add(f"#    {_init_comment(c.init)}")
+        self.add("torch.manual_seed(seed)")
+        if c.projections:
+            self._draw("query", "d_model", "heads * d_k", "(H*Dk, D)", "(H*Dk,)", c.qkv_bias)
+            self._draw("key", "d_model", "heads * d_k", "(H*Dk, D)", "(H*Dk,)", c.qkv_bias)
+            self._draw("value", "d_model", "heads * d_v", "(H*Dv, D)", "(H*Dv,)", c.qkv_bias)
+        if c.out_proj:
+            self._draw("out", "heads * d_v", "heads * d_v", "(H*Dv, H*Dv)", "(H*Dv,)", True)
+        self.add("")
+
+    def _draw(self, name: str, d_in: str, d_out: str, w_shape: str, b_shape: str, bias: bool) -> None:
+        init = self.c.init
+        if init is Init.linear:
+            self.add(
+                f"{name}_layer = torch.nn.Linear({d_in}, {d_out}, bias={bias})",
+                f"W_{name} = {name}_layer.weight  # {w_shape}",
+            )
+            if bias:
+                self.add(f"b_{name} = {name}_layer.bias  # {b_shape}")
+            return
+        draw = "torch.rand" if init is Init.uniform else "torch.randn"
+        self.add(f"W_{name} = {draw}({d_out}, {d_in})  # {w_shape}")
+        if bias:
+            self.add(f"b_{name} = {draw}({d_out})  # {b_shape}, drawn right after its weight")
+
+    def project(self) -> None:
+        c = self.c
+        if c.projections:
+            bias = " + b_{}".format
+            self.add(
+                "# Project: every token's vector times each weight matrix, as nn.Linear does (x W^T + b).",
+                f"Q = X @ W_query.T{bias('query') if c.qkv_bias else ''}  # (T, D) @ (D, H*Dk) -> (T, H*Dk)",
+                f"K = X @ W_key.T{bias('key') if c.qkv_bias else ''}  # (T, D) @ (D, H*Dk) -> (T, H*Dk)",
+                f"V = X @ W_value.T{bias('value') if c.qkv_bias else ''}  # (T, D) @ (D, H*Dv) -> (T, H*Dv)",
+            )
+        else:
+            self.add(
+                "# 3. No projections (the tutorials' naive attention): queries, keys and values are X itself.",
+                "Q = K = V = X  # (T, D), D = H*Dk = H*Dv",
+            )
+        self.add(
+            "",
+            "# Split into heads: head h takes columns h*Dk .. (h+1)*Dk - 1 (h*Dv .. for the values).",
+            "queries = Q.reshape(T, heads, d_k).transpose(0, 1)  # (T, H*Dk) -> (T, H, Dk) -> (H, T, Dk)",
+            "keys = K.reshape(T, heads, d_k).transpose(0, 1)  # (T, H*Dk) -> (T, H, Dk) -> (H, T, Dk)",
+            "values = V.reshape(T, heads, d_v).transpose(0, 1)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv)",
+            "",
+        )
+
+    def attend(self) -> None:
+        c = self.c
+        self.add(
+            "# 4. Raw scores: every query dotted with every key.",
+            "attn_scores = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)",
+            "",
+        )
+        if c.scale and c.temperature != 1.0:
+            self.add(
+                "# 5. Scale by 1/sqrt(d_k), which keeps the softmax out of saturation, and by 1/temperature.",
+                "scaled_scores = attn_scores / (math.sqrt(d_k) * temperature)  # (H, T, T)",
+            )
+        elif c.scale:
+            self.add(
+                "# 5. Scale by 1/sqrt(d_k): a sum of d_k products spreads like sqrt(d_k), and large",
+                "#    inputs would saturate the softmax.",
+                "scaled_scores = attn_scores / math.sqrt(d_k)  # (H, T, T)",
+            )
+        elif c.temperature != 1.0:
+            self.add(
+                "# 5. No 1/sqrt(d_k) scaling (--no-scale); only the temperature divides the scores.",
+                "scaled_scores = attn_scores / temperature  # (H, T, T)",
+            )
+        else:
+            self.add(
+                "# 5. No scaling (--no-scale): the raw scores go straight into the softmax.",
+                "scaled_scores = attn_scores  # (H, T, T)",
+            )
+        if not c.causal:
+            self.add("", "# 6. No causal mask: every query sees every key.")
+        else:
+            self.add(
+                "",
+                "# 6. Causal mask: query i may not look at keys after i; exp(-inf) = 0 in the softmax.",
+                "mask = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # (T, T), True above the diagonal",
+                'scaled_scores = scaled_scores.masked_fill(mask, float("-inf"))  # (H, T, T)',
+            )
+        self.add(
+            "",
+            "# 7. Softmax over the keys: each row becomes weights that sum to 1.",
+            "attn_weights = torch.softmax(scaled_scores, dim=-1)  # (H, T, T)",
+            "",
+        )
+        if c.dropout:
+            self.add(
+                "# Dropout on the weights (seeded: the generator carries on from the weight draws);",
+                "# survivors are scaled by 1 / (1 - dropout).",
+                "dropped_weights = torch.nn.functional.dropout(attn_weights, p=dropout, training=True)  # (H, T, T)",
+                "",
+                "# 8. Context vectors: each query's weighted sum of the value vectors.",
+                "context_vecs = dropped_weights @ values  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)",
+            )
+        else:
+            self.add(
+                "# 8. Context vectors: each query's weighted sum of the value vectors.",
+                "context_vecs = attn_weights @ values  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)",
+            )
+        self.add("")
+
+    def combine(self) -> None:
+        c = self.c
+        self.add(
+            "# 9. Concatenate the heads side by side" + (", then the output projection." if c.out_proj else "."),
+            "concat = context_vecs.transpose(0, 1).reshape(T, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)",
+            "output = concat @ W_out.T + b_out  # (T, H*Dv) @ (H*Dv, H*Dv) -> (T, H*Dv)"
+            if c.out_proj
+            else "output = concat  # (T, H*Dv), no output projection",
+            "",
+        )
+
+    def report(self) -> None:
+        dropped = ',\n                "dropped_weights": dropped_weights[h].tolist()' if self.c.dropout else ""
+        tokenizer = self.tokens.tokenizer
+        self.add(
+            "",
+            "def finite_or_none(matrix):",
+            '    """Masked softmax inputs are -inf; JSON has no infinity, so they become null."""',
+            "    return [[v if math.isfinite(v) else None for v in row] for row in matrix.tolist()]",
+            "",
+            "",
+            'if "--json" in sys.argv[1:]:',
+            "    result = {",
+            '        "text": text,',
+            f'        "tokenizer": "{tokenizer}",',
+            '        "vocab_size": vocab_size,',
+            '        "tokens": [{"position": i, "id": t, "text": s} for i, (t, s) in enumerate(zip(ids, token_texts))],',
+            '        "embeddings": X.tolist(),',
+            '        "heads": [',
+            "            {",
+            '                "head": h,',
+            '                "queries": queries[h].tolist(),',
+            '                "keys": keys[h].tolist(),',
+            '                "values": values[h].tolist(),',
+            '                "scores": attn_scores[h].tolist(),',
+            '                "scaled_scores": finite_or_none(scaled_scores[h]),',
+            '                "weights": attn_weights[h].tolist(),',
+            f'                "context": context_vecs[h].tolist(){dropped},',
+            "            }",
+            "            for h in range(heads)",
+            "        ],",
+            '        "concat": concat.tolist(),',
+            '        "output": output.tolist(),',
+            "    }",
+            "    print(json.dumps(result, ensure_ascii=False, allow_nan=False))",
+            "else:",
+            "    torch.set_printoptions(precision=4, sci_mode=False, linewidth=120)",
+            '    print("tokens:", list(zip(ids, token_texts)))',
+            '    print("X, the embeddings (T, D):", X, sep="\\n")',
+            "    for h in range(heads):",
+            '        print(f"\\nhead {h}: raw scores Q K^T (T, T):", attn_scores[h], sep="\\n")',
+            '        print(f"head {h}: attention weights (T, T), rows sum to 1:", attn_weights[h], sep="\\n")',
+            '        print(f"head {h}: context vectors (T, Dv):", context_vecs[h], sep="\\n")',
+            '    print("\\noutput (T, H*Dv):", output, sep="\\n")',
+        )
+
+
+def _describe(c: Config, tokens: Tokens) -> str:
+    parts = [
+        f"tokenizer {tokens.tokenizer}",
+        f"seed {c.seed}",
+        f"d_model {c.d_model}",
+        f"{c.heads} head{'s' if c.heads > 1 else ''}",
+        f"d_k {c.d_k}",
+        f"d_v {c.d_v}",
+        "scaled by 1/sqrt(d_k)" if c.scale else "not scaled",
+    ]
+    if c.temperature != 1.0:
+        parts.append(f"temperature {c.temperature:g}")
+    parts.append("causal" if c.causal else "not causal")
+    parts.append(f"init {c.init.value}" if c.projections else "no projections (Q = K = V = X)")
+    if c.qkv_bias:
+        parts.append("qkv bias")
+    if c.out_proj:
+        parts.append("output projection")
+    if c.dropout:
+        parts.append(f"dropout {c.dropout:g}")
+    if c.positional is not Positional.none:
+        parts.append(f"{c.positional.value} positions")
+    if c.embeddings is not None:
+        parts.append(f"embeddings from {_safe(c.embeddings.name)}")
+    return ", ".join(parts)
+
+
+def _init_comment(init: Init) -> str:
+    if init is Init.linear:
+        return "Each is an nn.Linear's weight (Kaiming uniform), and its bias when it has one."
+    if init is Init.uniform:
+        return "Each is torch.rand(out, in), uniform on [0, 1), as in the \"Life is short\" walk-through."
+    return "Each is torch.randn(out, in), standard normal."
+
+
+def _string_assignment(name: str, value: str) -> list[str]:
+    """``name = "..."``, split over lines for long texts (adjacent literals join up)."""
+    if len(value) <= _LITERAL_WIDTH and "\n" not in value:
+        return [f"{name} = {value!r}"]
+    pieces: list[str] = []
+    for line in value.splitlines(keepends=True):
+        pieces.extend(line[i : i + _LITERAL_WIDTH] for i in range(0, len(line), _LITERAL_WIDTH))
+    return [f"{name} = (", *(f"    {piece!r}" for piece in pieces), ")"]
+
+
+def _float32(value: float) -> str:
+    """The shortest decimal that reads back as the same float32."""
+    target = struct.pack("<f", value)
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if struct.pack("<f", float(text)) == target:
+            return repr(float(text))
+    return repr(value)
+
+
+def _safe(name: str) -> str:
+    """A file name fit for a comment or docstring: no line breaks, quotes or backslashes."""
+    return "".join(ch if ch.isprintable() and ch not in "\\\"'" else "?" for ch in name)

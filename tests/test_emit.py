@@ -1,0 +1,230 @@
+"""--emit-python: the emitted scripts run on their own and give attn-cli's numbers.
+
+The scripts are run in real subprocesses. torch takes seconds to import here, so
+the configurations are batched: one process runs every script of the table
+(each with fresh globals, through runpy, as ``python script.py --json`` would),
+one runs a script exactly as a user does, and one (integration) a tiktoken one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from attn_cli.cli import app
+from attn_cli.config import Config, Init, Positional
+from attn_cli.emit import _float32, script_for, script_for_run
+from attn_cli.pipeline import Pipeline
+from attn_cli.render.export import run_dict
+
+LIFE = "Life is short, eat dessert first"
+ODD_TEXT = 'He said "stop" \\ and\nleft; it\'s fine — or not 😀 ' * 4  # quotes, backslash, newline, emoji, long
+
+# (id, text, config): every option the script has to reproduce.
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("single", LIFE, {}),
+    ("causal-multihead-outproj", "I saw a saw", {"causal": True, "heads": 2, "out_proj": True}),
+    ("naive", "I saw a saw and a saw", {"projections": False, "heads": 2, "causal": True}),
+    ("uniform-bias-book-sizes", LIFE, {"init": Init.uniform, "qkv_bias": True, "d_k": 24, "d_v": 28}),
+    ("normal-outproj-temperature", "Hello shiny sun", {"init": Init.normal, "out_proj": True, "temperature": 0.7, "heads": 4}),
+    ("noscale-temperature-seed", "The cat sat on the mat", {"scale": False, "temperature": 2.0, "seed": 7, "d_model": 12, "heads": 3}),
+    ("dropout-bias-positional", ODD_TEXT, {"dropout": 0.25, "qkv_bias": True, "heads": 2, "positional": Positional.sinusoidal}),
+    ("user-embeddings", "one two three", {"embeddings": "EMB", "out_proj": True, "causal": True}),
+]
+
+# Drives each script as `python script.py --json` would, in one interpreter.
+DRIVER = """
+import contextlib, io, runpy, sys
+for script, out in zip(sys.argv[1::2], sys.argv[2::2]):
+    sys.argv = [script, "--json"]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        runpy.run_path(script, run_name="__main__")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(buffer.getvalue())
+"""
+
+
+def _config(options: dict[str, Any], tmp_path: Path) -> Config:
+    options = dict(options, tokenizer="words")
+    if options.get("embeddings") == "EMB":
+        path = tmp_path / "emb.json"
+        # values that are not exact in float32, one that underflows, and negatives
+        path.write_text(json.dumps([[0.1, -2.5, 1e-3, 3.3333333], [1e-50, 0.7, -0.2, 12.0], [-1.1, 0.0, 5.5, -0.333]]))
+        options["embeddings"] = path
+    return Config(**options)
+
+
+def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, encoding="utf-8", timeout=300, env=env
+    )
+
+
+def assert_close(got: Any, want: Any, where: str = "") -> None:
+    """Same structure; numbers within 1e-6; None (masked) exactly where attn-cli has None."""
+    if isinstance(want, dict):
+        for key, value in want.items():
+            assert key in got, f"{where}: the script has no {key!r}"
+            assert_close(got[key], value, f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: length {len(got)} != {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=0, abs_tol=1e-6), f"{where}: {got} != {want}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def expected(run) -> dict[str, Any]:
+    data = run_dict(run)
+    keep = ("text", "tokenizer", "vocab_size", "embeddings", "heads", "concat", "output")
+    out = {key: data[key] for key in keep}
+    tables = ("head", "queries", "keys", "values", "scores", "scaled_scores", "weights", "dropped_weights", "context")
+    out["heads"] = [{k: head[k] for k in tables if k in head} for head in data["heads"]]
+    out["tokens"] = [{k: t[k] for k in ("position", "id", "text")} for t in data["tokens"]]
+    return out
+
+
+def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
+    args, wants = [], {}
+    for name, text, options in CASES:
+        run = Pipeline(_config(options, tmp_path)).run(text)
+        script = tmp_path / f"{name}.py"
+        script.write_text(script_for_run(run), encoding="utf-8")
+        args += [str(script), str(tmp_path / f"{name}.json")]
+        wants[name] = expected(run)
+    proc = _python("-c", DRIVER, *args)
+    assert proc.returncode == 0, proc.stderr
+    for name, want in wants.items():
+        got = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
+        assert_close(got, want, name)
+    # the cases really exercise what they claim
+    assert "dropped_weights" in wants["dropout-bias-positional"]["heads"][0]
+    assert any(v is None for row in wants["naive"]["heads"][0]["scaled_scores"] for v in row)
+    assert len(wants["normal-outproj-temperature"]["heads"]) == 4
+    assert len(wants["uniform-bias-book-sizes"]["heads"][0]["values"][0]) == 28
+
+
+def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:
+    """`attn-cli run ... --emit-python > attention.py; python attention.py` prints readable tensors."""
+    result = CliRunner().invoke(app, ["run", "I saw a saw", "-t", "words", "--heads", "2", "--causal", "--emit-python"])
+    assert result.exit_code == 0, result.stderr
+    script = tmp_path / "attention.py"
+    script.write_text(result.stdout, encoding="utf-8")
+    proc = _python(str(script))
+    assert proc.returncode == 0, proc.stderr
+    run = Pipeline(Config(tokenizer="words", heads=2, causal=True)).run("I saw a saw")
+    assert "tokens: [(0, 'I'), (2, 'saw'), (1, 'a'), (2, 'saw')]" in proc.stdout
+    assert "head 1: attention weights (T, T), rows sum to 1:" in proc.stdout
+    assert f"{run.result.weights[1, 1, 0].item():.4f}" in proc.stdout  # torch's own printing, precision 4
+    assert "output (T, H*Dv):" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "explain", "heatmap"])
+def test_every_command_emits_the_same_script(command: str) -> None:
+    argv = [command, LIFE, "-t", "words", "--heads", "2", "--out-proj", "--seed", "5", "--emit-python"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    run = Pipeline(Config(tokenizer="words", heads=2, out_proj=True, seed=5)).run(LIFE)
+    assert result.stdout == script_for_run(run)
+    compile(result.stdout, "attention.py", "exec")
+
+
+def test_emit_python_with_lines_covers_the_first_text_and_says_so() -> None:
+    result = CliRunner().invoke(app, ["run", "-", "--lines", "-t", "words", "--emit-python"], input="I saw a saw\nHello shiny sun\n")
+    assert result.exit_code == 0, result.stderr
+    assert "text = 'I saw a saw'" in result.stdout
+    assert "Hello" not in result.stdout
+    assert "first of 2 texts" in result.stderr
+
+
+def test_emit_python_refuses_an_output_file(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", LIFE, "-t", "words", "--emit-python", "-o", str(tmp_path / "x.json")])
+    assert result.exit_code == 2
+    assert "redirect" in result.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_emit_python_reports_the_tokenizer_fallback_on_stderr() -> None:
+    result = CliRunner().invoke(app, ["run", LIFE, "--emit-python"])  # default gpt2 is not available offline in tests
+    assert result.exit_code == 0, result.stderr
+    assert "'words' tokenizer is used" in result.stderr
+    assert "unicodedata.category" in result.stdout and "import tiktoken" not in result.stdout
+
+
+def test_script_text_reads_like_the_tutorials() -> None:
+    run = Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True, init=Init.uniform)).run(LIFE)
+    script = script_for_run(run)
+    for line in (
+        "torch.manual_seed(seed)",
+        "embedding = torch.nn.Embedding(vocab_size, d_model)  # (V, D)",
+        "W_query = torch.rand(heads * d_k, d_model)  # (H*Dk, D)",
+        "W_out = torch.rand(heads * d_v, heads * d_v)  # (H*Dv, H*Dv)",
+        "attn_scores = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)",
+        "scaled_scores = attn_scores / math.sqrt(d_k)  # (H, T, T)",
+        "mask = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # (T, T), True above the diagonal",
+        "output = concat @ W_out.T + b_out  # (T, H*Dv) @ (H*Dv, H*Dv) -> (T, H*Dv)",
+    ):
+        assert line in script, line
+    assert script.count("torch.manual_seed(seed)") == 2  # the seed contract: embeddings, then weights
+    steps = [line.split(".")[0] for line in script.splitlines() if line[:4] in {f"# {n}." for n in range(1, 10)}]
+    assert steps == [f"# {n}" for n in range(1, 10)]
+    # every line that makes a tensor carries a shape comment
+    for line in script.splitlines():
+        if line.startswith(("Q = ", "K = ", "V = ", "queries", "keys =", "values =", "attn_", "context_vecs", "concat =", "X = ")):
+            assert "# (" in line or line.endswith("("), line
+
+
+def test_no_torch_no_tiktoken_in_the_script_for_words() -> None:
+    run = Pipeline(Config(tokenizer="words")).run(LIFE)
+    imports = [line for line in script_for_run(run).splitlines() if line.startswith(("import", "from"))]
+    assert imports == ["import json", "import math", "import sys", "import unicodedata", "import torch"]
+
+
+def test_script_for_needs_a_resolved_config() -> None:
+    run = Pipeline(Config(tokenizer="words")).run(LIFE)
+    with pytest.raises(ValueError, match="resolved"):
+        script_for(LIFE, run.tokens, Config(tokenizer="words"))
+
+
+@pytest.mark.parametrize("value", [0.1, -2.5, 1e-3, 3.3333333, 1e-50, 12.0, -0.0, 3.4e38, 1.17549435e-38, 1e-45, 2 / 3])
+def test_float_literals_read_back_as_the_same_float32(value: float) -> None:
+    as_f32 = struct.unpack("<f", struct.pack("<f", value))[0]
+    literal = _float32(as_f32)
+    assert struct.pack("<f", float(literal)) == struct.pack("<f", as_f32)
+    assert len(literal) <= 16
+
+
+@pytest.mark.integration
+def test_tiktoken_script_reproduces_gpt2_tokens(rank_dir: Path, tmp_path: Path) -> None:
+    """The script loads gpt2 with plain tiktoken.get_encoding, from a cache laid out as tiktoken wants it."""
+    from attn_cli.rankfiles import rank_files
+
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    for rank_file in rank_files("gpt2"):
+        shutil.copy(rank_dir / rank_file.name, cache / hashlib.sha1(rank_file.url.encode()).hexdigest())
+    text = "Life is short,<|endoftext|> eat dessert first"  # the special-token string stays plain text
+    run = Pipeline(Config(tokenizer="gpt2", heads=2, causal=True)).run(text)
+    assert run.tokens.tokenizer == "gpt2"
+    script = tmp_path / "attention.py"
+    script.write_text(script_for_run(run), encoding="utf-8")
+    env = dict(os.environ, TIKTOKEN_CACHE_DIR=str(cache))
+    proc = _python(str(script), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert_close(got, expected(run), "gpt2")
+    assert got["vocab_size"] == 50257

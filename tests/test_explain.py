@@ -1,0 +1,454 @@
+"""`attn-cli explain`: every step is there, in order, and every number on screen
+matches an independent computation (the seed contract written out in plain torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attn_cli.cli import app
+from attn_cli.config import Config, Init, Positional
+from attn_cli.pipeline import Pipeline
+from attn_cli.render.explain import CORNER, FULL_T, Explanation, Grid, Line, explain, to_rich, to_text
+
+LIFE = "Life is short, eat dessert first"
+TOL = 0.5e-4 + 1e-6  # four decimals on screen
+
+
+def run_of(text: str = LIFE, **options: Any):
+    return Pipeline(Config(tokenizer="words", **options)).run(text)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None):
+    return CliRunner().invoke(app, ["explain", *args], env=env, input=input)
+
+
+def step(expl: Explanation, number: int):
+    return next(s for s in expl.steps if s.number == number)
+
+
+def grid(expl: Explanation, number: int, title: str) -> Grid:
+    found = [b for b in step(expl, number).blocks if isinstance(b, Grid) and b.title.startswith(title)]
+    assert found, f"step {number} has no grid {title!r}"
+    return found[0]
+
+
+def grids(expl: Explanation, number: int, first_header: str) -> list[Grid]:
+    return [b for b in step(expl, number).blocks if isinstance(b, Grid) and b.header[0] == first_header]
+
+
+def text_of(expl: Explanation, number: int) -> str:
+    return "\n".join(b.text for b in step(expl, number).blocks if isinstance(b, Line))
+
+
+def number(cell: str) -> float:
+    return float(cell.replace("−", "-"))
+
+
+def values(g: Grid) -> list[list[float]]:
+    """The numeric body of a full (not summarised) grid."""
+    return [[number(c) for c in row[1:]] for row in g.rows]
+
+
+def assert_grid(g: Grid, want: torch.Tensor, tol: float = TOL) -> None:
+    got = torch.tensor(values(g), dtype=torch.float64)
+    assert got.shape == want.shape, (g.title, got.shape, want.shape)
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), finite), g.title
+    assert (got[finite] - want.double()[finite]).abs().max().item() <= tol, g.title
+
+
+def reference(run) -> dict[str, Any]:
+    """The seed contract in plain torch, independent of attn_cli.attention (linear init)."""
+    c, tokens = run.config, run.tokens
+    torch.manual_seed(c.seed)
+    x = torch.nn.Embedding(tokens.vocab_size, c.d_model)(torch.tensor(tokens.ids)).detach()  # (T, D)
+    torch.manual_seed(c.seed)
+    H, dk, dv, T = c.heads, c.d_k, c.d_v, len(tokens)
+    if c.projections:
+        assert c.init is Init.linear
+        wq, wk, wv = (torch.nn.Linear(c.d_model, H * d, bias=c.qkv_bias) for d in (dk, dk, dv))
+        q, k, v = wq(x).detach(), wk(x).detach(), wv(x).detach()
+    else:
+        q = k = v = x
+    wo = torch.nn.Linear(H * dv, H * dv) if c.out_proj else None
+    heads = []
+    for h in range(H):
+        qh, kh, vh = q[:, h * dk : (h + 1) * dk], k[:, h * dk : (h + 1) * dk], v[:, h * dv : (h + 1) * dv]
+        s = qh @ kh.T  # (T, T)
+        z = s / ((math.sqrt(dk) if c.scale else 1.0) * c.temperature)
+        zm = z.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -math.inf) if c.causal else z
+        w = torch.softmax(zm, dim=-1)
+        heads.append({"q": qh, "k": kh, "v": vh, "s": s, "z": z, "zm": zm, "w": w, "ctx": w @ vh})
+    concat = torch.cat([hd["ctx"] for hd in heads], dim=1)  # (T, H*Dv)
+    output = wo(concat).detach() if wo is not None else concat
+    return {"x": x, "heads": heads, "concat": concat, "output": output}
+
+
+# -- the steps ------------------------------------------------------------------
+
+
+def test_all_nine_steps_in_order_with_skips_marked() -> None:
+    plain = run_of()
+    full = run_of(causal=True, heads=2, out_proj=True)
+    titles = ["Tokenize", "Embed", "Project", "Raw scores", "Scale", "Causal mask", "Softmax", "Context vectors", "Heads and output"]
+    for expl in (explain(plain), explain(full)):
+        assert [(s.number, s.title) for s in expl.steps] == list(enumerate(titles, 1))
+    assert [s.number for s in explain(plain).steps if s.skipped] == [6, 9]
+    assert not any(s.skipped for s in explain(full).steps)
+    out = cli(LIFE, "-t", "words").stdout
+    positions = [out.index(f"{n}. {t}") for n, t in enumerate(titles, 1)]
+    assert positions == sorted(positions)
+    assert "6. Causal mask (not in this run)" in out and "9. Heads and output (not in this run)" in out
+
+
+def test_tokenize_lists_the_vocabulary_and_ids() -> None:
+    expl = explain(run_of())
+    assert "Life=0, dessert=1, eat=2, first=3, is=4, short=5" in text_of(expl, 1)
+    g = grid(expl, 1, "Tokens")
+    assert [row for row in g.rows] == [
+        ("0", "Life", "0"), ("1", "is", "4"), ("2", "short", "5"), ("3", "eat", "2"), ("4", "dessert", "1"), ("5", "first", "3"),
+    ]
+    assert "T = 6 tokens" in text_of(expl, 1)
+
+
+def test_repeated_tokens_are_told_apart_and_explained() -> None:
+    expl = explain(run_of("I saw a saw"))
+    assert [row[1] for row in grid(expl, 1, "Tokens").rows] == ["I", "saw#1", "a", "saw#3"]
+    assert "'saw' appears at positions 1, 3" in text_of(expl, 1)
+    assert "--positional sinusoidal" in text_of(expl, 1)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"causal": True, "heads": 2, "out_proj": True, "qkv_bias": True},
+        {"projections": False, "heads": 2},
+        {"d_k": 5, "d_v": 3, "temperature": 0.5, "seed": 9},
+    ],
+    ids=["default", "causal-2heads-outproj-bias", "naive", "odd-sizes"],
+)
+def test_every_matrix_matches_an_independent_computation(options: dict[str, Any]) -> None:
+    run = run_of(**options)
+    ref = reference(run)
+    heads = run.config.heads
+    for h in range(heads):
+        expl = explain(run, head=h)
+        r = ref["heads"][h]
+        assert_grid(grid(expl, 2, "X"), ref["x"])
+        if run.config.projections:
+            for name, key in (("Q", "q"), ("K", "k"), ("V", "v")):
+                assert_grid(grid(expl, 3, name), r[key])
+        elif heads > 1:
+            assert_grid(grid(expl, 3, "Q = K = V"), r["q"])
+        assert_grid(grid(expl, 4, "S, raw scores"), r["s"])
+        assert_grid(grid(expl, 5, "Z, scaled scores"), r["z"])
+        weights = grid(expl, 7, "weights")
+        assert weights.header[-1] == "row sum"
+        assert all(row[-1] == "1.0000" for row in weights.rows)
+        assert_grid(dataclasses.replace(weights, rows=tuple(row[:-1] for row in weights.rows)), r["w"])
+        assert_grid(grid(expl, 8, "context"), r["ctx"])
+        if run.config.causal:
+            assert_grid(grid(expl, 6, "Z masked"), r["zm"])
+        if heads > 1:
+            assert grid(expl, 4, "S, raw scores").title.startswith(f"S, raw scores (head {h})")
+            assert_grid(grid(expl, 9, "concat"), ref["concat"])
+        if run.config.out_proj:
+            assert_grid(grid(expl, 9, "output"), ref["output"])
+
+
+def test_scale_step_gives_the_factor_and_the_spread() -> None:
+    run = run_of()
+    expl = explain(run)
+    text = text_of(expl, 5)
+    assert "factor = 1/√d_k = 1/√16 = 0.25" in text
+    s = reference(run)["heads"][0]["s"].double()
+    std, span = s.std(correction=0).item(), (s.max() - s.min()).item()
+    match = re.search(r"std (\S+) → (\S+), max − min (\S+) → (\S+)\.", text)
+    assert match, text
+    got = [number(v) for v in match.groups()]
+    for g, want in zip(got, (std, std / 4, span, span / 4)):
+        assert abs(g - want) <= TOL
+    # the one-line preview of saturation: mean largest weight without vs with scaling
+    unscaled = torch.softmax(s, dim=-1).max(dim=-1).values.mean().item()
+    scaled = torch.softmax(s / 4, dim=-1).max(dim=-1).values.mean().item()
+    assert f"average {unscaled:.4f} instead of {scaled:.4f}" in text
+    assert unscaled > scaled
+
+
+def test_causal_mask_puts_minus_infinity_above_the_diagonal() -> None:
+    expl = explain(run_of("I saw a saw today", causal=True))
+    masked = grid(expl, 6, "Z masked")
+    weights = grid(expl, 7, "weights")
+    for i, (zrow, wrow) in enumerate(zip(masked.rows, weights.rows)):
+        for j in range(5):
+            assert (zrow[1 + j] == "-inf") == (j > i)
+            assert (wrow[1 + j] == "0") == (j > i)
+    assert "exp(−inf) = 0" in text_of(expl, 6)
+
+
+# -- following one query ----------------------------------------------------------
+
+
+def test_query_walkthrough_adds_up_term_by_term() -> None:
+    run = run_of()
+    r = reference(run)["heads"][0]
+    expl = explain(run, query=1)
+    q, k, v, s, z, w = r["q"], r["k"], r["v"], r["s"], r["z"], r["w"]
+    # step 4: the products Q[1, d] K[j, d], and their sum S[1, j]
+    products = grids(expl, 4, "key")[0]
+    assert products.header[-1] == "Σ = S[1, j]"
+    for j, row in enumerate(products.rows):
+        terms = [number(c) for c in row[1:-1]]
+        assert len(terms) == 16
+        for d, term in enumerate(terms):
+            assert abs(term - (q[1, d] * k[j, d]).item()) <= TOL
+        assert abs(number(row[-1]) - s[1, j].item()) <= TOL
+        assert abs(sum(terms) - number(row[-1])) <= 16 * TOL
+    # step 5: S[1, j] × 0.25 = Z[1, j]
+    scaled = grids(expl, 5, "key")[0]
+    for j, row in enumerate(scaled.rows):
+        assert row[2] == "× 0.25"
+        assert abs(number(row[3]) - z[1, j].item()) <= TOL
+    # step 7: exp(z - m) / Σ = weight
+    soft = grids(expl, 7, "key")[0]
+    m = z[1].max()
+    e = torch.exp(z[1] - m)
+    for j, row in enumerate(soft.rows):
+        assert abs(number(row[3]) - e[j].item()) <= TOL
+        assert abs(number(row[4]) - (e[j] / e.sum()).item()) <= TOL
+    assert f"Σ_j exp(Z[1, j] − m) = {e.sum().item():.4f}" in text_of(expl, 7)
+    # step 8: weight × V[j], summed = context[1]
+    mix = grids(expl, 8, "key")[0]
+    for j in range(6):
+        row = mix.rows[j]
+        assert abs(number(row[1]) - w[1, j].item()) <= TOL
+        for d in range(16):
+            assert abs(number(row[2 + d]) - (w[1, j] * v[j, d]).item()) <= TOL
+    total = mix.rows[-1]
+    assert total[0] == "Σ = context[1]" and total[1] == "1.0000"
+    for d in range(16):
+        assert abs(number(total[2 + d]) - r["ctx"][1, d].item()) <= TOL
+
+
+@pytest.mark.parametrize("spec", ["is", "1", "  is "])
+def test_query_by_text_or_position(spec: str) -> None:
+    result = cli(LIFE, "-t", "words", "--query", spec)
+    assert result.exit_code == 0, result.stderr
+    assert "Following query 1 'is'" in result.stdout
+    assert "Σ = S[1, j]" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["I saw a saw", "--query", "saw"], "matches 2 tokens"),
+        (["I saw a saw", "--query", "nope"], "is not a token"),
+        (["I saw a saw", "--query", "9"], "out of range"),
+        (["I saw a saw", "--heads", "2", "--head", "2"], "--head 2 is out of range"),
+    ],
+)
+def test_bad_query_or_head_is_a_usage_error(args: list[str], message: str) -> None:
+    result = cli(*args, "-t", "words")
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_repeated_token_by_label() -> None:
+    result = cli("I saw a saw", "-t", "words", "--query", "saw#3", "--causal")
+    assert result.exit_code == 0, result.stderr
+    assert "Query 3 'saw#3' is the last token" in result.stdout
+
+
+def test_head_option_shows_that_head() -> None:
+    run = run_of(heads=2)
+    expl = explain(run, head=1)
+    assert grid(expl, 4, "S, raw scores").title.startswith("S, raw scores (head 1)")
+    assert_grid(grid(expl, 4, "S, raw scores"), reference(run)["heads"][1]["s"])
+    assert "shown for head 1 of 2" in "\n".join(b.text for b in expl.intro if isinstance(b, Line))
+
+
+# -- the scaling ablation -----------------------------------------------------------
+
+
+def _ablation(expl: Explanation) -> Grid | None:
+    found = grids(expl, 7, "query")
+    return found[0] if found else None
+
+
+def test_no_ablation_table_for_the_standard_scaling() -> None:
+    assert _ablation(explain(run_of())) is None
+    assert "--no-scale shows the whole comparison" in text_of(explain(run_of()), 5)
+
+
+def test_no_scale_ablation_shows_saturation() -> None:
+    run = run_of(scale=False)
+    expl = explain(run)
+    table = _ablation(expl)
+    assert table is not None
+    assert "A: no scaling = this run, softmax(S / 1); B: 1/√16, softmax(S / 4)" in text_of(expl, 7)
+    s = reference(run)["heads"][0]["s"]
+    for column, divisor in ((1, 1.0), (3, 4.0)):
+        wts = torch.softmax(s / divisor, dim=-1)
+        mx = wts.max(dim=-1).values
+        bits = -(wts * torch.log2(wts)).sum(dim=-1)
+        for i in range(6):
+            assert abs(number(table.rows[i][column]) - mx[i].item()) <= TOL
+            assert abs(number(table.rows[i][column + 1]) - bits[i].item()) <= 0.005 + 1e-6
+        assert abs(number(table.rows[-1][column]) - mx.mean().item()) <= TOL
+    mean = table.rows[-1]
+    assert mean[0] == "mean"
+    assert number(mean[1]) > number(mean[3])  # unscaled: sharper rows
+    assert number(mean[2]) < number(mean[4])  # and lower entropy
+
+
+def test_temperature_ablation_has_three_variants() -> None:
+    expl = explain(run_of(temperature=0.5, causal=True))
+    table = _ablation(expl)
+    assert table is not None and len(table.header) == 7
+    assert "C: this run (1/(√16·0.5)), softmax(S / 2)" in text_of(expl, 7)
+    assert "factor = 1/(√16 × 0.5) = 0.5" in text_of(expl, 5)
+    assert table.rows[0][1:] == ("1.0000", "0.00") * 3  # the first causal query sees only itself
+
+
+# -- long texts, multi-head, dropout, positions, embeddings -----------------------------------
+
+
+def test_long_texts_are_summarised_and_say_so() -> None:
+    words = "the cat sat on a mat and then it ran far away from the dog".split()
+    text = " ".join(words[i % len(words)] for i in range(300))
+    run = run_of(text, d_model=32, causal=True)
+    expl = explain(run, query=200)
+    out = to_text(expl)
+    assert "Summarised (T = 300 > 12 tokens, 32 > 16 dimensions)" in out
+    assert "Summarised (T = 300 > 12 tokens)" in out
+    assert "the 6 this query weights most" in out
+    for s in expl.steps:
+        for b in s.blocks:
+            if isinstance(b, Grid) and b.title != "Tokens":
+                assert len(b.rows) <= CORNER + 3, b.title  # corner, a ⋮ row, the query row, a total
+                assert len(b.header) <= 2 * FULL_T, b.title
+    assert len(out.splitlines()) < 400
+    weights = grid(expl, 7, "weights")
+    assert weights.rows[-1][0] == run.tokens.labels[200] and weights.rows[-2][0] == "⋮"
+    assert abs(number(weights.rows[-1][1]) - run.result.weights[0, 200, 0].item()) <= TOL
+
+
+def test_multihead_step_nine_splits_concatenates_and_projects() -> None:
+    run = run_of("I saw a saw", heads=2, out_proj=True, causal=True)
+    expl = explain(run)
+    text = text_of(expl, 9)
+    assert "head h taking columns h·8 … h·8+7" in text
+    assert "concat = [context_0 | context_1]   2 × (4 × 8) → 4 × 16" in text
+    assert "output = concat W_oᵀ + b_o   (4 × 16) · (16 × 16) → 4 × 16" in text
+    summary = grids(expl, 9, "head")[0]
+    assert [row[0] for row in summary.rows] == ["0", "1"]
+    weights = run.result.weights
+    for h, row in enumerate(summary.rows):
+        assert abs(number(row[1]) - weights[h].max(dim=-1).values.mean().item()) <= TOL
+    out_proj = run.result.projections.out
+    assert_grid(grid(expl, 9, "output"), run.result.concat @ out_proj.weight.T + out_proj.bias)
+
+
+def test_dropout_shows_the_dropped_weights_that_mix_the_values() -> None:
+    run = run_of(dropout=0.5)
+    expl = explain(run)
+    assert_grid(grid(expl, 8, "dropped weights"), run.result.dropped_weights[0])
+    text = text_of(expl, 8)
+    assert "1/(1 − 0.5) = 2" in text and "Σ_j dropped[0, j] V[j, 0]" in text
+    assert_grid(grid(expl, 8, "context"), run.result.dropped_weights[0] @ run.result.values[0])
+
+
+def test_positional_encoding_is_shown_and_added() -> None:
+    run = run_of("I saw a saw", positional=Positional.sinusoidal)
+    expl = explain(run)
+    T, D = 4, 16
+    pe = torch.tensor(
+        [[math.sin(p / 10000 ** (i / D)) if i % 2 == 0 else math.cos(p / 10000 ** ((i - 1) / D)) for i in range(D)] for p in range(T)]
+    )
+    assert_grid(grid(expl, 2, "PE"), pe)
+    torch.manual_seed(123)
+    table = torch.nn.Embedding(3, D)(torch.tensor([0, 2, 1, 2])).detach()
+    assert_grid(grid(expl, 2, "E[ids]"), table)
+    assert_grid(grid(expl, 2, "X"), table + pe)
+    assert "the positional encoding is what tells them apart" in text_of(expl, 1)
+
+
+def test_user_embeddings_are_named_as_the_source(tmp_path: Path) -> None:
+    path = tmp_path / "vectors.json"
+    path.write_text(json.dumps([[1, 0], [0, 1], [1, 1]]))
+    result = cli("one two three", "-t", "words", "--embeddings", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert f"X = the rows of {path}, one per token, as given; d_model = the file's width = 2." in result.stdout
+    assert "nn.Embedding" not in result.stdout
+
+
+# -- output --------------------------------------------------------------------------
+
+
+def test_plain_text_off_a_terminal_and_rich_panels_on_request() -> None:
+    plain = cli(LIFE, "-t", "words")
+    assert plain.exit_code == 0 and "╭" not in plain.stdout and "1. Tokenize" in plain.stdout
+    rich = cli(LIFE, "-t", "words", "--format", "rich")
+    assert rich.exit_code == 0 and "╭" in rich.stdout and "1 · Tokenize" in rich.stdout
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_rich_output_fits_the_terminal_and_says_what_it_cut(columns: int) -> None:
+    result = cli(LIFE, "-t", "words", "--format", "rich", "--query", "is", env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert "cut to fit the terminal" in result.stdout
+    assert "Σ = S[1, j]" in result.stdout  # the total column survives the cut
+    wide = cli(LIFE, "-t", "words", "--format", "rich", env={"COLUMNS": "220"})
+    assert "cut to fit" not in wide.stdout
+
+
+def test_token_text_is_never_read_as_markup() -> None:
+    from rich.console import Console
+
+    run = run_of("I saw a saw")
+    tokens = dataclasses.replace(run.tokens, texts=("[bold]I[/bold]", "saw", "[red]", "saw"))
+    run = dataclasses.replace(run, tokens=tokens)
+    console = Console(width=200, record=True, color_system=None, file=open("/dev/null", "w"))
+    console.print(to_rich(explain(run)))
+    shown = console.export_text()
+    assert "[bold]I[/bold]" in shown and "[red]" in shown
+
+
+def test_output_file_and_lines_batch(tmp_path: Path) -> None:
+    target = tmp_path / "explain.txt"
+    result = cli("-", "--lines", "-t", "words", "-o", str(target), input="I saw a saw\nHello shiny sun\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    written = target.read_text(encoding="utf-8")
+    assert written.count("1. Tokenize") == 2
+    assert "for 'I saw a saw'" in written and "for 'Hello shiny sun'" in written
+    assert written == cli("-", "--lines", "-t", "words", input="I saw a saw\nHello shiny sun\n").stdout
+
+
+@pytest.mark.parametrize("style", ["text", "rich"])
+def test_control_characters_in_the_text_never_reach_the_terminal(style: str) -> None:
+    import unicodedata
+
+    text = "\x1b[31mred\x1b[0m [b]bold[/b] \x07bell \u202eevil red"
+    result = cli(text, "-t", "words", "--format", style, "--query", "red")
+    assert result.exit_code == 0, result.stderr
+    assert not {c for c in result.stdout if unicodedata.category(c) in ("Cc", "Cf") and c != "\n"}
+    assert "\\x1b" in result.stdout  # shown escaped, not sent
+
+
+def test_precision_option() -> None:
+    result = cli(LIFE, "-t", "words", "--precision", "2")
+    assert "  Life     -1.22   1.00" in result.stdout  # S row 0 to two decimals

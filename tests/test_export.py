@@ -1,0 +1,206 @@
+"""JSON and CSV: the documented keys and shapes, checked against an independent attention."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+
+import pytest
+import torch
+
+from attn_cli.config import Config
+from attn_cli.pipeline import Pipeline, Run
+from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, csv_rows, run_dict, to_csv, to_json
+from attn_cli.render.stats import attention_stats
+
+ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "config", "embeddings", "heads", "output"}
+ISSUE_CONFIG_KEYS = {
+    "seed", "d_model", "heads", "d_k", "d_v", "causal", "scale", "temperature", "init", "projections", "qkv_bias", "out_proj", "dropout",
+}
+ISSUE_HEAD_KEYS = {"head", "queries", "keys", "values", "scores", "scaled_scores", "weights", "context"}
+
+
+def run_of(text: str = "I saw a saw", **options) -> Run:
+    return Pipeline(Config(tokenizer="words", **options)).run(text)
+
+
+def shape(matrix: list) -> tuple[int, ...]:
+    return (len(matrix), len(matrix[0])) if matrix and isinstance(matrix[0], list) else (len(matrix),)
+
+
+def test_json_has_the_issue_keys_and_shapes() -> None:
+    data = json.loads(to_json(run_of(heads=2, d_k=3, d_v=5, causal=True)))
+    assert ISSUE_KEYS <= set(data) and data["schema_version"] == SCHEMA_VERSION == 1
+    assert ISSUE_CONFIG_KEYS <= set(data["config"])
+    assert data["text"] == "I saw a saw" and data["tokenizer"] == "words"
+    assert data["tokens"] == [
+        {"position": 0, "id": 0, "text": "I", "label": "I"},
+        {"position": 1, "id": 2, "text": "saw", "label": "saw#1"},
+        {"position": 2, "id": 1, "text": "a", "label": "a"},
+        {"position": 3, "id": 2, "text": "saw", "label": "saw#3"},
+    ]
+    c = data["config"]
+    assert (c["d_model"], c["heads"], c["d_k"], c["d_v"], c["causal"]) == (16, 2, 3, 5, True)
+    assert c["scale_factor"] == pytest.approx(1 / math.sqrt(3))
+    assert shape(data["embeddings"]) == (4, 16)
+    assert [h["head"] for h in data["heads"]] == [0, 1]
+    for head in data["heads"]:
+        assert ISSUE_HEAD_KEYS <= set(head)
+        assert shape(head["queries"]) == shape(head["keys"]) == (4, 3)
+        assert shape(head["values"]) == shape(head["context"]) == (4, 5)
+        assert shape(head["scores"]) == shape(head["scaled_scores"]) == shape(head["weights"]) == (4, 4)
+        assert set(head["stats"]) == {"most_attended", "top_weight", "entropy_bits", "effective_tokens", "self_mass", "previous_mass", "first_mass"}
+    assert shape(data["output"]) == shape(data["concat"]) == (4, 10)
+
+
+def test_json_numbers_match_an_independent_attention() -> None:
+    """Rebuild scores, weights and context from the JSON's own Q, K, V with torch's SDPA."""
+    data = json.loads(to_json(run_of("The cat sat on the mat", heads=2, causal=True)))
+    d_k = data["config"]["d_k"]
+    for head in data["heads"]:
+        q, k, v = (torch.tensor(head[name], dtype=torch.float64) for name in ("queries", "keys", "values"))
+        scores = q @ k.T  # (T, T)
+        torch.testing.assert_close(torch.tensor(head["scores"], dtype=torch.float64), scores, rtol=1e-5, atol=1e-5)
+        masked = torch.ones(6, 6, dtype=torch.bool).triu(1)
+        for i in range(6):
+            for j in range(6):
+                if j > i:
+                    assert head["scaled_scores"][i][j] is None
+                else:
+                    assert head["scaled_scores"][i][j] == pytest.approx(head["scores"][i][j] / math.sqrt(d_k), rel=1e-5, abs=1e-6)
+        expected = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]  # (T, Dv)
+        torch.testing.assert_close(torch.tensor(head["context"], dtype=torch.float64), expected, rtol=1e-5, atol=1e-5)
+        weights = torch.tensor(head["weights"], dtype=torch.float64)
+        assert (weights[masked] == 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(6, dtype=torch.float64), rtol=1e-6, atol=1e-6)
+    concat = [sum((h["context"][i] for h in data["heads"]), []) for i in range(6)]
+    assert data["output"] == concat  # no --out-proj: the output is the heads side by side
+
+
+def test_json_floats_are_the_float32_values_exactly() -> None:
+    run = run_of()
+    data = json.loads(to_json(run))
+    assert data["heads"][0]["weights"] == run.result.weights[0].tolist()
+    assert data["embeddings"] == run.x.tolist()
+    for value in data["heads"][0]["weights"][1]:
+        assert torch.tensor(value, dtype=torch.float32).item() == value  # nothing rounded away
+
+
+def test_json_stats_are_the_stats_module() -> None:
+    run = run_of(heads=2, causal=True)
+    data = run_dict(run)
+    for head, stats in zip(data["heads"], attention_stats(run.result.weights, causal=True)):
+        assert head["stats"] == stats.as_dict()
+    one = run_dict(run_of("alone"))
+    assert one["heads"][0]["stats"]["previous_mass"] is None and one["heads"][0]["stats"]["first_mass"] is None
+
+
+def test_json_refuses_nan() -> None:
+    run = run_of()
+    run.result.weights[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        to_json(run)
+
+
+def test_dropout_adds_dropped_weights() -> None:
+    data = run_dict(run_of(dropout=0.5))
+    head = data["heads"][0]
+    assert shape(head["dropped_weights"]) == (4, 4)
+    for w, d in zip(sum(head["weights"], []), sum(head["dropped_weights"], [])):
+        assert d == 0.0 or d == pytest.approx(2 * w)  # kept weights are scaled by 1 / (1 - p)
+
+
+def test_json_is_byte_identical_on_rerun() -> None:
+    assert to_json(run_of(heads=2, causal=True)) == to_json(run_of(heads=2, causal=True))
+    assert to_csv(run_of(heads=2)) == to_csv(run_of(heads=2))
+
+
+# -- CSV -------------------------------------------------------------------------------
+
+
+def read_csv(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_csv_is_tidy_and_loads_with_the_csv_module() -> None:
+    run = run_of(heads=2, causal=True)
+    text = to_csv(run)
+    assert text.splitlines()[0] == ",".join(CSV_COLUMNS)
+    rows = read_csv(text)
+    for row in rows:
+        float(row["value"])  # every value is a number ("-inf" included)
+        assert row["text_index"] == "0"
+    counts = defaultdict(int)
+    for row in rows:
+        counts[(row["table"], row["head"])] += 1
+    T, D, dk = 4, 16, 8
+    assert counts[("embeddings", "")] == T * D and counts[("output", "")] == T * 2 * dk
+    for h in ("0", "1"):
+        for table in ("queries", "keys", "values", "context"):
+            assert counts[(table, h)] == T * dk
+        for table in ("scores", "scaled_scores", "weights"):
+            assert counts[(table, h)] == T * T
+        for table in ("most_attended", "entropy_bits", "effective_tokens"):
+            assert counts[(table, h)] == T
+        for table in ("self_mass", "previous_mass", "first_mass"):
+            assert counts[(table, h)] == 1
+    assert len(rows) == len(csv_rows(run)) == sum(counts.values())
+    assert ("concat", "") not in counts  # without --out-proj it would repeat the output
+
+
+def test_csv_has_concat_when_the_output_is_projected() -> None:
+    run = run_of(heads=2, out_proj=True)
+    rows = read_csv(to_csv(run))
+    concat = {(int(r["row"]), int(r["col"])): float(r["value"]) for r in rows if r["table"] == "concat"}
+    assert concat == {(i, j): v for i, row in enumerate(run.result.concat.tolist()) for j, v in enumerate(row)}
+
+
+def test_csv_numbers_equal_the_json_numbers() -> None:
+    run = run_of("The cat sat on the mat", heads=2, causal=True)
+    data = run_dict(run)
+    rows = read_csv(to_csv(run))
+    seen = 0
+    for row in rows:
+        if row["table"] in ("weights", "scores", "scaled_scores", "queries", "context"):
+            h, i, j = int(row["head"]), int(row["row"]), int(row["col"])
+            expected = data["heads"][h][row["table"]][i][j]
+            assert float(row["value"]) == (-math.inf if expected is None else expected)
+            if row["table"] in ("weights", "scaled_scores"):
+                assert (row["row_token"], row["col_token"]) == (data["tokens"][i]["label"], data["tokens"][j]["label"])
+            seen += 1
+        elif row["table"] == "entropy_bits":
+            assert float(row["value"]) == data["heads"][int(row["head"])]["stats"]["entropy_bits"][int(row["row"])]
+        elif row["table"] == "output":
+            assert float(row["value"]) == data["output"][int(row["row"])][int(row["col"])]
+    assert seen == 2 * (3 * 36 + 2 * 6 * 8)  # per head: three T x T tables, queries and context (T x 8)
+    masked = [r for r in rows if r["table"] == "scaled_scores" and int(r["col"]) > int(r["row"])]
+    assert masked and all(r["value"] == "-inf" for r in masked)
+
+
+def test_csv_rebuilds_the_matrices() -> None:
+    """What a pandas pivot would do, with the csv module: weights[head][row][col]."""
+    run = run_of(heads=2)
+    matrices: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for row in read_csv(to_csv(run)):
+        if row["table"] == "weights":
+            matrices[row["head"]][(int(row["row"]), int(row["col"]))] = float(row["value"])
+    for h in (0, 1):
+        rebuilt = [[matrices[str(h)][(i, j)] for j in range(4)] for i in range(4)]
+        assert rebuilt == run.result.weights[h].tolist()
+
+
+def test_csv_tokens_with_commas_and_quotes_survive() -> None:
+    from attn_cli.attention import self_attention
+    from attn_cli.tokens import Tokens
+
+    tokens = Tokens((0, 1, 2), ("a,b", ' "q"', "x\n"), 3, "words")
+    config = Config(tokenizer="words").resolved(4)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 10  # (T, D)
+    run = Run("a,b \"q\" x", tokens, config, x, self_attention(x, config))
+    rows = read_csv(to_csv(run, index=3))
+    assert {r["text_index"] for r in rows} == {"3"}
+    assert [r["col_token"] for r in rows if r["table"] == "weights"][:3] == ["a,b", '␣"q"', "x↵"]
+    assert to_csv(run, header=False, index=3).splitlines()[0] == '3,embeddings,,0,0,"a,b",,0.0'

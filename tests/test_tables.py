@@ -1,0 +1,381 @@
+"""The human view (rich tables) and the statistics behind it, fed hand-built runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import re
+
+import pytest
+import torch
+from rich.console import Console
+from rich.text import Text
+
+from attn_cli.attention import self_attention
+from attn_cli.config import Config
+from attn_cli.pipeline import Run
+from attn_cli.render import tables
+from attn_cli.render.stats import attention_stats, effective_tokens, entropy_bits, head_masses
+from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
+from attn_cli.tokens import Tokens
+
+WIDTH = 120
+
+
+def make_run(texts: tuple[str, ...], *, d_model: int = 8, weights: list[list[float]] | None = None, **options) -> Run:
+    """A run over ``texts`` with seeded random X; ``weights`` (one head) replaces the softmax."""
+    labels_seen: dict[str, int] = {}
+    ids = tuple(labels_seen.setdefault(t, len(labels_seen)) for t in texts)
+    tokens = Tokens(ids, texts, len(labels_seen), "words")
+    config = Config(tokenizer="words", **options).resolved(d_model)
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(len(texts), d_model, generator=generator)  # (T, D)
+    result = self_attention(x, config)
+    if weights is not None:
+        result = dataclasses.replace(result, weights=torch.tensor([weights]))  # (1, T, T)
+    return Run(" ".join(texts), tokens, config, x, result)
+
+
+def render(renderable, width: int = WIDTH, color: bool = False) -> str:
+    console = Console(
+        file=io.StringIO(), width=width, color_system="truecolor" if color else None, force_terminal=color,
+        no_color=False if color else None, highlight=False, markup=False, emoji=False,
+    )
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def section(text: str, title: str) -> list[list[str]]:
+    """The body rows (split on runs of spaces) of the table under the line starting with ``title``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    body = []
+    for line in lines[start + 4 :]:  # title, blank top edge, header, rule
+        if not line.strip():
+            break
+        body.append(line.split())
+    return body
+
+
+SAW = ("I", "saw", "a", "saw")
+
+
+# -- statistics -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "bits"),
+    [
+        ([1.0, 0.0, 0.0, 0.0], 0.0),
+        ([0.25, 0.25, 0.25, 0.25], 2.0),
+        ([0.5, 0.25, 0.25, 0.0], 1.5),
+        ([0.5, 0.5], 1.0),
+        ([1.0], 0.0),
+    ],
+)
+def test_entropy_by_hand(row: list[float], bits: float) -> None:
+    got = entropy_bits(torch.tensor(row)).item()
+    assert got == pytest.approx(bits, abs=1e-12)
+    assert math.copysign(1.0, got) == 1.0  # never -0.0
+    assert effective_tokens(torch.tensor(got)).item() == pytest.approx(2**bits)
+
+
+def test_entropy_matches_torch_categorical() -> None:
+    generator = torch.Generator().manual_seed(3)
+    weights = torch.softmax(torch.randn(2, 5, 5, generator=generator), dim=-1)  # (H, T, T)
+    reference = torch.distributions.Categorical(probs=weights.double()).entropy() / math.log(2)  # (H, T) bits
+    torch.testing.assert_close(entropy_bits(weights), reference)
+    stats = attention_stats(weights, causal=False)
+    assert stats[1].entropy_bits == pytest.approx(reference[1].tolist())
+    assert stats[1].effective_tokens == pytest.approx([2**b for b in reference[1].tolist()])
+
+
+def test_masses_argmax_and_visible_keys_by_hand() -> None:
+    weights = torch.tensor(
+        [
+            [1.0, 0.0, 0.0],
+            [0.6, 0.4, 0.0],
+            [0.3, 0.3, 0.4],
+        ]
+    )
+    self_mass, previous, first = head_masses(weights)
+    assert self_mass == pytest.approx((1.0 + 0.4 + 0.4) / 3)
+    assert previous == pytest.approx((0.6 + 0.3) / 2)  # w[1,0], w[2,1]
+    assert first == pytest.approx((0.6 + 0.3) / 2)  # w[1,0], w[2,0]: row 0 is not counted
+    (stats,) = attention_stats(weights[None], causal=True)
+    assert stats.most_attended == [0, 0, 2]
+    assert stats.top_weight == pytest.approx([1.0, 0.6, 0.4])
+    assert stats.visible_keys == [1, 2, 3]
+    (ties,) = attention_stats(torch.tensor([[[0.5, 0.5], [0.5, 0.5]]]), causal=False)
+    assert ties.most_attended == [0, 0]  # the first of equal maxima
+    assert ties.visible_keys == [2, 2]
+
+
+def test_one_token_has_no_previous_or_first_mass() -> None:
+    assert head_masses(torch.tensor([[1.0]])) == (1.0, None, None)
+
+
+# -- small pieces -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "precision", "text"),
+    [(0.123456, 4, "0.1235"), (-0.00001, 4, "0.0000"), (-0.5, 2, "-0.50"), (3.0, 0, "3"), (-0.2, 0, "0")],
+)
+def test_fmt(value: float, precision: int, text: str) -> None:
+    assert fmt(value, precision) == text
+
+
+def test_bar_length_is_proportional() -> None:
+    assert bar(1.0) == "█" * tables.BAR_WIDTH
+    assert bar(0.0) == ""
+    assert bar(0.5) == "█" * (tables.BAR_WIDTH // 2)
+    assert bar(1 / 48) == "▌"  # half a character at width 24
+
+
+def test_weight_colours_run_from_dark_to_bright() -> None:
+    low, high = tables.weight_style(0.0), tables.weight_style(1.0)
+    assert low.bgcolor.get_truecolor() == (68, 1, 84)
+    assert high.bgcolor.get_truecolor() == (253, 231, 37)
+    assert low.color.name == "white" and high.color.name == "black"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (None, None),
+        (["weights"], {"weights"}),
+        (["scores,scaled", "weights"], {"scores", "scaled", "weights"}),
+        ([" Tokens , STATS "], {"tokens", "stats"}),
+        (["all"], set(tables.SHOW_CHOICES)),
+    ],
+)
+def test_parse_show(values, expected) -> None:
+    assert parse_show(values) == (None if expected is None else frozenset(expected))
+
+
+@pytest.mark.parametrize(("values", "message"), [(["weight"], "unknown table 'weight'"), ([","], "name at least one")])
+def test_parse_show_errors(values, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_show(values)
+
+
+# -- fitting the width ----------------------------------------------------------------
+
+
+def fitted(n_cols: int, cell: str = "-0.1234", label: str = "token") -> FittedTable:
+    cols = [f"k{j}" for j in range(n_cols)]
+    cells = [[Text(cell) for _ in cols] for _ in range(3)]
+    return FittedTable(Text("T"), "query \\ key", [label] * 3, cols, cells, what="keys", hint="--query N")
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+@pytest.mark.parametrize("n_cols", [1, 3, 9, 40])
+def test_tables_never_exceed_the_width(width: int, n_cols: int) -> None:
+    table = fitted(n_cols)
+    out = render(table, width=width)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width
+    chosen = table.columns_that_fit(width)
+    header = lines[2].split()  # title, top edge, header, rule, 3 rows
+    if None in chosen:
+        assert chosen[-2:] == [None, n_cols - 1] and chosen[:-2] == list(range(len(chosen) - 2))
+        assert header[-2:] == ["…", f"k{n_cols - 1}"]
+        note = " ".join(out.split())
+        assert f"{len(chosen) - 1} of {n_cols} keys shown" in note
+        assert "--query N" in note and "--format csv" in note
+        # one more column would not have fitted: the table uses the room it has
+        body_width = max(len(line) for line in lines[1:7])
+        assert body_width + len("-0.1234") + 3 > width
+    else:
+        assert header[-n_cols:] == [f"k{j}" for j in range(n_cols)]
+        assert "shown" not in out
+    assert [line.split()[0] for line in lines[4:7]] == ["token"] * 3
+    assert lines[7].strip() == ""  # no wrapped rows: the body is exactly the three rows
+
+
+def test_long_labels_are_cut_with_an_ellipsis() -> None:
+    out = render(fitted(2, label="x" * 50))
+    assert "x" * (tables.LABEL_WIDTH - 1) + "…" in out and "x" * tables.LABEL_WIDTH not in out
+
+
+# -- the header and the tokens ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "factor"),
+    [
+        ({}, "scale factor 0.353553 = 1/sqrt(8)"),
+        ({"temperature": 2.0}, "scale factor 0.176777 = 1/(sqrt(8) * 2)"),
+        ({"scale": False}, "scale factor 1 (--no-scale)"),
+        ({"scale": False, "temperature": 0.5}, "scale factor 2 = 1/0.5"),
+    ],
+)
+def test_header_shows_the_scale_factor(options: dict, factor: str) -> None:
+    out = render(human_view(make_run(SAW, **options), View(show=frozenset())))
+    assert factor in " ".join(out.split())
+    for pair in ("tokenizer words", "tokens 4", "seed 123", "d_model 8", "heads 1", "d_k 8", "d_v 8", "causal no", "init linear"):
+        assert pair in out
+    assert "Random weights drawn from the seed, not a trained model's" in out
+
+
+def test_header_wraps_between_pairs_not_inside_them() -> None:
+    out = render(human_view(make_run(SAW, causal=True), View(show=frozenset())), width=40)
+    header = out.splitlines()[1:8]
+    assert all(len(line) <= 40 for line in header)
+    for pair in ("scale factor 0.353553 = 1/sqrt(8)", "embeddings nn.Embedding(3, 8)", "causal yes", "tokenizer words"):
+        assert any(pair in line for line in header), pair
+
+
+def test_tokens_table_makes_spaces_visible_and_labels_repeats() -> None:
+    out = render(tables.tokens_table(make_run(("I", " saw", " a", " saw", "\n"))))
+    rows = section(out, "Tokens")
+    assert rows == [["0", "0", "I", "I"], ["1", "1", "␣saw", "␣saw#1"], ["2", "2", "␣a", "␣a"], ["3", "1", "␣saw", "␣saw#3"], ["4", "3", "↵", "↵"]]
+    assert "␣ is a space" in out and "use the label with --query/--key" in out
+    plain = render(tables.tokens_table(make_run(("one", "two"))))
+    assert "label" not in plain and "␣ is a space" not in plain
+
+
+def test_token_text_is_never_markup() -> None:
+    run = make_run(("[b]", "[/]", "[red]x"))
+    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))), color=True)
+    assert "[b]" in out and "[/]" in out and "[red]x" in out
+
+
+# -- the matrices ------------------------------------------------------------------------
+
+
+def test_weights_table_shows_the_weights_rounded() -> None:
+    run = make_run(SAW, causal=True)
+    out = render(human_view(run, View(show=frozenset({"weights"}), precision=3)))
+    rows = section(out, "Attention weights")
+    weights = run.result.weights[0].tolist()
+    for i, row in enumerate(rows):
+        assert row[0] == run.tokens.labels[i]
+        assert row[1:] == [fmt(w, 3) if j <= i else "·" for j, w in enumerate(weights[i])]
+    assert "softmax(Q K^T / sqrt(8)) over each row" in out and "· masked (weight exactly 0)" in out
+
+
+def test_weights_cells_are_coloured_and_the_row_max_is_bold() -> None:
+    run = make_run(SAW, weights=[[0.1, 0.7, 0.1, 0.1]] * 4)
+    out = render(tables.weights_table(run, 0), color=True)
+    row = next(line for line in out.splitlines() if line.startswith("  saw#3"))
+    cells = re.findall(r"\x1b\[([0-9;]*)m([0-9.]+)\x1b\[0m", row)
+    assert [value for _, value in cells] == ["0.1000", "0.7000", "0.1000", "0.1000"]
+    assert all("48;2;" in codes for codes, _ in cells)  # a background colour on every weight
+    bold = [value for codes, value in cells if codes.split(";")[0] == "1"]
+    assert bold == ["0.7000"]
+    assert render(tables.weights_table(run, 0)).count("\x1b") == 0
+
+
+def test_scores_scaled_and_masking() -> None:
+    run = make_run(SAW, causal=True, temperature=2.0)
+    out = render(human_view(run, View(show=frozenset({"scores", "scaled"}))))
+    raw = section(out, "Raw scores")
+    scaled = section(out, "Scaled scores")
+    scores = run.result.scores[0].tolist()
+    divisor = math.sqrt(8) * 2.0
+    for i in range(4):
+        assert raw[i][1:] == [fmt(v, 4) for v in scores[i]]  # raw scores are shown for every pair
+        assert scaled[i][1:] == [fmt(v / divisor, 4) if j <= i else "-inf" for j, v in enumerate(scores[i])]
+    assert "Scaled scores  Q K^T / (sqrt(8) * 2), the softmax input" in out
+    assert "raw scores x 0.176777 = 1/(sqrt(8) * 2)" in out
+
+
+def test_qkv_context_embeddings_and_output_tables() -> None:
+    run = make_run(SAW, d_model=8, heads=2, out_proj=True)
+    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))))
+    for title in (
+        "Embeddings X  (4 x d_model 8)",
+        "Queries  Q = X W_q^T, head 0 (4 x d_k 4)",
+        "Keys  K = X W_k^T, head 1 (4 x d_k 4)",
+        "Values  V = X W_v^T, head 1 (4 x d_v 4)",
+        "Context vectors  weights @ V, head 1 (4 x d_v 4)",
+        "Output  the heads' context vectors side by side, through W_o (4 x heads*d_v 8)",
+        "head 0 of 2",
+        "head 1 of 2",
+        "Heads compared",
+    ):
+        assert title in out
+    assert section(out, "Values  V = X W_v^T, head 1")[2][1:] == [fmt(v, 4) for v in run.result.values[1][2].tolist()]
+    assert section(out, "Context vectors  weights @ V, head 1")[3][1:] == [fmt(v, 4) for v in run.result.context[1][3].tolist()]
+    assert section(out, "Output")[0][1:] == [fmt(v, 4) for v in run.result.output[0].tolist()]
+    assert section(out, "Embeddings X")[1][1:] == [fmt(v, 4) for v in run.x[1].tolist()]
+
+
+def test_output_is_shown_by_default_only_when_it_differs_from_context() -> None:
+    assert "Output" not in render(human_view(make_run(SAW)))
+    assert "Output" in render(human_view(make_run(SAW, heads=2)))
+    assert "Output" in render(human_view(make_run(SAW, out_proj=True)))
+    assert "Output" in render(human_view(make_run(SAW), View(show=frozenset({"output"}), explicit=True)))
+
+
+def test_stats_table_and_heads_compared() -> None:
+    run = make_run(SAW, heads=2, causal=True)
+    out = render(human_view(run, View(show=frozenset({"stats"}))))
+    stats = attention_stats(run.result.weights, causal=True)
+    rows = section(out, "Statistics  of the attention weights, head 1")
+    for i, row in enumerate(rows):
+        s = stats[1]
+        assert row == [
+            run.tokens.labels[i], run.tokens.labels[s.most_attended[i]], fmt(s.top_weight[i], 4),
+            fmt(s.entropy_bits[i], 4), fmt(s.effective_tokens[i], 4), str(i + 1),
+        ]
+    compared = section(out, "Heads compared")
+    assert compared[0] == ["0", fmt(stats[0].self_mass, 4), fmt(stats[0].previous_mass, 4), fmt(stats[0].first_mass, 4),
+                           fmt(stats[0].mean_entropy_bits, 4), fmt(stats[0].mean_effective_tokens, 4)]
+    assert f"previous-token mass {fmt(stats[1].previous_mass, 4)}" in out
+    assert out.count("entropy 0: all weight on one key") == 1  # the definitions once, not per head
+    one = render(human_view(run, View(show=frozenset({"stats"}), heads=(1,))))
+    assert "Heads compared" not in one and "head 0" not in one
+
+
+# -- one query, one key -----------------------------------------------------------------
+
+
+def test_query_view_sorts_the_row_with_bars() -> None:
+    run = make_run(("a", "b", "c", "d"), causal=True, weights=[[1, 0, 0, 0], [1, 0, 0, 0], [0.2, 0.5, 0.3, 0], [0.25] * 4])
+    out = render(human_view(run, View(show=frozenset(), query=2)))
+    rows = section(out, "Query c (position 2)")
+    assert [r[:4] for r in rows] == [["1", "1", "b", "0.5000"], ["2", "2", "c", "0.3000"], ["3", "0", "a", "0.2000"]]
+    assert [r[4] for r in rows] == [bar(0.5), bar(0.3), bar(0.2)]
+    assert "key 3 is after the query: masked, weight 0" in out
+    assert f"entropy {fmt(entropy_bits(torch.tensor([0.2, 0.5, 0.3])).item(), 4)} bits" in out
+
+
+def test_key_view_lists_its_column_in_query_order() -> None:
+    run = make_run(("a", "b", "c", "d"), causal=True, weights=[[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0.2, 0.5, 0.3, 0], [0.1, 0.2, 0.3, 0.4]])
+    out = render(human_view(run, View(show=frozenset(), key=1, query=3)))
+    rows = section(out, "Key b (position 1)")
+    assert [r[:3] for r in rows] == [["1", "b", "0.5000"], ["2", "c", "0.5000"], ["3", "d", "0.2000"]]
+    assert "query 0 comes before the key: masked, weight 0" in out
+    assert f"mean weight from the queries that can see it: {fmt(1.2 / 3, 4)}" in out
+    assert "d -> b: weight 0.2000, raw score" in out
+
+
+def test_long_rows_list_the_top_keys_only() -> None:
+    n = tables.TOP_KEYS + 10
+    run = make_run(tuple(f"t{i}" for i in range(n)), d_model=4)
+    out = render(human_view(run, View(show=frozenset(), query=0)))
+    assert len(section(out, "Query t0")) == tables.TOP_KEYS
+    assert "… 10 more keys" in out
+
+
+# -- wide tables --------------------------------------------------------------------------
+
+
+def test_a_wide_run_fits_the_terminal() -> None:
+    run = make_run(tuple(f"word{i}" for i in range(30)), d_model=64, heads=2)
+    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))))
+    assert max(len(line) for line in out.splitlines()) <= WIDTH
+    assert "of 30 keys shown" in out and "of 32 dims shown" in out and "of 64 dims shown" in out
+    assert "--format csv (or -o FILE.csv) has every number" in out
+
+
+def test_the_text_in_the_rule_cannot_drive_the_terminal() -> None:
+    run = make_run(("red", "bold"))
+    run = dataclasses.replace(run, text="\x1b[31mred\x1b[0m [b]bold[/b]\x00 \u202eevil\nnext\tcol  two")
+    out = render(tables.text_rule(run), width=200)
+    assert "\\x1b[31mred\\x1b[0m [b]bold[/b]\\x00 \\u202eevil↵next⇥col  two" in out
+    assert not any(ord(c) < 32 and c != "\n" for c in out)
