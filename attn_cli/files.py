@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
     except OSError as err:
         raise OutputError(f"cannot write to {folder}: {err.strerror or err}") from None
     try:
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; a new file should get the umask's mode
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -36,6 +38,16 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         if isinstance(err, OSError):
             raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """An existing file keeps its mode; a new one gets 0666 minus the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_atomic(path: Path, data: bytes) -> None:

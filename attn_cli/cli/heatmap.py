@@ -1,1 +1,272 @@
-"""`attn-cli heatmap` (being written)."""
+"""`attn-cli heatmap`: attention pictures (PNG, SVG, PDF) for slides and papers.
+
+The figure is drawn by ``attn_cli.render.heatmap`` (pure, headless); this
+command picks the file names, writes each file atomically and prints the
+paths on stdout, one per line, so scripts can capture them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import sys
+import unicodedata
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from attn_cli.cli import app
+from attn_cli.cli.options import OUTPUT, HeadOption, shared_options
+from attn_cli.cli.output import progress
+from attn_cli.config import Config
+from attn_cli.errors import OutputError, UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FORMATS = ("png", "svg", "pdf")  # the extensions -o takes; the render module saves each
+DEFAULT_FORMAT = "png"
+SLUG_WORDS = 8
+SLUG_CHARS = 60
+FALLBACK_STEM = "attention"  # for a text with no ASCII letters or digits
+PICTURE = "Picture"
+
+
+class WhatChoice(str, enum.Enum):
+    """``attn_cli.render.heatmap.What``, repeated so that --help does not import matplotlib."""
+
+    weights = "weights"
+    scores = "scores"
+    scaled = "scaled"
+    all = "all"
+
+
+def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
+    """'8x6' (inches) -> (8.0, 6.0)."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×X,]\s*(\d+(?:\.\d*)?|\.\d+)\s*", value)
+    if not match:
+        raise typer.BadParameter(f"{value!r} is not WIDTHxHEIGHT in inches, e.g. 8x6 or 10.5x7")
+    width, height = float(match.group(1)), float(match.group(2))
+    if not (0.5 <= width <= 200 and 0.5 <= height <= 200):
+        raise typer.BadParameter(f"{value!r}: each side must be from 0.5 to 200 inches")
+    return width, height
+
+
+@app.command()
+@shared_options
+def heatmap(
+    config: Config,
+    texts: list[str],
+    lines: bool,
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the picture here; the extension picks the format (.png, .svg, .pdf). An existing folder "
+            "gets the default name inside it. [default: a name made from the text's first words, .png]",
+            rich_help_panel=OUTPUT,
+            show_default=False,
+        ),
+    ] = None,
+    what: Annotated[
+        WhatChoice,
+        typer.Option(
+            "--what",
+            "-w",
+            help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
+            "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head).",
+            rich_help_panel=PICTURE,
+            case_sensitive=False,
+        ),
+    ] = WhatChoice.weights,
+    head: HeadOption = None,
+    split_heads: Annotated[
+        bool,
+        typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid.", rich_help_panel=PICTURE),
+    ] = False,
+    per_head_scale: Annotated[
+        bool,
+        typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=PICTURE),
+    ] = False,
+    log: Annotated[
+        bool,
+        typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=PICTURE),
+    ] = False,
+    annotate: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--annotate/--no-annotate",
+            help="Write the values in the cells. [default: when the cells are big enough to read them]",
+            rich_help_panel=PICTURE,
+            show_default=False,
+        ),
+    ] = None,
+    cmap: Annotated[
+        Optional[str],
+        typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=PICTURE, show_default=False),
+    ] = None,
+    dpi: Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=PICTURE)] = 150,
+    size: Annotated[
+        Optional[str],
+        typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=PICTURE, show_default=False),
+    ] = None,
+    show: Annotated[
+        bool,
+        typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
+    ] = False,
+) -> None:
+    """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
+
+    Prints the path of each file it writes, one per line (just the paths when
+    stdout is not a terminal). Masked (future) cells of a causal run are grey.
+
+    \b
+    Examples:
+      attn-cli heatmap "Life is short, eat dessert first"
+      attn-cli heatmap "The quick brown fox jumps over the lazy dog" --heads 4 --causal -o fox.svg
+      attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
+      attn-cli heatmap --file sample_texts/tutorials.txt --lines -o figs/tutorial.png
+    """
+    # Everything the options alone can tell is checked before any computation.
+    picture_size = parse_size(size)
+    folder, fixed_name, suffix = _output_target(output)
+    fmt = suffix.lower()
+    if head is not None and head >= config.heads:
+        raise UsageError(f"--head {head} is out of range: --heads {config.heads} gives heads 0 to {config.heads - 1}")
+    if show:
+        _check_display()
+
+    from attn_cli.pipeline import Pipeline
+    from attn_cli.render.heatmap import KINDS, MAX_PANELS, HeatmapOptions, What, colour_map, heatmap_figure
+
+    kind = What(what.value)
+    if cmap is not None:
+        colour_map(cmap)
+    shown_heads = [head] if head is not None else list(range(config.heads))
+    if not split_heads and len(shown_heads) * len(KINDS[kind]) > MAX_PANELS:
+        raise UsageError(
+            f"{len(shown_heads)} heads x {len(KINDS[kind])} matrices is over {MAX_PANELS} panels in one picture; "
+            f"pick one with --head N, or write one file per head with --split-heads"
+        )
+    if log and kind not in (What.weights, What.all):
+        raise UsageError(f"--log is for the weights (0 to 1); --what {kind.value} has signed values: drop --log")
+    options = HeatmapOptions(
+        what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
+    )
+    pictures = [(None, tuple(shown_heads) if head is not None else None)]
+    if split_heads:
+        pictures = [(h, (h,)) for h in shown_heads]
+
+    new_figure = None
+    if show:
+        import matplotlib.pyplot as plt
+
+        new_figure = plt.figure
+    pipeline = Pipeline(config)
+    for note in pipeline.notes:
+        typer.echo(note, err=True)
+    numbered = len(texts) > 1 or lines
+    width = max(3, len(str(len(texts))))
+    runs = (pipeline.run(text) for text in texts)
+    # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
+    for index, run in enumerate(progress(runs, len(texts), stdout_is_live=_stdout_is_terminal()), start=1):
+        stem = fixed_name or slug(run.text)
+        if numbered:
+            stem = f"{stem}-{index:0{width}d}"
+        for split_head, heads in pictures:
+            fig = heatmap_figure(run, dataclasses.replace(options, heads=heads), new_figure=new_figure)
+            if show and output is None:
+                continue
+            name = f"{stem}.head{split_head}.{suffix}" if split_head is not None else f"{stem}.{suffix}"
+            path = folder / name if str(folder) not in ("", ".") else Path(name)
+            _save(fig, path, fmt)
+            _report(path, fig, fmt)
+            if not show:
+                fig.clear()  # a batch keeps one figure alive at a time
+    if show:
+        import matplotlib.pyplot as plt
+
+        plt.show()
+
+
+def slug(text: str) -> str:
+    """Safe file stem from the first words: 'Life is short, eat...' -> 'life-is-short-eat...'."""
+    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    words = re.findall(r"[a-z0-9]+", plain)[:SLUG_WORDS]
+    stem = ""
+    for word in words:
+        longer = f"{stem}-{word}" if stem else word
+        if len(longer) > SLUG_CHARS:
+            break
+        stem = longer
+    if not stem and words:
+        stem = words[0][:SLUG_CHARS]
+    return stem or FALLBACK_STEM
+
+
+def _output_target(output: Optional[Path]) -> tuple[Path, Optional[str], str]:
+    """(folder, fixed stem or None for a name from the text, extension as written) for ``-o``."""
+    if output is None:
+        return Path("."), None, DEFAULT_FORMAT
+    if output.is_dir():
+        return output, None, DEFAULT_FORMAT
+    if str(output).endswith(("/", os.sep)):
+        raise OutputError(f"cannot write to {output}: the folder does not exist; create it first")
+    ext = output.suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        found = f"'{output.suffix}' is not a picture format" if output.suffix else "has no extension"
+        raise UsageError(f"-o {output}: {found}; end the name in .png, .svg or .pdf")
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"cannot write {output}: {folder} {what}; create the folder first")
+    return folder, output.stem, output.suffix.lstrip(".")
+
+
+def _save(fig: Figure, path: Path, fmt: str) -> None:
+    from attn_cli.files import atomic_writer
+    from attn_cli.render.heatmap import write_figure
+
+    with atomic_writer(path) as f:
+        notes = write_figure(fig, f, fmt)
+    for note in notes:
+        typer.echo(note, err=True)
+
+
+def _report(path: Path, fig: Figure, fmt: str) -> None:
+    if not _stdout_is_terminal():
+        typer.echo(str(path))
+        return
+    width, height = fig.get_size_inches()
+    if fmt == "png":
+        detail = f"{round(width * fig.dpi)}×{round(height * fig.dpi)} px"
+    else:
+        detail = f"{width:.1f}×{height:.1f} in"
+    typer.echo(f"wrote {path}  ({detail})")
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _check_display() -> None:
+    """--show needs a screen and a GUI toolkit; say so at once rather than hang or do nothing."""
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UsageError("--show needs a display, and this session has none ($DISPLAY is not set); drop --show to write a file")
+    import matplotlib
+
+    backend = matplotlib.get_backend().lower()
+    if backend in ("agg", "pdf", "svg", "ps", "cairo", "pgf", "template") or backend.startswith("module://matplotlib_inline"):
+        raise UsageError(
+            f"--show cannot open a window: matplotlib found no usable display or GUI toolkit (backend {backend}); "
+            f"drop --show to write a file"
+        )

@@ -166,8 +166,14 @@ def build_config(**values: Any) -> Config:
 
 
 def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command(config=..., texts=..., **own)`` the shared options."""
-    own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name not in ("config", "texts")]
+    """Give ``command(config=..., texts=..., **own)`` the shared options.
+
+    A command that also declares ``lines: bool`` is told whether --lines was given.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    given = {"config", "texts", "lines"}
+    own = [p for name, p in signature.parameters.items() if name not in given]
+    wants_lines = "lines" in signature.parameters
 
     @functools.wraps(command)
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
@@ -177,6 +183,8 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
             return _print_script(config, texts, kwargs.get("output"))
+        if wants_lines:
+            kwargs["lines"] = shared["lines"]
         return command(config=config, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)

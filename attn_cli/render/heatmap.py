@@ -1,0 +1,439 @@
+"""Attention heatmaps as matplotlib Figures: pure, headless, no pyplot state.
+
+``heatmap_figure(run, options)`` draws a ``Run`` into a new ``Figure`` (Agg
+canvas, so it never needs a display) and returns it; the command decides
+where it goes. Shapes: T tokens, H heads; every panel is one (T, T) matrix,
+query tokens on the rows, key tokens on the columns, drawn with a single
+``imshow`` so a 512-token text is one image, not 262,144 patches.
+
+Causal runs hand ``imshow`` a masked array whose mask is the upper triangle
+(the keys a query may not see); the colour map's "bad" colour paints those
+cells a neutral grey, so they never pass for zeros of the scale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+import numpy as np
+from matplotlib import colormaps, rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Colormap, LogNorm, Normalize
+from matplotlib.figure import Figure
+
+from attn_cli.errors import UsageError
+from attn_cli.pipeline import Run
+from attn_cli.tokens import visible
+
+
+class What(str, enum.Enum):
+    """Which (T, T) matrix to draw."""
+
+    weights = "weights"  # softmax(scaled scores): rows sum to 1
+    scores = "scores"  # raw Q K^T
+    scaled = "scaled"  # the softmax input: scores / divisor
+    all = "all"  # scores, scaled and weights side by side
+
+
+KINDS: dict[What, tuple[What, ...]] = {
+    What.weights: (What.weights,),
+    What.scores: (What.scores,),
+    What.scaled: (What.scaled,),
+    What.all: (What.scores, What.scaled, What.weights),  # the order attention computes them
+}
+
+FORMATS = ("png", "svg", "pdf")
+DEFAULT_DPI = 150
+DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r"}
+MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
+MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads instead
+MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
+MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
+MAX_PIXELS_PER_SIDE = 16000  # well under Agg's 2**16 limit, and under a minute to draw
+
+
+@dataclasses.dataclass(frozen=True)
+class HeatmapOptions:
+    """How to draw; every field has a sensible automatic value."""
+
+    what: What = What.weights
+    heads: tuple[int, ...] | None = None  # None: every head, in a grid
+    per_head_scale: bool = False  # False: one colour scale shared by the heads of a kind
+    annotate: bool | None = None  # None: write the values in the cells when they are big enough
+    cmap: str | None = None  # None: viridis for weights, RdBu_r (centred on 0) for scores
+    log: bool = False  # weights on a log scale: long texts spread their weight thin
+    size: tuple[float, float] | None = None  # (width, height) inches; None: grows with T
+    dpi: float = DEFAULT_DPI
+
+
+@dataclasses.dataclass(frozen=True)
+class _Panel:
+    kind: What
+    head: int
+    matrix: np.ma.MaskedArray  # (T, T)
+    limits: tuple[float, float]
+    log: bool = False
+
+
+def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_figure: Callable[..., Figure] | None = None) -> Figure:
+    """Draw ``run`` as ``options`` says into a new Figure and return it.
+
+    ``new_figure`` makes the figure (``matplotlib.pyplot.figure`` to show it in
+    a window); by default it is a plain ``Figure`` on an Agg canvas.
+    """
+    n_heads = run.result.n_heads
+    heads = tuple(range(n_heads)) if options.heads is None else options.heads
+    for h in heads:
+        if not 0 <= h < n_heads:
+            raise UsageError(f"--head {h} is out of range: the run has {n_heads} head(s), numbered 0 to {n_heads - 1}")
+    kinds = KINDS[options.what]
+    if options.log and What.weights not in kinds:
+        raise UsageError(f"--log is for the weights (0 to 1); --what {options.what.value} has signed values: drop --log")
+    if len(kinds) * len(heads) > MAX_PANELS:
+        raise UsageError(
+            f"{len(heads)} heads x {len(kinds)} matrices is over {MAX_PANELS} panels in one picture; "
+            f"pick one with --head N, or write one file per head with --split-heads"
+        )
+    cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
+
+    n_tokens = len(run.tokens)
+    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    # --what all: one column per matrix, in the order attention computes them, one row per head.
+    if len(kinds) > 1:
+        rows, cols = len(heads), len(kinds)
+        grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
+    else:
+        rows, cols = grid_shape(len(heads))
+        flat = panels[0]
+        grid = [flat[r * cols : (r + 1) * cols] for r in range(rows)]
+
+    # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
+    colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
+    layout = _Layout.plan(n_tokens, rows, cols, run.tokens.labels, options, colorbars_across=colorbars_across)
+    if layout.annotate and options.annotate and sum(len(r) for r in grid) * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
+        raise UsageError(
+            f"--annotate would write {sum(len(r) for r in grid) * n_tokens * n_tokens} numbers, over "
+            f"{MAX_ANNOTATED_CELLS}; drop --annotate, or pick one head with --head N"
+        )
+
+    make = new_figure or Figure
+    fig = make(figsize=layout.figsize, dpi=options.dpi, layout="constrained")
+    if new_figure is None:
+        FigureCanvasAgg(fig)
+    fig.get_layout_engine().set(w_pad=0.06, h_pad=0.06, wspace=0.04, hspace=0.04)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r][c]
+            if c >= len(grid[r]):
+                ax.remove()
+                continue
+            panel = grid[r][c]
+            _draw_panel(ax, panel, cmaps[panel.kind], run, layout,
+                        title=_panel_title(panel, len(heads) > 1 or (options.heads is not None and n_heads > 1), len(kinds) > 1),
+                        left=c == 0, bottom=_is_bottom(grid, r, c))
+    _colorbars(fig, axes, grid, options)
+    fig.suptitle(_title(run, options.what, heads), fontsize=layout.title_font, parse_math=False)
+    width, height = (round(v * options.dpi) for v in fig.get_size_inches())
+    if max(width, height) > MAX_PIXELS_PER_SIDE:
+        raise UsageError(
+            f"the picture would be {width}x{height} pixels, over {MAX_PIXELS_PER_SIDE} a side; "
+            f"lower --dpi or give a smaller --size"
+        )
+    return fig
+
+
+def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
+    """Save ``fig`` as ``fmt`` (png, svg, pdf) into an open binary file; return notes for the user."""
+    notes: list[str] = []
+    # A fixed salt for the SVG element ids: the same run gives the same bytes in every format.
+    with warnings.catch_warnings(record=True) as caught, rc_context({"svg.hashsalt": "attn-cli"}):
+        warnings.simplefilter("always")
+        fig.savefig(file, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
+    for warning in caught:
+        message = str(warning.message)
+        if re.search(r"Glyph \d+ .*missing from font|does not support .* natively", message):
+            continue  # a token in a script the font lacks draws as a box; a warning per glyph is noise
+        if "constrained_layout not applied" in message:
+            notes.append("note: the picture is too small for its labels, so they may overlap; give a larger --size")
+        else:
+            notes.append(f"note: matplotlib: {' '.join(message.split())}")
+    return list(dict.fromkeys(notes))
+
+
+def grid_shape(n: int) -> tuple[int, int]:
+    """(rows, cols) for n panels: an exact rectangle near square, else a near-square grid."""
+    rows = math.isqrt(n)
+    while rows > 1 and n % rows:
+        rows -= 1
+    cols = n // rows
+    if cols > 2 * rows + 1:
+        cols = math.ceil(math.sqrt(n))
+        rows = math.ceil(n / cols)
+    return rows, cols
+
+
+def shorten(label: str, limit: int) -> str:
+    """``label`` cut to ``limit`` characters with an ellipsis, keeping a ``#pos`` suffix whole."""
+    if len(label) <= limit:
+        return label
+    match = re.search(r"#\d+$", label)
+    suffix = match.group(0) if match else ""
+    head = label[: len(label) - len(suffix)]
+    keep = max(1, limit - len(suffix) - 1)
+    return head[:keep] + "…" + suffix
+
+
+def tick_step(n_tokens: int, room: int) -> int:
+    """Label every ``step``-th token so that at most ``room`` labels fit an axis."""
+    return max(1, math.ceil(n_tokens / max(1, room)))
+
+
+# -- matrices and colour limits ------------------------------------------------
+
+
+def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
+    """(T, T) values of one head as a masked array; causal runs mask the future keys."""
+    result = run.result
+    if kind is What.weights:
+        values = result.weights[head]  # (T, T)
+    elif kind is What.scores:
+        values = result.scores[head]  # (T, T)
+    elif kind is What.scaled:
+        values = result.head(head).scaled_scores  # (T, T), masked cells -inf
+    else:
+        raise ValueError(f"not one matrix: {kind}")
+    data = values.detach().cpu().numpy()  # (T, T)
+    n_tokens = data.shape[0]
+    if result.causal:
+        mask = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)  # (T, T) the keys after each query
+        # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
+        return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
+    return np.ma.masked_array(data, mask=np.zeros(data.shape, dtype=bool))
+
+
+def _panels(run: Run, kind: What, heads: Sequence[int], options: HeatmapOptions) -> list[_Panel]:
+    """One panel per head, with colour limits shared by the heads unless ``per_head_scale``."""
+    drawn = [matrices(run, kind, h) for h in heads]
+    scopes = [[m] for m in drawn] if options.per_head_scale else [drawn] * len(drawn)
+    return [_Panel(kind, h, m, _limits(kind, scope, options), log=kind is What.weights and options.log)
+            for h, m, scope in zip(heads, drawn, scopes)]
+
+
+def _limits(kind: What, scope: list[np.ma.MaskedArray], options: HeatmapOptions) -> tuple[float, float]:
+    visible_values = [m for m in scope if m.count()]
+    if kind is What.weights and options.log:
+        # From the smallest non-zero weight (down to a power of ten) up to 1, or the head's largest.
+        positive = [float(m[m > 0].min()) for m in visible_values if (m > 0).any()]
+        low = 10 ** math.floor(math.log10(max(min(positive, default=1e-3), 1e-6)))
+        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale else 1.0
+        return low, max(top, low * 10)
+    if kind is What.weights:
+        if not options.per_head_scale:
+            return 0.0, 1.0  # a fixed scale: the same colour means the same weight in every picture
+        top = max((float(m.max()) for m in visible_values), default=1.0)
+        return 0.0, top if top > 0 else 1.0
+    # Diverging maps centred on zero: symmetric limits over the visible cells only.
+    extent = max((float(np.abs(m).max()) for m in visible_values), default=0.0)
+    extent = extent if extent > 0 and math.isfinite(extent) else 1.0
+    return -extent, extent
+
+
+def colour_map(name: str) -> Colormap:
+    """Matplotlib's colour map ``name`` with masked cells in the neutral grey; UsageError if unknown."""
+    try:
+        cmap = colormaps[name]
+    except KeyError:
+        raise UsageError(f"unknown colour map {name!r}: use one of matplotlib's, e.g. viridis, magma, Blues, RdBu_r") from None
+    return cmap.with_extremes(bad=MASKED_COLOR)
+
+
+# -- layout --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    figsize: tuple[float, float]
+    tick_font: float
+    title_font: float
+    label_limit: int  # characters per tick label
+    step: int  # label every step-th token
+    annotate: bool
+    annotate_font: float
+    rotate: float  # key labels' angle
+    panel: float  # inches a side of one panel, about
+
+    @classmethod
+    def plan(cls, n_tokens: int, rows: int, cols: int, labels: Sequence[str], options: HeatmapOptions, *, colorbars_across: int) -> _Layout:
+        # Panels grow with T (about half an inch a cell, room for a number) up to a cap,
+        # and shrink so that the whole grid stays within MAX_FIGURE_INCHES.
+        per_cell = 0.5 if rows * cols == 1 else 0.42
+        panel = min(max(per_cell * n_tokens, 2.6), 8.5)
+        tick_font = 10.0 if n_tokens <= 16 else 8.0 if n_tokens <= 48 else 7.0
+        label_limit = 14 if n_tokens <= 16 else 10
+        longest = min(label_limit, max((len(s) for s in labels), default=1))
+        label_in = (longest + (4 if n_tokens > 48 else 0)) * 0.62 * tick_font / 72 + 0.45
+        colorbar_in = 0.9 * colorbars_across
+        panel = min(panel, (MAX_FIGURE_INCHES - label_in - colorbar_in) / cols - 0.3, (MAX_FIGURE_INCHES - 1.2 - label_in) / rows - 0.45)
+        panel = max(panel, 1.4)
+        if cols > 1 or rows > 1:
+            tick_font = min(tick_font, max(5.5, panel * 72 / max(n_tokens, 1) * 0.7))
+        title_font = 12.0 if cols * rows == 1 else 13.0
+
+        if options.size is not None:
+            figsize = options.size
+            # Room per panel in the size the user chose, for thinning and annotations.
+            panel = max(0.5, min((figsize[0] - label_in - colorbar_in) / cols, (figsize[1] - 1.2 - label_in) / rows) - 0.3)
+        else:
+            width = label_in + cols * (panel + 0.3) + colorbar_in + 0.3
+            height = 0.95 + label_in + rows * (panel + (0.45 if rows * cols > 1 else 0.05))
+            figsize = (round(width, 2), round(height, 2))
+
+        room = int(panel * 72 / (tick_font * 1.45))
+        step = tick_step(n_tokens, room)
+        cell_pt = panel * 72 / max(n_tokens, 1)
+        annotate_font = min(9.0, cell_pt * 0.85 / (0.62 * 4.5))
+        cells = rows * cols * n_tokens * n_tokens
+        auto = annotate_font >= 5.5 and n_tokens <= 24 and cells <= MAX_ANNOTATED_CELLS
+        annotate = auto if options.annotate is None else options.annotate
+        rotate = 45.0 if n_tokens <= 16 and step == 1 else 90.0
+        return cls(figsize, tick_font, title_font, label_limit, step, annotate, max(annotate_font, 4.0), rotate, panel)
+
+
+# -- drawing -------------------------------------------------------------------
+
+
+def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layout, *, title: str, left: bool, bottom: bool) -> None:
+    n_tokens = panel.matrix.shape[0]
+    norm = LogNorm(*panel.limits, clip=True) if panel.log else Normalize(*panel.limits)
+    pixels = ax.get_figure().dpi * layout.panel
+    image = ax.imshow(
+        panel.matrix,
+        cmap=cmap,
+        norm=norm,
+        aspect="equal",
+        # Crisp cells while each cell gets a pixel or two; smooth when it must shrink.
+        interpolation="nearest" if n_tokens * 2 <= pixels else "antialiased",
+    )
+    image.set_label(f"{panel.kind.value} head {panel.head}")
+    ax.set_label(f"{panel.kind.value}/head{panel.head}")
+
+    labels = run.tokens.labels
+    ticks = list(range(0, n_tokens, layout.step))
+    thinned = layout.step > 1
+
+    def label(i: int) -> str:
+        if thinned:  # the position leads, so repeats need no #pos suffix
+            return f"{i} {shorten(visible(run.tokens.texts[i]), layout.label_limit)}"
+        return shorten(labels[i], layout.label_limit)
+
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    if bottom:
+        ax.set_xticklabels([label(i) for i in ticks], rotation=layout.rotate, ha="right" if layout.rotate < 90 else "center",
+                           rotation_mode="anchor" if layout.rotate < 90 else "default", fontsize=layout.tick_font, parse_math=False)
+        ax.set_xlabel("key", fontsize=layout.tick_font + 1)
+    else:
+        ax.set_xticklabels([])
+    if left:
+        ax.set_yticklabels([label(i) for i in ticks], fontsize=layout.tick_font, parse_math=False)
+        ax.set_ylabel("query", fontsize=layout.tick_font + 1)
+    else:
+        ax.set_yticklabels([])
+    ax.tick_params(length=2 if thinned else 0, pad=2)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=layout.tick_font + 2, parse_math=False)
+    if layout.annotate:
+        _annotate(ax, panel, cmap, norm, layout.annotate_font)
+
+
+def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: float) -> None:
+    data = panel.matrix
+    n_tokens = data.shape[0]
+    rgba = cmap(norm(data.filled(0.0)))  # (T, T, 4)
+    luminance = 0.2126 * rgba[..., 0] + 0.7152 * rgba[..., 1] + 0.0722 * rgba[..., 2]  # (T, T)
+    mask = np.ma.getmaskarray(data)
+    for i in range(n_tokens):
+        for j in range(n_tokens):
+            if mask[i, j]:
+                continue
+            value = float(data[i, j])
+            ax.text(j, i, _number(value, panel.kind), ha="center", va="center", fontsize=font,
+                    color="black" if luminance[i, j] > 0.5 else "white", parse_math=False)
+
+
+def _number(value: float, kind: What) -> str:
+    if kind is What.weights:
+        return f"{value:.2f}"
+    size = abs(value)
+    return f"{value:.2f}" if size < 10 else f"{value:.1f}" if size < 100 else f"{value:.0f}"
+
+
+def _colorbars(fig: Figure, axes: Any, grid: list[list[_Panel]], options: HeatmapOptions) -> None:
+    names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score"}
+    placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
+    if options.per_head_scale:
+        for ax, panel in placed:
+            bar = fig.colorbar(ax.images[0], ax=ax, shrink=0.85, pad=0.02, aspect=25)
+            bar.ax.tick_params(labelsize=7)
+        return
+    for kind in dict.fromkeys(p.kind for _, p in placed):
+        group = [ax for ax, p in placed if p.kind is kind]
+        bar = fig.colorbar(group[0].images[0], ax=group, shrink=0.85 if len(group) == 1 else 0.95, pad=0.02, aspect=25 if len(group) == 1 else 35)
+        log = any(p.log for _, p in placed if p.kind is kind)
+        bar.set_label(names[kind] + (" (log scale)" if log else ""), fontsize=10)
+        bar.ax.tick_params(labelsize=9)
+
+
+def _panel_title(panel: _Panel, name_heads: bool, name_kind: bool) -> str:
+    parts = []
+    if name_heads:
+        parts.append(f"head {panel.head}")
+    if name_kind:
+        parts.append({What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores"}[panel.kind])
+    return " · ".join(parts)
+
+
+def _is_bottom(grid: list[list[_Panel]], r: int, c: int) -> bool:
+    return r == len(grid) - 1 or c >= len(grid[r + 1])
+
+
+def _title(run: Run, what: What, heads: Sequence[int]) -> str:
+    c = run.config
+    text = " ".join(run.text.split())
+    if len(text) > 60:
+        text = text[:59] + "…"
+    divisor = f"/ {run.result.divisor:.4g}" if run.result.divisor != 1 else ""
+    headline = {
+        What.weights: "Attention weights",
+        What.scores: "Attention scores Q·Kᵀ",
+        What.scaled: f"Scaled scores Q·Kᵀ {divisor}".rstrip(),
+        What.all: "Attention: scores, scaled scores, weights",
+    }[what]
+    shown = f"{c.heads}" if len(heads) == c.heads else f"{c.heads} (showing {', '.join(map(str, heads))})"
+    config = (
+        f"tokenizer {run.tokens.tokenizer} · seed {c.seed} · heads {shown} · d_k {c.d_k} · "
+        + ("causal (grey: masked)" if c.causal else "not causal")
+        + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
+    )
+    return f"{headline}: “{text}”\n{config}"
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    # No creation dates: the same run gives the same bytes.
+    if fmt == "png":
+        return {"Software": "attn-cli (matplotlib)"}
+    if fmt == "pdf":
+        return {"Creator": "attn-cli", "Producer": None, "CreationDate": None}
+    if fmt == "svg":
+        return {"Creator": "attn-cli", "Date": None}
+    return {}

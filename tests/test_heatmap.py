@@ -1,0 +1,479 @@
+"""`attn-cli heatmap`: the figure shows the computed matrices, and the files are real pictures.
+
+The figure tests read the data back from the returned Figure (``ax.images[0]``)
+and compare it with the run's own tensors; the file tests read the magic bytes
+and the PNG header rather than trusting the extension.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attn_cli.cli import app
+from attn_cli.cli import heatmap as heatmap_cli
+from attn_cli.config import Config
+from attn_cli.errors import UsageError
+from attn_cli.pipeline import Pipeline, Run
+from attn_cli.render.heatmap import (
+    MASKED_COLOR,
+    MAX_ANNOTATED_CELLS,
+    HeatmapOptions,
+    What,
+    grid_shape,
+    heatmap_figure,
+    shorten,
+    tick_step,
+    write_figure,
+)
+
+FOX = "The quick brown fox jumps over the lazy dog"
+LIFE = "Life is short, eat dessert first"
+
+
+def make_run(text: str = FOX, **config: object) -> Run:
+    return Pipeline(Config(tokenizer="words", **config)).run(text)  # type: ignore[arg-type]
+
+
+def image_axes(fig):
+    """The heatmap panels (colour bars draw a mesh, not an image)."""
+    return [ax for ax in fig.axes if ax.images]
+
+
+def invoke(*args: str, input: str | None = None):
+    return CliRunner().invoke(app, ["heatmap", *args], input=input)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def long_text(n_words: int = 512) -> str:
+    # Distinct-ish words from a fixed recipe: deterministic, and long enough to need thinning.
+    syllables = ["ka", "lo", "mi", "ru", "te", "sa", "no", "vi", "pe", "du"]
+    return " ".join(syllables[i % 10] + syllables[(i // 10) % 10] + syllables[(i // 100) % 10] for i in range(n_words))
+
+
+# -- the figure: what is drawn ---------------------------------------------------------------
+
+
+def test_drawn_matrix_equals_the_computed_weights() -> None:
+    run = make_run(LIFE)
+    fig = heatmap_figure(run)
+    (ax,) = image_axes(fig)
+    drawn = ax.images[0].get_array()
+    np.testing.assert_array_equal(np.ma.getdata(drawn), run.result.weights[0].numpy())
+    assert not np.ma.getmaskarray(drawn).any()
+    assert ax.images[0].get_clim() == (0.0, 1.0)  # weights: a fixed 0..1 scale
+
+
+def test_rows_are_queries_and_columns_keys_labelled_with_tokens() -> None:
+    run = make_run("I saw a saw")
+    (ax,) = image_axes(heatmap_figure(run))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["I", "saw#1", "a", "saw#3"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["I", "saw#1", "a", "saw#3"]
+    assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
+    # imshow puts row i of the matrix at y = i: the query's row, not its transpose.
+    assert ax.images[0].get_array()[1, 0] == pytest.approx(float(run.result.weights[0, 1, 0]))
+
+
+def test_causal_cells_are_masked_and_painted_grey_not_as_zero() -> None:
+    run = make_run(FOX, causal=True)
+    fig = heatmap_figure(run)
+    (ax,) = image_axes(fig)
+    drawn = ax.images[0].get_array()
+    n = len(run.tokens)
+    expected_mask = np.triu(np.ones((n, n), dtype=bool), k=1)
+    np.testing.assert_array_equal(np.ma.getmaskarray(drawn), expected_mask)
+    np.testing.assert_array_equal(drawn.compressed(), run.result.weights[0].numpy()[~expected_mask])
+
+    # The pixels: a masked cell has the neutral grey; a visible cell has the colour map's colour.
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())
+    height = pixels.shape[0]
+
+    def pixel(row: int, col: int) -> np.ndarray:
+        x, y = ax.transData.transform((col, row))
+        return pixels[int(height - y), int(x), :3]
+
+    grey = np.array([int(MASKED_COLOR[i : i + 2], 16) for i in (1, 3, 5)])
+    np.testing.assert_allclose(pixel(0, n - 1), grey, atol=2)
+    zero_colour = np.array(ax.images[0].cmap(0.0)[:3]) * 255
+    assert np.abs(pixel(0, n - 1) - zero_colour).max() > 60
+    assert np.abs(pixel(n - 1, 0) - grey).max() > 20
+
+
+def test_multi_head_grid_has_one_panel_per_head_on_a_shared_scale() -> None:
+    run = make_run(FOX, heads=4, causal=True)
+    fig = heatmap_figure(run)
+    panels = image_axes(fig)
+    assert len(panels) == 4
+    assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "head 2", "head 3"]
+    future = np.triu(np.ones((9, 9), dtype=bool), k=1)
+    for h, ax in enumerate(panels):
+        drawn = ax.images[0].get_array()
+        np.testing.assert_array_equal(np.ma.getmaskarray(drawn), future)
+        np.testing.assert_array_equal(drawn.compressed(), run.result.weights[h].numpy()[~future])
+        assert ax.images[0].get_clim() == (0.0, 1.0)
+    # One colour bar for the whole grid.
+    assert len(fig.axes) == 5
+
+
+def test_per_head_scale_gives_each_head_its_own_limits() -> None:
+    run = make_run(FOX, heads=4)
+    fig = heatmap_figure(run, HeatmapOptions(per_head_scale=True))
+    panels = image_axes(fig)
+    tops = [ax.images[0].get_clim()[1] for ax in panels]
+    assert tops == pytest.approx([float(run.result.weights[h].max()) for h in range(4)])
+    assert len(set(tops)) == 4
+    assert len(fig.axes) == 8  # a colour bar per panel
+
+
+def test_scores_are_on_a_diverging_scale_centred_on_zero() -> None:
+    run = make_run(FOX, heads=2)
+    shared = image_axes(heatmap_figure(run, HeatmapOptions(what=What.scores)))
+    extent = float(run.result.scores.abs().max())
+    for h, ax in enumerate(shared):
+        np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.result.scores[h].numpy())
+        assert ax.images[0].get_clim() == pytest.approx((-extent, extent))
+        assert ax.images[0].cmap.name.startswith("RdBu_r")
+    own = image_axes(heatmap_figure(run, HeatmapOptions(what=What.scores, per_head_scale=True)))
+    for h, ax in enumerate(own):
+        top = float(run.result.scores[h].abs().max())
+        assert ax.images[0].get_clim() == pytest.approx((-top, top))
+
+
+def test_what_all_draws_scores_scaled_and_weights_per_head() -> None:
+    run = make_run(LIFE, heads=2, causal=True)
+    panels = image_axes(heatmap_figure(run, HeatmapOptions(what=What.all)))
+    assert [ax.get_label() for ax in panels] == [
+        "scores/head0", "scaled/head0", "weights/head0", "scores/head1", "scaled/head1", "weights/head1",
+    ]
+    n = len(run.tokens)
+    mask = np.triu(np.ones((n, n), dtype=bool), k=1)
+    scaled = run.result.scaled_scores
+    expected = [run.result.scores[0], scaled[0], run.result.weights[0], run.result.scores[1], scaled[1], run.result.weights[1]]
+    for ax, matrix in zip(panels, expected):
+        drawn = ax.images[0].get_array()
+        np.testing.assert_array_equal(np.ma.getmaskarray(drawn), mask)
+        np.testing.assert_allclose(drawn.compressed(), matrix.numpy()[~mask], rtol=1e-6)
+
+
+def test_head_picks_one_head() -> None:
+    run = make_run(FOX, heads=4)
+    fig = heatmap_figure(run, HeatmapOptions(heads=(2,)))
+    (ax,) = image_axes(fig)
+    np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.result.weights[2].numpy())
+    assert ax.get_title() == "head 2"
+    with pytest.raises(UsageError, match="--head 4 is out of range"):
+        heatmap_figure(run, HeatmapOptions(heads=(4,)))
+
+
+def test_title_names_the_configuration() -> None:
+    run = make_run(FOX, heads=4, causal=True, seed=7)
+    title = heatmap_figure(run)._suptitle.get_text()
+    for part in ("Attention weights", FOX, "tokenizer words", "seed 7", "heads 4", "d_k 4", "causal"):
+        assert part in title
+    assert "not causal" in heatmap_figure(make_run(FOX))._suptitle.get_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "heads", "annotate", "expected"),
+    [
+        (LIFE, 1, None, 36),  # small: every cell gets its number
+        (LIFE, 1, False, 0),
+        ("a b c", 1, None, 9),
+    ],
+)
+def test_cell_annotations(text: str, heads: int, annotate: bool | None, expected: int) -> None:
+    fig = heatmap_figure(make_run(text, heads=heads), HeatmapOptions(annotate=annotate))
+    (ax,) = image_axes(fig)
+    assert len(ax.texts) == expected
+    if expected:
+        weights = make_run(text, heads=heads).result.weights[0]
+        assert ax.texts[1].get_text() == f"{float(weights[0, 1]):.2f}"
+
+
+def test_causal_annotations_skip_masked_cells() -> None:
+    (ax,) = image_axes(heatmap_figure(make_run(LIFE, causal=True)))
+    assert len(ax.texts) == 6 * 7 // 2
+
+
+def test_forced_annotations_on_a_huge_matrix_are_refused_not_hung() -> None:
+    run = make_run(long_text(60))
+    assert 60 * 60 > MAX_ANNOTATED_CELLS
+    with pytest.raises(UsageError, match="drop --annotate"):
+        heatmap_figure(run, HeatmapOptions(annotate=True))
+
+
+def test_a_512_token_text_is_one_image_with_thinned_labels_and_no_cell_text() -> None:
+    run = make_run(long_text(512), causal=True)
+    assert len(run.tokens) == 512
+    fig = heatmap_figure(run)
+    (ax,) = image_axes(fig)
+    assert ax.images[0].get_array().shape == (512, 512)
+    assert len(ax.texts) == 0 and len(ax.patches) == 0  # one image, no per-cell artists
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert 10 <= len(labels) <= 100
+    step = int(labels[1].split()[0])
+    assert step > 1 and labels[1] == f"{step} {run.tokens.texts[step]}"  # thinned labels lead with the position
+    # And it really draws.
+    buffer = io.BytesIO()
+    write_figure(fig, buffer, "png")
+    assert buffer.getvalue()[:4] == b"\x89PNG"
+
+
+def test_figure_grows_with_the_text_within_bounds() -> None:
+    small = heatmap_figure(make_run("a b c")).get_size_inches()
+    medium = heatmap_figure(make_run(FOX)).get_size_inches()
+    big = heatmap_figure(make_run(long_text(200))).get_size_inches()
+    assert small[0] < medium[0] < big[0] <= 20.5
+    assert small[1] < medium[1] < big[1] <= 20.5
+
+
+def test_dollar_signs_in_tokens_stay_literal_text() -> None:
+    run = make_run("costs $5 or $6")
+    fig = heatmap_figure(run)
+    (ax,) = image_axes(fig)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["costs", "$5", "or", "$6"]
+    write_figure(fig, io.BytesIO(), "png")  # mathtext would choke on "$5 or $"
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_same_run_same_bytes(fmt: str) -> None:
+    def picture() -> bytes:
+        buffer = io.BytesIO()
+        write_figure(heatmap_figure(make_run("a b c", causal=True)), buffer, fmt)
+        return buffer.getvalue()
+
+    assert picture() == picture()
+
+
+def test_log_scale_is_for_weights_only() -> None:
+    run = make_run(FOX)
+    (ax,) = image_axes(heatmap_figure(run, HeatmapOptions(log=True)))
+    low, high = ax.images[0].get_clim()
+    assert high == 1.0 and 0 < low <= float(run.result.weights.min())
+    with pytest.raises(UsageError, match="drop --log"):
+        heatmap_figure(run, HeatmapOptions(what=What.scores, log=True))
+
+
+@pytest.mark.parametrize(
+    ("label", "limit", "expected"),
+    [
+        ("short", 10, "short"),
+        ("supercalifragilistic", 10, "supercali…"),
+        ("supercalifragilistic#12", 10, "superc…#12"),
+        ("␣dessert", 8, "␣dessert"),
+    ],
+)
+def test_shorten(label: str, limit: int, expected: str) -> None:
+    assert shorten(label, limit) == expected
+    assert len(shorten(label, limit)) <= max(limit, len(label) if len(label) <= limit else limit)
+
+
+@pytest.mark.parametrize(("n", "shape"), [(1, (1, 1)), (2, (1, 2)), (3, (1, 3)), (4, (2, 2)), (5, (2, 3)), (6, (2, 3)), (8, (2, 4)), (16, (4, 4))])
+def test_grid_shape(n: int, shape: tuple[int, int]) -> None:
+    assert grid_shape(n) == shape
+    assert shape[0] * shape[1] >= n
+
+
+@pytest.mark.parametrize(("n", "room", "step"), [(7, 40, 1), (512, 50, 11), (100, 100, 1), (101, 100, 2)])
+def test_tick_step(n: int, room: int, step: int) -> None:
+    assert tick_step(n, room) == step
+    assert len(range(0, n, step)) <= room
+
+
+# -- the command: files, names, stdout -------------------------------------------------------
+
+
+def test_png_is_a_png_of_dpi_times_size(tmp_path: Path) -> None:
+    out = tmp_path / "life.png"
+    result = invoke(LIFE, "--tokenizer", "words", "-o", str(out), "--size", "6x4", "--dpi", "100")
+    assert result.exit_code == 0, result.output
+    assert png_size(out.read_bytes()) == (600, 400)
+    assert result.stdout == f"{out}\n"
+
+
+@pytest.mark.parametrize(("ext", "magic"), [("svg", b"<?xml"), ("pdf", b"%PDF-"), ("PNG", b"\x89PNG")])
+def test_format_comes_from_the_extension(tmp_path: Path, ext: str, magic: bytes) -> None:
+    out = tmp_path / f"fox.{ext}"
+    result = invoke(FOX, "--tokenizer", "words", "--heads", "2", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    data = out.read_bytes()
+    assert data.startswith(magic)
+    if ext == "svg":
+        assert b"<svg" in data[:2000]
+
+
+def test_default_name_comes_from_the_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke(LIFE, "--tokenizer", "words")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "life-is-short-eat-dessert-first.png\n"
+    assert (tmp_path / "life-is-short-eat-dessert-first.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("text", "stem"),
+    [
+        (LIFE, "life-is-short-eat-dessert-first"),
+        ("Café crème: ça va?", "cafe-creme-ca-va"),
+        ("../../etc/passwd", "etc-passwd"),
+        ("日本語", "attention"),
+        ("one two three four five six seven eight nine ten", "one-two-three-four-five-six-seven-eight"),
+        ("x" * 200, "x" * 60),
+    ],
+)
+def test_slug(text: str, stem: str) -> None:
+    assert heatmap_cli.slug(text) == stem
+
+
+def test_existing_folder_gets_the_default_name(tmp_path: Path) -> None:
+    result = invoke(FOX, "--tokenizer", "words", "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{tmp_path / 'the-quick-brown-fox-jumps-over-the-lazy'}.png\n"
+
+
+def test_terminal_gets_a_friendlier_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heatmap_cli, "_stdout_is_terminal", lambda: True)
+    out = tmp_path / "x.png"
+    result = invoke(FOX, "--tokenizer", "words", "-o", str(out), "--size", "5x4", "--dpi", "80")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"wrote {out}  (400×320 px)\n"
+
+
+def test_lines_give_numbered_files_one_path_per_line(tmp_path: Path) -> None:
+    out = tmp_path / "batch.png"
+    result = invoke("--lines", "--tokenizer", "words", "-o", str(out), input="one two\n\nthree four five\nsix\n")
+    assert result.exit_code == 0, result.output
+    names = [tmp_path / f"batch-{i:03d}.png" for i in (1, 2, 3)]
+    assert result.stdout.splitlines() == [str(p) for p in names]
+    assert sorted(tmp_path.iterdir()) == names
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in names)
+
+
+def test_lines_without_output_name_each_file_after_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("--lines", "--tokenizer", "words", input="Hello world\nGood night moon\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["hello-world-001.png", "good-night-moon-002.png"]
+
+
+def test_split_heads_writes_one_file_per_head(tmp_path: Path) -> None:
+    out = tmp_path / "fox.svg"
+    result = invoke(FOX, "--tokenizer", "words", "--heads", "4", "--causal", "--split-heads", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    names = [tmp_path / f"fox.head{h}.svg" for h in range(4)]
+    assert result.stdout.splitlines() == [str(p) for p in names]
+    assert sorted(tmp_path.iterdir()) == names
+    assert all(p.read_bytes().startswith(b"<?xml") for p in names)
+
+
+def test_head_option_writes_one_panel(tmp_path: Path) -> None:
+    one = tmp_path / "one.png"
+    grid = tmp_path / "grid.png"
+    assert invoke(FOX, "--tokenizer", "words", "--heads", "4", "--head", "1", "--dpi", "50", "-o", str(one)).exit_code == 0
+    assert invoke(FOX, "--tokenizer", "words", "--heads", "4", "--dpi", "50", "-o", str(grid)).exit_code == 0
+    assert png_size(one.read_bytes())[0] < png_size(grid.read_bytes())[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["-o", "{tmp}/x.jpg"], 2, "'.jpg' is not a picture format"),
+        (["-o", "{tmp}/x"], 2, "has no extension"),
+        (["-o", "{tmp}/missing/x.png"], 1, "does not exist"),
+        (["-o", "{tmp}/afile.txt/x.png"], 1, "is not a folder"),
+        (["--heads", "2", "--head", "2", "-o", "{tmp}/x.png"], 2, "--head 2 is out of range"),
+        (["--cmap", "nope", "-o", "{tmp}/x.png"], 2, "unknown colour map"),
+        (["--size", "8by6", "-o", "{tmp}/x.png"], 2, "WIDTHxHEIGHT"),
+        (["--what", "scores", "--log", "-o", "{tmp}/x.png"], 2, "drop --log"),
+        (["--size", "100x100", "--dpi", "600", "-o", "{tmp}/x.png"], 2, "lower --dpi"),
+    ],
+)
+def test_errors_are_one_line_and_leave_no_file(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    (tmp_path / "afile.txt").write_text("not a folder")
+    result = invoke(FOX, "--tokenizer", "words", *[a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == code
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("attn-cli: error: ")
+    assert result.stdout == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["afile.txt"]
+
+
+def test_a_size_too_small_for_the_labels_is_a_note_not_a_failure(tmp_path: Path) -> None:
+    out = tmp_path / "tiny.png"
+    result = invoke(FOX, "--tokenizer", "words", "--size", "1x1", "--dpi", "100", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert png_size(out.read_bytes()) == (100, 100)
+    assert result.stderr == "note: the picture is too small for its labels, so they may overlap; give a larger --size\n"
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import attn_cli.render.heatmap as render
+
+    def half_then_fail(fig, file, fmt):
+        file.write(b"\x89PNG half a picture")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render, "write_figure", half_then_fail)
+    out = tmp_path / "x.png"
+    result = invoke(FOX, "--tokenizer", "words", "-o", str(out))
+    assert result.exit_code == 1
+    assert "No space left on device" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_file_survives_a_failed_run(tmp_path: Path) -> None:
+    out = tmp_path / "x.png"
+    out.write_bytes(b"old")
+    result = invoke("", "--tokenizer", "words", "-o", str(out))
+    assert result.exit_code == 2
+    assert out.read_bytes() == b"old"
+
+
+def test_show_without_a_display_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    result = invoke(FOX, "--tokenizer", "words", "--show", "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert "--show needs a display" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_real_process_prints_only_the_path_and_never_touches_pyplot(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from attn_cli.cli import app\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+        "sys.exit(code)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "heatmap", "-", "--tokenizer", "words", "--heads", "2", "--causal"],
+        input=FOX, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "the-quick-brown-fox-jumps-over-the-lazy.png\n"
+    assert proc.stderr == ""
+    assert png_size((tmp_path / proc.stdout.strip()).read_bytes())[0] > 500
+
+
+@pytest.mark.integration
+def test_gpt2_labels_show_the_leading_spaces(rank_dir: Path) -> None:
+    run = Pipeline(Config(tokenizer="gpt2")).run(LIFE)
+    (ax,) = image_axes(heatmap_figure(run))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Life", "␣is", "␣short", ",", "␣eat", "␣dessert", "␣first"]
