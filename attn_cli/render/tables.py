@@ -561,8 +561,9 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     if "embeddings" in show:
         parts.append(embeddings_table(run, p))
     multi = run.result.n_heads > 1
+    per_head = {"qkv", "scores", "scaled", "weights", "stats", "context"} & show or view.query is not None or view.key is not None
     for h in heads:
-        if multi and len(heads) > 1:
+        if multi and len(heads) > 1 and per_head:
             parts.append(Rule(Text(f"head {h} of {run.result.n_heads}", style="bold"), align="left"))
         if "qkv" in show:
             parts.extend(qkv_tables(run, h, p))
