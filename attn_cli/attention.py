@@ -18,6 +18,7 @@ rows ``h*Dk .. (h+1)*Dk - 1`` of W_q and W_k and rows ``h*Dv ..`` of W_v.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -65,7 +66,6 @@ class AttentionResult:
     queries: torch.Tensor  # (H, T, Dk)
     keys: torch.Tensor  # (H, T, Dk)
     values: torch.Tensor  # (H, T, Dv)
-    scores: torch.Tensor  # (H, T, T) raw Q K^T
     weights: torch.Tensor  # (H, T, T) softmax of the scaled, masked scores
     dropped_weights: torch.Tensor | None  # (H, T, T) weights after dropout, when dropout > 0
     context: torch.Tensor  # (H, T, Dv)
@@ -77,22 +77,30 @@ class AttentionResult:
 
     @property
     def n_heads(self) -> int:
-        return self.scores.shape[0]
+        return self.weights.shape[0]
+
+    # The raw and scaled scores are derived, not stored: a run keeps one T x T
+    # tensor per head (the weights), like torch's own attention, and recomputing
+    # them repeats the very operations that made the weights, so the numbers agree.
+    @functools.cached_property
+    def scores(self) -> torch.Tensor:
+        """(H, T, T) raw Q K^T (computed on first use)."""
+        return self.queries @ self.keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
 
     @property
     def scaled_scores(self) -> torch.Tensor:
-        """(H, T, T) the softmax input, masked cells -inf. Derived, not stored:
-        long texts keep one T x T tensor fewer per head."""
+        """(H, T, T) the softmax input, masked cells -inf."""
         return _softmax_input(self.scores, self.divisor, self.causal)
 
     def head(self, h: int) -> HeadResult:
+        scores = self.scores[h]  # (T, T)
         return HeadResult(
             head=h,
             queries=self.queries[h],
             keys=self.keys[h],
             values=self.values[h],
-            scores=self.scores[h],
-            scaled_scores=_softmax_input(self.scores[h], self.divisor, self.causal),
+            scores=scores,
+            scaled_scores=_softmax_input(scores, self.divisor, self.causal),
             weights=self.weights[h],
             context=self.context[h],
         )
@@ -112,11 +120,17 @@ def make_projections(config: Config, d_in: int) -> Projections:
     return Projections(query, key, value, out)
 
 
-def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
-    """Run attention over X (T, D) as ``config`` (resolved) says."""
+def self_attention(x: torch.Tensor, config: Config, projections: Projections | None = None) -> AttentionResult:
+    """Run attention over X (T, D) as ``config`` (resolved) says.
+
+    ``projections`` lets a caller reuse the ones ``make_projections`` drew for the
+    same config; it must then leave the generator as that draw did (dropout
+    carries on from it).
+    """
     n_tokens, d_in = x.shape
     heads = config.heads
-    projections = make_projections(config, d_in)
+    if projections is None:
+        projections = make_projections(config, d_in)
     if projections.query and projections.key and projections.value:
         q, k, v = projections.query(x), projections.key(x), projections.value(x)  # (T, H*Dk), (T, H*Dk), (T, H*Dv)
     else:
@@ -128,7 +142,7 @@ def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
 
     d_k = queries.shape[-1]
     divisor = (math.sqrt(d_k) if config.scale else 1.0) * config.temperature
-    scores, weights = attention_weights(queries, keys, divisor=divisor, causal=config.causal)
+    weights = attention_weights(queries, keys, divisor=divisor, causal=config.causal)
     dropped = None
     if config.dropout > 0:
         # Seeded: the generator carries on from the projection draws.
@@ -141,7 +155,6 @@ def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
         queries=queries,
         keys=keys,
         values=values,
-        scores=scores,
         weights=weights,
         dropped_weights=dropped,
         context=context,
@@ -153,22 +166,41 @@ def self_attention(x: torch.Tensor, config: Config) -> AttentionResult:
     )
 
 
-def attention_weights(
-    queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, causal: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw scores Q K^T and softmax(scores / divisor, masked). Shapes (..., T, Dk) -> (..., T, T)."""
-    scores = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
-    _check_finite((scores,), "the attention scores Q K^T", "use smaller embeddings")
-    scaled = _softmax_input(scores, divisor, causal)  # (H, T, T)
-    if divisor < 1.0:
-        # A tiny temperature can push finite scores past float32's range, and an
-        # infinite softmax input gives NaN weights: refuse it rather than show NaN.
-        unmasked = scaled.masked_fill(causal_mask(scores.shape[-1]), 0.0) if causal else scaled  # (H, T, T)
-        _check_finite((unmasked,), f"the softmax input (scores divided by {divisor:.3g})", "raise --temperature")
+def attention_weights(queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, causal: bool) -> torch.Tensor:
+    """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T).
+
+    Every step works in place in one (..., T, T) buffer, so the peak memory is one
+    T x T tensor per head, as in torch's own attention.
+    """
+    weights = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T) raw scores
+    weights.div_(divisor)  # the same operation as _softmax_input, so scaled_scores agree
+    if causal:
+        weights.masked_fill_(causal_mask(weights.shape[-1]), float("-inf"))
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
     # masked cell is exp(-inf) = exactly 0, and the diagonal keeps every row non-empty.
-    weights = torch.softmax(scaled, dim=-1)  # (H, T, T)
-    return scores, weights
+    _softmax_(weights)
+    if not math.isfinite(float(weights.sum())):
+        _explain_overflow(queries, keys, divisor)
+    return weights
+
+
+def _softmax_(x: torch.Tensor) -> None:
+    """In-place softmax over the last dimension."""
+    if hasattr(torch, "_softmax"):  # the fused kernel torch.softmax itself calls, writing into x
+        torch._softmax(x, -1, False, out=x)
+    else:  # pragma: no cover
+        x.sub_(x.amax(-1, keepdim=True)).exp_()
+        x.div_(x.sum(-1, keepdim=True))
+
+
+def _explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:
+    """Raise the error that says which step overflowed float32 (weights came out NaN or inf)."""
+    scores = queries @ keys.transpose(-2, -1)  # (H, T, T)
+    _check_finite((scores,), "the attention scores Q K^T", "use smaller embeddings")
+    raise ConfigError(
+        f"the softmax input (scores divided by {divisor:.3g}): a value overflows float32 "
+        f"(beyond +-3.4e38); raise --temperature"
+    )
 
 
 def causal_mask(n_tokens: int) -> torch.Tensor:

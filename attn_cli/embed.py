@@ -25,19 +25,24 @@ from attn_cli.tokens import Tokens
 MAX_TABLE_BYTES = 8 * 2**30
 
 
-def seeded_embeddings(tokens: Tokens, d_model: int, seed: int) -> torch.Tensor:
-    """Rows ``tokens.ids`` of ``nn.Embedding(vocab_size, d_model)`` made right after
+def embedding_table(vocab_size: int, d_model: int, seed: int) -> torch.Tensor:
+    """The (V, D) weight of ``nn.Embedding(vocab_size, d_model)`` made right after
     ``torch.manual_seed(seed)``."""
-    table_bytes = tokens.vocab_size * d_model * 4
+    table_bytes = vocab_size * d_model * 4
     if table_bytes > MAX_TABLE_BYTES:
         raise TooLargeError(
-            f"an embedding table of {tokens.vocab_size} x {d_model} floats needs "
+            f"an embedding table of {vocab_size} x {d_model} floats needs "
             f"{table_bytes / 2**30:.1f} GiB; lower --d-model or use a smaller tokenizer"
         )
     torch.manual_seed(seed)
-    table = torch.nn.Embedding(tokens.vocab_size, d_model)  # (V, D)
-    with torch.no_grad():
-        return table(torch.tensor(tokens.ids, dtype=torch.long)).detach()  # (T, D)
+    return torch.nn.Embedding(vocab_size, d_model).weight.detach()  # (V, D)
+
+
+def seeded_embeddings(tokens: Tokens, d_model: int, seed: int, table: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``tokens.ids`` of the seeded table (made here unless ``table`` is given)."""
+    if table is None:
+        table = embedding_table(tokens.vocab_size, d_model, seed)  # (V, D)
+    return table[torch.tensor(tokens.ids, dtype=torch.long)]  # (V, D) -> (T, D)
 
 
 def load_embeddings(path: Path, n_tokens: int) -> torch.Tensor:

@@ -19,8 +19,18 @@ from attn_cli.errors import OutputError
 
 @contextlib.contextmanager
 def atomic_writer(path: Path) -> Iterator[BinaryIO]:
-    """Yield a binary file; on a clean exit it replaces ``path`` in one step."""
-    folder = path.parent if str(path.parent) else Path(".")
+    """Yield a binary file; on a clean exit it replaces ``path`` in one step.
+
+    A path that is not a regular file (a named pipe, /dev/stdout, a terminal) is
+    written straight through: renaming over it would replace the pipe, not feed
+    it. A symbolic link is followed, so the link stays and its target is replaced.
+    """
+    if _is_stream(path):
+        with _direct_writer(path) as f:
+            yield f
+        return
+    path = Path(os.path.realpath(path))
+    folder = path.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
     except OSError as err:
@@ -38,6 +48,26 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         if isinstance(err, OSError):
             raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
         raise
+
+
+def _is_stream(path: Path) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _direct_writer(path: Path) -> Iterator[BinaryIO]:
+    try:
+        f = open(path, "wb")  # noqa: SIM115 (closed below, errors mapped)
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
+    try:
+        with f:
+            yield f
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def _mode_for(path: Path) -> int:

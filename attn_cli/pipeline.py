@@ -13,9 +13,9 @@ import os
 
 import torch
 
-from attn_cli.attention import AttentionResult, self_attention
+from attn_cli.attention import AttentionResult, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_TOKENIZER, Config, Positional
-from attn_cli.embed import load_embeddings, seeded_embeddings, sinusoidal
+from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.errors import InputError, TokenizerUnavailable, TooLargeError
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, Tokenizer, Tokens, get_tokenizer
@@ -35,6 +35,8 @@ class Pipeline:
         self.config = config
         self.notes: list[str] = []
         self.tokenizer = self._load_tokenizer()
+        self._tables: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._drawn: dict[tuple[Config, int], tuple[Projections, torch.Tensor]] = {}
 
     def _load_tokenizer(self) -> Tokenizer:
         try:
@@ -67,10 +69,30 @@ class Pipeline:
         config = config.resolved(x.shape[1] if x is not None else config.d_model or DEFAULT_D_MODEL)
         check_memory(config, len(tokens), tokens.vocab_size if x is None else 0)
         if x is None:
-            x = seeded_embeddings(tokens, config.d_model, config.seed)  # (T, D)
+            x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
-        return Run(text, tokens, config, x, self_attention(x, config))
+        return Run(text, tokens, config, x, self_attention(x, config, self._projections(config, x.shape[1])))
+
+    # A batch runs one configuration over many texts: the seeded embedding table
+    # and projections are the same every time, so they are drawn once. Both are
+    # exactly what the seed contract draws; only the redrawing is skipped.
+    def _table(self, vocab_size: int, config: Config) -> torch.Tensor:
+        key = (vocab_size, config.d_model, config.seed)
+        if key not in self._tables:
+            if len(self._tables) >= 8:  # the words tokenizer's vocabulary changes with each text
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[key] = embedding_table(vocab_size, config.d_model, config.seed)  # (V, D)
+        return self._tables[key]
+
+    def _projections(self, config: Config, d_in: int) -> Projections:
+        key = (config, d_in)
+        if key not in self._drawn:
+            projections = make_projections(config, d_in)
+            self._drawn = {key: (projections, torch.get_rng_state())}
+        projections, rng_after = self._drawn[key]
+        torch.set_rng_state(rng_after)  # dropout carries on from the draw, as if it had just happened
+        return projections
 
 
 def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:

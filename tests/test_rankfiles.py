@@ -293,3 +293,26 @@ def test_add_with_a_data_folder_that_cannot_be_made(rank_dir: Path, tmp_path: Pa
     with pytest.raises(OutputError, match="ATTN_CLI_DATA_DIR") as info:
         add_rank_file(rank_dir / "r50k_base.tiktoken")
     assert info.value.exit_status == ExitStatus.ERROR
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("keep", [("r50k_base.tiktoken",), ("vocab.bpe", "encoder.json")], ids=["from-r50k", "from-vocab-bpe"])
+def test_gpt2_loads_from_either_set_of_files(rank_dir: Path, keep: tuple[str, ...]) -> None:
+    for path in rank_dir.iterdir():
+        if path.name not in keep:
+            path.unlink()
+    gpt2 = rankfiles.load_encoding("gpt2")
+    assert gpt2.name == "gpt2" and gpt2.n_vocab == 50257
+    assert gpt2.encode("Life is short, eat dessert first") == [14662, 318, 1790, 11, 4483, 23084, 717]
+    assert gpt2.encode("<|endoftext|>", allowed_special="all") == [50256]
+
+
+@pytest.mark.integration
+def test_gpt2_from_r50k_is_the_same_encoding_as_from_vocab_bpe(rank_dir: Path) -> None:
+    fast = rankfiles.load_encoding("gpt2")  # r50k_base.tiktoken is there, so it is used
+    tiktoken.registry.ENCODINGS.clear()
+    (rank_dir / "r50k_base.tiktoken").unlink()
+    slow = rankfiles.load_encoding("gpt2")
+    assert fast is not slow
+    assert fast._mergeable_ranks == slow._mergeable_ranks
+    assert fast._special_tokens == slow._special_tokens and fast._pat_str == slow._pat_str
