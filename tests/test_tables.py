@@ -379,3 +379,190 @@ def test_the_text_in_the_rule_cannot_drive_the_terminal() -> None:
     out = render(tables.text_rule(run), width=200)
     assert "\\x1b[31mred\\x1b[0m [b]bold[/b]\\x00 \\u202eevil↵next⇥col  two" in out
     assert not any(ord(c) < 32 and c != "\n" for c in out)
+
+
+# -- long texts: only what is shown is made -------------------------------------------------
+
+
+def reference_columns(widths: list[int], label: int, width: int) -> list[int | None]:
+    """The fitting rule written out over every column's width (the table measures lazily)."""
+    n = len(widths)
+
+    def total(chosen: list[int | None]) -> int:
+        return (label + 2) + sum((widths[j] if j is not None else 1) + 2 for j in chosen) + len(chosen) + 2
+
+    if total(list(range(n))) <= width:
+        return list(range(n))
+    for keep in range(n - 2, -1, -1):
+        if total([*range(keep), None, n - 1]) <= width:
+            return [*range(keep), None, n - 1]
+    return [None]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lazy_column_fitting_matches_the_rule_over_every_column(seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 30, (1,), generator=generator))
+    widths = torch.randint(1, 12, (n,), generator=generator).tolist()
+    width = int(torch.randint(10, 160, (1,), generator=generator))
+    table = FittedTable(Text("T"), "q", ["r"], ["k"] * n, lambda i, j: Text("x" * widths[j]), what="keys")
+    assert table.columns_that_fit(width) == reference_columns(widths, 1, width)
+
+
+def counting_table(n_rows: int, n_cols: int) -> tuple[FittedTable, list[tuple[int, int]]]:
+    made: list[tuple[int, int]] = []
+
+    def cell(i: int, j: int) -> Text:
+        made.append((i, j))
+        return Text(f"{i}.{j:04d}")
+
+    labels = [f"t{i}" for i in range(max(n_rows, n_cols))]
+    return FittedTable(Text("T"), "q \\ k", labels[:n_rows], labels[:n_cols], cell, what="keys"), made
+
+
+def test_a_big_table_makes_only_the_cells_it_shows_once_each() -> None:
+    table, made = counting_table(3000, 3000)
+    out = render(table, width=80)
+    chosen = table.columns_that_fit(80)
+    shown_rows = [*range(tables.ROW_LIMIT), 2999]
+    assert table.rows == [*range(tables.ROW_LIMIT), None, 2999]
+    assert len(made) == len(set(made)), "a cell was made twice"
+    assert {i for i, _ in made} == set(shown_rows)
+    # measured: a run of first columns, up to one that does not fit (each takes >= 4 characters), and the last
+    drawn = {j for j in chosen if j is not None}
+    measured = {j for _, j in made}
+    first = sorted(measured - {2999})
+    assert drawn <= measured and 2999 in measured
+    assert first == list(range(len(first))) and len(first) <= 80 // 4 + 1
+    assert len(made) == len(shown_rows) * len(measured)
+    assert f"{len(drawn)} of 3000 keys shown" in " ".join(out.split())
+
+
+def test_long_tables_show_the_first_rows_a_marker_and_the_last() -> None:
+    n = tables.ROW_LIMIT + 5
+    run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
+    out = render(human_view(run, View(show=frozenset({"weights"}))))
+    rows = section(out, "Attention weights")
+    weights = run.result.weights[0]
+    assert [r[0] for r in rows] == [*(f"w{i}" for i in range(tables.ROW_LIMIT)), "⋮", f"w{n - 1}"]
+    assert set(rows[tables.ROW_LIMIT]) == {"⋮"}
+    assert rows[-1][1:3] == [fmt(weights[n - 1, 0].item(), 4), fmt(weights[n - 1, 1].item(), 4)]
+    assert rows[1][1:4] == [fmt(weights[1, 0].item(), 4), fmt(weights[1, 1].item(), 4), "·"]
+    note = " ".join(out.split())
+    assert (
+        f"⋮ {tables.ROW_LIMIT + 1} of {n} queries shown (0-{tables.ROW_LIMIT - 1}, {n - 1}): "
+        f"long tables show their first {tables.ROW_LIMIT} rows and the last" in note
+    )
+    assert max(len(line) for line in out.splitlines()) <= WIDTH
+
+
+def test_rows_and_columns_cut_together_say_how_to_see_all_once() -> None:
+    n = tables.ROW_LIMIT + 20
+    out = render(human_view(make_run(tuple(f"w{i}" for i in range(n)), d_model=4), View(show=frozenset({"weights"}))))
+    note = " ".join(out.split())
+    assert f"of {n} keys shown" in note and f"of {n} queries shown" in note
+    assert note.count("--format csv") == 1 and note.count("--query N shows one row in full") == 1
+
+
+def test_a_table_of_one_more_row_than_the_limit_is_whole() -> None:
+    n = tables.ROW_LIMIT + 1
+    run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4)
+    out = render(human_view(run, View(show=frozenset({"tokens", "weights", "stats", "embeddings"}))))
+    assert "⋮" not in out and "queries shown" not in out and "tokens shown" not in out
+    assert [r[0] for r in section(out, "Attention weights")] == [f"w{i}" for i in range(n)]
+    assert len(section(out, "Tokens")) == n and len(section(out, "Statistics")) == n
+
+
+def test_tokens_stats_and_vector_tables_cut_their_rows_too() -> None:
+    n = tables.ROW_LIMIT + 3
+    run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
+    out = render(human_view(run, View(show=frozenset({"tokens", "stats", "context"}))))
+    note = " ".join(out.split())
+    stats = attention_stats(run.result.weights, causal=True)[0]
+    tokens = section(out, "Tokens")
+    assert [r[0] for r in tokens] == [*(str(i) for i in range(tables.ROW_LIMIT)), "⋮", str(n - 1)]
+    assert f"{tables.ROW_LIMIT + 1} of {n} tokens shown" in note and "--format json lists every token" in note
+    rows = section(out, "Statistics")
+    assert rows[-1] == [f"w{n - 1}", f"w{stats.most_attended[-1]}", fmt(stats.top_weight[-1], 4),
+                        fmt(stats.entropy_bits[-1], 4), fmt(stats.effective_tokens[-1], 4), str(n)]
+    assert f"of {n} queries shown" in note and "--query N shows one query's entropy" in note
+    context = section(out, "Context vectors")
+    assert context[-1][1:] == [fmt(v, 4) for v in run.result.context[0][n - 1].tolist()]
+    assert context[tables.ROW_LIMIT][0] == "⋮"
+
+
+def test_key_view_cuts_its_queries_and_names_a_hidden_largest() -> None:
+    n = tables.ROW_LIMIT + 10
+    column = [0.01] * n
+    column[tables.ROW_LIMIT + 5] = 0.9  # a query in the hidden rows (5 + 40 = row 45)
+    weights = [[1.0 if j == 0 else 0.0 for j in range(n)] for _ in range(n)]
+    for i in range(2, n):
+        weights[i] = [(1 - column[i]) if j == 0 else (column[i] if j == 2 else 0.0) for j in range(n)]
+    run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True, weights=weights)
+    out = render(human_view(run, View(show=frozenset(), key=2)))
+    rows = section(out, "Key w2 (position 2)")
+    assert [r[0] for r in rows] == [*(str(i) for i in range(2, 2 + tables.ROW_LIMIT)), "⋮", str(n - 1)]
+    note = " ".join(out.split())
+    assert f"⋮ {tables.ROW_LIMIT + 1} of {n - 2} queries shown (2-{tables.ROW_LIMIT + 1}, {n - 1})" in note
+    assert f"the largest, 0.9000, is from query {tables.ROW_LIMIT + 5} (w{tables.ROW_LIMIT + 5}), not shown" in note
+
+
+def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
+    run = make_run(SAW, heads=2, causal=True, temperature=0.7, d_model=8)
+    scaled = run.result.scaled_scores  # (H, T, T) the reference
+    for h in range(2):
+        for i in range(4):
+            for j in range(4):
+                assert tables.scaled_score(run, h, i, j) == scaled[h, i, j].item()
+
+
+def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render import stats as stats_module
+
+    generator = torch.Generator().manual_seed(5)
+    scores = torch.randn(2, 11, 11, generator=generator).masked_fill(torch.ones(11, 11, dtype=torch.bool).triu(1), -math.inf)
+    weights = torch.softmax(scores, dim=-1)  # (H, T, T)
+    monkeypatch.setattr(stats_module, "CHUNK_ROWS", 3)
+    blocked = attention_stats(weights, causal=True)
+    whole = entropy_bits(weights)  # (H, T)
+    for h in range(2):
+        torch.testing.assert_close(torch.tensor(blocked[h].entropy_bits, dtype=torch.float64), whole[h], rtol=1e-12, atol=1e-12)
+        w = weights[h].double()
+        assert blocked[h].self_mass == pytest.approx(w.diagonal().mean().item(), abs=1e-15)
+        assert blocked[h].previous_mass == pytest.approx(w.diagonal(-1).mean().item(), abs=1e-15)
+        assert blocked[h].first_mass == pytest.approx(w[1:, 0].mean().item(), abs=1e-15)
+
+
+def test_one_heads_stats_are_that_heads() -> None:
+    run = make_run(SAW, heads=2)
+    out = render(human_view(run, View(show=frozenset({"stats"}), heads=(1,))))
+    expected = attention_stats(run.result.weights, causal=False)[1]
+    rows = section(out, "Statistics  of the attention weights, head 1")
+    assert [r[3] for r in rows] == [fmt(v, 4) for v in expected.entropy_bits]
+
+
+def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    styled = 0
+    original = tables.weight_style
+
+    def counting(weight: float):
+        nonlocal styled
+        styled += 1
+        return original(weight)
+
+    monkeypatch.setattr(tables, "weight_style", counting)
+    n = 2000
+    text = " ".join(f"w{i}" for i in range(n))
+    result = CliRunner().invoke(app, ["run", "-t", "words", "--format", "table", "--", text], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    rows = tables.ROW_LIMIT + 1
+    assert styled <= rows * 12, f"{styled} weight cells styled for {rows} rows shown"
+    assert out.count(f"{rows} of {n} queries shown") == 2  # the weights and the statistics
+    assert f"{rows} of {n} tokens shown" in out
+    assert len(out.splitlines()) < 4 * rows + 60
+    assert f"w{n - 1}" in out  # the last row is shown

@@ -18,7 +18,10 @@ Per head, each the mean over query rows of one weight:
 ``previous_mass`` and ``first_mass`` are ``None`` for a one-token text.
 
 Everything is computed in float64 from the float32 weights, so the JSON, the
-CSV and the tables (which all call this) show the same numbers.
+CSV and the tables (which all call this) show the same numbers. The float64
+copies are made a block of rows at a time (``CHUNK_ROWS``), never of the whole
+(H, T, T): at 10,000 tokens one head's copy alone would be 800 MB. Each row's
+sum is the same whichever block it is in.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import dataclasses
 import math
 
 import torch
+
+CHUNK_ROWS = 256  # query rows converted to float64 at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,14 +82,23 @@ def effective_tokens(bits: torch.Tensor) -> torch.Tensor:
 
 def head_masses(weights: torch.Tensor) -> tuple[float, float | None, float | None]:
     """(T, T) -> (self, previous-token, first-token) mean weights, as defined above."""
-    w = weights.double()  # (T, T)
-    n_tokens = w.shape[-1]
-    self_mass = w.diagonal().mean().item()
+    n_tokens = weights.shape[-1]
+    self_mass = weights.diagonal().double().mean().item()  # (T,)
     if n_tokens < 2:
         return self_mass, None, None
-    previous = w.diagonal(offset=-1).mean().item()  # w[i, i-1] for i = 1 .. T-1
-    first = w[1:, 0].mean().item()  # (T-1,) -> ()
+    previous = weights.diagonal(offset=-1).double().mean().item()  # (T-1,) w[i, i-1] for i = 1 .. T-1
+    first = weights[1:, 0].double().mean().item()  # (T-1,) -> ()
     return self_mass, previous, first
+
+
+def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
+    """(H, T, T) -> (H, T) entropy in bits, CHUNK_ROWS query rows at a time."""
+    return torch.stack(
+        [
+            torch.cat([entropy_bits(head[i : i + CHUNK_ROWS]) for i in range(0, head.shape[0], CHUNK_ROWS)])  # (T,)
+            for head in weights
+        ]
+    )  # (H, T)
 
 
 def attention_stats(weights: torch.Tensor, *, causal: bool) -> list[HeadStats]:
@@ -92,7 +106,7 @@ def attention_stats(weights: torch.Tensor, *, causal: bool) -> list[HeadStats]:
     n_tokens = weights.shape[-1]
     top_key = weights.argmax(dim=-1)  # (H, T) argmax picks the first of equal maxima
     top_weight = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, T, 1) -> (H, T)
-    bits = entropy_bits(weights)  # (H, T)
+    bits = _row_entropy_bits(weights)  # (H, T)
     effective = effective_tokens(bits)  # (H, T)
     visible = [i + 1 if causal else n_tokens for i in range(n_tokens)]
     stats = []

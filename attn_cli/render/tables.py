@@ -4,7 +4,10 @@ Token text always goes through ``Text`` (never markup): a token like ``[b]`` is
 text, not a style. Tables decide how many columns to draw when they are
 rendered, from the width they are given: a table that does not fit shows its
 first columns, a ``…`` column and its last column, and says how to see the rest,
-instead of wrapping.
+instead of wrapping. A table of more than ``ROW_LIMIT + 1`` rows (a long text)
+shows its first ``ROW_LIMIT`` rows, a ``⋮`` row and its last row, and says so.
+Only the cells drawn are ever made: a 10,000-token text's weights are 10^8
+numbers, of which a terminal shows a few hundred.
 
 Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -26,6 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
+    import torch
+
     from attn_cli.pipeline import Run
     from attn_cli.render.stats import HeadStats
 
@@ -37,7 +42,10 @@ LABEL_WIDTH = 20  # widest token label drawn in a row or column header
 BAR_WIDTH = 24  # characters of a full (weight 1) bar
 TOP_KEYS = 50  # --query lists at most this many keys
 ELLIPSIS = "…"
+VDOTS = "⋮"
+ROW_LIMIT = 40  # a longer table shows its first ROW_LIMIT rows, a ⋮ row and its last row
 SEE_ALL = "--format csv (or -o FILE.csv) has every number"
+ROW_HINT = "--query N shows one row in full"
 
 # viridis, from low to high: readable on dark and light terminals alike
 _RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
@@ -105,9 +113,40 @@ def _note(message: str) -> Text:
 # -- a table that fits its width ---------------------------------------------
 
 
+def rows_to_show(n_rows: int) -> list[int | None]:
+    """Row indexes to draw, ``None`` standing for the ``⋮`` row: every row of a
+    table of up to ``ROW_LIMIT + 1``, else the first ``ROW_LIMIT`` and the last."""
+    if n_rows <= ROW_LIMIT + 1:
+        return list(range(n_rows))
+    return [*range(ROW_LIMIT), None, n_rows - 1]
+
+
+def rows_note(
+    chosen: Sequence[int | None], n_rows: int, what: str, hint: str = "", *, see_all: str = SEE_ALL, start: int = 0
+) -> Text | None:
+    """The line under a table whose rows were cut (None when none were); its
+    rows are positions ``start`` .. ``start + n_rows - 1``."""
+    if None not in chosen:
+        return None
+    tail = "".join(f"; {part}" for part in (hint, see_all) if part)
+    return Text(
+        f"{VDOTS} {len(chosen) - 1} of {n_rows} {what} shown ({start}-{start + ROW_LIMIT - 1}, {start + n_rows - 1}): "
+        f"long tables show their first {ROW_LIMIT} rows and the last{tail}",
+        style="yellow",
+    )
+
+
+Cell = Callable[[int, int], Text]
+
+
 class FittedTable:
     """A labelled matrix (rows x columns of cells) that drops middle columns
-    rather than wrap. ``what`` names the columns in the note ("keys", "dims")."""
+    rather than wrap, and middle rows past ``ROW_LIMIT``. ``what`` names the
+    columns in the note ("keys", "dims"), ``rows_what`` the rows.
+
+    ``cells`` is either the cells themselves or a ``cell(i, j)`` callback: a
+    table of T x T cells on a terminal of 80 columns shows a few of them, and
+    only those are ever made (once each)."""
 
     def __init__(
         self,
@@ -115,66 +154,92 @@ class FittedTable:
         corner: str,
         row_labels: Sequence[str],
         col_labels: Sequence[str],
-        cells: Sequence[Sequence[Text]],
+        cells: Sequence[Sequence[Text]] | Cell,
         *,
         what: str,
+        rows_what: str = "rows",
         captions: Sequence[Text] = (),
         hint: str = "",
+        row_hint: str = "",
     ) -> None:
         self.title = title
         self.corner = corner
         self.row_labels = row_labels
         self.col_labels = col_labels
-        self.cells = cells
+        self._cell = cells if callable(cells) else (lambda i, j: cells[i][j])
         self.what = what
+        self.rows_what = rows_what
         self.captions = captions
         self.hint = hint
+        self.row_hint = row_hint
+        self.rows = rows_to_show(len(row_labels))
+        self._cells: dict[tuple[int, int], Text] = {}
+        self._widths: dict[int, int] = {}
 
-    def widths(self) -> tuple[int, list[int]]:
-        label = min(LABEL_WIDTH, max([cell_len(self.corner), *(cell_len(s) for s in self.row_labels)]))
-        cols = [min(LABEL_WIDTH, cell_len(c)) for c in self.col_labels]
-        for row in self.cells:
-            for j, cell in enumerate(row):
-                cols[j] = max(cols[j], cell.cell_len)
-        return label, cols
+    def cell(self, i: int, j: int) -> Text:
+        made = self._cells.get((i, j))
+        if made is None:
+            made = self._cells[(i, j)] = self._cell(i, j)
+        return made
+
+    def label_width(self) -> int:
+        shown = (cell_len(self.row_labels[i]) for i in self.rows if i is not None)
+        return min(LABEL_WIDTH, max(cell_len(self.corner), *shown))
+
+    def column_width(self, j: int) -> int:
+        """The widest of column ``j``'s header (cut to LABEL_WIDTH) and its shown cells."""
+        width = self._widths.get(j)
+        if width is None:
+            shown = (self.cell(i, j).cell_len for i in self.rows if i is not None)
+            width = self._widths[j] = max(min(LABEL_WIDTH, cell_len(self.col_labels[j])), *shown)
+        return width
 
     def columns_that_fit(self, width: int) -> list[int | None]:
-        """Column indexes to draw, ``None`` standing for the ``…`` column."""
-        label, cols = self.widths()
-        n = len(cols)
-
-        def total(chosen: list[int | None]) -> int:
-            # each column: content + 1 space padding either side; 1 divider between; 1 edge either side
-            inner = sum((cols[j] if j is not None else cell_len(ELLIPSIS)) + 2 for j in chosen)
-            return (label + 2) + inner + len(chosen) + 2
-
-        everything: list[int | None] = list(range(n))
-        if total(everything) <= width:
-            return everything
-        for keep in range(n - 2, -1, -1):
-            chosen: list[int | None] = [*range(keep), None, n - 1]
-            if total(chosen) <= width:
-                return chosen
-        return [None]
+        """Column indexes to draw, ``None`` standing for the ``…`` column: every
+        column if they fit, else the most first columns that fit with ``…`` and
+        the last. Only the columns looked at are measured (so made), a few more
+        than fit."""
+        n = len(self.col_labels)
+        # each column: content + 1 space padding either side + 1 divider; the label column, 2 edges
+        room = width - (self.label_width() + 4)
+        used = 0
+        for j in range(n):
+            used += self.column_width(j) + 3
+            if used > room:
+                break
+        else:
+            return list(range(n))
+        if n < 2:
+            return [None]
+        used = cell_len(ELLIPSIS) + 3 + self.column_width(n - 1) + 3
+        keep = 0
+        while keep < n - 2 and used + self.column_width(keep) + 3 <= room:
+            used += self.column_width(keep) + 3
+            keep += 1
+        return [*range(keep), None, n - 1] if used <= room else [None]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         chosen = self.columns_that_fit(options.max_width)
         table = Table(box=box.SIMPLE_HEAD, show_edge=True, pad_edge=True, expand=False)
-        label, widths = self.widths()
+        label = self.label_width()
         table.add_column(label_text(self.corner), no_wrap=True, overflow="ellipsis", max_width=label)
         for j in chosen:
             header = Text(ELLIPSIS) if j is None else label_text(self.col_labels[j])
-            width = cell_len(ELLIPSIS) if j is None else widths[j]
+            width = cell_len(ELLIPSIS) if j is None else self.column_width(j)
             table.add_column(header, justify="right", no_wrap=True, overflow="ellipsis", max_width=width)
-        for i, row in enumerate(self.cells):
-            drawn = [Text(ELLIPSIS, style="dim") if j is None else row[j] for j in chosen]
+        for i in self.rows:
+            if i is None:
+                table.add_row(*(Text(VDOTS, style="dim") for _ in range(len(chosen) + 1)))
+                continue
+            drawn = [Text(ELLIPSIS, style="dim") if j is None else self.cell(i, j) for j in chosen]
             table.add_row(label_text(self.row_labels[i]), *drawn)
         yield self.title
         yield table
         for caption in self.captions:
             yield caption
         shown = [j for j in chosen if j is not None]
-        if len(shown) < len(self.col_labels):
+        cut_columns = len(shown) < len(self.col_labels)
+        if cut_columns:
             n = len(self.col_labels)
             first = f"0-{len(shown) - 2}, " if len(shown) > 1 else ""
             hint = f"; {self.hint}" if self.hint else ""
@@ -183,6 +248,11 @@ class FittedTable:
                 f"{options.max_width} columns{hint}; {SEE_ALL}",
                 style="yellow",
             )
+        # said once: the column note already named the hint and where every number is
+        row_hint = "" if cut_columns and self.row_hint == self.hint else self.row_hint
+        note = rows_note(self.rows, len(self.row_labels), self.rows_what, row_hint, see_all="" if cut_columns else SEE_ALL)
+        if note is not None:
+            yield note
         yield Text("")
 
 
@@ -268,25 +338,31 @@ def tokens_table(run: Run) -> RenderableType:
     from attn_cli.tokens import visible
 
     tokens = run.tokens
-    shown = [visible(t) for t in tokens.texts]
-    with_labels = any(s != label for s, label in zip(shown, tokens.labels))
+    labels = tokens.labels  # (T,) made on each access: once here
+    rows = rows_to_show(len(tokens))
+    shown = {i: visible(tokens.texts[i]) for i in rows if i is not None}
+    with_labels = any(text != labels[i] for i, text in shown.items())
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
     table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=40)
     if with_labels:
         table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=40)
-    for i, tid in enumerate(tokens.ids):
-        row = [str(i), str(tid), Text(shown[i])]
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(4 if with_labels else 3)))
+            continue
+        row = [str(i), str(tokens.ids[i]), Text(shown[i])]
         if with_labels:
-            row.append(Text(tokens.labels[i]))
+            row.append(Text(labels[i]))
         table.add_row(*row)
     notes = []
-    if any(mark in s for s in shown for mark in "␣↵⇥␍"):
+    if any(mark in text for text in shown.values() for mark in "␣↵⇥␍"):
         notes.append("␣ is a space, ↵ a line break, ⇥ a tab, ␍ a carriage return")
     if with_labels:
         notes.append("a repeated token is labelled with its position: use the label with --query/--key")
-    return Group(_title("Tokens"), table, *(_note(n) for n in notes), Text(""))
+    cut = rows_note(rows, len(tokens), "tokens", see_all="--format json lists every token")
+    return Group(_title("Tokens"), table, *(_note(n) for n in notes), *([cut] if cut else []), Text(""))
 
 
 # -- matrices and vectors ------------------------------------------------------
@@ -296,41 +372,56 @@ def _head_suffix(run: Run, head: int) -> str:
     return f", head {head}" if run.result.n_heads > 1 else ""
 
 
-def vector_table(run: Run, title: Text, matrix: Sequence[Sequence[float]], precision: int, captions: Sequence[Text] = ()) -> FittedTable:
-    labels = run.tokens.labels
-    dims = [str(d) for d in range(len(matrix[0]))] if matrix else []
-    cells = [[Text(fmt(v, precision)) for v in row] for row in matrix]
-    return FittedTable(title, "token \\ dim", labels, dims, cells, what="dims", captions=captions)
+def vector_table(run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = ()) -> FittedTable:
+    """A (T, d) table: a row per token, a column per dimension."""
+    n_dims = matrix.shape[-1]  # matrix: (T, d)
+    return FittedTable(
+        title, "token \\ dim", run.tokens.labels, [str(d) for d in range(n_dims)],
+        lambda i, j: Text(fmt(matrix[i, j].item(), precision)),
+        what="dims", rows_what="tokens", captions=captions,
+    )
+
+
+def scaled_score(run: Run, head: int, query: int, key: int) -> float:
+    """One cell of ``result.scaled_scores`` without making the (H, T, T) tensor
+    it derives on each access: the same float32 division, the same mask."""
+    result = run.result
+    if result.causal and key > query:
+        return -math.inf
+    return (result.scores[head, query, key] / result.divisor).item()  # () float32, as scores / divisor
 
 
 def square_table(
-    run: Run, title: Text, matrix: Sequence[Sequence[float]], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
+    run: Run, title: Text, value: Callable[[int, int], float], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
 ) -> FittedTable:
-    """A T x T table of scores; ``masked`` is what a causally masked cell shows (None: its value)."""
+    """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
+    causally masked cell shows (None: its value)."""
     labels = run.tokens.labels
     causal = run.result.causal and masked is not None
-    cells = []
-    for i, row in enumerate(matrix):
-        cells.append([Text(masked, style="dim") if causal and j > i else Text(fmt(v, precision)) for j, v in enumerate(row)])
+
+    def cell(i: int, j: int) -> Text:
+        if causal and j > i:
+            return Text(masked, style="dim")
+        return Text(fmt(value(i, j), precision))
+
     return FittedTable(
-        title, "query \\ key", labels, labels, cells, what="keys", captions=captions, hint="--query N shows one row in full"
+        title, "query \\ key", labels, labels, cell,
+        what="keys", rows_what="queries", captions=captions, hint=ROW_HINT, row_hint=ROW_HINT,
     )
 
 
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
-    weights = run.result.weights[head].tolist()  # (T, T)
+    weights = run.result.weights[head]  # (T, T)
+    labels = run.tokens.labels
+    best = weights.argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
     causal = run.result.causal
-    cells = []
-    for i, row in enumerate(weights):
-        best = max(range(len(row)), key=row.__getitem__)  # the first of equal maxima, as argmax
-        line = []
-        for j, w in enumerate(row):
-            if causal and j > i:
-                line.append(Text("·", style="dim"))
-            else:
-                style = weight_style(w) + Style(bold=j == best, underline=j == best)
-                line.append(Text(fmt(w, precision), style=style))
-        cells.append(line)
+
+    def cell(i: int, j: int) -> Text:
+        if causal and j > i:
+            return Text("·", style="dim")
+        w = weights[i, j].item()
+        return Text(fmt(w, precision), style=weight_style(w) + Style(bold=j == best[i], underline=j == best[i]))
+
     formula, _ = scaling(run)
     title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
     caption = "rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
@@ -339,15 +430,16 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     if run.result.dropped_weights is not None:
         caption += "; before dropout (the JSON has dropped_weights)"
     return FittedTable(
-        title, "query \\ key", run.tokens.labels, run.tokens.labels, cells,
-        what="keys", captions=[_note(caption)], hint="--query N shows one row in full",
+        title, "query \\ key", labels, labels, cell,
+        what="keys", rows_what="queries", captions=[_note(caption)], hint=ROW_HINT, row_hint=ROW_HINT,
     )
 
 
 def scores_table(run: Run, head: int, precision: int) -> FittedTable:
     title = _title("Raw scores", f"  Q K^T, before scaling and masking{_head_suffix(run, head)}")
     captions = [_note("computed for every pair; the causal mask applies to the scaled scores")] if run.result.causal else []
-    return square_table(run, title, run.result.scores[head].tolist(), precision, masked=None, captions=captions)
+    scores = run.result.scores[head]  # (T, T)
+    return square_table(run, title, lambda i, j: scores[i, j].item(), precision, masked=None, captions=captions)
 
 
 def scaled_table(run: Run, head: int, precision: int) -> FittedTable:
@@ -356,8 +448,9 @@ def scaled_table(run: Run, head: int, precision: int) -> FittedTable:
     caption = f"raw scores x {factor}"
     if run.result.causal:
         caption += "; -inf: masked by the causal mask (a key after the query)"
-    scaled = run.result.scaled_scores[head].tolist()  # (T, T)
-    return square_table(run, title, scaled, precision, masked="-inf", captions=[_note(caption)])
+    return square_table(
+        run, title, lambda i, j: scaled_score(run, head, i, j), precision, masked="-inf", captions=[_note(caption)]
+    )
 
 
 def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
@@ -374,14 +467,14 @@ def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
         formula = f"{letter.upper()} = X W_{letter}^T{bias}" if c.projections else f"{letter.upper()} = X (no projections)"
         width = getattr(c, size)
         title = _title(name, f"  {formula}{suffix} ({len(run.tokens)} x {size} {width})")
-        tables.append(vector_table(run, title, tensor[head].tolist(), precision))
+        tables.append(vector_table(run, title, tensor[head], precision))
     return tables
 
 
 def context_table(run: Run, head: int, precision: int) -> FittedTable:
     weights = "dropped weights" if run.result.dropped_weights is not None else "weights"
     title = _title("Context vectors", f"  {weights} @ V{_head_suffix(run, head)} ({len(run.tokens)} x d_v {run.config.d_v})")
-    return vector_table(run, title, run.result.context[head].tolist(), precision)
+    return vector_table(run, title, run.result.context[head], precision)
 
 
 def embeddings_table(run: Run, precision: int) -> FittedTable:
@@ -390,7 +483,7 @@ def embeddings_table(run: Run, precision: int) -> FittedTable:
     if c.positional.value != "none":
         source += f", plus {c.positional.value} positional encodings"
     title = _title("Embeddings X", f"  ({len(run.tokens)} x d_model {c.d_model}) {source}")
-    return vector_table(run, title, run.x.tolist(), precision)
+    return vector_table(run, title, run.x, precision)
 
 
 def output_table(run: Run, precision: int) -> FittedTable:
@@ -400,7 +493,7 @@ def output_table(run: Run, precision: int) -> FittedTable:
         how += ", through W_o"
     title = _title("Output", f"  {how} ({len(run.tokens)} x heads*d_v {c.heads * (c.d_v or 0)})")
     captions = [_note(f"dims h*{c.d_v} .. h*{c.d_v}+{(c.d_v or 1) - 1} come from head h")] if c.heads > 1 and not c.out_proj else []
-    return vector_table(run, title, run.result.output.tolist(), precision, captions)
+    return vector_table(run, title, run.result.output, precision, captions)
 
 
 # -- statistics --------------------------------------------------------------
@@ -419,9 +512,13 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
     table.add_column("entropy (bits)", justify="right")
     table.add_column("effective tokens", justify="right")
     table.add_column("of keys", justify="right")
-    for i, label in enumerate(labels):
+    rows = rows_to_show(len(labels))
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(6)))
+            continue
         table.add_row(
-            Text(label),
+            Text(labels[i]),
             Text(labels[stats.most_attended[i]]),
             fmt(stats.top_weight[i], precision),
             fmt(stats.entropy_bits[i], precision),
@@ -442,7 +539,8 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
         "Masses: the mean weight a query puts on itself, on the token before it, on the first token "
         "(the last two over queries 1..T-1)."
     )
-    return Group(title, table, masses, *([meaning] if explain else []), Text(""))
+    cut = rows_note(rows, len(labels), "queries", "--query N shows one query's entropy")
+    return Group(title, table, *([cut] if cut else []), masses, *([meaning] if explain else []), Text(""))
 
 
 def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> RenderableType:
@@ -513,7 +611,12 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
     table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
-    for i in queries:
+    chosen = rows_to_show(len(queries))
+    rows = [None if r is None else queries[r] for r in chosen]
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(4)))
+            continue
         style = "bold" if i == best else ""
         table.add_row(str(i), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
     title = Text.assemble(
@@ -525,8 +628,14 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
     if run.result.causal and key > 0:
         before = "query 0 comes" if key == 1 else f"queries 0..{key - 1} come"
         parts.append(_note(f"{before} before the key: masked, weight 0"))
+    cut = rows_note(chosen, len(queries), "queries", start=queries[0])
+    if cut is not None:
+        parts.append(cut)
     mean = math.fsum(column[i] for i in queries) / len(queries)
-    parts.append(_note(f"mean weight from the queries that can see it: {fmt(mean, precision)}; largest in bold"))
+    largest = "largest in bold"
+    if best not in rows:
+        largest = f"the largest, {fmt(column[best], precision)}, is from query {best} ({labels[best]}), not shown"
+    parts.append(_note(f"mean weight from the queries that can see it: {fmt(mean, precision)}; {largest}"))
     parts.append(Text(""))
     return Group(*parts)
 
@@ -536,7 +645,7 @@ def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text
     result = run.result
     weight = result.weights[head][query][key].item()
     raw = result.scores[head][query][key].item()
-    scaled = result.scaled_scores[head][query][key].item()
+    scaled = scaled_score(run, head, query, key)
     return Text.assemble(
         (labels[query], "bold"), " -> ", (labels[key], "bold"), f"{_head_suffix(run, head)}: weight ",
         (fmt(weight, precision), "bold"),
@@ -554,7 +663,11 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     p = view.precision
     show = view.show
     heads = view.heads if view.heads is not None else tuple(range(run.result.n_heads))
-    stats = attention_stats(run.result.weights, causal=run.result.causal)
+    stats: dict[int, HeadStats] = {}
+    if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
+        for h in heads:
+            (one,) = attention_stats(run.result.weights[h : h + 1], causal=run.result.causal)  # (1, T, T)
+            stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
     if "tokens" in show:
         parts.append(tokens_table(run))
