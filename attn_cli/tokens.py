@@ -9,6 +9,7 @@ sorted vocabulary of the text itself (the "Life is short" walk-through).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import unicodedata
 from collections import Counter
 from typing import Protocol
@@ -31,9 +32,9 @@ class Tokens:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
+    @functools.cached_property
     def labels(self) -> tuple[str, ...]:
-        """Display labels: whitespace made visible, and ``#position`` on repeats."""
+        """Display labels: whitespace made visible, and ``#position`` on repeats (computed once)."""
         shown = [visible(t) for t in self.texts]
         counts = Counter(shown)
         return tuple(f"{s}#{i}" if counts[s] > 1 else s for i, s in enumerate(shown))

@@ -204,3 +204,16 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
     assert {r["text_index"] for r in rows} == {"3"}
     assert [r["col_token"] for r in rows if r["table"] == "weights"][:3] == ["a,b", '␣"q"', "x↵"]
     assert to_csv(run, header=False, index=3).splitlines()[0] == '3,embeddings,,0,0,"a,b",,0.0'
+
+
+def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
+    from attn_cli import pipeline
+    from attn_cli.config import Config
+    from attn_cli.errors import TooLargeError
+    from attn_cli.render import export
+
+    run = pipeline.Pipeline(Config(tokenizer="words", heads=2)).run("I saw a saw")
+    assert export.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
+    monkeypatch.setattr(pipeline, "available_memory", lambda: 1000)  # bytes
+    with pytest.raises(TooLargeError, match="--format table"):
+        export.to_json(run)

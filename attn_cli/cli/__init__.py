@@ -15,10 +15,7 @@ from typer.core import TyperGroup
 from attn_cli import __version__
 from attn_cli.errors import AttnCliError, ExitStatus
 
-try:  # typer >= 0.22 carries its own copy of click
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover
-    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+from click import exceptions as click_exceptions
 
 
 class AttnGroup(TyperGroup):

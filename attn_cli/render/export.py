@@ -26,8 +26,38 @@ HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one numbe
 CSV_COLUMNS = ("text_index", "table", "head", "row", "col", "row_token", "col_token", "value")
 
 
+# Bytes of memory per number while a run is exported: a Python float in a nested
+# list (~32), its text (~20), and for CSV a row tuple around it (~100).
+EXPORT_BYTES_PER_NUMBER = 160
+
+
+def export_numbers(run: Run) -> int:
+    """How many numbers the JSON (or CSV) of ``run`` holds."""
+    c, n = run.config, len(run.tokens)
+    heads, d_k, d_v = c.heads, c.d_k or 0, c.d_v or 0
+    squares = (4 if c.dropout else 3) * heads * n * n  # scores, scaled_scores, weights (and dropped_weights)
+    vectors = n * ((c.d_model or 0) + heads * (2 * d_k + 2 * d_v) + 2 * heads * d_v)  # X, Q, K, V, context, concat, output
+    return squares + vectors
+
+
+def check_export_size(run: Run) -> None:
+    """Refuse an export that would not fit in memory, before building it."""
+    from attn_cli.errors import TooLargeError
+    from attn_cli.pipeline import available_memory
+
+    numbers = export_numbers(run)
+    need, have = numbers * EXPORT_BYTES_PER_NUMBER, available_memory()
+    if have is not None and need > have * 0.8:
+        raise TooLargeError(
+            f"the JSON/CSV of {len(run.tokens)} tokens x {run.config.heads} heads holds {numbers:,} numbers, "
+            f"about {need / 2**30:.1f} GiB to build with {have / 2**30:.1f} GiB free; use a shorter text, "
+            f"fewer heads, or --format table (which summarises)"
+        )
+
+
 def run_dict(run: Run) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema")."""
+    check_export_size(run)
     result = run.result
     scaled = result.scaled_scores
     stats = attention_stats(result.weights, causal=result.causal)
