@@ -192,7 +192,7 @@ import tiktoken
 t.append(time.perf_counter())
 from attn_cli.cli import app  # typer, rich's command-line pieces, every command module
 t.append(time.perf_counter())
-# Parse every option of `run` (typer coerces each through a pydantic TypeAdapter),
+# Parse every option of `run` (its --show check imports rich's table modules),
 # then stop at the Config check (--heads 0) before anything runs.
 stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
 app(["run", sys.argv[1], "--heads", "0"], standalone_mode=False)
@@ -216,7 +216,7 @@ PHASE_NAMES = (
     "import torch",
     "import tiktoken",
     "import attn_cli.cli (typer, commands)",
-    "parse run's options (typer: pydantic adapters)",
+    "parse run's options (and import rich for --show)",
     "Pipeline(): load gpt2 rank files",
     "pipeline.run(): tokens, embedding, attention",
     "render the tables (rich)",
@@ -503,118 +503,8 @@ def section_embedding(env: dict[str, str]) -> None:
                    ratio=None, target="(report)", met=None)
 
 
-WHATIF_ENGINE = """
-import json, math, re, sys, time
-import torch
-from attn_cli.attention import make_projections, self_attention, _split_heads
-from attn_cli.config import Config
-
-def status(key):
-    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-
-def proposed(x, config):
-    # The engine as proposed for attention.py: the softmax computed in the buffer of the
-    # scaled scores (torch's own kernel, bit-identical), raw scores not kept (derived on demand).
-    p = make_projections(config, x.shape[1])
-    q, k, v = (_split_heads(m(x), config.heads) for m in (p.query, p.key, p.value))  # (H, T, d)
-    weights = q @ k.transpose(-2, -1)  # (H, T, T) raw scores, becoming the weights in place
-    weights.div_(math.sqrt(config.d_k) * config.temperature)
-    torch._softmax(weights, -1, False, out=weights)
-    if not math.isfinite(weights.sum().item()):  # one reduction; diagnose only on failure
-        raise ValueError("overflow")
-    return weights, weights @ v  # (H, T, T), (H, T, Dv)
-
-mode, impl, n_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
-config = Config(d_model=768, heads=12).resolved(768)
-torch.manual_seed(0)
-x = torch.randn(n_tokens, 768)
-mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).eval()
-fn = {"proposed": lambda x: proposed(x, config), "engine": lambda x: self_attention(x, config),
-      "mha": lambda x: mha(*[x[None]] * 3, need_weights=True, average_attn_weights=False)}[impl]  # one tensor: the fused path
-with torch.no_grad():
-    fn(torch.randn(4, 768))
-    if mode == "memory":
-        baseline = status("VmRSS")
-        open("/proc/self/clear_refs", "w").write("5")
-        kept = fn(x)
-        print(json.dumps({"value": status("VmHWM") - baseline}))
-    else:
-        times = []
-        for _ in range(5):
-            start = time.perf_counter(); fn(x); times.append(time.perf_counter() - start)
-        print(json.dumps({"value": sorted(times)[2]}))
-"""
-
-WHATIF_BATCH = """
-import json, sys, time
-from pathlib import Path
-import torch
-import attn_cli.pipeline as pipeline_module
-from attn_cli.config import Config
-from attn_cli.render.export import to_json
-
-variant = sys.argv[2]
-if "one-thread" in variant:
-    torch.set_num_threads(1)
-if "table-cache" in variant:
-    tables = {}
-    def seeded_embeddings(tokens, d_model, seed):  # the same rows: the table is drawn right after the seed
-        key = (tokens.vocab_size, d_model, seed)
-        if key not in tables:
-            torch.default_generator.manual_seed(seed)
-            tables[key] = torch.nn.Embedding(tokens.vocab_size, d_model).weight.detach()  # (V, D)
-        return tables[key][torch.tensor(tokens.ids)]  # (T, D)
-    pipeline_module.seeded_embeddings = seeded_embeddings
-lines = Path(sys.argv[1]).read_text().splitlines()
-pipeline = pipeline_module.Pipeline(Config())
-pipeline.run(lines[0])
-start = time.perf_counter()
-for line in lines:
-    to_json(pipeline.run(line))
-print(json.dumps({"rate": len(lines) / (time.perf_counter() - start)}))
-"""
-
-WHATIF_GPT2 = """
-import json, os, sys, time
-import tiktoken.load
-from attn_cli.rankfiles import load_encoding  # offline: the files from $ATTN_CLI_TIKTOKEN_DIR
-folder = os.environ["ATTN_CLI_TIKTOKEN_DIR"]
-start = time.perf_counter()
-data_gym = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
-    vocab_bpe_file=os.path.join(folder, "vocab.bpe"), encoder_json_file=os.path.join(folder, "encoder.json"))
-middle = time.perf_counter()
-ranks = tiktoken.load.load_tiktoken_bpe(os.path.join(folder, "r50k_base.tiktoken"))
-end = time.perf_counter()
-gpt2, r50k = load_encoding("gpt2"), load_encoding("r50k_base")
-same = data_gym == ranks and gpt2._pat_str == r50k._pat_str and gpt2._special_tokens == r50k._special_tokens
-print(json.dumps({"data_gym": middle - start, "tiktoken": end - middle, "same": same}))
-"""
-
-
-def section_whatif(env: dict[str, str], workdir: Path) -> None:
-    """Not the product: the fixes bench/README.md proposes, measured the same way."""
-    print("\nwhat-if: the proposed fixes, prototyped here (not attn-cli's code)")
-    for t in (1024, 2048):
-        got = {(mode, impl): child(WHATIF_ENGINE, env, mode, impl, str(t))["value"]
-               for mode in ("time", "memory") for impl in ("engine", "proposed", "mha")}
-        print(f"  T {t}: time engine {got['time', 'engine'] * 1000:.0f} ms, proposed {got['time', 'proposed'] * 1000:.0f} ms,"
-              f" torch {got['time', 'mha'] * 1000:.0f} ms (proposed/torch {got['time', 'proposed'] / got['time', 'mha']:.2f}x);"
-              f" memory engine {got['memory', 'engine'] / 2**20:.0f} MiB, proposed {got['memory', 'proposed'] / 2**20:.0f} MiB,"
-              f" torch {got['memory', 'mha'] / 2**20:.0f} MiB ({got['memory', 'proposed'] / got['memory', 'mha']:.2f}x)")
-    lines = workdir / "lines1000.txt"
-    lines.write_text(batch_lines(1000))
-    for variant in ("as-is", "one-thread", "table-cache", "one-thread+table-cache"):
-        print(f"  batch in one process, {variant:<24} {child(WHATIF_BATCH, env, str(lines), variant)['rate']:6.0f} lines/s")
-    if (Path(env["ATTN_CLI_TIKTOKEN_DIR"]) / "r50k_base.tiktoken").is_file():
-        got = child(WHATIF_GPT2, env)
-        print(f"  gpt2 ranks from vocab.bpe + encoder.json {got['data_gym'] * 1000:.0f} ms; the same ranks from"
-              f" r50k_base.tiktoken {got['tiktoken'] * 1000:.0f} ms; identical ranks, pattern and special tokens: {got['same']}")
-
-
-# --------------------------------------------------------------------------- main
-
-SECTIONS = ("startup", "run", "heatmap", "batch", "scale", "embedding", "whatif")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # whatif measures proposals, not attn-cli: ask for it by name
+SECTIONS = ("startup", "run", "heatmap", "batch", "scale", "embedding")
+DEFAULT_SECTIONS = SECTIONS
 
 
 def machine() -> str:
@@ -649,7 +539,7 @@ def summary() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
-                        help=f"comma-separated sections of {', '.join(SECTIONS)} (default: all but whatif)")
+                        help=f"comma-separated sections of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke check, not a result)")
     parser.add_argument("--json", type=Path, help="also write every result row here")
     args = parser.parse_args(argv)
@@ -678,7 +568,6 @@ def main(argv: list[str] | None = None) -> int:
             "batch": lambda: section_batch(env, reps["batch"], workdir),
             "scale": lambda: section_scale(env, reps["scale"]),
             "embedding": lambda: section_embedding(env),
-            "whatif": lambda: section_whatif(env, workdir),
         }
         for name in SECTIONS:
             if name in chosen:
