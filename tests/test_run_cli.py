@@ -202,7 +202,7 @@ def test_auto_follows_the_output_suffix(tmp_path: Path, name: str, kind: str) ->
     if kind == "json":
         assert json.loads(text)["text"] == "I saw a saw"
     elif kind == "csv":
-        assert text.startswith("text_index,table,head,row,col,row_token,col_token,value\n")
+        assert text.startswith("text_index,tokenizer,table,head,row,col,row_token,col_token,value\n")
     else:
         assert "Attention weights" in text and "\x1b" not in text
 
@@ -281,7 +281,7 @@ def test_lines_csv_has_one_header_and_a_text_index(tmp_path: Path) -> None:
     source = tmp_path / "texts.txt"
     source.write_text(BATCH, encoding="utf-8")
     out = invoke("run", "--file", str(source), "--lines", "-t", "words", "-F", "csv").stdout
-    assert out.count("text_index,table") == 1
+    assert out.count("text_index,tokenizer,table") == 1
     rows = list(csv.DictReader(io.StringIO(out)))
     assert sorted({r["text_index"] for r in rows}) == ["0", "1", "2"]
     assert {r["row_token"] for r in rows if r["text_index"] == "2"} >= {"saw#1", "saw#3"}

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
 MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights")  # per head, (T, T)
 HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
-CSV_COLUMNS = ("text_index", "table", "head", "row", "col", "row_token", "col_token", "value")
+CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "row", "col", "row_token", "col_token", "value")
 
 
 # Bytes of memory per number while a run is exported: a Python float in a nested
@@ -103,19 +103,23 @@ def to_json(run: Run, *, indent: int | None = None) -> str:
 def csv_rows(run: Run, index: int = 0) -> list[tuple[Any, ...]]:
     """Tidy rows (``CSV_COLUMNS``): one per head/query/key for matrices, per
     token/dimension for vectors, per query for the row statistics, one per head
-    for the head statistics. ``index`` is the text's place in a --lines batch."""
+    for the head statistics, and first one per token with its id. ``index`` is the
+    text's place in a --lines batch; every row names the tokenizer actually used."""
     data = run_dict(run)
     labels = [t["label"] for t in data["tokens"]]
-    rows: list[tuple[Any, ...]] = []
+    tokenizer = data["tokenizer"]
+    rows: list[tuple[Any, ...]] = [
+        (index, tokenizer, "token_id", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(data["tokens"])
+    ]
 
     def vectors(table: str, head: Any, matrix: list[list[float]]) -> None:
         for i, vec in enumerate(matrix):
-            rows.extend((index, table, head, i, d, labels[i], "", v) for d, v in enumerate(vec))
+            rows.extend((index, tokenizer, table, head, i, d, labels[i], "", v) for d, v in enumerate(vec))
 
     def squares(table: str, head: Any, matrix: list[list[float | None]]) -> None:
         for i, vec in enumerate(matrix):
             rows.extend(
-                (index, table, head, i, j, labels[i], labels[j], "-inf" if v is None else v)
+                (index, tokenizer, table, head, i, j, labels[i], labels[j], "-inf" if v is None else v)
                 for j, v in enumerate(vec)
             )
 
@@ -129,12 +133,12 @@ def csv_rows(run: Run, index: int = 0) -> list[tuple[Any, ...]]:
                 squares(table, h, head[table])
         stats = head["stats"]
         for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"])):
-            rows.append((index, "most_attended", h, i, j, labels[i], labels[j], w))
+            rows.append((index, tokenizer, "most_attended", h, i, j, labels[i], labels[j], w))
         for table in ("entropy_bits", "effective_tokens"):
-            rows.extend((index, table, h, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
+            rows.extend((index, tokenizer, table, h, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
         for table in HEAD_STATS:
             if stats[table] is not None:
-                rows.append((index, table, h, "", "", "", "", stats[table]))
+                rows.append((index, tokenizer, table, h, "", "", "", "", stats[table]))
     if run.config.out_proj:  # otherwise concat is the output itself
         vectors("concat", "", data["concat"])
     vectors("output", "", data["output"])
