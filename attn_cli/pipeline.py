@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from attn_cli.attention import AttentionResult, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
-from attn_cli.errors import InputError, TokenizerUnavailable, TooLargeError
+from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, Tokenizer, Tokens, get_tokenizer
 
@@ -61,6 +62,16 @@ class Pipeline:
                 f"shorten it or raise --max-tokens"
             )
         return tokens
+
+    def run_each(self, texts: Sequence[str]) -> Iterator[Run]:
+        """Each text's run, in order; in a batch, an error names the text it came from."""
+        for i, text in enumerate(texts):
+            try:
+                yield self.run(text)
+            except AttnCliError as err:
+                if len(texts) > 1:
+                    err.args = (f"text {i + 1} of {len(texts)}: {err}",)
+                raise
 
     def run(self, text: str) -> Run:
         tokens = self.tokenize(text)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import http.client
 import os
 import tempfile
 import threading
@@ -185,11 +186,9 @@ def _offline(encoding: str, load: Callable[[], T]) -> T:
             f"or run `attn-cli tokenizers add PATH/{missing.name}`",
             reason=f"{missing.name} is missing",
         ) from None
-    except ValueError as err:  # tiktoken's hash mismatch
-        if "Hash mismatch" not in str(err):
-            raise
+    except ValueError as err:  # tiktoken's hash mismatch, or a file it cannot parse
         raise TokenizerUnavailable(
-            f"a rank file for {encoding!r} does not have the SHA-256 tiktoken expects; "
+            f"a rank file for {encoding!r} is not what tiktoken expects; "
             f"replace it with an intact copy ({_first_line(err)})"
         ) from None
 
@@ -269,7 +268,7 @@ def _download(url: str, name: str) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (tiktoken's https URL)
             return response.read()
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", None) or err
         raise _Missing(name, f"the download failed: {_first_line(reason)}") from None
 

@@ -346,7 +346,7 @@ def test_existing_folder_gets_the_default_name(tmp_path: Path) -> None:
 
 
 def test_terminal_gets_a_friendlier_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heatmap_cli, "_stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(heatmap_cli, "stdout_is_terminal", lambda: True)
     out = tmp_path / "x.png"
     result = invoke(FOX, "--tokenizer", "words", "-o", str(out), "--size", "5x4", "--dpi", "80")
     assert result.exit_code == 0, result.output

@@ -6,6 +6,7 @@ commands that need them, so ``attn-cli --help`` and ``--version`` stay fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any, Optional
 
@@ -26,6 +27,11 @@ class AttnGroup(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             raise typer.Abort() from None  # typer would turn it into a silent Exit(130)
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop quietly with success, as other
+            # filters do; stdout goes to /dev/null so the exit-time flush cannot fail.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return ExitStatus.OK
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
         debug = "--debug" in (sys.argv[1:] if args is None else list(args))
@@ -44,10 +50,6 @@ class AttnGroup(TyperGroup):
         except (KeyboardInterrupt, typer.Abort):
             _fail("interrupted", debug)
             code = ExitStatus.INTERRUPTED
-        except BrokenPipeError:
-            # The reader went away (`| head`): stop quietly, as other filters do.
-            sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
-            code = ExitStatus.OK
         if standalone_mode:
             sys.exit(int(code))
         return int(code)

@@ -11,7 +11,6 @@ from attn_cli.cli import app
 from attn_cli.cli.options import OUTPUT, HeadOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.config import Config
-from attn_cli.errors import AttnCliError, UsageError
 
 
 class Style(str, enum.Enum):
@@ -59,24 +58,13 @@ def explain(
     from attn_cli.pipeline import Pipeline
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
-    if head is not None and head >= config.heads:
-        raise UsageError(
-            f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
-            f"numbered 0 to {config.heads - 1}"
-        )
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
     pipeline = Pipeline(config)
     for note in pipeline.notes:
         typer.echo(note, err=True)
     parts = []
-    for i, text in enumerate(progress(texts, len(texts))):
-        try:
-            run = pipeline.run(text)
-            position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
-        except AttnCliError as err:
-            if len(texts) > 1:
-                err.args = (f"text {i + 1} of {len(texts)}: {err}",)
-            raise
+    for run in progress(pipeline.run_each(texts), len(texts)):
+        position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
         explanation = build(run, head=head, query=position, precision=precision)
         parts.append(to_rich(explanation) if rich else to_text(explanation))
     if rich:

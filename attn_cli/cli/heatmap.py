@@ -20,7 +20,7 @@ import typer
 
 from attn_cli.cli import app
 from attn_cli.cli.options import OUTPUT, HeadOption, shared_options
-from attn_cli.cli.output import progress
+from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
 from attn_cli.config import Config
 from attn_cli.errors import OutputError, UsageError
 
@@ -137,8 +137,6 @@ def heatmap(
     picture_size = parse_size(size)
     folder, fixed_name, suffix = _output_target(output)
     fmt = suffix.lower()
-    if head is not None and head >= config.heads:
-        raise UsageError(f"--head {head} is out of range: --heads {config.heads} gives heads 0 to {config.heads - 1}")
     if show:
         _check_display()
 
@@ -173,9 +171,9 @@ def heatmap(
         typer.echo(note, err=True)
     numbered = len(texts) > 1 or lines
     width = max(3, len(str(len(texts))))
-    runs = (pipeline.run(text) for text in texts)
+    runs = pipeline.run_each(texts)
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
-    for index, run in enumerate(progress(runs, len(texts), stdout_is_live=_stdout_is_terminal()), start=1):
+    for index, run in enumerate(progress(runs, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
         stem = fixed_name or slug(run.text)
         if numbered:
             stem = f"{stem}-{index:0{width}d}"
@@ -240,22 +238,17 @@ def _save(fig: Figure, path: Path, fmt: str) -> None:
 
 
 def _report(path: Path, fig: Figure, fmt: str) -> None:
-    if not _stdout_is_terminal():
-        typer.echo(str(path))
-        return
-    width, height = fig.get_size_inches()
-    if fmt == "png":
-        detail = f"{round(width * fig.dpi)}×{round(height * fig.dpi)} px"
-    else:
-        detail = f"{width:.1f}×{height:.1f} in"
-    typer.echo(f"wrote {path}  ({detail})")
-
-
-def _stdout_is_terminal() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
+    """The written path on stdout: alone when piped (for scripts), with its size on a terminal."""
+    line = str(path)
+    if stdout_is_terminal():
+        width, height = fig.get_size_inches()
+        if fmt == "png":
+            detail = f"{round(width * fig.dpi)}×{round(height * fig.dpi)} px"
+        else:
+            detail = f"{width:.1f}×{height:.1f} in"
+        line = f"wrote {path}  ({detail})"
+    with stdout_errors():
+        typer.echo(line)
 
 
 def _check_display() -> None:

@@ -183,6 +183,12 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
             return _print_script(config, texts, kwargs.get("output"))
+        head = kwargs.get("head")
+        if head is not None and head >= config.heads:
+            raise UsageError(
+                f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
+                f"numbered 0 to {config.heads - 1}"
+            )
         if wants_lines:
             kwargs["lines"] = shared["lines"]
         return command(config=config, texts=texts, **kwargs)
@@ -202,10 +208,13 @@ def _print_script(config: Config, texts: list[str], output: Any) -> None:
         raise UsageError("--emit-python prints the script on stdout: drop -o and redirect it, e.g. > attention.py")
     from attn_cli.emit import script_for_texts
 
+    from attn_cli.cli.output import stdout_errors
+
     script, notes = script_for_texts(config, texts)
     for note in notes:
         typer.echo(note, err=True)
-    typer.echo(script, nl=False)
+    with stdout_errors():
+        typer.echo(script, nl=False)
 
 
 # Options several commands take; each defined here once and used as

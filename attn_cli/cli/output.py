@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from attn_cli.errors import OutputError
 from attn_cli.files import atomic_writer
 
 T = TypeVar("T")
@@ -29,19 +30,33 @@ def color_allowed(no_color: bool, stream: Any = None) -> bool:
 
 
 @contextlib.contextmanager
+def stdout_errors() -> Iterator[None]:
+    """A standard output that cannot be written (a full disk, a vanished terminal)
+    becomes one line and exit 1; a reader that went away (``| head``) passes on,
+    to end the command quietly (``AttnGroup.invoke``)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise OutputError(f"cannot write standard output: {err.strerror or err}") from None
+
+
+@contextlib.contextmanager
 def binary_output(path: Path | None) -> Iterator[IO[bytes]]:
     """A binary stream to ``path`` (replaced atomically when the block ends cleanly) or stdout."""
     if path is not None:
         with atomic_writer(path) as f:
             yield f
         return
-    sys.stdout.flush()
-    stream = getattr(sys.stdout, "buffer", None)
-    if stream is None:  # a text-only stdout (some test harnesses): encode ourselves
-        yield _Utf8Writer(sys.stdout)
-    else:
-        yield stream
-        stream.flush()
+    with stdout_errors():
+        sys.stdout.flush()
+        stream = getattr(sys.stdout, "buffer", None)
+        if stream is None:  # a text-only stdout (some test harnesses): encode ourselves
+            yield _Utf8Writer(sys.stdout)
+        else:
+            yield stream
+            stream.flush()
 
 
 class _Utf8Writer:
@@ -60,8 +75,10 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
     common = {"highlight": False, "markup": False, "emoji": False, "soft_wrap": False}
     if path is None:
         console = Console(no_color=not color_allowed(no_color), **common)
-        for part in parts:
-            console.print(part)
+        with stdout_errors():
+            for part in parts:
+                console.print(part)
+            sys.stdout.flush()
         return
     buffer = io.StringIO()
     console = Console(file=buffer, width=_file_width(), color_system=None, force_terminal=False, **common)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -23,10 +22,10 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.config import Config
-from attn_cli.errors import AttnCliError, UsageError
+from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Pipeline, Run
+    from attn_cli.pipeline import Pipeline
 
 
 class Format(str, enum.Enum):
@@ -101,11 +100,6 @@ def run(
 
     shaping = [flag for flag, value in (("--show", show), ("--head", head), ("--query", query), ("--key", key)) if value is not None]
     chosen = _choose_format(format, output, table_asked=bool(shaping))
-    if head is not None and head >= config.heads:
-        raise UsageError(
-            f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
-            f"numbered 0 to {config.heads - 1}"
-        )
     shown = parse_show(show)
     if chosen is not Format.table and shaping:
         typer.echo(
@@ -127,7 +121,7 @@ def run(
 
     live = output is None and stdout_is_terminal()
     with binary_output(output) as out:
-        for i, result in enumerate(progress(_runs(pipeline, texts), len(texts), stdout_is_live=live)):
+        for i, result in enumerate(progress(pipeline.run_each(texts), len(texts), stdout_is_live=live)):
             if chosen is Format.json:
                 out.write(to_json(result).encode("utf-8") + b"\n")
             else:
@@ -142,17 +136,6 @@ def _choose_format(format: Format, output: Path | None, *, table_asked: bool) ->
     if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
         return SUFFIX_FORMATS[output.suffix.lower()]
     return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
-
-
-def _runs(pipeline: Pipeline, texts: list[str]) -> Iterator[Run]:
-    """Each text's run; in a batch, an error names the text it came from."""
-    for i, text in enumerate(texts):
-        try:
-            yield pipeline.run(text)
-        except AttnCliError as err:
-            if len(texts) > 1:
-                err.args = (f"text {i + 1} of {len(texts)}: {err}",)
-            raise
 
 
 def _tables(
@@ -177,7 +160,7 @@ def _tables(
         precision=precision,
     )
     # Runs are computed first (under the progress bar), then printed in one go.
-    runs = list(progress(_runs(pipeline, texts), len(texts)))
+    runs = list(progress(pipeline.run_each(texts), len(texts)))
     parts = []
     for i, result in enumerate(runs):
         view = base

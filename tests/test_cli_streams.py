@@ -1,0 +1,71 @@
+"""Standard output that fails: a full disk is one line and exit 1, a reader that
+went away (`| head`) ends the command quietly with success."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from attn_cli.cli import app
+
+FULL_DISK_COMMANDS = [
+    ["run", "I saw a saw", "-t", "words", "-F", "json"],
+    ["run", "I saw a saw", "-t", "words", "-F", "table"],
+    ["explain", "I saw a saw", "-t", "words"],
+    ["run", "I saw a saw", "-t", "words", "--emit-python"],
+]
+
+
+class FullDisk(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    @property
+    def buffer(self):  # noqa: D401  (binary writes fail the same way)
+        return self
+
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("args", FULL_DISK_COMMANDS, ids=lambda a: " ".join(a[:1] + a[-1:]))
+def test_a_full_disk_on_stdout_is_one_line_and_exit_1(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    monkeypatch.setattr(sys, "stderr", stderr)
+    code = app(args, standalone_mode=False)
+    assert code == 1
+    lines = stderr.getvalue().splitlines()
+    assert lines[-1] == "attn-cli: error: cannot write standard output: No space left on device"
+    assert "Traceback" not in stderr.getvalue()
+
+
+def test_heatmap_path_on_a_full_disk(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    monkeypatch.setattr(sys, "stderr", stderr)
+    code = app(["heatmap", "I saw a saw", "-t", "words", "-o", str(tmp_path / "x.png")], standalone_mode=False)
+    assert code == 1 and stderr.getvalue().endswith("cannot write standard output: No space left on device\n")
+
+
+def test_a_reader_that_goes_away_ends_the_batch_quietly(tmp_path) -> None:
+    lines = tmp_path / "many.txt"
+    lines.write_text("".join(f"line {i} of a batch about attention\n" for i in range(400)))
+    pipe = subprocess.run(
+        f"{sys.executable} -m attn_cli run --file {lines} --lines -t words -F json | head -c 100 > /dev/null; "
+        "echo ${PIPESTATUS[0]}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
+    )
+    assert pipe.stdout.strip() == "0", pipe.stderr
+    assert pipe.stderr == ""
+
+
+def test_cli_runner_still_sees_normal_output() -> None:
+    result = CliRunner().invoke(app, ["run", "I saw a saw", "-t", "words", "-F", "json"])
+    assert result.exit_code == 0 and result.stdout.startswith("{")
