@@ -201,8 +201,19 @@ class _Script:
         self.add("")
 
     def weights(self) -> None:
+        # attn-cli reseeds right before the weights even when there are none to
+        # draw, and dropout draws from the generator as that leaves it: so the
+        # script reseeds here always, or its dropout would differ (and, with
+        # --embeddings, not be seeded at all).
         c = self.c
+        seed = "torch.manual_seed(seed)" + ("  # dropout (after step 7) draws after these weights" if c.dropout else "")
         if not c.projections and not c.out_proj:
+            self.add(
+                "# Seed again where attn-cli draws its weights, though this run has none (no projections,",
+                "# no output projection): " + ("the dropout after step 7 draws from here." if c.dropout else "the generator is left as attn-cli leaves it."),
+                "torch.manual_seed(seed)",
+                "",
+            )
             return
         self.add(
             ("# 3. Weights" if c.projections else "# Weights") + ": seed again, then draw them in attn-cli's order"
@@ -211,7 +222,7 @@ class _Script:
             + ".",
         )
         self.add(f"#    {_init_comment(c.init)}")
-        self.add("torch.manual_seed(seed)")
+        self.add(seed)
         if c.projections:
             self._draw("query", "d_model", "heads * d_k", "(H*Dk, D)", "(H*Dk,)", c.qkv_bias)
             self._draw("key", "d_model", "heads * d_k", "(H*Dk, D)", "(H*Dk,)", c.qkv_bias)
@@ -304,7 +315,8 @@ class _Script:
         )
         if c.dropout:
             self.add(
-                "# Dropout on the weights (seeded: the generator carries on from the weight draws);",
+                "# Dropout on the weights (seeded: the generator carries on from the "
+                + ("weight draws);" if c.projections or c.out_proj else "reseed before step 3);"),
                 "# survivors are scaled by 1 / (1 - dropout).",
                 "dropped_weights = torch.nn.functional.dropout(attn_weights, p=dropout, training=True)  # (H, T, T)",
                 "",

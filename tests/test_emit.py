@@ -41,12 +41,22 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("noscale-temperature-seed", "The cat sat on the mat", {"scale": False, "temperature": 2.0, "seed": 7, "d_model": 12, "heads": 3}),
     ("dropout-bias-positional", ODD_TEXT, {"dropout": 0.25, "qkv_bias": True, "heads": 2, "positional": Positional.sinusoidal}),
     ("user-embeddings", "one two three", {"embeddings": "EMB", "out_proj": True, "causal": True}),
+    # No weights to draw, yet attn-cli reseeds before the (empty) draw and dropout carries on from there.
+    ("naive-dropout", LIFE, {"projections": False, "dropout": 0.3}),
+    ("naive-causal-multihead-dropout", "I saw a saw and a saw", {"projections": False, "causal": True, "heads": 2, "dropout": 0.5}),
+    ("user-embeddings-naive-dropout", "one two three", {"embeddings": "EMB", "projections": False, "dropout": 0.4}),
 ]
+DROPOUT_CASES = [name for name, _, options in CASES if options.get("dropout")]
 
 # Drives each script as `python script.py --json` would, in one interpreter.
+# Each starts from a differently seeded global generator, as a fresh process
+# would from its own: a script that forgets to seed cannot pass by inheriting
+# the state the previous one left.
 DRIVER = """
 import contextlib, io, runpy, sys
-for script, out in zip(sys.argv[1::2], sys.argv[2::2]):
+import torch
+for k, (script, out) in enumerate(zip(sys.argv[1::2], sys.argv[2::2])):
+    torch.manual_seed(7919 * (k + 1))
     sys.argv = [script, "--json"]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -112,7 +122,9 @@ def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
         got = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
         assert_close(got, want, name)
     # the cases really exercise what they claim
-    assert "dropped_weights" in wants["dropout-bias-positional"]["heads"][0]
+    for name in DROPOUT_CASES:  # dropout zeroed some weights that the softmax made positive
+        heads = wants[name]["heads"]
+        assert any(w > 0 and d == 0 for head in heads for wr, dr in zip(head["weights"], head["dropped_weights"]) for w, d in zip(wr, dr)), name
     assert any(v is None for row in wants["naive"]["heads"][0]["scaled_scores"] for v in row)
     assert len(wants["normal-outproj-temperature"]["heads"]) == 4
     assert len(wants["uniform-bias-book-sizes"]["heads"][0]["values"][0]) == 28
@@ -186,6 +198,22 @@ def test_script_text_reads_like_the_tutorials() -> None:
     for line in script.splitlines():
         if line.startswith(("Q = ", "K = ", "V = ", "queries", "keys =", "values =", "attn_", "context_vecs", "concat =", "X = ")):
             assert "# (" in line or line.endswith("("), line
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"projections": False}, {"projections": False, "dropout": 0.3}, {"projections": False, "out_proj": True},
+     {"embeddings": "EMB", "projections": False, "dropout": 0.3}],
+)
+def test_the_script_reseeds_before_the_weights_even_when_there_are_none(options: dict[str, Any], tmp_path: Path) -> None:
+    """attn-cli's make_projections always reseeds; dropout then draws from that state."""
+    run = Pipeline(_config(options, tmp_path)).run("one two three")
+    lines = script_for_run(run).splitlines()
+    seeds = [k for k, line in enumerate(lines) if line.startswith("torch.manual_seed(seed)")]
+    assert len(seeds) == (1 if "embeddings" in options else 2)  # the embedding table's, then the weights'
+    x_made = max(k for k, line in enumerate(lines) if line.startswith("X = "))
+    projected = next(k for k, line in enumerate(lines) if line.startswith(("Q = ", "Q = K = V = X")))
+    assert x_made < seeds[-1] < projected
 
 
 def test_no_torch_no_tiktoken_in_the_script_for_words() -> None:

@@ -301,15 +301,53 @@ def test_no_scale_ablation_shows_saturation() -> None:
     for column, divisor in ((1, 1.0), (3, 4.0)):
         wts = torch.softmax(s / divisor, dim=-1)
         mx = wts.max(dim=-1).values
-        bits = -(wts * torch.log2(wts)).sum(dim=-1)
+        bits = [-math.fsum(w * math.log2(w) for w in row if w > 0) for row in wts.tolist()]
         for i in range(6):
             assert abs(number(table.rows[i][column]) - mx[i].item()) <= TOL
-            assert abs(number(table.rows[i][column + 1]) - bits[i].item()) <= 0.005 + 1e-6
+            assert abs(number(table.rows[i][column + 1]) - bits[i]) <= TOL
         assert abs(number(table.rows[-1][column]) - mx.mean().item()) <= TOL
+        assert abs(number(table.rows[-1][column + 1]) - sum(bits) / len(bits)) <= TOL
     mean = table.rows[-1]
     assert mean[0] == "mean"
     assert number(mean[1]) > number(mean[3])  # unscaled: sharper rows
     assert number(mean[2]) < number(mean[4])  # and lower entropy
+
+
+@pytest.mark.parametrize("query", [None, 4])
+def test_entropy_is_the_one_run_prints(query: int | None) -> None:
+    """explain takes its entropy from attn_cli.render.stats, as `run` does: the same
+    float64 number (12 digits tell it from a float32 log2), printed the same way."""
+    from attn_cli.render.stats import attention_stats
+
+    run = run_of("I saw a saw and a saw", heads=2, causal=True)
+    summary = grids(explain(run, query=query, precision=12), 9, "head")[0]
+    for row, stats in zip(summary.rows, attention_stats(run.result.weights, causal=True), strict=True):
+        if query is None:
+            assert row[2] == f"{stats.mean_entropy_bits:.12f}"
+        else:
+            assert row[1] == run.tokens.labels[stats.most_attended[query]]
+            assert row[3] == f"{stats.entropy_bits[query]:.12f}"
+    if query is not None:  # and `attn-cli run --query` prints those very digits
+        argv = ["I saw a saw and a saw", "-t", "words", "--heads", "2", "--causal", "--query", str(query), "--precision", "12"]
+        result = CliRunner().invoke(app, ["run", *argv])
+        assert result.exit_code == 0, result.stderr
+        assert re.findall(r"entropy (\d+\.\d+) bits", result.stdout) == [row[3] for row in summary.rows]
+        explained = cli(*argv, "--format", "text")
+        assert explained.exit_code == 0, explained.stderr
+        assert all(f" {row[3]}" in explained.stdout for row in summary.rows)
+
+
+def test_ablation_row_for_this_run_matches_run_stats() -> None:
+    """The ablation's "this run" columns are the run's own weights' statistics."""
+    from attn_cli.render.stats import attention_stats
+
+    run = run_of(scale=False, causal=True)
+    table = _ablation(explain(run, precision=12))
+    assert table is not None
+    (stats,) = attention_stats(run.result.weights, causal=True)
+    for i in range(len(run.tokens)):
+        assert table.rows[i][1:3] == (f"{stats.top_weight[i]:.12f}", f"{stats.entropy_bits[i]:.12f}")  # A = this run
+    assert table.rows[-1][2] == f"{stats.mean_entropy_bits:.12f}"
 
 
 def test_temperature_ablation_has_three_variants() -> None:
@@ -318,7 +356,7 @@ def test_temperature_ablation_has_three_variants() -> None:
     assert table is not None and len(table.header) == 7
     assert "C: this run (1/(√16·0.5)), softmax(S / 2)" in text_of(expl, 7)
     assert "factor = 1/(√16 × 0.5) = 0.5" in text_of(expl, 5)
-    assert table.rows[0][1:] == ("1.0000", "0.00") * 3  # the first causal query sees only itself
+    assert table.rows[0][1:] == ("1.0000", "0.0000") * 3  # the first causal query sees only itself
 
 
 # -- long texts, multi-head, dropout, positions, embeddings -----------------------------------

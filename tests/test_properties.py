@@ -47,7 +47,7 @@ SENTENCES = st.lists(WORD, min_size=1, max_size=10).map(" ".join)
 
 @st.composite
 def configs(draw: st.DrawFn, *, temperature: st.SearchStrategy[float] | None = None) -> Config:
-    """Any valid configuration (dropout 0), with the words tokenizer."""
+    """Any valid configuration, with the words tokenizer."""
     heads = draw(st.integers(1, 4))
     projections = draw(st.booleans())
     d_k = d_v = None
@@ -67,7 +67,7 @@ def configs(draw: st.DrawFn, *, temperature: st.SearchStrategy[float] | None = N
         causal=draw(st.booleans()),
         scale=draw(st.booleans()),
         temperature=draw(temperature if temperature is not None else st.floats(0.05, 20.0)),
-        dropout=0.0,
+        dropout=draw(st.sampled_from([0.0, 0.3])),
         qkv_bias=projections and draw(st.booleans()),
         out_proj=draw(st.booleans()),
         init=draw(st.sampled_from(list(Init))),
@@ -86,12 +86,25 @@ def assert_attention_invariants(run: Run) -> None:
     assert torch.isfinite(weights).all()
     assert torch.isfinite(result.context).all() and torch.isfinite(result.output).all()
     assert (weights >= 0).all()
+    # The softmax rows sum to 1; the dropped weights' rows do not (that is dropout).
     assert (weights.sum(dim=-1) - 1).abs().max().item() <= 1e-5
+    above = torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1)  # (T, T)
     if run.config.causal:
-        above = torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1)  # (T, T)
         assert (weights[:, above] == 0).all(), "a masked cell is not exactly 0"
         assert weights[:, 0, 0].eq(1).all(), "the first query can only see itself"
-    assert result.dropped_weights is None
+    p = run.config.dropout
+    if p == 0:
+        assert result.dropped_weights is None
+        return
+    dropped = result.dropped_weights  # (H, T, T)
+    assert dropped is not None and dropped.shape == weights.shape
+    kept = dropped != 0  # (H, T, T)
+    # each cell is zeroed, or keeps its weight scaled by 1/(1 - p)
+    torch.testing.assert_close(dropped[kept], weights[kept] / (1 - p), rtol=1e-6, atol=0)
+    if run.config.causal:
+        assert (dropped[:, above] == 0).all(), "dropout brought back a masked cell"
+    # the dropped weights, not the softmax's, mix the values
+    torch.testing.assert_close(result.context, dropped @ result.values, rtol=1e-6, atol=1e-6)
 
 
 @ENGINE
@@ -100,12 +113,14 @@ def test_engine_invariants_and_torch_reference(config: Config, text: str) -> Non
     run = Pipeline(config).run(text)
     assert_attention_invariants(run)
     result = run.result
-    # Independent reference: torch's fused attention on the engine's own Q, K, V.
+    # Independent reference: torch's fused attention on the engine's own Q, K, V
+    # (without dropout: its random draws are not the engine's).
     expected = torch.nn.functional.scaled_dot_product_attention(
         result.queries, result.keys, result.values, is_causal=run.config.causal, scale=1.0 / result.divisor
     )  # (H, T, Dv)
+    undropped = result.context if result.dropped_weights is None else result.weights @ result.values  # (H, T, Dv)
     # Fused kernels round differently; near one-hot rows (large scores) amplify it.
-    torch.testing.assert_close(result.context, expected, rtol=1e-3, atol=1e-3 * max(1.0, result.values.abs().max().item()))
+    torch.testing.assert_close(undropped, expected, rtol=1e-3, atol=1e-3 * max(1.0, result.values.abs().max().item()))
     if not run.config.out_proj:
         assert torch.equal(result.output, result.concat)
 
@@ -113,13 +128,21 @@ def test_engine_invariants_and_torch_reference(config: Config, text: str) -> Non
 @ENGINE
 @given(config=configs(), text=SENTENCES, noise=st.integers(0, 2**31))
 def test_same_seed_gives_identical_output(config: Config, text: str, noise: int) -> None:
-    first = Pipeline(config).run(text)
-    torch.manual_seed(noise)  # whatever the global generator did in between
-    torch.rand(7)
-    second = Pipeline(config).run(text)
-    for name in ("queries", "keys", "values", "scores", "weights", "context", "output"):
-        assert torch.equal(getattr(first.result, name), getattr(second.result, name)), name
-    assert torch.equal(first.x, second.x)
+    pipeline = Pipeline(config)
+    first = pipeline.run(text)
+    runs = []
+    for again in (Pipeline(config), pipeline):  # drawn afresh, and from the pipeline's cached draws
+        torch.manual_seed(noise)  # whatever the global generator did in between
+        torch.rand(7)
+        runs.append(again.run(text))
+    for second in runs:
+        for name in ("queries", "keys", "values", "scores", "weights", "context", "output"):
+            assert torch.equal(getattr(first.result, name), getattr(second.result, name)), name
+        assert torch.equal(first.x, second.x)
+        if config.dropout:  # dropout draws from the seeded generator too
+            assert torch.equal(first.result.dropped_weights, second.result.dropped_weights)
+        else:
+            assert first.result.dropped_weights is None and second.result.dropped_weights is None
 
 
 @ENGINE
@@ -166,7 +189,9 @@ def test_self_attention_on_raw_input_matches_torch(heads: int, per_head: int, n_
     torch.testing.assert_close(result.output, out[0], rtol=1e-4, atol=1e-5)
 
 
-NUMERIC_TABLES = ("embeddings", "queries", "keys", "values", "context", "scores", "scaled_scores", "weights", "output")
+NUMERIC_TABLES = (
+    "embeddings", "queries", "keys", "values", "context", "scores", "scaled_scores", "weights", "dropped_weights", "output",
+)
 
 
 def json_numbers(data: dict) -> dict[tuple[str, str, int, int], float]:
@@ -204,8 +229,13 @@ def test_output_numbers_do_not_depend_on_the_format(config: Config, text: str) -
     assert from_json == from_csv  # the same cells, bit for bit
     # ... and both are the engine's float32 values, not rounded copies.
     h = run.config.heads - 1
-    assert [from_json[("weights", str(h), i, j)] for i in range(len(run.tokens)) for j in range(len(run.tokens))] == \
-        run.result.weights[h].flatten().tolist()
+    n = len(run.tokens)
+    assert [from_json[("weights", str(h), i, j)] for i in range(n) for j in range(n)] == run.result.weights[h].flatten().tolist()
+    has_dropped = any(key[0] == "dropped_weights" for key in from_json)
+    assert has_dropped == (run.config.dropout > 0)
+    if has_dropped:
+        assert [from_json[("dropped_weights", str(h), i, j)] for i in range(n) for j in range(n)] == \
+            run.result.dropped_weights[h].flatten().tolist()
 
 
 # --------------------------------------------------------------------------- odd texts

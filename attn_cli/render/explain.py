@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import causal_mask
+from attn_cli.attention import _softmax_input
 from attn_cli.config import Config, Init, Positional
 from attn_cli.errors import UsageError
 from attn_cli.pipeline import Run
+from attn_cli.render.stats import HeadStats, attention_stats
 from attn_cli.tokens import WORDS, Tokens, visible
 
 FULL_T = 12  # token-indexed tables up to this many tokens are shown whole
@@ -456,12 +457,13 @@ class _Explainer:
             )
         )
         if c.scale and c.temperature == 1.0 and self.T > 1:
-            unscaled = _row_stats(_softmax(s, 1.0, c.causal))
-            scaled = _row_stats(one.weights)
+            unscaled = _head_stats(_softmax(s, 1.0, c.causal), c.causal)
+            scaled = _head_stats(one.weights, c.causal)
             blocks.append(
                 Line(
-                    f"Here, without the scaling the largest weight per row would average {self.f(unscaled[0])} instead of "
-                    f"{self.f(scaled[0])}, and the entropy {unscaled[1]:.2f} bits instead of {scaled[1]:.2f} "
+                    f"Here, without the scaling the largest weight per row would average {self.f(_mean_top(unscaled))} "
+                    f"instead of {self.f(_mean_top(scaled))}, and the entropy {self.f(unscaled.mean_entropy_bits)} bits "
+                    f"instead of {self.f(scaled.mean_entropy_bits)} "
                     "(--no-scale shows the whole comparison).",
                     "note",
                 )
@@ -536,7 +538,7 @@ class _Explainer:
             variants.append((name, mine))
         else:
             variants = [(n + (" = this run" if abs(mine - d) <= 1e-12 * d else ""), d) for n, d in variants]
-        stats = [_row_values(_softmax(one.scores, d, c.causal)) for _, d in variants]  # per variant: (max_w, entropy) per row
+        stats = [_head_stats(_softmax(one.scores, d, c.causal), c.causal) for _, d in variants]
         letters = "ABC"
         legend = "; ".join(f"{letters[k]}: {n}, softmax(S / {d:.6g})" for k, (n, d) in enumerate(variants))
         header = ["query"]
@@ -546,12 +548,12 @@ class _Explainer:
         keys = range(self.T) if self.T <= FULL_T else range(CORNER)
         for i in keys:
             cells = [self.labels[i]]
-            for mx, ent in stats:
-                cells += [self.f(mx[i]), f"{ent[i]:.2f}"]
+            for st in stats:
+                cells += [self.f(st.top_weight[i]), self.f(st.entropy_bits[i])]
             rows.append(tuple(cells))
         mean = ["mean"]
-        for mx, ent in stats:
-            mean += [self.f(sum(mx) / len(mx)), f"{sum(ent) / len(ent):.2f}"]
+        for st in stats:
+            mean += [self.f(_mean_top(st)), self.f(st.mean_entropy_bits)]
         rows.append(tuple(mean))
         most = math.log2(self.T)
         return [
@@ -632,14 +634,12 @@ class _Explainer:
             ]
             follow = self.q
             summary_rows = []
-            for h in range(H):
-                w = result.weights[h]  # (T, T)
-                mx, ent = _row_values(w)
+            for st in attention_stats(result.weights, causal=result.causal):  # run's statistics, head by head
                 if follow is not None:
-                    best = int(w[follow].argmax())
-                    summary_rows.append((str(h), self.labels[best], self.f(mx[follow]), f"{ent[follow]:.2f}"))
+                    best = st.most_attended[follow]
+                    summary_rows.append((str(st.head), self.labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
                 else:
-                    summary_rows.append((str(h), self.f(sum(mx) / T), f"{sum(ent) / T:.2f}"))
+                    summary_rows.append((str(st.head), self.f(_mean_top(st)), self.f(st.mean_entropy_bits)))
             if follow is not None:
                 blocks.append(Line(f"What query {self.ql()} does in each head:"))
                 blocks.append(Grid("", ("head", "most attended key", "its weight", "entropy bits"), tuple(summary_rows)))
@@ -677,23 +677,20 @@ class _Explainer:
 
 
 def _softmax(scores: torch.Tensor, divisor: float, causal: bool) -> torch.Tensor:
-    z = scores / divisor  # (T, T)
-    if causal:
-        z = z.masked_fill(causal_mask(scores.shape[-1]), float("-inf"))
-    return torch.softmax(z, dim=-1)  # (T, T)
+    """The weights the scores ``S`` (T, T) would give under ``divisor``: the engine's
+    softmax input (scaled, masked), then its softmax."""
+    return torch.softmax(_softmax_input(scores, divisor, causal), dim=-1)  # (T, T)
 
 
-def _row_values(weights: torch.Tensor) -> tuple[list[float], list[float]]:
-    """Per row: the largest weight, and the entropy in bits."""
-    mx = weights.max(dim=-1).values.tolist()
-    logs = torch.where(weights > 0, torch.log2(weights), torch.zeros_like(weights))  # (T, T); 0 log 0 = 0
-    ent = [max(0.0, e) for e in (-(weights * logs).sum(dim=-1)).tolist()]  # no "-0.00" for one-hot rows
-    return mx, ent
+def _head_stats(weights: torch.Tensor, causal: bool) -> HeadStats:
+    """``run``'s statistics (``attn_cli.render.stats``) of one (T, T) weight matrix,
+    so both commands print the same entropy for the same row."""
+    return attention_stats(weights.unsqueeze(0), causal=causal)[0]  # (T, T) -> (1, T, T)
 
 
-def _row_stats(weights: torch.Tensor) -> tuple[float, float]:
-    mx, ent = _row_values(weights)
-    return sum(mx) / len(mx), sum(ent) / len(ent)
+def _mean_top(stats: HeadStats) -> float:
+    """The largest weight per row, averaged over the rows."""
+    return math.fsum(stats.top_weight) / len(stats.top_weight)
 
 
 def _std(m: torch.Tensor) -> float:
