@@ -152,8 +152,9 @@ class _Script:
         else:
             self.add(
                 f"# 1. Tokenize with tiktoken's {tokens.tokenizer} encoding. tiktoken downloads its rank",
-                "#    files once and caches them in $TIKTOKEN_CACHE_DIR; offline, put them there first.",
-                f"encoding = tiktoken.get_encoding({tokens.tokenizer!r})",
+                "#    files once and caches them in $TIKTOKEN_CACHE_DIR (default <tmp>/data-gym-cache);",
+                "#    attn-cli leaves its copies there too, so after one attn-cli run this works offline.",
+                *_load_encoding(tokens.tokenizer),
                 'ids = encoding.encode(text, disallowed_special=())  # "<|endoftext|>" in the text is plain text',
                 'token_texts = [encoding.decode_single_token_bytes(i).decode("utf-8", errors="backslashreplace") for i in ids]',
                 f"vocab_size = encoding.n_vocab  # {tokens.vocab_size} rows of the embedding table",
@@ -385,6 +386,20 @@ class _Script:
             '        print(f"head {h}: context vectors (T, Dv):", context_vecs[h], sep="\\n")',
             '    print("\\noutput (T, H*Dv):", output, sep="\\n")',
         )
+
+
+def _load_encoding(name: str) -> list[str]:
+    if name != "gpt2":
+        return [f"encoding = tiktoken.get_encoding({name!r})"]
+    # attn-cli builds gpt2 from r50k_base's file when it has it (the same encoding).
+    return [
+        "#    gpt2 is r50k_base under another name (the same ranks, pattern and special token);",
+        "#    attn-cli reads whichever of their files it has, and so does this script.",
+        "try:",
+        '    encoding = tiktoken.get_encoding("r50k_base")',
+        "except Exception:  # r50k_base.tiktoken is not in the cache: gpt2's own two files are",
+        '    encoding = tiktoken.get_encoding("gpt2")',
+    ]
 
 
 def _describe(c: Config, tokens: Tokens) -> str:

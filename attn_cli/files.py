@@ -29,12 +29,14 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         with _direct_writer(path) as f:
             yield f
         return
-    path = Path(os.path.realpath(path))
+    given, path = path, Path(os.path.realpath(path))
     folder = path.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {given}: the folder {given.parent} does not exist; create it first")
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
     except OSError as err:
-        raise OutputError(f"cannot write to {folder}: {err.strerror or err}") from None
+        raise OutputError(f"cannot write {given}: {err.strerror or err} (in {given.parent})") from None
     try:
         os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; a new file should get the umask's mode
         with os.fdopen(fd, "wb") as f:
@@ -46,7 +48,7 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(err, OSError):
-            raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
+            raise OutputError(f"cannot write {given}: {err.strerror or err}") from None
         raise
 
 

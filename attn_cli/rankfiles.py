@@ -123,6 +123,17 @@ def rank_files(encoding: str) -> tuple[RankFile, ...]:
 
 
 def availability(encoding: str) -> Availability:
+    """Which of ``encoding``'s files are on this machine. gpt2 counts as ready when
+    r50k_base is, since ``load_encoding`` builds it from that file then."""
+    found = _availability(encoding)
+    if encoding == "gpt2" and not found.ready:
+        r50k = _availability("r50k_base")
+        if r50k.ready:
+            return Availability(encoding, r50k.files, ())
+    return found
+
+
+def _availability(encoding: str) -> Availability:
     files = rank_files(encoding)
     missing = tuple(f.name for f in files if _cached(f) is None and _local(f) is None)
     corrupt = tuple(path for f in files for path in _candidates(f) if not _intact(path, f))
@@ -134,7 +145,7 @@ def load_encoding(encoding: str):  # -> tiktoken.Encoding
     import tiktoken
     import tiktoken.registry
 
-    if encoding == "gpt2" and "gpt2" not in tiktoken.registry.ENCODINGS and availability("r50k_base").ready:
+    if encoding == "gpt2" and "gpt2" not in tiktoken.registry.ENCODINGS and _availability("r50k_base").ready:
         # gpt2's vocab.bpe + encoder.json hold exactly r50k_base's ranks, pattern and
         # special token (tests/test_rankfiles.py checks it), and r50k_base.tiktoken
         # loads about five times faster than those two files are parsed.

@@ -248,3 +248,16 @@ def test_bad_configuration_in_a_real_process() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == "attn-cli: error: --heads 4 does not divide d_model 10: pick heads that divide it, or give --d-k and --d-v\n"
+
+
+@pytest.mark.integration
+def test_tokenizers_add_a_whole_folder_adds_what_it_knows(rank_dir: Path, monkeypatch: pytest.MonkeyPatch, offline_env: Path) -> None:
+    monkeypatch.delenv("ATTN_CLI_TIKTOKEN_DIR")
+    (rank_dir / "README.md").write_text("not a rank file\n", encoding="utf-8")
+    result = invoke("tokenizers", "add", *sorted(str(p) for p in rank_dir.iterdir()))
+    assert result.exit_code == USAGE
+    assert len(result.stdout.splitlines()) == 6  # every real rank file was added
+    assert result.stderr.count("\n") == 1 and "README.md is not a rank file" in result.stderr
+    assert sorted(p.name for p in (offline_env / "data" / "tiktoken").iterdir()) == sorted(
+        p.name for p in rank_dir.iterdir() if p.name != "README.md"
+    )

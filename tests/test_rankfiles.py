@@ -226,8 +226,17 @@ def test_everything_is_ready_with_the_real_files(rank_dir: Path) -> None:
 @pytest.mark.integration
 def test_ready_and_missing_per_file(rank_dir: Path) -> None:
     (rank_dir / "encoder.json").unlink()
+    (rank_dir / "r50k_base.tiktoken").unlink()
     assert availability("gpt2").missing == ("encoder.json",)
-    assert availability("r50k_base").ready
+    assert not availability("r50k_base").ready
+
+
+@pytest.mark.integration
+def test_gpt2_is_ready_when_r50k_base_is(rank_dir: Path) -> None:
+    (rank_dir / "encoder.json").unlink()
+    status = availability("gpt2")
+    assert status.ready and [f.name for f in status.files] == ["r50k_base.tiktoken"]
+    assert load_encoding("gpt2").encode(HEADLINE) == GPT2_IDS
 
 
 @pytest.mark.integration
@@ -246,8 +255,9 @@ def test_loads_from_tiktokens_own_cache(rank_dir: Path, monkeypatch: pytest.Monk
     shutil.copy(rank_dir / "r50k_base.tiktoken", cache / CACHE_NAME["r50k_base.tiktoken"])
     monkeypatch.delenv("ATTN_CLI_TIKTOKEN_DIR")
     assert availability("r50k_base").ready
-    assert not availability("gpt2").ready
+    assert availability("gpt2").ready  # built from r50k_base's file
     assert load_encoding("r50k_base").encode(HEADLINE) == GPT2_IDS
+    assert load_encoding("gpt2").encode(HEADLINE) == GPT2_IDS
 
 
 @pytest.mark.integration

@@ -233,7 +233,8 @@ def test_numbers_agree_across_formats() -> None:
 
 def test_output_file_into_a_missing_folder_is_a_runtime_error(tmp_path: Path) -> None:
     result = invoke(*SAW, "-o", str(tmp_path / "no" / "such" / "out.json"), code=ExitStatus.ERROR)
-    one_line_error(result, f"cannot write to {tmp_path / 'no' / 'such'}")
+    target = tmp_path / "no" / "such" / "out.json"
+    one_line_error(result, f"cannot write {target}: the folder {target.parent} does not exist; create it first")
 
 
 def test_a_failing_batch_leaves_the_old_file_alone(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import sys
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from attn_cli import __version__
 from attn_cli.errors import AttnCliError, ExitStatus
@@ -19,7 +19,20 @@ from attn_cli.errors import AttnCliError, ExitStatus
 from click import exceptions as click_exceptions
 
 
-class AttnGroup(TyperGroup):
+class _PlainHelp:
+    """typer < 0.21 escapes "[default: ...]" for rich even when help is plain text;
+    undo that, so --help reads "[default: 4]" rather than "\\[default: 4]"."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super().format_help(ctx, formatter)  # type: ignore[misc]
+        formatter.buffer[:] = [chunk.replace("\\[", "[") for chunk in formatter.buffer]
+
+
+class AttnCommand(_PlainHelp, TyperCommand):
+    """Every attn-cli command: plain --help."""
+
+
+class AttnGroup(_PlainHelp, TyperGroup):
     """Maps every error to one line on stderr and a documented exit code."""
 
     def invoke(self, ctx: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import app
+from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import OUTPUT, HeadOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.config import Config
@@ -19,7 +19,7 @@ class Style(str, enum.Enum):
     text = "text"
 
 
-@app.command()
+@app.command(cls=AttnCommand)
 @shared_options
 def explain(
     config: Config,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from attn_cli.cli import app
+from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import OUTPUT, HeadOption, shared_options
 from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
 from attn_cli.config import Config
@@ -57,7 +57,7 @@ def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
     return width, height
 
 
-@app.command()
+@app.command(cls=AttnCommand)
 @shared_options
 def heatmap(
     config: Config,
@@ -131,7 +131,7 @@ def heatmap(
       attn-cli heatmap "Life is short, eat dessert first"
       attn-cli heatmap "The quick brown fox jumps over the lazy dog" --heads 4 --causal -o fox.svg
       attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
-      attn-cli heatmap --file sample_texts/tutorials.txt --lines -o figs/tutorial.png
+      attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from attn_cli.cli import app
+from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
     HeadOption,
@@ -49,7 +49,7 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
     return values
 
 
-@app.command()
+@app.command(cls=AttnCommand)
 @shared_options
 def run(
     config: Config,

@@ -200,7 +200,9 @@ def tick_step(n_tokens: int, room: int) -> int:
 
 
 def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
-    """(T, T) values of one head as a masked array; causal runs mask the future keys."""
+    """(T, T) values of one head as a masked array. Causal runs mask the future keys
+    of the scaled scores and weights; raw scores Q K^T exist for every pair (the
+    mask comes after them), so they are drawn whole."""
     result = run.result
     if kind is What.weights:
         values = result.weights[head]  # (T, T)
@@ -212,7 +214,7 @@ def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
         raise ValueError(f"not one matrix: {kind}")
     data = values.detach().cpu().numpy()  # (T, T)
     n_tokens = data.shape[0]
-    if result.causal:
+    if result.causal and kind is not What.scores:
         mask = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)  # (T, T) the keys after each query
         # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
         return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
