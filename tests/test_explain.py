@@ -490,3 +490,160 @@ def test_control_characters_in_the_text_never_reach_the_terminal(style: str) -> 
 def test_precision_option() -> None:
     result = cli(LIFE, "-t", "words", "--precision", "2")
     assert "  Life     -1.22   1.00" in result.stdout  # S row 0 to two decimals
+
+
+# -- traceability: every number on screen follows from the lines before it ---------------
+
+
+def rounded(g: Grid, skip: int = 1) -> torch.Tensor:
+    """A full grid's numbers as shown (rounded), body columns from ``skip``."""
+    return torch.tensor([[number(c) for c in row[skip:]] for row in g.rows], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "options, head",
+    [({}, 0), ({"heads": 2}, 1), ({"heads": 2, "qkv_bias": True}, 0), ({"heads": 4, "qkv_bias": True, "d_model": 16}, 3)],
+    ids=["one-head", "head-1-of-2", "bias", "head-3-of-4-bias"],
+)
+def test_step_three_prints_the_heads_weights_and_q_follows_from_them(options: dict[str, Any], head: int) -> None:
+    run = run_of(**options)
+    c, proj = run.config, run.result.projections
+    expl = explain(run, head=head)
+    x = rounded(grid(expl, 2, "X"))
+    for name, linear, d in (("q", proj.query, c.d_k), ("k", proj.key, c.d_k), ("v", proj.value, c.d_v)):
+        lo = head * d
+        g = grid(expl, 3, f"W_{name}")
+        assert g.title.startswith(f"W_{name}" + (f" rows {lo}…{lo + d - 1} (head {head})" if c.heads > 1 else "   "))
+        assert f"{d} × {c.d_model}" in g.title
+        assert [row[0] for row in g.rows] == [str(lo + r) for r in range(d)]  # rows named as in the full matrix
+        want = linear.weight[lo : lo + d]  # (d, D)
+        if c.qkv_bias:
+            assert g.header[-1] == f"b_{name}"
+            want = torch.cat([want, linear.bias[lo : lo + d].unsqueeze(1)], dim=1)  # (d, D + 1)
+        else:
+            assert g.header[-1] == str(c.d_model - 1)
+        assert_grid(g, want)
+        # recompute the head's Q (K, V) from the rounded X and W on screen: it is the grid printed next
+        w = rounded(g)
+        product = x @ w[:, : c.d_model].T + (w[:, -1] if c.qkv_bias else 0)  # (T, D) @ (D, d) -> (T, d)
+        shown = rounded(grid(expl, 3, name.upper()))
+        assert (product - shown).abs().max().item() < 3e-3
+    text = text_of(expl, 3)
+    assert ("The biases b_q, b_k, b_v (--qkv-bias) are the last column" in text) == c.qkv_bias
+    if c.heads > 1 and head:
+        assert f"column d of its Q is made by row {head * c.d_k} + d of W_q" in text
+
+
+def test_naive_attention_prints_no_weights() -> None:
+    expl = explain(run_of(projections=False, heads=2))
+    assert not [b for s in expl.steps for b in s.blocks if isinstance(b, Grid) and b.title.startswith("W_")]
+
+
+def test_wide_weights_are_summarised_and_say_so() -> None:
+    run = run_of(d_model=32, qkv_bias=True)
+    expl = explain(run)
+    g = grid(expl, 3, "W_q")
+    assert g.title == "W_q   32 × 32"
+    assert g.header == ("row", "0", "1", "2", "3", "4", "5", "…", "b_q")
+    assert [row[0] for row in g.rows] == ["0", "1", "2", "3", "4", "5", "⋮"]
+    w, b = run.result.projections.query.weight, run.result.projections.query.bias
+    for r in range(CORNER):
+        assert [number(v) for v in g.rows[r][1:7]] == pytest.approx(w[r, :6].tolist(), abs=TOL)
+        assert g.rows[r][7] == "…" and abs(number(g.rows[r][8]) - b[r].item()) <= TOL
+    text = text_of(expl, 3)
+    assert "Summarised (32 > 16 dimensions): showing rows 0–5 and columns 0–5. W_q over all 1024 cells" in text
+    assert f"max {w.max().item():.4f}" in text and "b_q over all 32 cells" in text
+
+
+def test_step_nine_prints_w_o_and_the_output_follows_from_it() -> None:
+    run = run_of(heads=2, out_proj=True)
+    out = run.result.projections.out
+    expl = explain(run)
+    g = grid(expl, 9, "W_o")
+    assert g.title == "W_o   16 × 16" and g.header[-1] == "b_o"
+    assert_grid(g, torch.cat([out.weight, out.bias.unsqueeze(1)], dim=1))
+    w = rounded(g)
+    recomputed = rounded(grid(expl, 9, "concat")) @ w[:, :16].T + w[:, 16]  # (T, 16) @ (16, 16) + (16,)
+    assert (recomputed - rounded(grid(expl, 9, "output"))).abs().max().item() < 3e-3
+    assert "row i of concat against row d of W_o, plus b_o[d]" in text_of(expl, 9)
+    # one head with --out-proj: W_o too; without --out-proj: none
+    single = run_of(out_proj=True)
+    out = single.result.projections.out
+    assert_grid(grid(explain(single), 9, "W_o"), torch.cat([out.weight, out.bias.unsqueeze(1)], dim=1))
+    assert not [b for b in step(explain(run_of(heads=2)), 9).blocks if isinstance(b, Grid) and b.title.startswith("W_o")]
+
+
+@pytest.mark.parametrize("head", [0, 2])
+def test_step_nine_names_the_concat_columns_of_every_head(head: int) -> None:
+    run = run_of("I saw a saw", heads=4)
+    expl = explain(run, head=head)
+    table = grids(expl, 9, "head")[1]
+    assert table.header == ("head", "Q, K columns", "V = concat columns", "its steps 4–8")
+    assert table.rows == tuple(
+        (str(h), f"{4 * h}…{4 * h + 3}", f"{4 * h}…{4 * h + 3}", "step 8 above" if h == head else f"--head {h}") for h in range(4)
+    )
+    # concat fits (16 columns): shown whole, no per-head blocks
+    assert_grid(grid(expl, 9, "concat"), run.result.concat)
+    assert not [b for b in step(expl, 9).blocks if isinstance(b, Grid) and b.title.startswith("context_")]
+
+
+def test_wide_concat_shows_each_heads_block() -> None:
+    run = run_of(d_model=32, heads=2)
+    expl = explain(run, head=1)
+    concat = grid(expl, 9, "concat")
+    assert concat.header[-1] == "…"  # the corner alone would hide head 1
+    assert "concat is 32 columns wide, too wide to show whole, so here is each head's block; head 1's is the context of step 8." in text_of(expl, 9)
+    for h in range(2):
+        g = grid(expl, 9, f"context_{h} = concat columns {16 * h}…{16 * h + 15}")
+        assert g.header[1:] == tuple(str(16 * h + d) for d in range(16))
+        assert_grid(g, run.result.context[h])
+        assert_grid(g, run.result.concat[:, 16 * h : 16 * (h + 1)])
+    assert_grid(grid(expl, 8, "context (head 1)"), run.result.context[1])
+
+
+def test_many_heads_cap_the_blocks_and_say_so() -> None:
+    run = run_of("I saw a saw", d_model=40, heads=10)
+    expl = explain(run)
+    blocks = [b for b in step(expl, 9).blocks if isinstance(b, Grid) and b.title.startswith("context_")]
+    assert len(blocks) == 8
+    assert "(the first 8 of 10 heads)" in text_of(expl, 9)
+    assert len(grids(expl, 9, "head")[1].rows) == 10  # the column table still names every head
+
+
+def test_long_text_shows_the_key_rows_its_query_tables_use() -> None:
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "small", "birds", "sing"]
+    text = " ".join(f"{words[i % len(words)]}{i}" for i in range(60))
+    run = run_of(text)
+    one = run.result.head(0)
+    expl = explain(run, query=40)
+    keys = sorted(torch.topk(one.weights[40], CORNER).indices.tolist())
+    assert not set(keys) <= set(range(CORNER)) | {40}  # the corner alone would not hold them
+    for name, m in (("K", one.keys), ("V", one.values)):
+        g = grid(expl, 3, f"{name}, the rows query 40 uses")
+        assert g.title.endswith(f"{CORNER} of 60 × 16")
+        assert [row[:2] for row in g.rows] == [(run.tokens.labels[j], str(j)) for j in keys]
+        assert_grid(dataclasses.replace(g, rows=tuple((r[0], *r[2:]) for r in g.rows)), m[keys])
+    assert f"(positions {', '.join(map(str, keys))})" in text_of(expl, 3)
+    # every key the step 4 and step 8 tables list is one of those rows
+    listed = {row[0] for row in grids(expl, 4, "key")[0].rows} | {row[0] for row in grids(expl, 8, "key")[0].rows[:-1]}
+    assert listed == {run.tokens.labels[j] for j in keys}
+    # and step 4's products are Q[40] (shown in step 3) times those K rows
+    q_row = next(r for r in grid(expl, 3, "Q").rows if r[0] == run.tokens.labels[40])
+    k_rows = grid(expl, 3, "K, the rows query 40 uses").rows
+    for prod, k in zip(grids(expl, 4, "key")[0].rows, k_rows, strict=True):
+        for d in range(16):
+            assert abs(number(prod[1 + d]) - number(q_row[1 + d]) * number(k[2 + d])) <= 3 * TOL
+    # short texts and runs without --query need no extra rows
+    assert not [b for b in step(explain(run), 3).blocks if isinstance(b, Grid) and "rows query" in b.title]
+    assert not [b for b in step(explain(run_of(), query=4), 3).blocks if isinstance(b, Grid) and "rows query" in b.title]
+
+
+@pytest.mark.parametrize("query, second_word", [(1, True), (0, False), (4, False)])
+def test_the_second_word_phrase_only_for_position_one(query: int, second_word: bool) -> None:
+    intro = "\n".join(b.text for b in explain(run_of(), query=query).intro if isinstance(b, Line))
+    assert ("as the \"Life is short\" walk-through does with its second word" in intro) == second_word
+    assert f"Following query {query} " in intro
+    if not second_word:
+        assert "through every step: its row of each matrix, and its sums term by term." in intro
+    out = cli(LIFE, "-t", "words", "--query", str(query)).stdout
+    assert ("with its second word" in out) == second_word

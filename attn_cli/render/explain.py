@@ -10,7 +10,10 @@ the same numbers, and each number can be checked against the step before it.
 Long texts are summarised, and the output says so: past ``FULL_T`` tokens a
 token-indexed table shows its first ``CORNER`` rows and columns (and the
 followed query's row), past ``FULL_D`` dimensions its first ``CORNER``
-columns, each with statistics over every cell.
+columns (a weight matrix: rows too), each with statistics over every cell.
+What a summary hides but a later line refers to is shown where it is used:
+the K and V rows of the keys a followed query's tables list, and each head's
+block of a concat too wide to show whole.
 
 Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
 """
@@ -34,6 +37,7 @@ from attn_cli.tokens import WORDS, Tokens, visible
 FULL_T = 12  # token-indexed tables up to this many tokens are shown whole
 FULL_D = 16  # vector tables up to this many dimensions are shown whole
 CORNER = 6  # rows/columns shown of a summarised table
+_HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when concat is summarised
 
 
 # -- the document ------------------------------------------------------------
@@ -270,7 +274,10 @@ class _Explainer:
         if self.H > 1:
             blocks.append(Line(f"Steps 4 to 8 are shown for head {self.h} of {self.H} (--head N shows another); step 9 puts the heads together.", "note"))
         if self.q is not None:
-            blocks.append(Line(f"Following query {self.ql()} through every step, as the \"Life is short\" walk-through does with its second word.", "note"))
+            if self.q == 1:
+                blocks.append(Line(f"Following query {self.ql()} through every step, as the \"Life is short\" walk-through does with its second word.", "note"))
+            else:
+                blocks.append(Line(f"Following query {self.ql()} through every step: its row of each matrix, and its sums term by term.", "note"))
         return tuple(blocks)
 
     def tokenize(self) -> Step:
@@ -376,17 +383,98 @@ class _Explainer:
             Line(f"K = X W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
             Line(f"V = X W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {H * dv}) → {self.T} × {H * dv}", "formula"),
         ]
+        proj = self.run.result.projections
+        assert proj.query is not None and proj.key is not None and proj.value is not None
+        blocks.append(
+            Line(
+                "Each weight matrix is stored as nn.Linear stores it, (out × in): row d of W_q makes column d of Q, "
+                "Q[i, d] = Σ_e X[i, e] W_q[d, e]" + (" + b_q[d]" if c.qkv_bias else "") + ", row i of X (step 2) against row d of W_q; "
+                "likewise K and V."
+                + (" The biases b_q, b_k, b_v (--qkv-bias) are the last column of each weight table: one number per row, added for every token." if c.qkv_bias else ""),
+            )
+        )
         if H > 1:
+            qk, v = f"{self.h * dk}…{(self.h + 1) * dk - 1}", f"{self.h * dv}…{(self.h + 1) * dv - 1}"
             blocks.append(
                 Line(
-                    f"With {H} heads, head {self.h} takes columns {self.h * dk}…{(self.h + 1) * dk - 1} of Q and K and "
-                    f"{self.h * dv}…{(self.h + 1) * dv - 1} of V (step 9). Head {self.h}'s parts:"
+                    f"With {H} heads, head {self.h} takes columns {qk} of Q and K and {v} of V (step 9), so it needs only "
+                    f"rows {qk} of W_q and W_k and rows {v} of W_v. Head {self.h}'s parts"
+                    + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
                 )
             )
-        blocks += self.matrix(f"Q{self.head_note}", one.queries, cols="dims")
-        blocks += self.matrix(f"K{self.head_note}", one.keys, cols="dims")
-        blocks += self.matrix(f"V{self.head_note}", one.values, cols="dims")
+        for name, w, d, result in (("q", proj.query, dk, one.queries), ("k", proj.key, dk, one.keys), ("v", proj.value, dv, one.values)):
+            lo = self.h * d
+            blocks += self.weight(f"W_{name}", w.weight[lo : lo + d], None if w.bias is None else w.bias[lo : lo + d], f"b_{name}", lo)  # (d, D)
+            blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims")
+        if self.q is not None and self.T > FULL_T:
+            keys = self.query_keys
+            blocks.append(
+                Line(
+                    f"The tables that follow query {self.ql()} in steps 4 to 8 list only the {len(keys)} keys it weights "
+                    f"most (positions {', '.join(map(str, keys))}); here are their rows of K and V, so those tables can be checked "
+                    "against this step:"
+                )
+            )
+            blocks.append(self.picked_rows(f"K{self.head_note}, the rows query {self.q} uses", one.keys, keys))
+            blocks.append(self.picked_rows(f"V{self.head_note}, the rows query {self.q} uses", one.values, keys))
+            if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
+                blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
         return Step(3, "Project", tuple(blocks))
+
+    def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
+        """Rows ``idx`` of a (T, n) tensor, each with its position; columns as ``matrix`` cuts them."""
+        n = m.shape[1]
+        cols = list(range(n)) if n <= FULL_D else list(range(CORNER))
+        values = m.tolist()
+        header = ["", "position", *(str(d) for d in cols)] + (["…"] if len(cols) < n else [])
+        rows = tuple(
+            (self.labels[j], str(j), *(self.f(values[j][d]) for d in cols), *(["…"] if len(cols) < n else []))
+            for j in idx
+        )
+        return Grid(f"{title}   {len(rows)} of {m.shape[0]} × {n}", tuple(header), rows)
+
+    def weight(self, name: str, w: torch.Tensor, bias: torch.Tensor | None, bias_name: str, lo: int) -> list[Block]:
+        """A weight matrix (out, in), rows labelled by their row number in the full
+        matrix (``lo`` on), its bias as a last column; summarised past FULL_D."""
+        n_rows, n_cols = w.shape
+        row_idx = list(range(n_rows)) if n_rows <= FULL_D else list(range(CORNER))
+        col_idx = list(range(n_cols)) if n_cols <= FULL_D else list(range(CORNER))
+        values = w.tolist()
+        header = ["row", *(str(e) for e in col_idx)]
+        if len(col_idx) < n_cols:
+            header.append("…")
+        if bias is not None:
+            header.append(bias_name)
+        rows: list[tuple[str, ...]] = []
+        for d in row_idx:
+            cells = [self.f(values[d][e]) for e in col_idx]
+            if len(col_idx) < n_cols:
+                cells.append("…")
+            if bias is not None:
+                cells.append(self.f(bias[d].item()))
+            rows.append((str(lo + d), *cells))
+        if len(row_idx) < n_rows:
+            rows.append(("⋮",) + ("",) * (len(header) - 1))
+        part = f" rows {lo}…{lo + n_rows - 1}" + (f" (head {self.h})" if self.H > 1 and name != "W_o" else "")
+        if lo == 0 and (self.H == 1 or name == "W_o"):
+            part = ""
+        blocks: list[Block] = [Grid(f"{name}{part}   {n_rows} × {n_cols}", tuple(header), tuple(rows), keep_last=1 if bias is not None else 0)]
+        if len(row_idx) < n_rows or len(col_idx) < n_cols:
+            shown = []
+            if len(row_idx) < n_rows:
+                shown.append(f"rows {_ranges([lo + d for d in row_idx])}")
+            if len(col_idx) < n_cols:
+                shown.append(f"columns {_ranges(col_idx)}")
+            wide = max(n_rows, n_cols)
+            blocks.append(
+                Line(
+                    f"Summarised ({wide} > {FULL_D} dimensions): showing {' and '.join(shown)}. {name} {_lower(_stats(w, self.f))}. "
+                    + (f"{bias_name} {_lower(_stats(bias, self.f))}. " if bias is not None else "")
+                    + "--emit-python prints a script that draws every weight.",
+                    "note",
+                )
+            )
+        return blocks
 
     def raw_scores(self) -> Step:
         one, dk, T = self.one, self.c.d_k, self.T
@@ -648,16 +736,50 @@ class _Explainer:
                 blocks.append(Grid("", ("head", "mean max weight", "mean entropy bits"), tuple(summary_rows)))
             parts = " | ".join(f"context_{h}" for h in range(H)) if H <= 4 else f"context_0 | context_1 | … | context_{H - 1}"
             blocks.append(Line(f"concat = [{parts}]   {H} × ({T} × {dv}) → {T} × {H * dv}", "formula"))
-            blocks.append(Line(f"Columns {self.h * dv}…{(self.h + 1) * dv - 1} of concat are head {self.h}'s context from step 8.", "note"))
+            blocks.append(Line("Where each head's context goes (each head's own steps 4 to 8: --head N):"))
+            blocks.append(
+                Grid(
+                    "",
+                    ("head", "Q, K columns", "V = concat columns", "its steps 4–8"),
+                    tuple(
+                        (
+                            str(h),
+                            f"{h * dk}…{(h + 1) * dk - 1}",
+                            f"{h * dv}…{(h + 1) * dv - 1}",
+                            "step 8 above" if h == self.h else f"--head {h}",
+                        )
+                        for h in range(H)
+                    ),
+                    left=1,
+                )
+            )
+            if H * dv <= FULL_D:
+                blocks.append(Line(f"Columns {self.h * dv}…{(self.h + 1) * dv - 1} of concat are head {self.h}'s context from step 8.", "note"))
+            else:
+                # concat's corner shows only the first columns: show each head's block on its own
+                shown = range(min(H, _HEAD_BLOCKS))
+                blocks.append(
+                    Line(
+                        f"concat is {H * dv} columns wide, too wide to show whole, so here is each head's block"
+                        + (f" (the first {len(shown)} of {H} heads)" if len(shown) < H else "")
+                        + f"; head {self.h}'s is the context of step 8."
+                    )
+                )
+                for h in shown:
+                    blocks += self.matrix(f"context_{h} = concat columns {h * dv}…{(h + 1) * dv - 1}", result.context[h], cols="dims", col_offset=h * dv)
             blocks += self.matrix("concat", result.concat, cols="dims")
         else:
             blocks.append(Line(f"One head: concat = the context of step 8, {T} × {dv}."))
         if c.out_proj:
             width = H * dv
+            out = result.projections.out
+            assert out is not None
             blocks += [
                 Line(f"Output projection: W_o ({width} × {width}) and b_o, drawn after W_v ({_init_text(c, bias=True)}); it mixes the heads' features."),
                 Line(f"output = concat W_oᵀ + b_o   ({T} × {width}) · ({width} × {width}) → {T} × {width}", "formula"),
+                Line("output[i, d] = Σ_e concat[i, e] W_o[d, e] + b_o[d]: row i of concat against row d of W_o, plus b_o[d] (the last column)."),
             ]
+            blocks += self.weight("W_o", out.weight, out.bias, "b_o", 0)
             blocks += self.matrix("output", result.output, cols="dims")
         else:
             blocks.append(Line(f"No output projection (--out-proj adds one): output = concat, {T} × {H * dv}."))
@@ -710,6 +832,10 @@ def _stats(m: torch.Tensor, f: Any) -> str:
         f"{where}: min {f(finite.min().item())}, max {f(finite.max().item())}, mean {f(finite.mean().item())}, "
         f"std {f(finite.std(correction=0).item())}"
     )
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:]
 
 
 def _corner_rows(query: int | None) -> list[int]:
