@@ -111,6 +111,32 @@ class Config:
         d_v = per_head if (self.d_v is None or not self.projections) else self.d_v
         return dataclasses.replace(self, d_model=d_model, d_k=d_k, d_v=d_v)
 
+    def describe(self, tokenizer: str) -> list[str]:
+        """The configuration in words, one short phrase per option, for headers
+        (explain's, the emitted script's); options left at their off value are omitted."""
+        scale = f"1/sqrt({self.d_k})" if self.scale else "off"
+        if self.temperature != 1.0:
+            scale += f", temperature {self.temperature:g}"
+        parts = [
+            f"tokenizer {tokenizer}",
+            f"seed {self.seed}",
+            f"d_model {self.d_model}",
+            f"heads {self.heads}",
+            f"d_k {self.d_k}",
+            f"d_v {self.d_v}",
+            f"scale {scale}",
+            f"causal {'yes' if self.causal else 'no'}",
+            f"init {self.init.value}" if self.projections else "no projections (Q = K = V = X)",
+        ]
+        optional = [
+            (self.qkv_bias, "qkv bias"),
+            (self.out_proj, "output projection"),
+            (self.dropout > 0, f"dropout {self.dropout:g}"),
+            (self.positional is not Positional.none, f"positions {self.positional.value}"),
+            (self.embeddings is not None, f"embeddings from {self.embeddings.name if self.embeddings else ''}"),
+        ]
+        return parts + [phrase for on, phrase in optional if on]
+
     def as_dict(self) -> dict[str, object]:
         """The documented ``config`` object of the JSON output."""
         return {

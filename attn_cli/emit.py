@@ -403,30 +403,7 @@ def _load_encoding(name: str) -> list[str]:
 
 
 def _describe(c: Config, tokens: Tokens) -> str:
-    parts = [
-        f"tokenizer {tokens.tokenizer}",
-        f"seed {c.seed}",
-        f"d_model {c.d_model}",
-        f"{c.heads} head{'s' if c.heads > 1 else ''}",
-        f"d_k {c.d_k}",
-        f"d_v {c.d_v}",
-        "scaled by 1/sqrt(d_k)" if c.scale else "not scaled",
-    ]
-    if c.temperature != 1.0:
-        parts.append(f"temperature {c.temperature:g}")
-    parts.append("causal" if c.causal else "not causal")
-    parts.append(f"init {c.init.value}" if c.projections else "no projections (Q = K = V = X)")
-    if c.qkv_bias:
-        parts.append("qkv bias")
-    if c.out_proj:
-        parts.append("output projection")
-    if c.dropout:
-        parts.append(f"dropout {c.dropout:g}")
-    if c.positional is not Positional.none:
-        parts.append(f"{c.positional.value} positions")
-    if c.embeddings is not None:
-        parts.append(f"embeddings from {_safe(c.embeddings.name)}")
-    return ", ".join(parts)
+    return _safe(", ".join(c.describe(tokens.tokenizer)))
 
 
 def _init_comment(init: Init) -> str:

@@ -243,29 +243,7 @@ class _Explainer:
         return Explanation(self.intro(), steps, self.outro())
 
     def intro(self) -> tuple[Block, ...]:
-        c = self.c
-        scale = f"1/√{c.d_k}" if c.scale else "off"
-        if c.temperature != 1.0:
-            scale += f", temperature {c.temperature:g}"
-        parts = [
-            f"tokenizer {self.run.tokens.tokenizer}",
-            f"seed {c.seed}",
-            f"d_model {c.d_model}",
-            f"heads {c.heads}",
-            f"d_k {c.d_k}",
-            f"d_v {c.d_v}",
-            f"scale {scale}",
-            f"causal {'yes' if c.causal else 'no'}",
-            f"init {c.init.value}" if c.projections else "no projections",
-        ]
-        if c.qkv_bias:
-            parts.append("qkv bias")
-        if c.out_proj:
-            parts.append("output projection")
-        if c.dropout:
-            parts.append(f"dropout {c.dropout:g}")
-        if c.positional is not Positional.none:
-            parts.append(f"positions {c.positional.value}")
+        parts = self.c.describe(self.run.tokens.tokenizer)
         blocks: list[Block] = [
             Line(f"Self-attention, step by step, for {self.run.text!r}" if len(self.run.text) <= 80 else f"Self-attention, step by step, for a text of {len(self.run.text)} characters"),
             Line("  ".join(parts), "note"),
