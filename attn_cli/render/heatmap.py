@@ -424,7 +424,7 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> str:
     shown = f"{c.heads}" if len(heads) == c.heads else f"{c.heads} (showing {', '.join(map(str, heads))})"
     config = (
         f"tokenizer {run.tokens.tokenizer} · seed {c.seed} · heads {shown} · d_k {c.d_k} · "
-        + ("causal (grey: masked)" if c.causal else "not causal")
+        + (("causal (grey: masked)" if what is not What.scores else "causal (mask not yet applied to raw scores)") if c.causal else "not causal")
         + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
     )
     return f"{headline}: “{text}”\n{config}"
