@@ -141,22 +141,16 @@ def heatmap(
         _check_display()
 
     from attn_cli.pipeline import Pipeline
-    from attn_cli.render.heatmap import KINDS, MAX_PANELS, HeatmapOptions, What, colour_map, heatmap_figure
+    from attn_cli.render.heatmap import HeatmapOptions, What, check_options, colour_map, heatmap_figure
 
     kind = What(what.value)
     if cmap is not None:
         colour_map(cmap)
     shown_heads = [head] if head is not None else list(range(config.heads))
-    if not split_heads and len(shown_heads) * len(KINDS[kind]) > MAX_PANELS:
-        raise UsageError(
-            f"{len(shown_heads)} heads x {len(KINDS[kind])} matrices is over {MAX_PANELS} panels in one picture; "
-            f"pick one with --head N, or write one file per head with --split-heads"
-        )
-    if log and kind not in (What.weights, What.all):
-        raise UsageError(f"--log is for the weights (0 to 1); --what {kind.value} has signed values: drop --log")
     options = HeatmapOptions(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
     )
+    check_options(options, shown_heads[:1] if split_heads else shown_heads)
     pictures = [(None, tuple(shown_heads) if head is not None else None)]
     if split_heads:
         pictures = [(h, (h,)) for h in shown_heads]

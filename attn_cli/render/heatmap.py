@@ -82,6 +82,19 @@ class _Panel:
     log: bool = False
 
 
+def check_options(options: HeatmapOptions, heads: Sequence[int]) -> None:
+    """UsageError for options that cannot make one picture of ``heads``; needs no run,
+    so the command calls it before anything is computed."""
+    kinds = KINDS[options.what]
+    if options.log and What.weights not in kinds:
+        raise UsageError(f"--log is for the weights (0 to 1); --what {options.what.value} has signed values: drop --log")
+    if len(kinds) * len(heads) > MAX_PANELS:
+        raise UsageError(
+            f"{len(heads)} heads x {len(kinds)} matrices is over {MAX_PANELS} panels in one picture; "
+            f"pick one with --head N, or write one file per head with --split-heads"
+        )
+
+
 def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_figure: Callable[..., Figure] | None = None) -> Figure:
     """Draw ``run`` as ``options`` says into a new Figure and return it.
 
@@ -93,14 +106,8 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     for h in heads:
         if not 0 <= h < n_heads:
             raise UsageError(f"--head {h} is out of range: the run has {n_heads} head(s), numbered 0 to {n_heads - 1}")
+    check_options(options, heads)
     kinds = KINDS[options.what]
-    if options.log and What.weights not in kinds:
-        raise UsageError(f"--log is for the weights (0 to 1); --what {options.what.value} has signed values: drop --log")
-    if len(kinds) * len(heads) > MAX_PANELS:
-        raise UsageError(
-            f"{len(heads)} heads x {len(kinds)} matrices is over {MAX_PANELS} panels in one picture; "
-            f"pick one with --head N, or write one file per head with --split-heads"
-        )
     cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
 
     n_tokens = len(run.tokens)
