@@ -113,7 +113,9 @@ def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
 
 def _memory_parts(config: Config, n_tokens: int, vocab_size: int) -> dict[str, int]:
     heads, d_k, d_v, d_model = config.heads, config.d_k or 0, config.d_v or 0, config.d_model or 0
-    square = heads * n_tokens * n_tokens  # scores, the softmax input, weights (and dropout)
+    # The engine keeps one T x T tensor per head (the weights); outputs that show the
+    # raw scores cache them and derive the softmax input from them, so three at the peak.
+    square = heads * n_tokens * n_tokens
     vectors = n_tokens * (d_model + heads * (2 * d_k + 3 * d_v))
     # W_q, W_k, W_v (and W_o) grow with d_model x heads x d_k, whatever the text's length.
     weights = (d_model * heads * (2 * d_k + d_v) if config.projections else 0) + ((heads * d_v) ** 2 if config.out_proj else 0)
