@@ -92,6 +92,13 @@ class AttentionResult:
         """(H, T, T) the softmax input, masked cells -inf."""
         return _softmax_input(self.scores, self.divisor, self.causal)
 
+    def scaled_score(self, h: int, query: int, key: int) -> float:
+        """One cell of ``scaled_scores`` without deriving the whole (H, T, T) tensor:
+        the same float32 division, the same mask."""
+        if self.causal and key > query:
+            return -math.inf
+        return (self.scores[h, query, key] / self.divisor).item()  # () float32, as in _softmax_input
+
     def head(self, h: int) -> HeadResult:
         scores = self.scores[h]  # (T, T)
         return HeadResult(

@@ -383,12 +383,8 @@ def vector_table(run: Run, title: Text, matrix: torch.Tensor, precision: int, ca
 
 
 def scaled_score(run: Run, head: int, query: int, key: int) -> float:
-    """One cell of ``result.scaled_scores`` without making the (H, T, T) tensor
-    it derives on each access: the same float32 division, the same mask."""
-    result = run.result
-    if result.causal and key > query:
-        return -math.inf
-    return (result.scores[head, query, key] / result.divisor).item()  # () float32, as scores / divisor
+    """One cell of the softmax input (see ``AttentionResult.scaled_score``)."""
+    return run.result.scaled_score(head, query, key)
 
 
 def square_table(
