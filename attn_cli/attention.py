@@ -49,7 +49,7 @@ class Projections:
 
 @dataclasses.dataclass(frozen=True)
 class HeadResult:
-    """One head's tensors (views into the AttentionResult)."""
+    """One head's tensors (views into the LayerAttention)."""
 
     head: int
     queries: torch.Tensor  # (T, Dk)
@@ -62,7 +62,15 @@ class HeadResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionResult:
+class LayerAttention:
+    """One attention layer's tensors, whatever made them (the seeded toy model or a
+    trained checkpoint): what every renderer reads.
+
+    Head h's queries, keys and values are what its scores were computed from:
+    after RoPE where the family has it, and for grouped-query attention the
+    key/value head the query head shares (repeated, so index h always works).
+    """
+
     queries: torch.Tensor  # (H, T, Dk)
     keys: torch.Tensor  # (H, T, Dk)
     values: torch.Tensor  # (H, T, Dv)
@@ -70,14 +78,32 @@ class AttentionResult:
     dropped_weights: torch.Tensor | None  # (H, T, T) weights after dropout, when dropout > 0
     context: torch.Tensor  # (H, T, Dv)
     concat: torch.Tensor  # (T, H*Dv) heads side by side
-    output: torch.Tensor  # (T, H*Dv) concat, through W_o when there is one
+    output: torch.Tensor  # (T, Dout) concat, through W_o when there is one
     divisor: float  # scaled_scores = scores / divisor
-    causal: bool
-    projections: Projections
+    mask: torch.Tensor | None  # (T, T) True = the query may not see the key (causal, window); None: nothing hidden
+    projections: Projections  # the layer's W_q, W_k, W_v (all heads' rows) and W_o; query None: Q = K = V = X
+    layer: int = 0  # 0-based index in the model
+    x: torch.Tensor | None = None  # (T, D) what the projections read: the toy's X, a checkpoint layer's normed input
+    divisor_text: str = ""  # the divisor as a formula, e.g. "sqrt(64)"; "" when it is 1
 
     @property
     def n_heads(self) -> int:
         return self.weights.shape[0]
+
+    @property
+    def causal(self) -> bool:
+        """Whether any key is hidden from some query (renderers call such a layer masked)."""
+        return self.mask is not None and bool(self.mask.any())
+
+    def masked(self, query: int, key: int) -> bool:
+        return self.mask is not None and bool(self.mask[query, key])
+
+    def visible_keys(self) -> list[int]:
+        """(T,) how many keys each query may attend to."""
+        n_tokens = self.weights.shape[-1]
+        if self.mask is None:
+            return [n_tokens] * n_tokens
+        return (~self.mask).sum(dim=-1).tolist()  # (T, T) -> (T,)
 
     # The raw and scaled scores are derived, not stored: a run keeps one T x T
     # tensor per head (the weights), like torch's own attention, and recomputing
@@ -90,12 +116,12 @@ class AttentionResult:
     @property
     def scaled_scores(self) -> torch.Tensor:
         """(H, T, T) the softmax input, masked cells -inf."""
-        return _softmax_input(self.scores, self.divisor, self.causal)
+        return _softmax_input(self.scores, self.divisor, self.mask)
 
     def scaled_score(self, h: int, query: int, key: int) -> float:
         """One cell of ``scaled_scores`` without deriving the whole (H, T, T) tensor:
         the same float32 division, the same mask."""
-        if self.causal and key > query:
+        if self.masked(query, key):
             return -math.inf
         return (self.scores[h, query, key] / self.divisor).item()  # () float32, as in _softmax_input
 
@@ -107,7 +133,7 @@ class AttentionResult:
             keys=self.keys[h],
             values=self.values[h],
             scores=scores,
-            scaled_scores=_softmax_input(scores, self.divisor, self.causal),
+            scaled_scores=_softmax_input(scores, self.divisor, self.mask),
             weights=self.weights[h],
             context=self.context[h],
         )
@@ -127,7 +153,7 @@ def make_projections(config: Config, d_in: int) -> Projections:
     return Projections(query, key, value, out)
 
 
-def self_attention(x: torch.Tensor, config: Config, projections: Projections | None = None) -> AttentionResult:
+def self_attention(x: torch.Tensor, config: Config, projections: Projections | None = None) -> LayerAttention:
     """Run attention over X (T, D) as ``config`` (resolved) says.
 
     ``projections`` lets a caller reuse the ones ``make_projections`` drew for the
@@ -149,7 +175,8 @@ def self_attention(x: torch.Tensor, config: Config, projections: Projections | N
 
     d_k = queries.shape[-1]
     divisor = (math.sqrt(d_k) if config.scale else 1.0) * config.temperature
-    weights = attention_weights(queries, keys, divisor=divisor, causal=config.causal)
+    mask = causal_mask(n_tokens) if config.causal else None  # (T, T)
+    weights = attention_weights(queries, keys, divisor=divisor, mask=mask)
     dropped = None
     if config.dropout > 0:
         # Seeded: the generator carries on from the projection draws.
@@ -158,7 +185,7 @@ def self_attention(x: torch.Tensor, config: Config, projections: Projections | N
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
     output = projections.out(concat) if projections.out else concat  # (T, H*Dv)
     _check_finite((output,), "the output projection", "use smaller embeddings or drop --out-proj")
-    return AttentionResult(
+    return LayerAttention(
         queries=queries,
         keys=keys,
         values=values,
@@ -168,23 +195,45 @@ def self_attention(x: torch.Tensor, config: Config, projections: Projections | N
         concat=concat,
         output=output,
         divisor=divisor,
-        causal=config.causal,
+        mask=mask,
         projections=projections,
+        x=x,
+        divisor_text=_divisor_text(d_k, config.scale, config.temperature),
     )
 
 
-def attention_weights(queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, causal: bool) -> torch.Tensor:
-    """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T).
+def _divisor_text(d_k: int, scale: bool, temperature: float) -> str:
+    parts = ([f"sqrt({d_k})"] if scale else []) + ([f"{temperature:g}"] if temperature != 1.0 else [])
+    return parts[0] if len(parts) == 1 else "(" + " * ".join(parts) + ")" if parts else ""
+
+
+def attend(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, *, divisor: float, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / divisor, masked) V, the one masked softmax every source uses.
+
+    Shapes: queries (H, T, Dk), keys (H, T, Dk), values (H, T, Dv), mask (T, T)
+    True = hidden -> (context (H, T, Dv), weights (H, T, T)).
+    """
+    weights = attention_weights(queries, keys, divisor=divisor, mask=mask)  # (H, T, T)
+    return weights @ values, weights  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
+
+
+def attention_weights(
+    queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
+    ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
 
     Every step works in place in one (..., T, T) buffer, so the peak memory is one
     T x T tensor per head, as in torch's own attention.
     """
     weights = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T) raw scores
     weights.div_(divisor)  # the same operation as _softmax_input, so scaled_scores agree
-    if causal:
-        weights.masked_fill_(causal_mask(weights.shape[-1]), float("-inf"))
+    if mask is not None:
+        weights.masked_fill_(mask, float("-inf"))
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
-    # masked cell is exp(-inf) = exactly 0, and the diagonal keeps every row non-empty.
+    # masked cell is exp(-inf) = exactly 0.
     _softmax_(weights)
     if not math.isfinite(float(weights.sum())):
         _explain_overflow(queries, keys, divisor)
@@ -192,12 +241,12 @@ def attention_weights(queries: torch.Tensor, keys: torch.Tensor, *, divisor: flo
 
 
 def _softmax_(x: torch.Tensor) -> None:
-    """In-place softmax over the last dimension."""
-    if hasattr(torch, "_softmax"):  # the fused kernel torch.softmax itself calls, writing into x
-        torch._softmax(x, -1, False, out=x)
-    else:  # pragma: no cover
-        x.sub_(x.amax(-1, keepdim=True)).exp_()
-        x.div_(x.sum(-1, keepdim=True))
+    """Softmax over the last dimension, written back into x one (T, T) block at a
+    time: torch.softmax's own numbers (public API) with one block of extra memory,
+    not a second (H, T, T). A masked cell (-inf) becomes exactly 0."""
+    blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
+    for block in blocks:
+        block.copy_(torch.softmax(block, dim=-1))  # (T, T)
 
 
 def _explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:
@@ -215,11 +264,14 @@ def causal_mask(n_tokens: int) -> torch.Tensor:
     return torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(diagonal=1)
 
 
-def _softmax_input(scores: torch.Tensor, divisor: float, causal: bool) -> torch.Tensor:
+def _softmax_input(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) -> torch.Tensor:
     scaled = scores / divisor  # (..., T, T)
-    if causal:
-        scaled = scaled.masked_fill(causal_mask(scores.shape[-1]), float("-inf"))
+    if mask is not None:
+        scaled = scaled.masked_fill(mask, float("-inf"))
     return scaled
+
+
+AttentionResult = LayerAttention  # the name before layers (the Python API keeps it)
 
 
 def _check_finite(tensors: tuple[torch.Tensor, ...], what: str, fix: str) -> None:

@@ -27,10 +27,15 @@ class Tokens:
     ids: tuple[int, ...]
     texts: tuple[str, ...]
     vocab_size: int  # rows of the embedding table
-    tokenizer: str  # the tokenizer actually used (an encoding name, or "words")
+    tokenizer: str  # the tokenizer actually used (an encoding name, "words", or a model's tokenizer.json)
+    special: tuple[bool, ...] = ()  # (T,) added by the model's tokenizer (BOS, [CLS], [SEP]); () = none
+    type_ids: tuple[int, ...] = ()  # (T,) segment of each token (0, or 1 for a --pair); () = all 0
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def is_special(self, position: int) -> bool:
+        return bool(self.special) and self.special[position]
 
     @functools.cached_property
     def labels(self) -> tuple[str, ...]:

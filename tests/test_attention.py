@@ -303,7 +303,7 @@ def test_head_h_uses_its_own_rows_of_the_projection() -> None:
 
 def test_attention_weights_helper_shapes() -> None:
     q = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
-    weights = attention_weights(q, q, divisor=1.0, causal=True)
+    weights = attention_weights(q, q, divisor=1.0, mask=causal_mask(4))
     assert weights.shape == (2, 4, 4)
     torch.testing.assert_close(weights, torch.softmax((q @ q.transpose(-2, -1)).masked_fill(causal_mask(4), float("-inf")), -1))
     assert torch.equal(causal_mask(3), torch.tensor([[False, True, True], [False, False, True], [False, False, False]]))

@@ -3,6 +3,8 @@ matches an independent computation (the seed contract written out in plain torch
 
 from __future__ import annotations
 
+from attn_cli.attention import causal_mask
+
 import dataclasses
 import json
 import math
@@ -321,7 +323,7 @@ def test_entropy_is_the_one_run_prints(query: int | None) -> None:
 
     run = run_of("I saw a saw and a saw", heads=2, causal=True)
     summary = grids(explain(run, query=query, precision=12), 9, "head")[0]
-    for row, stats in zip(summary.rows, attention_stats(run.result.weights, causal=True), strict=True):
+    for row, stats in zip(summary.rows, attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1])), strict=True):
         if query is None:
             assert row[2] == f"{stats.mean_entropy_bits:.12f}"
         else:
@@ -344,7 +346,7 @@ def test_ablation_row_for_this_run_matches_run_stats() -> None:
     run = run_of(scale=False, causal=True)
     table = _ablation(explain(run, precision=12))
     assert table is not None
-    (stats,) = attention_stats(run.result.weights, causal=True)
+    (stats,) = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))
     for i in range(len(run.tokens)):
         assert table.rows[i][1:3] == (f"{stats.top_weight[i]:.12f}", f"{stats.entropy_bits[i]:.12f}")  # A = this run
     assert table.rows[-1][2] == f"{stats.mean_entropy_bits:.12f}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attn_cli.attention import causal_mask
+
 import csv
 import io
 import json
@@ -92,7 +94,7 @@ def test_json_floats_are_the_float32_values_exactly() -> None:
 def test_json_stats_are_the_stats_module() -> None:
     run = run_of(heads=2, causal=True)
     data = run_dict(run)
-    for head, stats in zip(data["heads"], attention_stats(run.result.weights, causal=True)):
+    for head, stats in zip(data["heads"], attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))):
         assert head["stats"] == stats.as_dict()
     one = run_dict(run_of("alone"))
     assert one["heads"][0]["stats"]["previous_mass"] is None and one["heads"][0]["stats"]["first_mass"] is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attn_cli.attention import causal_mask
+
 import dataclasses
 import io
 import math
@@ -86,7 +88,7 @@ def test_entropy_matches_torch_categorical() -> None:
     weights = torch.softmax(torch.randn(2, 5, 5, generator=generator), dim=-1)  # (H, T, T)
     reference = torch.distributions.Categorical(probs=weights.double()).entropy() / math.log(2)  # (H, T) bits
     torch.testing.assert_close(entropy_bits(weights), reference)
-    stats = attention_stats(weights, causal=False)
+    stats = attention_stats(weights)
     assert stats[1].entropy_bits == pytest.approx(reference[1].tolist())
     assert stats[1].effective_tokens == pytest.approx([2**b for b in reference[1].tolist()])
 
@@ -103,11 +105,11 @@ def test_masses_argmax_and_visible_keys_by_hand() -> None:
     assert self_mass == pytest.approx((1.0 + 0.4 + 0.4) / 3)
     assert previous == pytest.approx((0.6 + 0.3) / 2)  # w[1,0], w[2,1]
     assert first == pytest.approx((0.6 + 0.3) / 2)  # w[1,0], w[2,0]: row 0 is not counted
-    (stats,) = attention_stats(weights[None], causal=True)
+    (stats,) = attention_stats(weights[None], mask=causal_mask(weights[None].shape[-1]))
     assert stats.most_attended == [0, 0, 2]
     assert stats.top_weight == pytest.approx([1.0, 0.6, 0.4])
     assert stats.visible_keys == [1, 2, 3]
-    (ties,) = attention_stats(torch.tensor([[[0.5, 0.5], [0.5, 0.5]]]), causal=False)
+    (ties,) = attention_stats(torch.tensor([[[0.5, 0.5], [0.5, 0.5]]]))
     assert ties.most_attended == [0, 0]  # the first of equal maxima
     assert ties.visible_keys == [2, 2]
 
@@ -314,7 +316,7 @@ def test_output_is_shown_by_default_only_when_it_differs_from_context() -> None:
 def test_stats_table_and_heads_compared() -> None:
     run = make_run(SAW, heads=2, causal=True)
     out = render(human_view(run, View(show=frozenset({"stats"}))))
-    stats = attention_stats(run.result.weights, causal=True)
+    stats = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))
     rows = section(out, "Statistics  of the attention weights, head 1")
     for i, row in enumerate(rows):
         s = stats[1]
@@ -478,7 +480,7 @@ def test_tokens_stats_and_vector_tables_cut_their_rows_too() -> None:
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
     out = render(human_view(run, View(show=frozenset({"tokens", "stats", "context"}))))
     note = " ".join(out.split())
-    stats = attention_stats(run.result.weights, causal=True)[0]
+    stats = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))[0]
     tokens = section(out, "Tokens")
     assert [r[0] for r in tokens] == [*(str(i) for i in range(tables.ROW_LIMIT)), "⋮", str(n - 1)]
     assert f"{tables.ROW_LIMIT + 1} of {n} tokens shown" in note and "--format json lists every token" in note
@@ -523,7 +525,7 @@ def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPa
     scores = torch.randn(2, 11, 11, generator=generator).masked_fill(torch.ones(11, 11, dtype=torch.bool).triu(1), -math.inf)
     weights = torch.softmax(scores, dim=-1)  # (H, T, T)
     monkeypatch.setattr(stats_module, "CHUNK_ROWS", 3)
-    blocked = attention_stats(weights, causal=True)
+    blocked = attention_stats(weights, mask=causal_mask(weights.shape[-1]))
     whole = entropy_bits(weights)  # (H, T)
     for h in range(2):
         torch.testing.assert_close(torch.tensor(blocked[h].entropy_bits, dtype=torch.float64), whole[h], rtol=1e-12, atol=1e-12)
@@ -536,7 +538,7 @@ def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPa
 def test_one_heads_stats_are_that_heads() -> None:
     run = make_run(SAW, heads=2)
     out = render(human_view(run, View(show=frozenset({"stats"}), heads=(1,))))
-    expected = attention_stats(run.result.weights, causal=False)[1]
+    expected = attention_stats(run.result.weights)[1]
     rows = section(out, "Statistics  of the attention weights, head 1")
     assert [r[3] for r in rows] == [fmt(v, 4) for v in expected.entropy_bits]
 

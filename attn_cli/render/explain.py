@@ -116,6 +116,7 @@ class _Explainer:
         self.T = len(run.tokens)
         self.H = run.result.n_heads
         self.one = run.result.head(head)
+        self.hidden = run.result.mask  # (T, T) True = masked, or None
 
     # formatting -------------------------------------------------------------
 
@@ -523,8 +524,8 @@ class _Explainer:
             )
         )
         if c.scale and c.temperature == 1.0 and self.T > 1:
-            unscaled = _head_stats(_softmax(s, 1.0, c.causal), c.causal)
-            scaled = _head_stats(one.weights, c.causal)
+            unscaled = _head_stats(_softmax(s, 1.0, self.hidden), self.hidden)
+            scaled = _head_stats(one.weights, self.hidden)
             blocks.append(
                 Line(
                     f"Here, without the scaling the largest weight per row would average {self.f(_mean_top(unscaled))} "
@@ -604,7 +605,7 @@ class _Explainer:
             variants.append((name, mine))
         else:
             variants = [(n + (" = this run" if abs(mine - d) <= 1e-12 * d else ""), d) for n, d in variants]
-        stats = [_head_stats(_softmax(one.scores, d, c.causal), c.causal) for _, d in variants]
+        stats = [_head_stats(_softmax(one.scores, d, self.hidden), self.hidden) for _, d in variants]
         letters = "ABC"
         legend = "; ".join(f"{letters[k]}: {n}, softmax(S / {d:.6g})" for k, (n, d) in enumerate(variants))
         header = ["query"]
@@ -700,7 +701,7 @@ class _Explainer:
             ]
             follow = self.q
             summary_rows = []
-            for st in attention_stats(result.weights, causal=result.causal):  # run's statistics, head by head
+            for st in attention_stats(result.weights, mask=result.mask):  # run's statistics, head by head
                 if follow is not None:
                     best = st.most_attended[follow]
                     summary_rows.append((str(st.head), self.labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
@@ -776,16 +777,16 @@ class _Explainer:
 # -- numbers -------------------------------------------------------------------
 
 
-def _softmax(scores: torch.Tensor, divisor: float, causal: bool) -> torch.Tensor:
+def _softmax(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) -> torch.Tensor:
     """The weights the scores ``S`` (T, T) would give under ``divisor``: the engine's
     softmax input (scaled, masked), then its softmax."""
-    return torch.softmax(_softmax_input(scores, divisor, causal), dim=-1)  # (T, T)
+    return torch.softmax(_softmax_input(scores, divisor, mask), dim=-1)  # (T, T)
 
 
-def _head_stats(weights: torch.Tensor, causal: bool) -> HeadStats:
+def _head_stats(weights: torch.Tensor, mask: torch.Tensor | None) -> HeadStats:
     """``run``'s statistics (``attn_cli.render.stats``) of one (T, T) weight matrix,
     so both commands print the same entropy for the same row."""
-    return attention_stats(weights.unsqueeze(0), causal=causal)[0]  # (T, T) -> (1, T, T)
+    return attention_stats(weights.unsqueeze(0), mask=mask)[0]  # (T, T) -> (1, T, T)
 
 
 def _mean_top(stats: HeadStats) -> float:

@@ -60,7 +60,7 @@ def run_dict(run: Run) -> dict[str, Any]:
     check_export_size(run)
     result = run.result
     scaled = result.scaled_scores
-    stats = attention_stats(result.weights, causal=result.causal)
+    stats = attention_stats(result.weights, mask=result.mask)
     heads = []
     for h in range(result.n_heads):
         head = result.head(h)

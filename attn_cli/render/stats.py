@@ -41,7 +41,7 @@ class HeadStats:
     top_weight: list[float]  # (T,) that key's weight
     entropy_bits: list[float]  # (T,)
     effective_tokens: list[float]  # (T,) 2 ** entropy_bits
-    visible_keys: list[int]  # (T,) keys the row may attend to: T, or i + 1 when causal
+    visible_keys: list[int]  # (T,) keys the row may attend to: T, or fewer under a mask (i + 1 when causal)
     self_mass: float
     previous_mass: float | None
     first_mass: float | None
@@ -101,14 +101,14 @@ def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     )  # (H, T)
 
 
-def attention_stats(weights: torch.Tensor, *, causal: bool) -> list[HeadStats]:
-    """(H, T, T) weights -> one HeadStats per head."""
+def attention_stats(weights: torch.Tensor, *, mask: torch.Tensor | None = None) -> list[HeadStats]:
+    """(H, T, T) weights -> one HeadStats per head; ``mask`` (T, T) True = hidden key."""
     n_tokens = weights.shape[-1]
     top_key = weights.argmax(dim=-1)  # (H, T) argmax picks the first of equal maxima
     top_weight = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, T, 1) -> (H, T)
     bits = _row_entropy_bits(weights)  # (H, T)
     effective = effective_tokens(bits)  # (H, T)
-    visible = [i + 1 if causal else n_tokens for i in range(n_tokens)]
+    visible = [n_tokens] * n_tokens if mask is None else (~mask).sum(dim=-1).tolist()  # (T, T) -> (T,)
     stats = []
     for h in range(weights.shape[0]):
         self_mass, previous, first = head_masses(weights[h])

@@ -662,7 +662,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     stats: dict[int, HeadStats] = {}
     if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
         for h in heads:
-            (one,) = attention_stats(run.result.weights[h : h + 1], causal=run.result.causal)  # (1, T, T)
+            (one,) = attention_stats(run.result.weights[h : h + 1], mask=run.result.mask)  # (1, T, T)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
     if "tokens" in show:

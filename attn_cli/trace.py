@@ -1,0 +1,193 @@
+"""What every renderer reads: a source-independent trace of one text's attention.
+
+A source (the seeded toy model in ``attn_cli.pipeline``, a trained checkpoint in
+``attn_cli.checkpoint``) turns ``Tokens`` into a ``Trace``: the tokens, what ran
+(``ModelInfo``) and the kept layers' ``LayerAttention`` (``attn_cli.attention``).
+Renderers (tables, heatmap, explain, export) never look at what made it.
+
+No torch at import time: the CLI parses ``--layer``/``--head`` with ``Selection``
+before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.attention import LayerAttention
+    from attn_cli.config import Config
+    from attn_cli.tokens import Tokens
+
+TOY = "toy"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """What produced the attention: the toy model's resolved config, or a checkpoint."""
+
+    source: str  # "toy", or the checkpoint's folder or ORG/NAME as given
+    architecture: str  # config.json's architectures[0]; "toy" for the seeded model
+    family: str  # "toy", "gpt2", "bert", "llama"
+    layers: int
+    heads: int  # query heads per layer
+    kv_heads: int  # key/value heads per layer (== heads without grouped-query attention)
+    head_dim: int  # Dk
+    d_model: int  # D
+    d_v: int | None = None  # Dv when it differs from head_dim (the toy's --d-v)
+    dtype: str = "float32"
+    revision: str | None = None  # the snapshot a cache lookup found (its commit hash), or None
+    path: str | None = None  # the folder the weights were read from
+    max_positions: int | None = None  # longest text the model takes; None: no limit
+    qkv_bias: bool = False
+    out_proj: bool = False  # a W_o after the heads are concatenated
+    projections: bool = True  # False: Q = K = V = X (the toy's --no-projections)
+    config: Config | None = None  # the toy's resolved config; None for checkpoints
+    input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
+
+    @property
+    def trained(self) -> bool:
+        return self.family != TOY
+
+    @property
+    def value_dim(self) -> int:
+        return self.d_v if self.d_v is not None else self.head_dim
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head query head ``head`` shares (grouped-query attention)."""
+        return head // (self.heads // self.kv_heads)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``model`` object of JSON schema 2."""
+        data: dict[str, Any] = {
+            "source": self.source,
+            "revision": self.revision,
+            "architecture": self.architecture,
+            "family": self.family,
+            "layers": self.layers,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "d_model": self.d_model,
+            "dtype": self.dtype,
+        }
+        if self.config is not None:
+            data["config"] = self.config.as_dict()
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """One text through one source: its tokens and the kept layers, in order."""
+
+    text: str
+    tokens: Tokens
+    model: ModelInfo
+    layers: tuple[LayerAttention, ...]
+    pair: str | None = None  # the second segment (--pair), when there is one
+
+    def layer(self, index: int) -> LayerAttention:
+        """The kept layer with model index ``index``."""
+        for layer in self.layers:
+            if layer.layer == index:
+                return layer
+        raise KeyError(index)
+
+    # The toy source's API before layers: one layer, its config and input.
+    @property
+    def result(self) -> LayerAttention:
+        return self.layers[0]
+
+    @property
+    def config(self) -> Config:
+        if self.model.config is None:
+            raise AttributeError("a checkpoint trace has no toy config; read trace.model")
+        return self.model.config
+
+    @property
+    def x(self) -> Any:
+        return self.layers[0].x
+
+
+Run = Trace  # the name before layers (the Python API keeps it)
+
+
+# -- choosing layers and heads ---------------------------------------------------
+
+_ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexSpec:
+    """An ``--layer``/``--head`` value: ``all``, an index, a comma list, an inclusive
+    range ``a-b``; negative indices count from the end (``-1`` is the last)."""
+
+    text: str | None  # None: not given (the command's default applies)
+    flag: str
+
+    @classmethod
+    def parse(cls, text: str | None, flag: str) -> IndexSpec:
+        spec = cls(text, flag)
+        if text is not None:
+            spec._items()  # a malformed value fails before anything runs
+        return spec
+
+    @property
+    def given(self) -> bool:
+        return self.text is not None
+
+    def _items(self) -> list[tuple[int, int | None]]:
+        assert self.text is not None
+        if self.text.strip().lower() == "all":
+            return []
+        items = []
+        for part in self.text.split(","):
+            match = _ITEM.fullmatch(part)
+            if match is None or not part.strip():
+                raise UsageError(
+                    f"{self.flag} {self.text!r}: give an index (0, -1 for the last), a comma list (0,2), "
+                    f"a range (0-3) or all"
+                )
+            items.append((int(match[1]), None if match[2] is None else int(match[2])))
+        return items
+
+    def resolve(self, count: int, what: str, default: Sequence[int] | None = None) -> tuple[int, ...]:
+        """The chosen indexes among ``count`` (sorted, each once); ``default`` when not
+        given (None: all). Raises UsageError naming the valid range."""
+        if self.text is None:
+            return tuple(range(count)) if default is None else tuple(default)
+        items = self._items()
+        if not items:
+            return tuple(range(count))
+        chosen: set[int] = set()
+        for first, last in items:
+            lo, hi = self._index(first, count, what), self._index(first if last is None else last, count, what)
+            if hi < lo:
+                raise UsageError(f"{self.flag} {self.text!r}: the range {first}-{last} runs backwards; write {last}-{first}")
+            chosen.update(range(lo, hi + 1))
+        return tuple(sorted(chosen))
+
+    def _index(self, value: int, count: int, what: str) -> int:
+        if not -count <= value < count:
+            plural = what if count == 1 else what + "s"
+            raise UsageError(
+                f"{self.flag} {value} is out of range: this model has {count} {plural}, "
+                f"numbered 0 to {count - 1} (or -1 for the last)"
+            )
+        return value % count
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The layers to run and keep, and the heads to show, decided before computing."""
+
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+
+    @property
+    def last_layer(self) -> int:
+        return max(self.layers)
