@@ -16,7 +16,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     ERROR = 1  # a runtime failure: output could not be written, a download failed
     USAGE = 2  # bad option, bad text, unreadable input or embeddings file
-    TOKENIZER_UNAVAILABLE = 3  # the chosen tokenizer's rank files are not on this machine
+    TOKENIZER_UNAVAILABLE = 3  # the tokenizer's rank files, or the --model's files, are missing or unusable
     TOO_LARGE = 4  # the text or configuration is over --max-tokens or would not fit in memory
     INTERRUPTED = 130  # Ctrl-C
 
@@ -57,6 +57,12 @@ class TokenizerUnavailable(AttnCliError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason or message
+
+
+class ModelUnavailable(AttnCliError):
+    """A --model whose files are missing, unsupported, pickled or corrupt."""
+
+    exit_status = ExitStatus.TOKENIZER_UNAVAILABLE
 
 
 class TooLargeError(AttnCliError):
