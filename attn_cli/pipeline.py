@@ -14,21 +14,36 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from attn_cli.attention import AttentionResult, Projections, make_projections, self_attention
+from attn_cli.attention import Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, Tokenizer, Tokens, get_tokenizer
+from attn_cli.trace import TOY, ModelInfo, Run, Trace
+
+__all__ = ["Pipeline", "Run", "Trace", "toy_info"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
-    text: str
-    tokens: Tokens
-    config: Config  # resolved: d_model, d_k and d_v are filled in
-    x: torch.Tensor  # (T, D) the attention input, positional encoding included
-    result: AttentionResult
+def toy_info(config: Config) -> ModelInfo:
+    """The toy source's ``ModelInfo`` for a resolved config: one layer of seeded weights."""
+    assert config.d_model is not None and config.d_k is not None and config.d_v is not None, "resolve the config first"
+    return ModelInfo(
+        source=TOY,
+        architecture=TOY,
+        family=TOY,
+        layers=1,
+        heads=config.heads,
+        kv_heads=config.heads,
+        head_dim=config.d_k,
+        d_model=config.d_model,
+        d_v=config.d_v,
+        qkv_bias=config.qkv_bias,
+        out_proj=config.out_proj,
+        projections=config.projections,
+        config=config,
+        input_text="X, the embeddings" + (" plus positions" if config.positional is not Positional.none else ""),
+    )
 
 
 class Pipeline:
@@ -63,7 +78,7 @@ class Pipeline:
             )
         return tokens
 
-    def run_each(self, texts: Sequence[str]) -> Iterator[Run]:
+    def run_each(self, texts: Sequence[str]) -> Iterator[Trace]:
         """Each text's run, in order; in a batch, an error names the text it came from."""
         for i, text in enumerate(texts):
             try:
@@ -73,7 +88,7 @@ class Pipeline:
                     err.args = (f"text {i + 1} of {len(texts)}: {err}",)
                 raise
 
-    def run(self, text: str) -> Run:
+    def run(self, text: str) -> Trace:
         tokens = self.tokenize(text)
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
@@ -83,7 +98,8 @@ class Pipeline:
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
-        return Run(text, tokens, config, x, self_attention(x, config, self._projections(config, x.shape[1])))
+        layer = self_attention(x, config, self._projections(config, x.shape[1]))
+        return Trace(text, tokens, toy_info(config), (layer,))
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are

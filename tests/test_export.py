@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attn_cli.config import Config
-from attn_cli.pipeline import Pipeline, Run
+from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
 from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, csv_rows, run_dict, to_csv, to_json
 from attn_cli.render.stats import attention_stats
 
@@ -201,7 +201,7 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
     tokens = Tokens((0, 1, 2), ("a,b", ' "q"', "x\n"), 3, "words")
     config = Config(tokenizer="words").resolved(4)
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 10  # (T, D)
-    run = Run("a,b \"q\" x", tokens, config, x, self_attention(x, config))
+    run = Trace("a,b \"q\" x", tokens, toy_info(config), (self_attention(x, config),))
     rows = read_csv(to_csv(run, index=3))
     assert {r["text_index"] for r in rows} == {"3"}
     assert [r["col_token"] for r in rows if r["table"] == "weights"][:3] == ["a,b", '␣"q"', "x↵"]

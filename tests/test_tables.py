@@ -16,7 +16,7 @@ from rich.text import Text
 
 from attn_cli.attention import self_attention
 from attn_cli.config import Config
-from attn_cli.pipeline import Run
+from attn_cli.pipeline import Run, Trace, toy_info
 from attn_cli.render import tables
 from attn_cli.render.stats import attention_stats, effective_tokens, entropy_bits, head_masses
 from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
@@ -36,7 +36,7 @@ def make_run(texts: tuple[str, ...], *, d_model: int = 8, weights: list[list[flo
     result = self_attention(x, config)
     if weights is not None:
         result = dataclasses.replace(result, weights=torch.tensor([weights]))  # (1, T, T)
-    return Run(" ".join(texts), tokens, config, x, result)
+    return Trace(" ".join(texts), tokens, toy_info(config), (result,))
 
 
 def render(renderable, width: int = WIDTH, color: bool = False) -> str:
