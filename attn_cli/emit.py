@@ -4,8 +4,8 @@ The script needs only torch (and tiktoken for a tiktoken tokenizer). It replays
 the seed contract of ``embed.py`` and ``attention.py`` with the same tensor
 operations in the same order, so its numbers are attn-cli's: run it to print
 the matrices, or with ``--json`` to print them under the keys of
-``attn-cli run --format json`` (``tokens``, ``embeddings``, ``heads[*]``,
-``concat``, ``output``).
+``attn-cli run --format json`` (``tokens``, and in ``layers[0]``: ``input``,
+``heads[*]``, ``concat``, ``output``).
 
 No rich or typer here: ``script_for_run`` and ``script_for`` return a string;
 ``script_for_texts`` also gives the notes the command line prints on stderr.
@@ -343,7 +343,7 @@ class _Script:
         )
 
     def report(self) -> None:
-        dropped = ',\n                "dropped_weights": dropped_weights[h].tolist()' if self.c.dropout else ""
+        dropped = ',\n                        "dropped_weights": dropped_weights[h].tolist()' if self.c.dropout else ""
         tokenizer = self.tokens.tokenizer
         self.add(
             "",
@@ -358,22 +358,27 @@ class _Script:
             f'        "tokenizer": "{tokenizer}",',
             '        "vocab_size": vocab_size,',
             '        "tokens": [{"position": i, "id": t, "text": s} for i, (t, s) in enumerate(zip(ids, token_texts))],',
-            '        "embeddings": X.tolist(),',
-            '        "heads": [',
+            '        "layers": [',
             "            {",
-            '                "head": h,',
-            '                "queries": queries[h].tolist(),',
-            '                "keys": keys[h].tolist(),',
-            '                "values": values[h].tolist(),',
-            '                "scores": attn_scores[h].tolist(),',
-            '                "scaled_scores": finite_or_none(scaled_scores[h]),',
-            '                "weights": attn_weights[h].tolist(),',
-            f'                "context": context_vecs[h].tolist(){dropped},',
+            '                "layer": 0,',
+            '                "input": X.tolist(),',
+            '                "heads": [',
+            "                    {",
+            '                        "head": h,',
+            '                        "queries": queries[h].tolist(),',
+            '                        "keys": keys[h].tolist(),',
+            '                        "values": values[h].tolist(),',
+            '                        "scores": attn_scores[h].tolist(),',
+            '                        "scaled_scores": finite_or_none(scaled_scores[h]),',
+            '                        "weights": attn_weights[h].tolist(),',
+            f'                        "context": context_vecs[h].tolist(){dropped},',
+            "                    }",
+            "                    for h in range(heads)",
+            "                ],",
+            '                "concat": concat.tolist(),',
+            '                "output": output.tolist(),',
             "            }",
-            "            for h in range(heads)",
             "        ],",
-            '        "concat": concat.tolist(),',
-            '        "output": output.tolist(),',
             "    }",
             "    print(json.dumps(result, ensure_ascii=False, allow_nan=False))",
             "else:",

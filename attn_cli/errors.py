@@ -22,9 +22,24 @@ class ExitStatus(enum.IntEnum):
 
 
 class AttnCliError(Exception):
-    """Base class: an error whose message is fit to show a user as it is."""
+    """Base class: an error whose message is fit to show a user as it is.
+
+    ``place`` says where in a batch it happened ("text 3 of 5"); it leads the message.
+    """
 
     exit_status: ExitStatus = ExitStatus.ERROR
+    place: str = ""
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{self.place}: {message}" if self.place else message
+
+
+def in_batch(err: AttnCliError, index: int, total: int) -> AttnCliError:
+    """``err`` placed at text ``index`` (0-based) of a batch of ``total``; alone, unchanged."""
+    if total > 1 and not err.place:
+        err.place = f"text {index + 1} of {total}"
+    return err
 
 
 class UsageError(AttnCliError):

@@ -1,9 +1,11 @@
-"""The one place that wires text -> tokens -> X -> attention.
+"""The one place that wires text -> tokens -> a source of attention -> a Trace.
 
-``Pipeline(config)`` loads the tokenizer once, so a batch of texts pays for it
-once; ``Pipeline.run(text)`` gives a ``Run`` holding everything a renderer
-shows. Nothing here prints: notes for the user (a tokenizer fallback) travel in
-``Pipeline.notes``.
+Two sources: ``Pipeline(config)``, the seeded toy model (text -> tokens -> X ->
+one layer of attention), and ``CheckpointSource``, a trained model's every
+layer (``attn_cli.checkpoint``). Each loads its tokenizer once, so a batch of
+texts pays for it once; ``run(text, selection)`` gives a ``Trace`` holding
+everything a renderer shows. Nothing here prints: notes for the user (a
+tokenizer fallback) travel in ``notes``.
 """
 
 from __future__ import annotations
@@ -11,18 +13,43 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import torch
 
 from attn_cli.attention import Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
-from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError
+from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, in_batch
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, Tokenizer, Tokens, get_tokenizer
-from attn_cli.trace import TOY, ModelInfo, Run, Trace
+from attn_cli.source import SourceSpec
+from attn_cli.trace import TOY, ModelInfo, Run, Selection, Trace
 
-__all__ = ["Pipeline", "Run", "Trace", "toy_info"]
+__all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
+
+
+class Source(Protocol):
+    """A source of attention: the toy model or a checkpoint."""
+
+    notes: list[str]
+    n_layers: int
+    n_heads: int
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace: ...
+
+
+def open_source(spec: SourceSpec) -> Source:
+    return CheckpointSource(spec) if spec.model is not None else Pipeline(spec.config)
+
+
+def run_each(source: Source, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
+    """Each text's trace, in order; in a batch, an error names the text it came from."""
+    for i, text in enumerate(texts):
+        try:
+            yield source.run(text, selection)
+        except AttnCliError as err:
+            raise in_batch(err, i, len(texts))
 
 
 def toy_info(config: Config) -> ModelInfo:
@@ -78,17 +105,16 @@ class Pipeline:
             )
         return tokens
 
-    def run_each(self, texts: Sequence[str]) -> Iterator[Trace]:
-        """Each text's run, in order; in a batch, an error names the text it came from."""
-        for i, text in enumerate(texts):
-            try:
-                yield self.run(text)
-            except AttnCliError as err:
-                if len(texts) > 1:
-                    err.args = (f"text {i + 1} of {len(texts)}: {err}",)
-                raise
+    n_layers = 1
 
-    def run(self, text: str) -> Trace:
+    @property
+    def n_heads(self) -> int:
+        return self.config.heads
+
+    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
+        return run_each(self, texts, selection)
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
         tokens = self.tokenize(text)
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
@@ -99,7 +125,7 @@ class Pipeline:
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
         layer = self_attention(x, config, self._projections(config, x.shape[1]))
-        return Trace(text, tokens, toy_info(config), (layer,))
+        return Trace(text, tokens, toy_info(config), (layer,), heads=selection.heads if selection else None)
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are
@@ -120,6 +146,72 @@ class Pipeline:
         projections, rng_after = self._drawn[key]
         torch.set_rng_state(rng_after)  # dropout carries on from the draw, as if it had just happened
         return projections
+
+
+class CheckpointSource:
+    """A trained checkpoint (``--model``): its tokenizer, then every layer up to the
+    last selected one, computed by ``attn_cli.checkpoint``."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        from attn_cli.checkpoint import open_checkpoint
+
+        assert spec.model is not None
+        self.spec = spec
+        self.notes: list[str] = []
+        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision)
+        self.info = self.checkpoint.info
+        self.n_layers = self.info.layers
+        self.n_heads = self.info.heads
+
+    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
+        return run_each(self, texts, selection)
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        if not text.strip():
+            raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
+        spec = self.spec
+        if selection is None:
+            selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
+        max_length = self.info.max_positions if spec.truncate else None
+        tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
+        if len(tokens) > spec.config.max_tokens:
+            raise TooLargeError(
+                f"the text has {len(tokens)} tokens, over --max-tokens {spec.config.max_tokens}; "
+                f"shorten it or raise --max-tokens"
+            )
+        parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers)
+        check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
+        layers = self.checkpoint.trace(tokens, selection.layers)
+        return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=spec.pair)
+
+
+def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:
+    kept = len(selection.layers)
+    return {
+        "weights": (
+            f"the weights of layers 0 to {selection.last_layer}",
+            "choose an earlier --layer (later layers are never read)",
+        ),
+        "tables": (
+            f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads",
+            "keep fewer layers with --layer, or use a shorter text",
+        ),
+        "activations": (f"the hidden states of {n_tokens} tokens", "use a shorter text"),
+    }
+
+
+def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) -> None:
+    """Refuse work whose estimated ``parts`` (bytes) would not fit in the memory at hand,
+    naming the biggest part (``culprits``: what it is, and the fix)."""
+    need = sum(parts.values())
+    have = available_memory()
+    if have is not None and need > have * 0.8:
+        biggest = max(parts, key=parts.__getitem__)
+        what, fix = culprits.get(biggest, (biggest, "use a shorter text"))
+        raise TooLargeError(
+            f"this run needs about {need / 2**30:.1f} GiB, mostly for {what}, but {have / 2**30:.1f} GiB "
+            f"is free; {fix}"
+        )
 
 
 def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
@@ -166,19 +258,11 @@ def available_memory() -> int | None:
 
 
 def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:
-    parts = _memory_parts(config, n_tokens, vocab_size)
-    need = sum(parts.values())
-    have = available_memory()
-    if have is not None and need > have * 0.8:
-        biggest = max(parts, key=parts.__getitem__)
-        heads = f"{config.heads} head{'s' if config.heads != 1 else ''}"
-        what = {
-            "matrices": f"the T x T matrices of {n_tokens} tokens x {heads}",
-            "vectors": f"the query, key and value vectors of {n_tokens} tokens x {heads}",
-            "weights": f"the projection weights (d_model {config.d_model}, {heads}, d_k {config.d_k}, d_v {config.d_v})",
-            "table": f"the {vocab_size} x {config.d_model} embedding table",
-        }[biggest]
-        raise TooLargeError(
-            f"this run needs about {need / 2**30:.1f} GiB, mostly for {what}, but {have / 2**30:.1f} GiB "
-            f"is free; {_MEMORY_FIX[biggest]}"
-        )
+    heads = f"{config.heads} head{'s' if config.heads != 1 else ''}"
+    what = {
+        "matrices": f"the T x T matrices of {n_tokens} tokens x {heads}",
+        "vectors": f"the query, key and value vectors of {n_tokens} tokens x {heads}",
+        "weights": f"the projection weights (d_model {config.d_model}, {heads}, d_k {config.d_k}, d_v {config.d_v})",
+        "table": f"the {vocab_size} x {config.d_model} embedding table",
+    }
+    check_budget(_memory_parts(config, n_tokens, vocab_size), {k: (v, _MEMORY_FIX[k]) for k, v in what.items()})

@@ -88,7 +88,12 @@ class Trace:
     tokens: Tokens
     model: ModelInfo
     layers: tuple[LayerAttention, ...]
+    heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
     pair: str | None = None  # the second segment (--pair), when there is one
+
+    @property
+    def shown_heads(self) -> tuple[int, ...]:
+        return self.heads if self.heads is not None else tuple(range(self.model.heads))
 
     def layer(self, index: int) -> LayerAttention:
         """The kept layer with model index ``index``."""

@@ -119,9 +119,9 @@ def test_embeddings_file_that_works(tmp_path: Path) -> None:
     result = invoke("run", HEADLINE, *WORDS, "--embeddings", path, "--heads", "2", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["config"]["d_model"] == 4 and data["config"]["d_k"] == 2
-    assert data["config"]["embeddings"] == path
-    assert data["embeddings"][3] == [3.0, 1.0, -1.0, 0.5]
+    assert data["model"]["config"]["d_model"] == 4 and data["model"]["config"]["d_k"] == 2
+    assert data["model"]["config"]["embeddings"] == path
+    assert data["layers"][0]["input"][3] == [3.0, 1.0, -1.0, 0.5]
 
 
 def test_default_run_offline_falls_back_with_one_note() -> None:
@@ -140,23 +140,23 @@ def test_every_option_reaches_the_config() -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    config = data["config"]
+    config = data["model"]["config"]
     assert {k: config[k] for k in ("seed", "d_model", "d_k", "d_v", "heads", "causal", "scale", "temperature",
                                    "dropout", "qkv_bias", "out_proj", "init", "projections")} == {
         "seed": 7, "d_model": 12, "d_k": 5, "d_v": 6, "heads": 3, "causal": True, "scale": False,
         "temperature": 0.5, "dropout": 0.25, "qkv_bias": True, "out_proj": True, "init": "normal", "projections": True,
     }  # fmt: skip
-    assert len(data["heads"]) == 3 and len(data["heads"][0]["queries"][0]) == 5 and len(data["output"][0]) == 18
-    assert data["heads"][0]["scaled_scores"][0][1] is None  # causal: masked
-    assert data["heads"][0]["weights"][0][1] == 0.0
+    assert len(data["layers"][0]["heads"]) == 3 and len(data["layers"][0]["heads"][0]["queries"][0]) == 5 and len(data["layers"][0]["output"][0]) == 18
+    assert data["layers"][0]["heads"][0]["scaled_scores"][0][1] is None  # causal: masked
+    assert data["layers"][0]["heads"][0]["weights"][0][1] == 0.0
 
 
 def test_no_projections_from_the_command_line() -> None:
     result = invoke("run", HEADLINE, *WORDS, "--no-projections", "--heads", "2", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["config"]["projections"] is False
-    assert data["heads"][1]["queries"] == [row[8:] for row in data["embeddings"]]
+    assert data["model"]["config"]["projections"] is False
+    assert data["layers"][0]["heads"][1]["queries"] == [row[8:] for row in data["layers"][0]["input"]]
 
 
 # --- tokenizers ---

@@ -100,10 +100,12 @@ def assert_close(got: Any, want: Any, where: str = "") -> None:
 
 def expected(run) -> dict[str, Any]:
     data = run_dict(run)
-    keep = ("text", "tokenizer", "vocab_size", "embeddings", "heads", "concat", "output")
+    keep = ("text", "tokenizer", "vocab_size")
     out = {key: data[key] for key in keep}
     tables = ("head", "queries", "keys", "values", "scores", "scaled_scores", "weights", "dropped_weights", "context")
-    out["heads"] = [{k: head[k] for k in tables if k in head} for head in data["heads"]]
+    (layer,) = data["layers"]
+    heads = [{k: head[k] for k in tables if k in head} for head in layer["heads"]]
+    out["layers"] = [{"layer": 0, "input": layer["input"], "heads": heads, "concat": layer["concat"], "output": layer["output"]}]
     out["tokens"] = [{k: t[k] for k in ("position", "id", "text")} for t in data["tokens"]]
     return out
 
@@ -123,11 +125,11 @@ def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
         assert_close(got, want, name)
     # the cases really exercise what they claim
     for name in DROPOUT_CASES:  # dropout zeroed some weights that the softmax made positive
-        heads = wants[name]["heads"]
+        heads = wants[name]["layers"][0]["heads"]
         assert any(w > 0 and d == 0 for head in heads for wr, dr in zip(head["weights"], head["dropped_weights"]) for w, d in zip(wr, dr)), name
-    assert any(v is None for row in wants["naive"]["heads"][0]["scaled_scores"] for v in row)
-    assert len(wants["normal-outproj-temperature"]["heads"]) == 4
-    assert len(wants["uniform-bias-book-sizes"]["heads"][0]["values"][0]) == 28
+    assert any(v is None for row in wants["naive"]["layers"][0]["heads"][0]["scaled_scores"] for v in row)
+    assert len(wants["normal-outproj-temperature"]["layers"][0]["heads"]) == 4
+    assert len(wants["uniform-bias-book-sizes"]["layers"][0]["heads"][0]["values"][0]) == 28
 
 
 def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:

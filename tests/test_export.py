@@ -18,7 +18,8 @@ from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
 from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, csv_rows, run_dict, to_csv, to_json
 from attn_cli.render.stats import attention_stats
 
-ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "config", "embeddings", "heads", "output"}
+ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
+LAYER_KEYS = {"layer", "input", "heads", "concat", "output"}
 ISSUE_CONFIG_KEYS = {
     "seed", "d_model", "heads", "d_k", "d_v", "causal", "scale", "temperature", "init", "projections", "qkv_bias", "out_proj", "dropout",
 }
@@ -35,34 +36,36 @@ def shape(matrix: list) -> tuple[int, ...]:
 
 def test_json_has_the_issue_keys_and_shapes() -> None:
     data = json.loads(to_json(run_of(heads=2, d_k=3, d_v=5, causal=True)))
-    assert ISSUE_KEYS <= set(data) and data["schema_version"] == SCHEMA_VERSION == 1
-    assert ISSUE_CONFIG_KEYS <= set(data["config"])
+    assert ISSUE_KEYS <= set(data) and data["schema_version"] == SCHEMA_VERSION == 2
+    assert [set(layer) for layer in data["layers"]] == [LAYER_KEYS]
+    assert data["model"]["family"] == "toy" and data["model"]["layers"] == 1 and data["model"]["heads"] == 2
+    assert ISSUE_CONFIG_KEYS <= set(data["model"]["config"])
     assert data["text"] == "I saw a saw" and data["tokenizer"] == "words"
     assert data["tokens"] == [
-        {"position": 0, "id": 0, "text": "I", "label": "I"},
-        {"position": 1, "id": 2, "text": "saw", "label": "saw#1"},
-        {"position": 2, "id": 1, "text": "a", "label": "a"},
-        {"position": 3, "id": 2, "text": "saw", "label": "saw#3"},
+        {"position": 0, "id": 0, "text": "I", "label": "I", "special": False},
+        {"position": 1, "id": 2, "text": "saw", "label": "saw#1", "special": False},
+        {"position": 2, "id": 1, "text": "a", "label": "a", "special": False},
+        {"position": 3, "id": 2, "text": "saw", "label": "saw#3", "special": False},
     ]
-    c = data["config"]
+    c = data["model"]["config"]
     assert (c["d_model"], c["heads"], c["d_k"], c["d_v"], c["causal"]) == (16, 2, 3, 5, True)
     assert c["scale_factor"] == pytest.approx(1 / math.sqrt(3))
-    assert shape(data["embeddings"]) == (4, 16)
-    assert [h["head"] for h in data["heads"]] == [0, 1]
-    for head in data["heads"]:
+    assert shape(data["layers"][0]["input"]) == (4, 16)
+    assert [h["head"] for h in data["layers"][0]["heads"]] == [0, 1]
+    for head in data["layers"][0]["heads"]:
         assert ISSUE_HEAD_KEYS <= set(head)
         assert shape(head["queries"]) == shape(head["keys"]) == (4, 3)
         assert shape(head["values"]) == shape(head["context"]) == (4, 5)
         assert shape(head["scores"]) == shape(head["scaled_scores"]) == shape(head["weights"]) == (4, 4)
         assert set(head["stats"]) == {"most_attended", "top_weight", "entropy_bits", "effective_tokens", "self_mass", "previous_mass", "first_mass"}
-    assert shape(data["output"]) == shape(data["concat"]) == (4, 10)
+    assert shape(data["layers"][0]["output"]) == shape(data["layers"][0]["concat"]) == (4, 10)
 
 
 def test_json_numbers_match_an_independent_attention() -> None:
     """Rebuild scores, weights and context from the JSON's own Q, K, V with torch's SDPA."""
     data = json.loads(to_json(run_of("The cat sat on the mat", heads=2, causal=True)))
-    d_k = data["config"]["d_k"]
-    for head in data["heads"]:
+    d_k = data["model"]["config"]["d_k"]
+    for head in data["layers"][0]["heads"]:
         q, k, v = (torch.tensor(head[name], dtype=torch.float64) for name in ("queries", "keys", "values"))
         scores = q @ k.T  # (T, T)
         torch.testing.assert_close(torch.tensor(head["scores"], dtype=torch.float64), scores, rtol=1e-5, atol=1e-5)
@@ -78,26 +81,26 @@ def test_json_numbers_match_an_independent_attention() -> None:
         weights = torch.tensor(head["weights"], dtype=torch.float64)
         assert (weights[masked] == 0).all()
         torch.testing.assert_close(weights.sum(-1), torch.ones(6, dtype=torch.float64), rtol=1e-6, atol=1e-6)
-    concat = [sum((h["context"][i] for h in data["heads"]), []) for i in range(6)]
-    assert data["output"] == concat  # no --out-proj: the output is the heads side by side
+    concat = [sum((h["context"][i] for h in data["layers"][0]["heads"]), []) for i in range(6)]
+    assert data["layers"][0]["output"] == concat  # no --out-proj: the output is the heads side by side
 
 
 def test_json_floats_are_the_float32_values_exactly() -> None:
     run = run_of()
     data = json.loads(to_json(run))
-    assert data["heads"][0]["weights"] == run.result.weights[0].tolist()
-    assert data["embeddings"] == run.x.tolist()
-    for value in data["heads"][0]["weights"][1]:
+    assert data["layers"][0]["heads"][0]["weights"] == run.result.weights[0].tolist()
+    assert data["layers"][0]["input"] == run.x.tolist()
+    for value in data["layers"][0]["heads"][0]["weights"][1]:
         assert torch.tensor(value, dtype=torch.float32).item() == value  # nothing rounded away
 
 
 def test_json_stats_are_the_stats_module() -> None:
     run = run_of(heads=2, causal=True)
     data = run_dict(run)
-    for head, stats in zip(data["heads"], attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))):
+    for head, stats in zip(data["layers"][0]["heads"], attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))):
         assert head["stats"] == stats.as_dict()
     one = run_dict(run_of("alone"))
-    assert one["heads"][0]["stats"]["previous_mass"] is None and one["heads"][0]["stats"]["first_mass"] is None
+    assert one["layers"][0]["heads"][0]["stats"]["previous_mass"] is None and one["layers"][0]["heads"][0]["stats"]["first_mass"] is None
 
 
 def test_json_refuses_nan() -> None:
@@ -109,7 +112,7 @@ def test_json_refuses_nan() -> None:
 
 def test_dropout_adds_dropped_weights() -> None:
     data = run_dict(run_of(dropout=0.5))
-    head = data["heads"][0]
+    head = data["layers"][0]["heads"][0]
     assert shape(head["dropped_weights"]) == (4, 4)
     for w, d in zip(sum(head["weights"], []), sum(head["dropped_weights"], [])):
         assert d == 0.0 or d == pytest.approx(2 * w)  # kept weights are scaled by 1 / (1 - p)
@@ -139,7 +142,8 @@ def test_csv_is_tidy_and_loads_with_the_csv_module() -> None:
     for row in rows:
         counts[(row["table"], row["head"])] += 1
     T, D, dk = 4, 16, 8
-    assert counts[("embeddings", "")] == T * D and counts[("output", "")] == T * 2 * dk
+    assert counts[("input", "")] == T * D and counts[("output", "")] == T * 2 * dk
+    assert {row["layer"] for row in rows if row["table"] != "token_id"} == {"0"}
     for h in ("0", "1"):
         for table in ("queries", "keys", "values", "context"):
             assert counts[(table, h)] == T * dk
@@ -168,15 +172,15 @@ def test_csv_numbers_equal_the_json_numbers() -> None:
     for row in rows:
         if row["table"] in ("weights", "scores", "scaled_scores", "queries", "context"):
             h, i, j = int(row["head"]), int(row["row"]), int(row["col"])
-            expected = data["heads"][h][row["table"]][i][j]
+            expected = data["layers"][0]["heads"][h][row["table"]][i][j]
             assert float(row["value"]) == (-math.inf if expected is None else expected)
             if row["table"] in ("weights", "scaled_scores"):
                 assert (row["row_token"], row["col_token"]) == (data["tokens"][i]["label"], data["tokens"][j]["label"])
             seen += 1
         elif row["table"] == "entropy_bits":
-            assert float(row["value"]) == data["heads"][int(row["head"])]["stats"]["entropy_bits"][int(row["row"])]
+            assert float(row["value"]) == data["layers"][0]["heads"][int(row["head"])]["stats"]["entropy_bits"][int(row["row"])]
         elif row["table"] == "output":
-            assert float(row["value"]) == data["output"][int(row["row"])][int(row["col"])]
+            assert float(row["value"]) == data["layers"][0]["output"][int(row["row"])][int(row["col"])]
     assert seen == 2 * (3 * 36 + 2 * 6 * 8)  # per head: three T x T tables, queries and context (T x 8)
     masked = [r for r in rows if r["table"] == "scaled_scores" and int(r["col"]) > int(r["row"])]
     assert masked and all(r["value"] == "-inf" for r in masked)
@@ -206,8 +210,8 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
     assert {r["text_index"] for r in rows} == {"3"}
     assert [r["col_token"] for r in rows if r["table"] == "weights"][:3] == ["a,b", '␣"q"', "x↵"]
     lines = to_csv(run, header=False, index=3).splitlines()
-    assert lines[0] == '3,words,token_id,,0,,"a,b",,0'
-    assert [line for line in lines if ",embeddings," in line][0] == '3,words,embeddings,,0,0,"a,b",,0.0'
+    assert lines[0] == '3,words,token_id,,,0,,"a,b",,0'
+    assert [line for line in lines if ",input," in line][0] == '3,words,input,,0,0,0,"a,b",,0.0'
 
 
 def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:

@@ -190,7 +190,7 @@ def test_self_attention_on_raw_input_matches_torch(heads: int, per_head: int, n_
 
 
 NUMERIC_TABLES = (
-    "embeddings", "queries", "keys", "values", "context", "scores", "scaled_scores", "weights", "dropped_weights", "output",
+    "input", "queries", "keys", "values", "context", "scores", "scaled_scores", "weights", "dropped_weights", "output",
 )
 
 
@@ -203,9 +203,9 @@ def json_numbers(data: dict) -> dict[tuple[str, str, int, int], float]:
             for j, value in enumerate(row):
                 cells[(table, head, i, j)] = -math.inf if value is None else value
 
-    add("embeddings", "", data["embeddings"])
-    add("output", "", data["output"])
-    for head in data["heads"]:
+    add("input", "", data["layers"][0]["input"])
+    add("output", "", data["layers"][0]["output"])
+    for head in data["layers"][0]["heads"]:
         for table in NUMERIC_TABLES:
             if table in head:
                 add(table, str(head["head"]), head[table])
@@ -297,7 +297,7 @@ def check_cli_answer(result, *, expect_json: bool = True) -> dict | None:
         data = json.loads(result.stdout)
         n = len(data["tokens"])
         assert n >= 1
-        for head in data["heads"]:
+        for head in data["layers"][0]["heads"]:
             assert len(head["weights"]) == n and all(len(r) == n for r in head["weights"])
             assert all(abs(sum(r) - 1) <= 1e-5 for r in head["weights"])
         return data

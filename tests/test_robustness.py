@@ -96,12 +96,12 @@ def test_unusable_text_is_a_usage_error(tmp_path: Path, args: list[str], input: 
 def test_single_token_attends_only_to_itself() -> None:
     data = run_json(["--", "hello"])
     assert [t["text"] for t in data["tokens"]] == ["hello"]
-    assert data["heads"][0]["weights"] == [[1.0]]
+    assert data["layers"][0]["heads"][0]["weights"] == [[1.0]]
 
 
 def test_single_token_causal_with_heads() -> None:
     data = run_json(["--heads", "4", "--causal", "--", "x"])
-    assert [h["weights"] for h in data["heads"]] == [[[1.0]]] * 4
+    assert [h["weights"] for h in data["layers"][0]["heads"]] == [[[1.0]]] * 4
 
 
 @pytest.mark.parametrize("text", ["\x00", "a\x00b", "\x1b[2J", "<|endoftext|>", "👩‍👩‍👧 שלום e\u0301", "\u202eevil"])
@@ -183,7 +183,7 @@ BAD_NUMBERS = [
     ("--dropout", ["1", "-0.1", "1.5", "nan", "inf", "abc"]),
     ("--max-tokens", ["0", "-1", "99999999999999999999", "abc"]),
     ("--precision", ["-1", "13", "99999999999999999999", "abc"]),
-    ("--head", ["-1", "1", "abc"]),
+    ("--head", ["-2", "1", "abc", "0-", "1,,2"]),
 ]
 
 
@@ -219,7 +219,7 @@ def test_edge_values_that_are_valid_run(args: list[str]) -> None:
     result = invoke(["run", *WORDS, "--format", "json", *args, "--", TEXT])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert all(abs(sum(row) - 1) < 1e-5 for h in data["heads"] for row in h["weights"])
+    assert all(abs(sum(row) - 1) < 1e-5 for h in data["layers"][0]["heads"] for row in h["weights"])
 
 
 @pytest.mark.parametrize(
@@ -341,7 +341,7 @@ def test_good_embeddings_file_in_each_format_gives_the_same_weights(tmp_path: Pa
     else:
         np.save(path, np.array(GOOD_ROWS))
     data = run_json(["--embeddings", str(path), "--", TEXT])
-    assert data["embeddings"] == np.array(GOOD_ROWS, dtype=np.float32).tolist()
+    assert data["layers"][0]["input"] == np.array(GOOD_ROWS, dtype=np.float32).tolist()
 
 
 # --------------------------------------------------------------------------- input files and -o
@@ -450,7 +450,7 @@ def test_ctrl_c_says_interrupted_in_one_line(monkeypatch: pytest.MonkeyPatch) ->
     a Ctrl-C in the middle of the work must reach it."""
     import attn_cli.pipeline
 
-    def interrupted(self, text):
+    def interrupted(self, text, selection=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(attn_cli.pipeline.Pipeline, "run", interrupted)

@@ -114,9 +114,12 @@ def test_head_restricts_to_one_head() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--heads", "2", "--head", "2"], "--head 2 is out of range: this run has 2 heads, numbered 0 to 1"),
-        (["--head", "1"], "--head 1 is out of range: this run has 1 head, numbered 0 to 0"),
-        (["--head", "-1"], "Invalid value for '--head'"),
+        (["--heads", "2", "--head", "2"], "--head 2 is out of range: this model has 2 heads, numbered 0 to 1 (or -1 for the last)"),
+        (["--head", "1"], "--head 1 is out of range: this model has 1 head, numbered 0 to 0 (or -1 for the last)"),
+        (["--head", "x"], "--head 'x': give an index (0, -1 for the last), a comma list (0,2), a range (0-3) or all"),
+        (["--heads", "4", "--head", "3-1"], "--head '3-1': the range 3-1 runs backwards; write 1-3"),
+        (["--layer", "1"], "--layer 1 is out of range: this model has 1 layer, numbered 0 to 0 (or -1 for the last)"),
+        (["--pair", "x"], "--pair only makes sense with --model; add --model or drop it"),
         (["--show", "weights,bogus"], "Invalid value for '--show': unknown table 'bogus'"),
         (["--precision", "13"], "Invalid value for '--precision'"),
         (["--format", "xml"], "Invalid value for '--format'"),
@@ -202,15 +205,15 @@ def test_auto_follows_the_output_suffix(tmp_path: Path, name: str, kind: str) ->
     if kind == "json":
         assert json.loads(text)["text"] == "I saw a saw"
     elif kind == "csv":
-        assert text.startswith("text_index,tokenizer,table,head,row,col,row_token,col_token,value\n")
+        assert text.startswith("text_index,tokenizer,table,head,layer,row,col,row_token,col_token,value\n")
     else:
         assert "Attention weights" in text and "\x1b" not in text
 
 
 def test_explicit_json_notes_table_only_options() -> None:
-    result = invoke(*SAW, "-F", "json", "--show", "scores", "--head", "0")
-    assert json.loads(result.stdout)["heads"][0]["head"] == 0
-    assert result.stderr == "note: --show, --head only change the table view; --format json has every head and number\n"
+    result = invoke(*SAW, "--heads", "2", "-F", "json", "--show", "scores", "--head", "1")
+    assert [h["head"] for h in json.loads(result.stdout)["layers"][0]["heads"]] == [1]  # --head chooses in every format
+    assert result.stderr == "note: --show only changes the table view; --format json has every number of the chosen layers and heads\n"
 
 
 def test_numbers_agree_across_formats() -> None:
@@ -219,7 +222,7 @@ def test_numbers_agree_across_formats() -> None:
     rows = list(csv.DictReader(io.StringIO(invoke(*args, "-F", "csv").stdout)))
     table = invoke(*args, "-F", "table", "--show", "weights").stdout
     for h in (0, 1):
-        weights = data["heads"][h]["weights"]
+        weights = data["layers"][0]["heads"][h]["weights"]
         from_csv = {(int(r["row"]), int(r["col"])): float(r["value"]) for r in rows if r["table"] == "weights" and r["head"] == str(h)}
         assert from_csv == {(i, j): weights[i][j] for i in range(4) for j in range(4)}
         shown = table_rows(table, f"Attention weights  softmax(Q K^T / sqrt(8)) over each row, head {h}")
@@ -252,11 +255,11 @@ def test_an_interrupt_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     real = Pipeline.run
     calls = []
 
-    def interrupted(self, text):  # type: ignore[no-untyped-def]
+    def interrupted(self, text, selection=None):  # type: ignore[no-untyped-def]
         calls.append(text)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(self, text)
+        return real(self, text, selection)
 
     monkeypatch.setattr(Pipeline, "run", interrupted)
     path = tmp_path / "out.csv"

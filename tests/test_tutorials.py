@@ -148,10 +148,10 @@ def test_life_through_the_command_line(life) -> None:
     data = json.loads(result.stdout)
     assert data["tokenizer"] == "words"
     assert [t["id"] for t in data["tokens"]] == [0, 4, 5, 2, 1, 3]
-    assert data["config"]["seed"] == 123 and data["config"]["d_model"] == 16
-    torch.testing.assert_close(torch.tensor(data["embeddings"]), ref["x"], atol=0, rtol=0)
-    torch.testing.assert_close(torch.tensor(data["heads"][0]["weights"]), ref["weights"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(torch.tensor(data["output"]), ref["context"], atol=1e-5, rtol=1e-6)
+    assert data["model"]["config"]["seed"] == 123 and data["model"]["config"]["d_model"] == 16
+    torch.testing.assert_close(torch.tensor(data["layers"][0]["input"]), ref["x"], atol=0, rtol=0)
+    torch.testing.assert_close(torch.tensor(data["layers"][0]["heads"][0]["weights"]), ref["weights"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(data["layers"][0]["output"]), ref["context"], atol=1e-5, rtol=1e-6)
 
 
 # --- "Build a Large Language Model (From Scratch)" ch. 3 classes ---
@@ -344,8 +344,8 @@ def test_multi_head_attention_through_the_command_line(journey_file: Path) -> No
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert len(data["heads"]) == 2
-    torch.testing.assert_close(torch.tensor(data["output"]), expected, atol=1e-6, rtol=0)
+    assert len(data["layers"][0]["heads"]) == 2
+    torch.testing.assert_close(torch.tensor(data["layers"][0]["output"]), expected, atol=1e-6, rtol=0)
 
 
 # The context vectors "Build a Large Language Model (From Scratch)" ch. 3 prints

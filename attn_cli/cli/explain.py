@@ -8,9 +8,11 @@ from typing import Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, HeadOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
+from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
-from attn_cli.config import Config
+from attn_cli.errors import UsageError, in_batch
+from attn_cli.source import SourceSpec
+from attn_cli.trace import Selection
 
 
 class Style(str, enum.Enum):
@@ -22,10 +24,9 @@ class Style(str, enum.Enum):
 @app.command(cls=AttnCommand)
 @shared_options
 def explain(
-    config: Config,
+    spec: SourceSpec,
     texts: list[str],
     query: QueryOption = None,
-    head: HeadOption = None,
     format: Annotated[
         Style,
         typer.Option(
@@ -53,18 +54,22 @@ def explain(
       attn-cli explain "I saw a saw" --causal --heads 2 --out-proj --head 1
       attn-cli explain "The cat sat on the mat" --no-scale       # the saturation ablation
       attn-cli explain "Hello shiny sun!" --emit-python > attention.py
+      attn-cli explain "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 5
     """
     from attn_cli.cli.inputs import resolve_position
-    from attn_cli.pipeline import Pipeline
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
-    pipeline = Pipeline(config)
-    for note in pipeline.notes:
+    source = spec.open()
+    for note in source.notes:
         typer.echo(note, err=True)
+    layer, head = spec.one(source)
     parts = []
-    for run in progress(pipeline.run_each(texts), len(texts)):
-        position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
+    for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,))), len(texts))):
+        try:
+            position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
+        except UsageError as err:
+            raise in_batch(err, i, len(texts))
         explanation = build(run, head=head, query=position, precision=precision)
         parts.append(to_rich(explanation) if rich else to_text(explanation))
     if rich:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, HeadOption, shared_options
+from attn_cli.cli.options import OUTPUT, shared_options
 from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
-from attn_cli.config import Config
 from attn_cli.errors import OutputError, UsageError
+from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,7 +60,7 @@ def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
 @app.command(cls=AttnCommand)
 @shared_options
 def heatmap(
-    config: Config,
+    spec: SourceSpec,
     texts: list[str],
     lines: bool,
     output: Annotated[
@@ -85,7 +85,6 @@ def heatmap(
             case_sensitive=False,
         ),
     ] = WhatChoice.weights,
-    head: HeadOption = None,
     split_heads: Annotated[
         bool,
         typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid.", rich_help_panel=PICTURE),
@@ -125,6 +124,7 @@ def heatmap(
 
     Prints the path of each file it writes, one per line (just the paths when
     stdout is not a terminal). Masked (future) cells of a causal run are grey.
+    With --model and several layers, one picture per layer (NAME.layerL.png).
 
     \b
     Examples:
@@ -132,6 +132,7 @@ def heatmap(
       attn-cli heatmap "The quick brown fox jumps over the lazy dog" --heads 4 --causal -o fox.svg
       attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
       attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
+      attn-cli heatmap "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 0-1 --head all
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
@@ -140,18 +141,21 @@ def heatmap(
     if show:
         _check_display()
 
-    from attn_cli.pipeline import Pipeline
     from attn_cli.render.heatmap import HeatmapOptions, What, check_options, colour_map, heatmap_figure
 
     kind = What(what.value)
     if cmap is not None:
         colour_map(cmap)
-    shown_heads = [head] if head is not None else list(range(config.heads))
+    source = spec.open()
+    for note in source.notes:
+        typer.echo(note, err=True)
+    selection = spec.select(source, everything=False)
+    shown_heads = list(selection.heads)
     options = HeatmapOptions(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
     )
     check_options(options, shown_heads[:1] if split_heads else shown_heads)
-    pictures = [(None, tuple(shown_heads) if head is not None else None)]
+    pictures = [(None, tuple(shown_heads))]
     if split_heads:
         pictures = [(h, (h,)) for h in shown_heads]
 
@@ -160,27 +164,28 @@ def heatmap(
         import matplotlib.pyplot as plt
 
         new_figure = plt.figure
-    pipeline = Pipeline(config)
-    for note in pipeline.notes:
-        typer.echo(note, err=True)
     numbered = len(texts) > 1 or lines
     width = max(3, len(str(len(texts))))
-    runs = pipeline.run_each(texts)
+    traces = source.run_each(texts, selection)
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
-    for index, run in enumerate(progress(runs, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
-        stem = fixed_name or slug(run.text)
+    for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
+        stem = fixed_name or slug(trace.text)
         if numbered:
             stem = f"{stem}-{index:0{width}d}"
-        for split_head, heads in pictures:
-            fig = heatmap_figure(run, dataclasses.replace(options, heads=heads), new_figure=new_figure)
-            if show and output is None:
-                continue
-            name = f"{stem}.head{split_head}.{suffix}" if split_head is not None else f"{stem}.{suffix}"
-            path = folder / name if str(folder) not in ("", ".") else Path(name)
-            _save(fig, path, fmt)
-            _report(path, fig, fmt)
-            if not show:
-                fig.clear()  # a batch keeps one figure alive at a time
+        for layer in trace.layers:
+            one_layer = dataclasses.replace(trace, layers=(layer,))
+            layer_part = f".layer{layer.layer}" if len(trace.layers) > 1 else ""
+            for split_head, heads in pictures:
+                fig = heatmap_figure(one_layer, dataclasses.replace(options, heads=heads), new_figure=new_figure)
+                if show and output is None:
+                    continue
+                head_part = f".head{split_head}" if split_head is not None else ""
+                name = f"{stem}{layer_part}{head_part}.{suffix}"
+                path = folder / name if str(folder) not in ("", ".") else Path(name)
+                _save(fig, path, fmt)
+                _report(path, fig, fmt)
+                if not show:
+                    fig.clear()  # a batch keeps one figure alive at a time
     if show:
         import matplotlib.pyplot as plt
 

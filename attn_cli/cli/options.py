@@ -1,9 +1,10 @@
 """The options every command shares, defined once.
 
-``@shared_options`` adds the input options (TEXT, --file, --lines) and every
-attention option to a command's signature, builds and validates the
-``Config``, reads the texts, and calls the command with ``config`` and
-``texts``. Commands declare only what is theirs (output format, picture size).
+``@shared_options`` adds the input options (TEXT, --file, --lines), the source
+options (the toy model's, or --model's), and --layer/--head to a command's
+signature, builds and validates the ``SourceSpec``, reads the texts, and calls
+the command with ``spec`` and ``texts``. Commands declare only what is theirs
+(output format, picture size).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import typer
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
 from attn_cli.errors import UsageError
+from attn_cli.source import TABLE_HEADS, SourceSpec
+from attn_cli.trace import IndexSpec
 
 INPUT = "Input"
-MODEL = "Attention"
+MODEL = "Toy model (seeded weights)"
+TRAINED = "Trained model"
 OUTPUT = "Output"
 
 
@@ -136,7 +140,82 @@ CONFIG_PARAMS = [
     _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.", hidden=True)], False),
 ]
 
-_SHARED = INPUT_PARAMS + CONFIG_PARAMS
+TRAINED_PARAMS = [
+    _param(
+        "model",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--model",
+                "-m",
+                help="A trained checkpoint instead of the seeded toy model: a folder with config.json, *.safetensors and "
+                "tokenizer files, or ORG/NAME from the Hugging Face cache (never downloaded). GPT-2 and BERT-style models.",
+                rich_help_panel=TRAINED,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    _param(
+        "revision",
+        Annotated[
+            Optional[str],
+            typer.Option("--revision", help="With --model ORG/NAME: the cached branch, tag or commit [default: main].", rich_help_panel=TRAINED, show_default=False),
+        ],
+        None,
+    ),
+    _param(
+        "pair",
+        Annotated[
+            Optional[str],
+            typer.Option("--pair", help="A second text, for encoders (BERT): segment B, token type 1.", rich_help_panel=TRAINED, show_default=False),
+        ],
+        None,
+    ),
+    _param(
+        "truncate",
+        Annotated[bool, typer.Option("--truncate", help="Cut a text longer than the model's positions instead of refusing it.", rich_help_panel=TRAINED)],
+        False,
+    ),
+    _param(
+        "layer",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--layer",
+                "-l",
+                help="Layers to run and show: an index, a list (0,2), a range (0-3) or all; -1 is the last. Later layers are "
+                f"never run. [default: JSON/CSV all; tables and pictures the last]",
+                rich_help_panel=OUTPUT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    _param(
+        "head",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--head",
+                help="Heads to show: an index, a list (0,2), a range (0-3) or all; -1 is the last. "
+                f"[default: every head; a trained model's tables and pictures: 0-{TABLE_HEADS - 1}]",
+                rich_help_panel=OUTPUT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+]
+
+# The toy model's own options: with --model each is a usage error.
+TOY_ONLY = (
+    "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
+    "qkv_bias", "out_proj", "init", "no_projections", "positional", "embeddings",
+)  # fmt: skip
+MODEL_ONLY = ("revision", "pair", "truncate")
+
+_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS
 _SHARED_NAMES = {p.name for p in _SHARED}
 
 
@@ -165,13 +244,50 @@ def build_config(**values: Any) -> Config:
     return config
 
 
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` that the command line set (not left at their default)."""
+    from click.core import ParameterSource
+
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    return [flags[n] for n in names if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
+
+
+def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
+    """The SourceSpec the options describe; a conflict between them is a usage error."""
+    model = shared["model"]
+    if model is not None:
+        if not model.strip():
+            raise UsageError("--model is empty: give a checkpoint folder or ORG/NAME")
+        toy = _given(ctx, TOY_ONLY)
+        if toy:
+            raise UsageError(
+                f"{', '.join(toy)} {'is an option' if len(toy) == 1 else 'are options'} of the seeded toy model; "
+                f"--model {model} brings its own tokenizer, sizes and weights: drop {'it' if len(toy) == 1 else 'them'}"
+            )
+        if shared["emit_python"]:
+            raise UsageError("--emit-python reproduces the seeded toy model; it cannot be used with --model")
+    else:
+        trained = _given(ctx, MODEL_ONLY)
+        if trained:
+            raise UsageError(f"{', '.join(trained)} only make{'s' if len(trained) == 1 else ''} sense with --model; add --model or drop {'it' if len(trained) == 1 else 'them'}")
+    return SourceSpec(
+        config=build_config(**shared) if model is None else Config(seed=shared["seed"], max_tokens=shared["max_tokens"]),
+        model=model,
+        revision=shared["revision"],
+        pair=shared["pair"],
+        truncate=shared["truncate"],
+        layers=IndexSpec.parse(shared["layer"], "--layer"),
+        heads=IndexSpec.parse(shared["head"], "--head"),
+    )
+
+
 def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command(config=..., texts=..., **own)`` the shared options.
+    """Give ``command(spec=..., texts=..., **own)`` the shared options.
 
     A command that also declares ``lines: bool`` is told whether --lines was given.
     """
     signature = inspect.signature(command, eval_str=True)
-    given = {"config", "texts", "lines"}
+    given = {"spec", "texts", "lines"}
     own = [p for name, p in signature.parameters.items() if name not in given]
     wants_lines = "lines" in signature.parameters
 
@@ -179,22 +295,19 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
         shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
         ctx.meta["debug"] = shared["debug"]
-        config = build_config(**shared)
+        spec = build_spec(ctx, shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
-            return _print_script(config, texts, kwargs.get("output"))
-        head = kwargs.get("head")
-        if head is not None and head >= config.heads:
-            raise UsageError(
-                f"--head {head} is out of range: this run has {config.heads} head{'s' if config.heads > 1 else ''}, "
-                f"numbered 0 to {config.heads - 1}"
-            )
+            return _print_script(spec.config, texts, kwargs.get("output"))
+        if spec.model is None:  # the toy's heads are known now: a bad --head fails before torch loads
+            spec.heads.resolve(spec.config.heads, "head")
+            spec.layers.resolve(1, "layer")
         if wants_lines:
             kwargs["lines"] = shared["lines"]
-        return command(config=config, texts=texts, **kwargs)
+        return command(spec=spec, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS]
+    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
@@ -218,11 +331,7 @@ def _print_script(config: Config, texts: list[str], output: Any) -> None:
 
 
 # Options several commands take; each defined here once and used as
-# ``head: HeadOption = None`` in the commands that want it.
-HeadOption = Annotated[
-    Optional[int],
-    typer.Option("--head", help="Show only this head (0-based).", rich_help_panel=OUTPUT, min=0, show_default=False),
-]
+# ``query: QueryOption = None`` in the commands that want it.
 QueryOption = Annotated[
     Optional[str],
     typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),

@@ -12,7 +12,6 @@ import typer
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
-    HeadOption,
     KeyOption,
     NoColorOption,
     OutputOption,
@@ -21,11 +20,12 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
-from attn_cli.config import Config
-from attn_cli.errors import UsageError
+from attn_cli.errors import UsageError, in_batch
+from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.pipeline import Source
+    from attn_cli.trace import Selection
 
 
 class Format(str, enum.Enum):
@@ -52,7 +52,7 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
-    config: Config,
+    spec: SourceSpec,
     texts: list[str],
     format: Annotated[
         Format,
@@ -78,7 +78,6 @@ def run(
             callback=_check_show,
         ),
     ] = None,
-    head: HeadOption = None,
     query: QueryOption = None,
     key: KeyOption = None,
     output: OutputOption = None,
@@ -92,36 +91,36 @@ def run(
       attn-cli run "Life is short, eat dessert first"
       attn-cli run "I saw a saw" -t words --heads 2 --causal --show scores,scaled,weights
       attn-cli run "I saw a saw" -t words --query saw#3
-      echo "The cat sat on the mat" | attn-cli run - --format json | jq '.heads[0].weights'
+      echo "The cat sat on the mat" | attn-cli run - --format json | jq '.layers[0].heads[0].weights'
       attn-cli run --file sample_texts/tutorials.txt --lines -o runs.jsonl
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
+      attn-cli run "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 0-3
     """
     from attn_cli.render.tables import parse_show
 
-    shaping = [flag for flag, value in (("--show", show), ("--head", head), ("--query", query), ("--key", key)) if value is not None]
-    chosen = _choose_format(format, output, table_asked=bool(shaping))
+    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
+    chosen = _choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = parse_show(show)
     if chosen is not Format.table and shaping:
         typer.echo(
             f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "
-            f"--format {chosen.value} has every head and number",
+            f"--format {chosen.value} has every number of the chosen layers and heads",
             err=True,
         )
 
-    from attn_cli.pipeline import Pipeline
-
-    pipeline = Pipeline(config)
-    for note in pipeline.notes:
+    source = spec.open()
+    for note in source.notes:
         typer.echo(note, err=True)
+    selection = spec.select(source, everything=chosen is not Format.table)
 
     if chosen is Format.table:
-        _tables(pipeline, texts, shown, head, query, key, output, precision, no_color)
+        _tables(source, selection, texts, shown, query, key, output, precision, no_color)
         return
     from attn_cli.render.export import to_csv, to_json
 
     live = output is None and stdout_is_terminal()
     with binary_output(output) as out:
-        for i, result in enumerate(progress(pipeline.run_each(texts), len(texts), stdout_is_live=live)):
+        for i, result in enumerate(progress(source.run_each(texts, selection), len(texts), stdout_is_live=live)):
             if chosen is Format.json:
                 out.write(to_json(result).encode("utf-8") + b"\n")
             else:
@@ -139,10 +138,10 @@ def _choose_format(format: Format, output: Path | None, *, table_asked: bool) ->
 
 
 def _tables(
-    pipeline: Pipeline,
+    source: Source,
+    selection: Selection,
     texts: list[str],
     shown: frozenset[str] | None,
-    head: int | None,
     query: str | None,
     key: str | None,
     output: Path | None,
@@ -156,11 +155,10 @@ def _tables(
     base = View(
         show=shown if shown is not None else (FOCUSED_SHOW if focused else DEFAULT_SHOW),
         explicit=shown is not None,
-        heads=None if head is None else (head,),
         precision=precision,
     )
     # Runs are computed first (under the progress bar), then printed in one go.
-    runs = list(progress(pipeline.run_each(texts), len(texts)))
+    runs = list(progress(source.run_each(texts, selection), len(texts)))
     parts = []
     for i, result in enumerate(runs):
         view = base
@@ -173,9 +171,7 @@ def _tables(
                     key=None if key is None else resolve_position(key, texts_, labels, "--key"),
                 )
             except UsageError as err:
-                if len(texts) > 1:
-                    err.args = (f"text {i + 1} of {len(texts)}: {err}",)
-                raise
+                raise in_batch(err, i, len(texts))
         parts.append(human_view(result, view, index=i, total=len(runs)))
     if shown is None and not focused:
         parts.append(more_hint(base))

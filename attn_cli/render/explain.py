@@ -30,7 +30,7 @@ import torch
 from attn_cli.attention import _softmax_input
 from attn_cli.config import Config, Init, Positional
 from attn_cli.errors import UsageError
-from attn_cli.pipeline import Run
+from attn_cli.trace import Trace as Run
 from attn_cli.render.stats import HeadStats, attention_stats
 from attn_cli.tokens import WORDS, Tokens, visible
 

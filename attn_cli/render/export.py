@@ -15,15 +15,19 @@ import json
 import math
 from typing import Any
 
-from attn_cli.pipeline import Run
-from attn_cli.render.stats import attention_stats
+from collections.abc import Sequence
 
-SCHEMA_VERSION = 1
+from attn_cli.attention import LayerAttention
+from attn_cli.render.stats import attention_stats
+from attn_cli.tokens import Tokens
+from attn_cli.trace import Trace
+
+SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
 MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights")  # per head, (T, T)
 HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
-CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "row", "col", "row_token", "col_token", "value")
+CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
 
 # Bytes of memory per number while a run is exported: a Python float in a nested
@@ -31,39 +35,48 @@ CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "row", "col", "row_to
 EXPORT_BYTES_PER_NUMBER = 160
 
 
-def export_numbers(run: Run) -> int:
+def export_numbers(run: Trace) -> int:
     """How many numbers the JSON (or CSV) of ``run`` holds."""
-    c, n = run.config, len(run.tokens)
-    heads, d_k, d_v = c.heads, c.d_k or 0, c.d_v or 0
-    squares = (4 if c.dropout else 3) * heads * n * n  # scores, scaled_scores, weights (and dropped_weights)
-    vectors = n * ((c.d_model or 0) + heads * (2 * d_k + 2 * d_v) + 2 * heads * d_v)  # X, Q, K, V, context, concat, output
-    return squares + vectors
+    n, heads = len(run.tokens), len(run.shown_heads)
+    total = 0
+    for layer in run.layers:
+        d_k, d_v, d_in = layer.queries.shape[-1], layer.values.shape[-1], layer.x.shape[-1] if layer.x is not None else 0
+        squares = (4 if layer.dropped_weights is not None else 3) * heads * n * n  # scores, scaled_scores, weights (dropped)
+        vectors = n * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
+        total += squares + vectors
+    return total
 
 
-def check_export_size(run: Run) -> None:
+def check_export_size(run: Trace) -> None:
     """Refuse an export that would not fit in memory, before building it."""
-    from attn_cli.errors import TooLargeError
-    from attn_cli.pipeline import available_memory
+    from attn_cli.pipeline import check_budget
 
     numbers = export_numbers(run)
-    need, have = numbers * EXPORT_BYTES_PER_NUMBER, available_memory()
-    if have is not None and need > have * 0.8:
-        raise TooLargeError(
-            f"the JSON/CSV of {len(run.tokens)} tokens x {run.config.heads} heads holds {numbers:,} numbers, "
-            f"about {need / 2**30:.1f} GiB to build with {have / 2**30:.1f} GiB free; use a shorter text, "
-            f"fewer heads, or --format table (which summarises)"
-        )
+    layers = f"{len(run.layers)} layer{'s' if len(run.layers) != 1 else ''} x " if run.model.layers > 1 else ""
+    what = f"the {numbers:,} numbers of the JSON/CSV of {len(run.tokens)} tokens x {layers}{len(run.shown_heads)} heads"
+    fix = "use a shorter text, fewer layers or heads (--layer, --head), or --format table (which summarises)"
+    check_budget({"export": numbers * EXPORT_BYTES_PER_NUMBER}, {"export": (what, fix)})
 
 
-def run_dict(run: Run) -> dict[str, Any]:
-    """The documented JSON object (README, "JSON schema")."""
-    check_export_size(run)
-    result = run.result
-    scaled = result.scaled_scores
-    stats = attention_stats(result.weights, mask=result.mask)
-    heads = []
-    for h in range(result.n_heads):
-        head = result.head(h)
+def token_dicts(tokens: Tokens) -> list[dict[str, Any]]:
+    """The documented ``tokens`` array: position, id, text, label, special (and segment for pairs)."""
+    pair = any(tokens.type_ids)
+    out = []
+    for i, (tid, text, label) in enumerate(zip(tokens.ids, tokens.texts, tokens.labels)):
+        entry: dict[str, Any] = {"position": i, "id": tid, "text": text, "label": label, "special": tokens.is_special(i)}
+        if pair:
+            entry["segment"] = tokens.type_ids[i]
+        out.append(entry)
+    return out
+
+
+def layer_dict(layer: LayerAttention, heads: Sequence[int]) -> dict[str, Any]:
+    """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output."""
+    scaled = layer.scaled_scores
+    stats = attention_stats(layer.weights[list(heads)], mask=layer.mask)
+    entries = []
+    for h, head_stats in zip(heads, stats):
+        head = layer.head(h)
         entry: dict[str, Any] = {
             "head": h,
             "queries": head.queries.tolist(),
@@ -74,78 +87,90 @@ def run_dict(run: Run) -> dict[str, Any]:
             "weights": head.weights.tolist(),
             "context": head.context.tolist(),
         }
-        if result.dropped_weights is not None:
-            entry["dropped_weights"] = result.dropped_weights[h].tolist()
-        entry["stats"] = stats[h].as_dict()
-        heads.append(entry)
+        if layer.dropped_weights is not None:
+            entry["dropped_weights"] = layer.dropped_weights[h].tolist()
+        entry["stats"] = head_stats.as_dict()
+        entries.append(entry)
+    return {
+        "layer": layer.layer,
+        "input": layer.x.tolist() if layer.x is not None else None,
+        "heads": entries,
+        "concat": layer.concat.tolist(),
+        "output": layer.output.tolist(),
+    }
+
+
+def run_dict(run: Trace) -> dict[str, Any]:
+    """The documented JSON object (README, "JSON schema")."""
+    check_export_size(run)
     tokens = run.tokens
     return {
         "schema_version": SCHEMA_VERSION,
         "text": run.text,
+        "pair": run.pair,
         "tokenizer": tokens.tokenizer,
         "vocab_size": tokens.vocab_size,
-        "tokens": [
-            {"position": i, "id": tid, "text": text, "label": label}
-            for i, (tid, text, label) in enumerate(zip(tokens.ids, tokens.texts, tokens.labels))
-        ],
-        "config": run.config.as_dict(),
-        "embeddings": run.x.tolist(),
-        "heads": heads,
-        "concat": result.concat.tolist(),
-        "output": result.output.tolist(),
+        "tokens": token_dicts(tokens),
+        "model": run.model.as_dict(),
+        "layers": [layer_dict(layer, run.shown_heads) for layer in run.layers],
     }
 
 
-def to_json(run: Run, *, indent: int | None = None) -> str:
+def to_json(run: Trace, *, indent: int | None = None) -> str:
     return json.dumps(run_dict(run), allow_nan=False, ensure_ascii=False, indent=indent)
 
 
-def csv_rows(run: Run, index: int = 0) -> list[tuple[Any, ...]]:
+def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
     """Tidy rows (``CSV_COLUMNS``): one per head/query/key for matrices, per
     token/dimension for vectors, per query for the row statistics, one per head
-    for the head statistics, and first one per token with its id. ``index`` is the
-    text's place in a --lines batch; every row names the tokenizer actually used."""
+    for the head statistics, and first one per token with its id (and, for a
+    checkpoint's added tokens, ``special``). ``index`` is the text's place in a
+    --lines batch; every row names the tokenizer actually used and the layer."""
     data = run_dict(run)
     labels = [t["label"] for t in data["tokens"]]
     tokenizer = data["tokenizer"]
     rows: list[tuple[Any, ...]] = [
-        (index, tokenizer, "token_id", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(data["tokens"])
+        (index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(data["tokens"])
     ]
+    rows += [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["special"]]
 
-    def vectors(table: str, head: Any, matrix: list[list[float]]) -> None:
+    def vectors(table: str, head: Any, layer: int, matrix: list[list[float]]) -> None:
         for i, vec in enumerate(matrix):
-            rows.extend((index, tokenizer, table, head, i, d, labels[i], "", v) for d, v in enumerate(vec))
+            rows.extend((index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec))
 
-    def squares(table: str, head: Any, matrix: list[list[float | None]]) -> None:
+    def squares(table: str, head: Any, layer: int, matrix: list[list[float | None]]) -> None:
         for i, vec in enumerate(matrix):
             rows.extend(
-                (index, tokenizer, table, head, i, j, labels[i], labels[j], "-inf" if v is None else v)
+                (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "-inf" if v is None else v)
                 for j, v in enumerate(vec)
             )
 
-    vectors("embeddings", "", data["embeddings"])
-    for head in data["heads"]:
-        h = head["head"]
-        for table in VECTOR_TABLES:
-            vectors(table, h, head[table])
-        for table in MATRIX_TABLES:
-            if table in head:
-                squares(table, h, head[table])
-        stats = head["stats"]
-        for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"])):
-            rows.append((index, tokenizer, "most_attended", h, i, j, labels[i], labels[j], w))
-        for table in ("entropy_bits", "effective_tokens"):
-            rows.extend((index, tokenizer, table, h, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
-        for table in HEAD_STATS:
-            if stats[table] is not None:
-                rows.append((index, tokenizer, table, h, "", "", "", "", stats[table]))
-    if run.config.out_proj:  # otherwise concat is the output itself
-        vectors("concat", "", data["concat"])
-    vectors("output", "", data["output"])
+    for layer in data["layers"]:
+        n = layer["layer"]
+        if layer["input"] is not None:
+            vectors("input", "", n, layer["input"])
+        for head in layer["heads"]:
+            h = head["head"]
+            for table in VECTOR_TABLES:
+                vectors(table, h, n, head[table])
+            for table in MATRIX_TABLES:
+                if table in head:
+                    squares(table, h, n, head[table])
+            stats = head["stats"]
+            for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"])):
+                rows.append((index, tokenizer, "most_attended", h, n, i, j, labels[i], labels[j], w))
+            for table in ("entropy_bits", "effective_tokens"):
+                rows.extend((index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
+            for table in HEAD_STATS:
+                if stats[table] is not None:
+                    rows.append((index, tokenizer, table, h, n, "", "", "", "", stats[table]))
+        if run.model.out_proj:  # otherwise concat is the output itself
+            vectors("concat", "", n, layer["concat"])
+        vectors("output", "", n, layer["output"])
     return rows
 
 
-def to_csv(run: Run, *, header: bool = True, index: int = 0) -> str:
+def to_csv(run: Trace, *, header: bool = True, index: int = 0) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if header:

@@ -29,7 +29,7 @@ from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from attn_cli.errors import UsageError
-from attn_cli.pipeline import Run
+from attn_cli.trace import Trace as Run
 from attn_cli.tokens import visible
 
 
@@ -102,7 +102,7 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     a window); by default it is a plain ``Figure`` on an Agg canvas.
     """
     n_heads = run.result.n_heads
-    heads = tuple(range(n_heads)) if options.heads is None else options.heads
+    heads = run.shown_heads if options.heads is None else options.heads
     for h in heads:
         if not 0 <= h < n_heads:
             raise UsageError(f"--head {h} is out of range: the run has {n_heads} head(s), numbered 0 to {n_heads - 1}")
@@ -220,9 +220,8 @@ def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
     else:
         raise ValueError(f"not one matrix: {kind}")
     data = values.detach().cpu().numpy()  # (T, T)
-    n_tokens = data.shape[0]
-    if result.causal and kind is not What.scores:
-        mask = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)  # (T, T) the keys after each query
+    if result.mask is not None and kind is not What.scores:
+        mask = result.mask.numpy()  # (T, T) the keys each query may not see
         # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
         return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
     return np.ma.masked_array(data, mask=np.zeros(data.shape, dtype=bool))
@@ -417,23 +416,34 @@ def _is_bottom(grid: list[list[_Panel]], r: int, c: int) -> bool:
 
 
 def _title(run: Run, what: What, heads: Sequence[int]) -> str:
-    c = run.config
+    m = run.model
+    result = run.result
     text = " ".join(run.text.split())
     if len(text) > 60:
         text = text[:59] + "…"
-    divisor = f"/ {run.result.divisor:.4g}" if run.result.divisor != 1 else ""
+    divisor = f"/ {result.divisor:.4g}" if result.divisor != 1 else ""
     headline = {
         What.weights: "Attention weights",
         What.scores: "Attention scores Q·Kᵀ",
         What.scaled: f"Scaled scores Q·Kᵀ {divisor}".rstrip(),
         What.all: "Attention: scores, scaled scores, weights",
     }[what]
-    shown = f"{c.heads}" if len(heads) == c.heads else f"{c.heads} (showing {', '.join(map(str, heads))})"
-    config = (
-        f"tokenizer {run.tokens.tokenizer} · seed {c.seed} · heads {shown} · d_k {c.d_k} · "
-        + (("causal (grey: masked)" if what is not What.scores else "causal (mask not yet applied to raw scores)") if c.causal else "not causal")
-        + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
+    shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
+    masked = (
+        ("causal (grey: masked)" if what is not What.scores else "causal (mask not yet applied to raw scores)")
+        if result.causal
+        else "not causal"
     )
+    if m.config is None:
+        source = f"{m.source} · layer {result.layer} of {m.layers}" if m.layers > 1 else m.source
+        config = f"{source} · heads {shown} · head_dim {m.head_dim} · " + masked
+    else:
+        c = m.config
+        config = (
+            f"tokenizer {run.tokens.tokenizer} · seed {c.seed} · heads {shown} · d_k {c.d_k} · "
+            + masked
+            + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
+        )
     return f"{headline}: “{text}”\n{config}"
 
 

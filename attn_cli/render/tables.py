@@ -31,8 +31,8 @@ from rich.text import Text
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
 
-    from attn_cli.pipeline import Run
     from attn_cli.render.stats import HeadStats
+    from attn_cli.trace import Trace as Run
 
 SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats")
 # "output" in the default is drawn only when it differs from the one head's context.
@@ -261,16 +261,10 @@ class FittedTable:
 
 def scaling(run: Run) -> tuple[str, str]:
     """The softmax input as a formula of the raw scores, and the factor's value."""
-    c = run.config
-    divisor = []
-    if c.scale:
-        divisor.append(f"sqrt({c.d_k})")
-    if c.temperature != 1.0:
-        divisor.append(f"{c.temperature:g}")
-    if not divisor:
+    expr = run.result.divisor_text
+    if not expr:
         return "Q K^T", "1 (--no-scale)"
-    expr = divisor[0] if len(divisor) == 1 else "(" + " * ".join(divisor) + ")"
-    return f"Q K^T / {expr}", f"{c.scale_factor:.6g} = 1/{expr}"
+    return f"Q K^T / {expr}", f"{1.0 / run.result.divisor:.6g} = 1/{expr}"
 
 
 class Pairs:
@@ -295,9 +289,34 @@ class Pairs:
 
 
 def config_header(run: Run) -> RenderableType:
-    """The configuration actually used, and the reminder that the weights are random."""
-    c = run.config
+    """What ran: the toy model's configuration (and the reminder that its weights are
+    random), or the checkpoint's."""
+    m = run.model
+    c = m.config
     _, factor = scaling(run)
+    if c is None:
+        pairs = [
+            ("model", m.source),
+            *([("revision", m.revision[:12])] if m.revision else []),
+            ("architecture", m.architecture),
+            ("layers", str(m.layers)),
+            ("heads", str(m.heads) + (f" ({m.kv_heads} key/value)" if m.kv_heads != m.heads else "")),
+            ("head_dim", str(m.head_dim)),
+            ("d_model", str(m.d_model)),
+            ("tokenizer", run.tokens.tokenizer),
+            ("tokens", str(len(run.tokens))),
+            ("scale factor", factor),
+            ("masked", "causal" if run.result.causal else "no"),
+        ]
+        if run.pair is not None:
+            pairs.append(("pair", "segment B has token type 1"))
+        shown = ", ".join(str(layer.layer) for layer in run.layers)
+        reminder = Text(
+            f"Trained weights, read from {m.path or m.source}; layer{'s' if len(run.layers) > 1 else ''} {shown} of "
+            f"{m.layers} shown (--layer, --head choose).",
+            style="dim italic",
+        )
+        return Group(Pairs(pairs), reminder)
     if c.embeddings:
         source = str(c.embeddings)
     else:
@@ -342,21 +361,33 @@ def tokens_table(run: Run) -> RenderableType:
     rows = rows_to_show(len(tokens))
     shown = {i: visible(tokens.texts[i]) for i in rows if i is not None}
     with_labels = any(text != labels[i] for i, text in shown.items())
+    special = any(tokens.special)
+    pair = any(tokens.type_ids)
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
     table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=40)
     if with_labels:
         table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=40)
+    if special:
+        table.add_column("special")
+    if pair:
+        table.add_column("segment", justify="right")
     for i in rows:
         if i is None:
-            table.add_row(*(Text(VDOTS, style="dim") for _ in range(4 if with_labels else 3)))
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair)))
             continue
-        row = [str(i), str(tokens.ids[i]), Text(shown[i])]
+        row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
         if with_labels:
             row.append(Text(labels[i]))
+        if special:
+            row.append(Text("special", style="dim") if tokens.is_special(i) else "")
+        if pair:
+            row.append("AB"[tokens.type_ids[i]] if tokens.type_ids[i] < 2 else str(tokens.type_ids[i]))
         table.add_row(*row)
     notes = []
+    if special:
+        notes.append("special: added by the model's tokenizer, not in the text")
     if any(mark in text for text in shown.values() for mark in "␣↵⇥␍"):
         notes.append("␣ is a space, ↵ a line break, ⇥ a tab, ␍ a carriage return")
     if with_labels:
@@ -369,7 +400,8 @@ def tokens_table(run: Run) -> RenderableType:
 
 
 def _head_suffix(run: Run, head: int) -> str:
-    return f", head {head}" if run.result.n_heads > 1 else ""
+    layer = f", layer {run.result.layer}" if run.model.layers > 1 else ""
+    return f"{layer}, head {head}" if run.result.n_heads > 1 else layer
 
 
 def vector_table(run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = ()) -> FittedTable:
@@ -393,10 +425,11 @@ def square_table(
     """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
     causally masked cell shows (None: its value)."""
     labels = run.tokens.labels
-    causal = run.result.causal and masked is not None
+    result = run.result
+    hides = result.causal and masked is not None
 
     def cell(i: int, j: int) -> Text:
-        if causal and j > i:
+        if hides and result.masked(i, j):
             return Text(masked, style="dim")
         return Text(fmt(value(i, j), precision))
 
@@ -410,10 +443,11 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     weights = run.result.weights[head]  # (T, T)
     labels = run.tokens.labels
     best = weights.argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
-    causal = run.result.causal
+    result = run.result
+    causal = result.causal
 
     def cell(i: int, j: int) -> Text:
-        if causal and j > i:
+        if causal and result.masked(i, j):
             return Text("·", style="dim")
         w = weights[i, j].item()
         return Text(fmt(w, precision), style=weight_style(w) + Style(bold=j == best[i], underline=j == best[i]))
@@ -443,25 +477,25 @@ def scaled_table(run: Run, head: int, precision: int) -> FittedTable:
     title = _title("Scaled scores", f"  {formula}, the softmax input{_head_suffix(run, head)}")
     caption = f"raw scores x {factor}"
     if run.result.causal:
-        caption += "; -inf: masked by the causal mask (a key after the query)"
+        caption += "; -inf: masked (the query may not see the key)"
     return square_table(
         run, title, lambda i, j: scaled_score(run, head, i, j), precision, masked="-inf", captions=[_note(caption)]
     )
 
 
 def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
-    c = run.config
+    m = run.model
     result = run.result
     suffix = _head_suffix(run, head)
-    bias = " + b" if c.qkv_bias else ""
+    bias = " + b" if m.qkv_bias else ""
+    x = "X" if not m.trained else "x"
     tables = []
-    for name, letter, tensor, size in (
-        ("Queries", "q", result.queries, "d_k"),
-        ("Keys", "k", result.keys, "d_k"),
-        ("Values", "v", result.values, "d_v"),
+    for name, letter, tensor, size, width in (
+        ("Queries", "q", result.queries, "d_k", m.head_dim),
+        ("Keys", "k", result.keys, "d_k", m.head_dim),
+        ("Values", "v", result.values, "d_v", m.value_dim),
     ):
-        formula = f"{letter.upper()} = X W_{letter}^T{bias}" if c.projections else f"{letter.upper()} = X (no projections)"
-        width = getattr(c, size)
+        formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = X (no projections)"
         title = _title(name, f"  {formula}{suffix} ({len(run.tokens)} x {size} {width})")
         tables.append(vector_table(run, title, tensor[head], precision))
     return tables
@@ -469,26 +503,34 @@ def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
 
 def context_table(run: Run, head: int, precision: int) -> FittedTable:
     weights = "dropped weights" if run.result.dropped_weights is not None else "weights"
-    title = _title("Context vectors", f"  {weights} @ V{_head_suffix(run, head)} ({len(run.tokens)} x d_v {run.config.d_v})")
+    title = _title("Context vectors", f"  {weights} @ V{_head_suffix(run, head)} ({len(run.tokens)} x d_v {run.model.value_dim})")
     return vector_table(run, title, run.result.context[head], precision)
 
 
 def embeddings_table(run: Run, precision: int) -> FittedTable:
-    c = run.config
+    m = run.model
+    c = m.config
+    x = run.result.x
+    if c is None:
+        title = _title("Layer input x", f"  ({len(run.tokens)} x d_model {m.d_model}) {m.input_text}{_head_suffix(run, 0) if m.heads == 1 else f', layer {run.result.layer}'}")
+        return vector_table(run, title, x, precision)
     source = f"from {c.embeddings}" if c.embeddings else f"rows of nn.Embedding after manual_seed({c.seed})"
     if c.positional.value != "none":
         source += f", plus {c.positional.value} positional encodings"
     title = _title("Embeddings X", f"  ({len(run.tokens)} x d_model {c.d_model}) {source}")
-    return vector_table(run, title, run.x, precision)
+    return vector_table(run, title, x, precision)
 
 
 def output_table(run: Run, precision: int) -> FittedTable:
-    c = run.config
-    how = "the heads' context vectors side by side" if c.heads > 1 else "the context vectors"
-    if c.out_proj:
+    m = run.model
+    how = "the heads' context vectors side by side" if m.heads > 1 else "the context vectors"
+    if m.out_proj:
         how += ", through W_o"
-    title = _title("Output", f"  {how} ({len(run.tokens)} x heads*d_v {c.heads * (c.d_v or 0)})")
-    captions = [_note(f"dims h*{c.d_v} .. h*{c.d_v}+{(c.d_v or 1) - 1} come from head h")] if c.heads > 1 and not c.out_proj else []
+    layer = f", layer {run.result.layer}" if m.layers > 1 else ""
+    width = run.result.output.shape[-1]
+    title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {width})")
+    d_v = m.value_dim
+    captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if m.heads > 1 and not m.out_proj else []
     return vector_table(run, title, run.result.output, precision, captions)
 
 
@@ -565,7 +607,7 @@ def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> Rend
 def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
     labels = run.tokens.labels
     row = run.result.weights[head][query].tolist()  # (T,)
-    visible = range(query + 1) if run.result.causal else range(len(row))
+    visible = _unmasked(run, query=query) if run.result.causal else range(len(row))
     order = sorted(visible, key=lambda j: -row[j])  # stable: equal weights keep position order
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("rank", justify="right")
@@ -600,7 +642,7 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
 def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
     labels = run.tokens.labels
     column = run.result.weights[head][:, key].tolist()  # (T,)
-    queries = range(key, len(column)) if run.result.causal else range(len(column))
+    queries = _unmasked(run, key=key) if run.result.causal else range(len(column))
     best = max(queries, key=lambda i: column[i])
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
@@ -636,6 +678,14 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
     return Group(*parts)
 
 
+def _unmasked(run: Run, *, query: int | None = None, key: int | None = None) -> list[int]:
+    """The keys ``query`` may see, or the queries that may see ``key``, in order."""
+    mask = run.result.mask
+    assert mask is not None
+    line = mask[query] if query is not None else mask[:, key]  # (T,)
+    return (~line).nonzero().flatten().tolist()
+
+
 def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text:
     labels = run.tokens.labels
     result = run.result
@@ -653,20 +703,30 @@ def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text
 
 
 def human_view(run: Run, view: View = View(), index: int | None = None, total: int = 1) -> RenderableType:
-    """Everything ``view`` asks for, for one run, as one renderable."""
+    """Everything ``view`` asks for, for one run, as one renderable: each kept layer in turn."""
+    parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
+    if "tokens" in view.show:
+        parts.append(tokens_table(run))
+    for layer in run.layers:
+        if len(run.layers) > 1:
+            parts.append(Rule(Text(f"layer {layer.layer} of {run.model.layers}", style="bold"), align="left", characters="="))
+        parts.extend(_layer_view(dataclasses.replace(run, layers=(layer,)), view))
+    return Group(*parts)
+
+
+def _layer_view(run: Run, view: View) -> list[RenderableType]:
+    """One layer's tables (``run`` holds just that layer)."""
     from attn_cli.render.stats import attention_stats
 
     p = view.precision
     show = view.show
-    heads = view.heads if view.heads is not None else tuple(range(run.result.n_heads))
+    heads = view.heads if view.heads is not None else run.shown_heads
     stats: dict[int, HeadStats] = {}
     if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
         for h in heads:
             (one,) = attention_stats(run.result.weights[h : h + 1], mask=run.result.mask)  # (1, T, T)
             stats[h] = dataclasses.replace(one, head=h)
-    parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
-    if "tokens" in show:
-        parts.append(tokens_table(run))
+    parts: list[RenderableType] = []
     if "embeddings" in show:
         parts.append(embeddings_table(run, p))
     multi = run.result.n_heads > 1
@@ -683,7 +743,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
         if "weights" in show:
             parts.append(weights_table(run, h, p))
         if "stats" in show:
-            parts.append(stats_table(run, stats[h], p, explain=h == heads[0]))
+            parts.append(stats_table(run, stats[h], p, explain=h == heads[0] and run.result is run.layers[0]))
         if view.query is not None:
             parts.append(query_view(run, h, view.query, stats[h], p))
         if view.key is not None:
@@ -694,9 +754,9 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
             parts.append(context_table(run, h, p))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
-    if "output" in show and (view.explicit or multi or run.config.out_proj):
+    if "output" in show and (view.explicit or multi or run.model.out_proj):
         parts.append(output_table(run, p))
-    return Group(*parts)
+    return parts
 
 
 def more_hint(view: View) -> Text:

@@ -1,0 +1,74 @@
+"""Which source of attention a command runs, decided from the options alone.
+
+``SourceSpec`` is what the shared options build: the seeded toy model's
+``Config``, or a ``--model`` checkpoint with its revision, pair and truncation;
+and the ``--layer``/``--head`` selection. No torch here: bad options fail before
+anything heavy loads; ``SourceSpec.open()`` loads the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attn_cli.config import Config
+from attn_cli.trace import IndexSpec, Selection
+
+if TYPE_CHECKING:
+    from attn_cli.pipeline import Source
+
+TABLE_HEADS = 4  # a checkpoint's tables and pictures show this many heads unless --head says otherwise
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    config: Config  # the toy model's options (and --max-tokens, --seed for every source)
+    model: str | None = None  # --model PATH|ORG/NAME; None: the seeded toy model
+    revision: str | None = None
+    pair: str | None = None  # a second segment, token type 1 (encoders)
+    truncate: bool = False  # cut a text longer than the model's positions instead of refusing it
+    layers: IndexSpec = IndexSpec(None, "--layer")
+    heads: IndexSpec = IndexSpec(None, "--head")
+
+    @property
+    def trained(self) -> bool:
+        return self.model is not None
+
+    def open(self) -> Source:
+        """The source itself (imports torch; a checkpoint reads its config and tokenizer)."""
+        from attn_cli.pipeline import open_source
+
+        return open_source(self)
+
+    def select(self, source: Source, *, everything: bool) -> Selection:
+        """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
+        unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
+        shows its last layer and first ``TABLE_HEADS`` heads by default."""
+        n_layers, n_heads = source.n_layers, source.n_heads
+        few = not everything and self.trained
+        layers = self.layers.resolve(n_layers, "layer", default=[n_layers - 1] if few else None)
+        heads = self.heads.resolve(n_heads, "head", default=range(min(n_heads, TABLE_HEADS)) if few else None)
+        return Selection(layers, heads)
+
+    def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:
+        """The single layer and head a walk-through follows (default: the last layer, head 0)."""
+        n_layers, n_heads = source.n_layers, source.n_heads
+        layers = self.layers.resolve(n_layers, "layer", default=[layer_default % n_layers])
+        heads = self.heads.resolve(n_heads, "head", default=[0])
+        for chosen, spec in ((layers, self.layers), (heads, self.heads)):
+            if len(chosen) != 1:
+                from attn_cli.errors import UsageError
+
+                raise UsageError(f"{spec.flag} {spec.text}: this command follows one {spec.flag[2:]}; give a single index")
+        return layers[0], heads[0]
+
+
+def described(selection: Sequence[int], total: int) -> str:
+    """'all 12', '0-3 of 12', '2, 5 of 12'."""
+    chosen = list(selection)
+    if chosen == list(range(total)):
+        return f"all {total}"
+    if chosen == list(range(chosen[0], chosen[-1] + 1)) and len(chosen) > 2:
+        return f"{chosen[0]}-{chosen[-1]} of {total}"
+    return f"{', '.join(map(str, chosen))} of {total}"
