@@ -8,8 +8,8 @@
 Layout: files.py finds the folder (or the Hugging Face cache snapshot) and reads
 config.json and safetensors; tokenizer.py is the checkpoint's own tokenizer;
 families/ holds one small adapter per architecture (gpt2, bert) and the shared
-layer loop; model.py ties them into a ``Checkpoint``. Imported lazily: torch
-loads only when a trace runs.
+layer loop; model.py ties them into a ``Checkpoint``. The names load on first
+use, so importing the package costs nothing; opening a checkpoint imports torch.
 """
 
 from __future__ import annotations
