@@ -112,8 +112,10 @@ def _snapshot(repo: Path, revision: str | None) -> tuple[Path | None, str]:
         commit = ref.read_text(encoding="utf-8").strip()
     elif revision is not None and _COMMIT.fullmatch(revision):
         commit = revision
+    elif revision is None:
+        return None, "no refs/main"
     else:
-        return None, f"no refs/{revision or 'main'}"
+        return None, f"no refs/{revision}, and {revision} is not a full 40-character commit hash"
     snapshot = repo / "snapshots" / commit
     if not snapshot.is_dir():
         return None, f"no snapshots/{commit}"
@@ -283,12 +285,12 @@ class WeightReader:
     def read(self, name: str) -> torch.Tensor:
         """The whole tensor ``name`` (without the prefix), as float32."""
         entry = self.entry(name)
-        return self._call(entry.file, lambda f: f.get_tensor(self.prefix + name)).float()
+        return self._call(entry.file, lambda f: f.get_tensor(self.prefix + name)).float()  # the stored shape
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` of a 2-D tensor, as float32, reading only those rows."""
         entry = self.entry(name)
-        return self._call(entry.file, lambda f: f.get_slice(self.prefix + name)[start:stop]).float()
+        return self._call(entry.file, lambda f: f.get_slice(self.prefix + name)[start:stop]).float()  # (stop - start, D)
 
     def _call(self, file: Path, read: Any) -> torch.Tensor:
         from safetensors import SafetensorError, safe_open

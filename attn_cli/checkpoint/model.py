@@ -45,7 +45,9 @@ class Checkpoint:
         names = [name for layer in range(max(kept) + 1) for name in family.layer_names(layer).values()]
         layer_weights = sum(self._weights.entry(name).numel for name in names) * FLOAT32
         embedding_rows = len(family.embedding_tensors) * t * family.d_model * FLOAT32  # at most T rows of each table
-        in_flight = (3 * t * family.d_model + t * family.d_ffn + family.heads * t * t) * FLOAT32 + t * t  # hidden, residual, normed; the MLP; one layer's weights; the mask
+        # the layer being computed: hidden, residual and normed (T, D); the MLP's (T, F);
+        # its (H, T, T) weights, kept or not; the shared (T, T) bool mask
+        in_flight = (3 * t * family.d_model + t * family.d_ffn + family.heads * t * t) * FLOAT32 + t * t
         return {
             "weights": layer_weights + embedding_rows,
             "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES,

@@ -190,11 +190,11 @@ def scaled_divisor(head_dim: int, scale: bool, layer_factor: int) -> tuple[float
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     # GPT-2's own formula ("gelu_new"), written out as OpenAI and transformers do.
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))  # (T, F)
 
 
 def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))  # (T, F)
 
 
 # The activation names config.json uses (transformers' ACT2FN) that these families meet.

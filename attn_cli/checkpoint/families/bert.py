@@ -105,7 +105,8 @@ class Bert(Family):
         return None
 
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
-        attended = layer_norm(attention_output + hidden, t["attention_norm.weight"], t["attention_norm.bias"], self.eps)  # (T, D)
+        residual = attention_output + hidden  # (T, D)
+        attended = layer_norm(residual, t["attention_norm.weight"], t["attention_norm.bias"], self.eps)  # (T, D)
         inner = self.act(Linear(t["intermediate.weight"], t["intermediate.bias"])(attended))  # (T, D) -> (T, F)
         out = Linear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)
