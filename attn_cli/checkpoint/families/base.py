@@ -1,0 +1,223 @@
+"""What every family shares: the layer loop and the multi-head attention step.
+
+Shapes: T tokens, D d_model, H heads, Dk = Dv = D / H per head, F the MLP's
+inner size.
+
+A family adapter (gpt2.py, bert.py) is a table of tensor names and the few steps
+that differ between architectures: how tokens become the first hidden state,
+what a layer's projections read, where the norms and the MLP go. The attention
+itself is the same everywhere: ``attn_cli.attention.attend``. Pure: tensors are
+asked for by name from a ``Weights`` (the loader beside this package reads them),
+nothing here opens files or prints.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from attn_cli.attention import LayerAttention, Linear, Projections, attend
+from attn_cli.errors import ModelUnavailable
+from attn_cli.tokens import Tokens
+
+
+class Weights(Protocol):
+    """Named float32 tensors of one checkpoint (names without the save's prefix)."""
+
+    def read(self, name: str) -> torch.Tensor: ...
+
+    def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor: ...
+
+
+class LayerTensors:
+    """One layer's tensors by role ("ln_1.weight"), each read on first use, so a
+    step that is skipped (the last layer's MLP) reads nothing."""
+
+    def __init__(self, weights: Weights, names: Mapping[str, str]) -> None:
+        self._weights = weights
+        self._names = names
+        self._read: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, role: str) -> torch.Tensor:
+        if role not in self._read:
+            self._read[role] = self._weights.read(self._names[role])
+        return self._read[role]
+
+
+class Family(abc.ABC):
+    """One architecture: its hyperparameters from config.json and its steps."""
+
+    family: ClassVar[str]  # "gpt2", "bert"
+    anchor: ClassVar[str]  # a tensor every checkpoint of the family has: finds the save's prefix
+    input_text: ClassVar[str]  # what a layer's projections read, in words
+    layer_tensors: ClassVar[Mapping[str, str]]  # role -> name with {layer}
+    embedding_tensors: ClassVar[Mapping[str, str]]  # role -> name
+
+    layers: int
+    heads: int
+    d_model: int
+    d_ffn: int  # F, the MLP's inner size
+    max_positions: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def layer_names(self, layer: int) -> dict[str, str]:
+        return {role: name.format(layer=layer) for role, name in self.layer_tensors.items()}
+
+    @abc.abstractmethod
+    def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
+        """(T, D) the first layer's input."""
+
+    @abc.abstractmethod
+    def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
+        """(T, D) -> (T, D) what the layer's projections read."""
+
+    @abc.abstractmethod
+    def projections(self, t: LayerTensors) -> Projections:
+        """W_q, W_k, W_v (H*Dk, D) and W_o (D, H*Dv), nn.Linear's (out, in) orientation."""
+
+    @abc.abstractmethod
+    def divisor(self, layer: int) -> tuple[float, str]:
+        """(scores / divisor is the softmax input, the divisor as a formula)."""
+
+    @abc.abstractmethod
+    def mask(self, n_tokens: int) -> torch.Tensor | None:
+        """(T, T) True = hidden, or None."""
+
+    @abc.abstractmethod
+    def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
+        """(T, D) the layer's output from its input and the attention block's output:
+        residuals, norms, the MLP."""
+
+
+def run_layers(family: Family, weights: Weights, tokens: Tokens, layers: Sequence[int]) -> list[LayerAttention]:
+    """Layers 0 .. max(layers) over ``tokens``; one LayerAttention per requested layer,
+    in the order asked. Later layers are never read; a layer not kept is dropped
+    once the next one has its input."""
+    wanted = set(layers)
+    last = max(wanted)
+    kept: dict[int, LayerAttention] = {}
+    with torch.inference_mode():
+        hidden = family.embed(weights, tokens)  # (T, D)
+        mask = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+        for index in range(last + 1):
+            t = LayerTensors(weights, family.layer_names(index))
+            x = family.attention_input(t, hidden)  # (T, D)
+            divisor, divisor_text = family.divisor(index)
+            layer = multi_head(x, family.projections(t), family.heads, divisor, mask, index, divisor_text)
+            if index in wanted:
+                kept[index] = layer
+            if index < last:
+                hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
+    return [kept[index] for index in layers]
+
+
+def multi_head(
+    x: torch.Tensor,
+    projections: Projections,
+    heads: int,
+    divisor: float,
+    mask: torch.Tensor | None,
+    layer: int,
+    divisor_text: str,
+) -> LayerAttention:
+    """One layer's multi-head attention over X (T, D), every tensor kept."""
+    assert projections.query and projections.key and projections.value and projections.out
+    n_tokens = x.shape[0]
+    # 1. project and split into heads
+    queries = split_heads(projections.query(x), heads)  # (T, D) -> (T, H*Dk) -> (H, T, Dk)
+    keys = split_heads(projections.key(x), heads)  # (T, D) -> (T, H*Dk) -> (H, T, Dk)
+    values = split_heads(projections.value(x), heads)  # (T, D) -> (T, H*Dv) -> (H, T, Dv)
+    # 2. the masked softmax every source shares, and each head's context
+    context, weights = attend(queries, keys, values, divisor=divisor, mask=mask)  # (H, T, Dv), (H, T, T)
+    # 3. heads side by side, through W_o
+    concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
+    output = projections.out(concat)  # (T, H*Dv) -> (T, D)
+    return LayerAttention(
+        queries=queries,
+        keys=keys,
+        values=values,
+        weights=weights,
+        dropped_weights=None,
+        context=context,
+        concat=concat,
+        output=output,
+        divisor=divisor,
+        mask=mask,
+        projections=projections,
+        layer=layer,
+        x=x,
+        divisor_text=divisor_text,
+    )
+
+
+def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
+    n_tokens = m.shape[0]
+    return m.reshape(n_tokens, heads, -1).transpose(0, 1)  # (T, H*d) -> (T, H, d) -> (H, T, d)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, weight.shape, weight, bias, eps)  # (T, D) -> (T, D)
+
+
+def token_rows(weights: Weights, name: str, ids: Sequence[int], rows: int) -> torch.Tensor:
+    """(T, D) rows ``ids`` of an embedding table with ``rows`` rows, reading only
+    those rows (GPT-2's table is 150 MB; a text uses a few hundred of its rows)."""
+    if ids and max(ids) >= rows:
+        raise ModelUnavailable(
+            f"the tokenizer gave id {max(ids)} but the model's {name} has {rows} rows: "
+            f"the folder's tokenizer files do not belong to these weights"
+        )
+    distinct = sorted(set(ids))
+    table = torch.cat([weights.read_rows(name, i, i + 1) for i in distinct])  # (U, D), one row per distinct id
+    where = {token: row for row, token in enumerate(distinct)}
+    return table[torch.tensor([where[i] for i in ids], dtype=torch.long)]  # (U, D) -> (T, D)
+
+
+def scaled_divisor(head_dim: int, scale: bool, layer_factor: int) -> tuple[float, str]:
+    """sqrt(Dk) (when scaled) times ``layer_factor`` (GPT-2's scale_attn_by_inverse_layer_idx)."""
+    value = (math.sqrt(head_dim) if scale else 1.0) * layer_factor
+    parts = ([f"sqrt({head_dim})"] if scale else []) + ([str(layer_factor)] if layer_factor != 1 else [])
+    text = parts[0] if len(parts) == 1 else "(" + " * ".join(parts) + ")" if parts else ""
+    return value, text
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    # GPT-2's own formula ("gelu_new"), written out as OpenAI and transformers do.
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))  # (T, F)
+
+
+def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))  # (T, F)
+
+
+# The activation names config.json uses (transformers' ACT2FN) that these families meet.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": torch.nn.functional.gelu,  # exact, with erf
+    "gelu_python": torch.nn.functional.gelu,
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "gelu_python_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_fast,
+    "relu": torch.relu,
+    "silu": torch.nn.functional.silu,
+    "swish": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "linear": lambda x: x,
+}
+
+
+def activation(name: Any, key: str, family: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if name not in ACTIVATIONS:
+        raise ModelUnavailable(
+            f"config.json {key} {name!r} is not one attn-cli computes for {family}; "
+            f"supported: {', '.join(ACTIVATIONS)}"
+        )
+    return ACTIVATIONS[name]

@@ -1,0 +1,95 @@
+"""GPT-2: learned positions, pre-LN blocks, fused Conv1D projections, causal mask.
+
+Shapes: T tokens, D d_model (n_embd), H heads, Dk = D / H, F the MLP's inner size.
+
+transformers stores GPT-2's projections as ``Conv1D``: weight (in, out), ``y = x W + b``.
+attn-cli's ``Linear`` is nn.Linear's (out, in), so every Conv1D weight is transposed
+on the way in (``conv1d_as_linear``), and ``c_attn``'s fused output columns are
+q | k | v, each D wide, head h at columns h*Dk .. (h+1)*Dk - 1 of its block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attn_cli.attention import Linear, Projections, causal_mask
+from attn_cli.checkpoint.families.base import (
+    Family,
+    LayerTensors,
+    Weights,
+    activation,
+    layer_norm,
+    scaled_divisor,
+    token_rows,
+)
+from attn_cli.tokens import Tokens
+
+
+def conv1d_as_linear(weight: torch.Tensor) -> torch.Tensor:
+    """A Conv1D weight (in, out) as nn.Linear's (out, in)."""
+    return weight.T  # (in, out) -> (out, in)
+
+
+class Gpt2(Family):
+    family = "gpt2"
+    anchor = "wte.weight"
+    input_text = "ln_1 of the residual stream"
+    embedding_tensors = {"tokens": "wte.weight", "positions": "wpe.weight"}
+    layer_tensors = {
+        "ln_1.weight": "h.{layer}.ln_1.weight",
+        "ln_1.bias": "h.{layer}.ln_1.bias",
+        "c_attn.weight": "h.{layer}.attn.c_attn.weight",  # (D, 3D) input-first, columns q | k | v
+        "c_attn.bias": "h.{layer}.attn.c_attn.bias",  # (3D,)
+        "c_proj.weight": "h.{layer}.attn.c_proj.weight",  # (D, D) input-first: W_o
+        "c_proj.bias": "h.{layer}.attn.c_proj.bias",
+        "ln_2.weight": "h.{layer}.ln_2.weight",
+        "ln_2.bias": "h.{layer}.ln_2.bias",
+        "mlp.c_fc.weight": "h.{layer}.mlp.c_fc.weight",  # (D, F) input-first
+        "mlp.c_fc.bias": "h.{layer}.mlp.c_fc.bias",
+        "mlp.c_proj.weight": "h.{layer}.mlp.c_proj.weight",  # (F, D) input-first
+        "mlp.c_proj.bias": "h.{layer}.mlp.c_proj.bias",
+    }
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        # Keys absent from config.json take GPT2Config's defaults.
+        self.layers = int(config.get("n_layer", 12))
+        self.heads = int(config.get("n_head", 12))
+        self.d_model = int(config.get("n_embd", 768))
+        self.d_ffn = int(config.get("n_inner") or 4 * self.d_model)
+        self.max_positions = int(config.get("n_positions", 1024))
+        self.vocab_rows = int(config.get("vocab_size", 50257))
+        self.eps = float(config.get("layer_norm_epsilon", 1e-5))
+        self.scale = bool(config.get("scale_attn_weights", True))
+        self.by_layer = bool(config.get("scale_attn_by_inverse_layer_idx", False))
+        self.act = activation(config.get("activation_function", "gelu_new"), "activation_function", self.family)
+
+    def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
+        n_tokens = len(tokens)
+        words = token_rows(weights, "wte.weight", tokens.ids, self.vocab_rows)  # (T, D)
+        positions = weights.read_rows("wpe.weight", 0, n_tokens)  # (T, D), positions 0 .. T-1
+        return words + positions  # (T, D)
+
+    def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
+        return layer_norm(hidden, t["ln_1.weight"], t["ln_1.bias"], self.eps)  # (T, D)
+
+    def projections(self, t: LayerTensors) -> Projections:
+        fused = conv1d_as_linear(t["c_attn.weight"])  # (D, 3D) -> (3D, D)
+        w_q, w_k, w_v = fused.split(self.d_model, dim=0)  # (3D, D) -> 3 x (D, D)
+        b_q, b_k, b_v = t["c_attn.bias"].split(self.d_model)  # (3D,) -> 3 x (D,)
+        w_o = conv1d_as_linear(t["c_proj.weight"])  # (D, D) input-first -> (out, in)
+        return Projections(Linear(w_q, b_q), Linear(w_k, b_k), Linear(w_v, b_v), Linear(w_o, t["c_proj.bias"]))
+
+    def divisor(self, layer: int) -> tuple[float, str]:
+        return scaled_divisor(self.head_dim, self.scale, layer + 1 if self.by_layer else 1)
+
+    def mask(self, n_tokens: int) -> torch.Tensor:
+        return causal_mask(n_tokens)  # (T, T)
+
+    def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
+        hidden = attention_output + hidden  # (T, D) residual
+        normed = layer_norm(hidden, t["ln_2.weight"], t["ln_2.bias"], self.eps)  # (T, D)
+        inner = self.act(Linear(conv1d_as_linear(t["mlp.c_fc.weight"]), t["mlp.c_fc.bias"])(normed))  # (T, D) -> (T, F)
+        mlp = Linear(conv1d_as_linear(t["mlp.c_proj.weight"]), t["mlp.c_proj.bias"])(inner)  # (T, F) -> (T, D)
+        return hidden + mlp  # (T, D) residual

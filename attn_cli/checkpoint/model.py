@@ -1,0 +1,116 @@
+"""A trained checkpoint as a source of attention: its info, its tokenizer, a memory
+estimate and the traced layers.
+
+Shapes: T tokens, D d_model, H heads, F the MLP's inner size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attn_cli.checkpoint.files import WeightReader, locate, read_config
+from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
+from attn_cli.errors import UsageError
+from attn_cli.trace import ModelInfo
+
+if TYPE_CHECKING:
+    from attn_cli.attention import LayerAttention
+    from attn_cli.checkpoint.families import Family
+    from attn_cli.tokens import Tokens
+
+FLOAT32 = 4  # bytes; every tensor is computed in float32
+KEPT_TABLES = 2  # T x T tensors a kept layer may hold per head: the weights, and the scores renderers derive
+KEPT_VECTORS = 7  # (T, D) tensors a kept layer holds: x, queries, keys, values, context, concat, output
+
+
+class Checkpoint:
+    """One opened checkpoint; nothing but config.json, the tokenizer and the
+    safetensors headers is read until ``trace``."""
+
+    def __init__(self, info: ModelInfo, family: Family, weights: WeightReader, tokenizer: CheckpointTokenizer) -> None:
+        self.info = info
+        self.tokenizer = tokenizer
+        self._family = family
+        self._weights = weights
+
+    def estimate_bytes(self, n_tokens: int, layers: Sequence[int]) -> dict[str, int]:
+        """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` needs, by part:
+        weights (float32 copies of every tensor of layers 0 .. max(layers), and the
+        embedding rows read), tables (the kept layers' T x T tensors) and
+        activations (the kept layers' (T, D) tensors, and one layer in flight).
+        From config.json and the safetensors headers only."""
+        kept = self._check_layers(layers)
+        family, t = self._family, n_tokens
+        names = [name for layer in range(max(kept) + 1) for name in family.layer_names(layer).values()]
+        layer_weights = sum(self._weights.entry(name).numel for name in names) * FLOAT32
+        embedding_rows = len(family.embedding_tensors) * t * family.d_model * FLOAT32  # at most T rows of each table
+        # the layer being computed: hidden, residual and normed (T, D); the MLP's (T, F);
+        # its (H, T, T) weights, kept or not; the shared (T, T) bool mask
+        in_flight = (3 * t * family.d_model + t * family.d_ffn + family.heads * t * t) * FLOAT32 + t * t
+        return {
+            "weights": layer_weights + embedding_rows,
+            "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES,
+            "activations": len(kept) * KEPT_VECTORS * t * family.d_model * FLOAT32 + in_flight,
+        }
+
+    def trace(self, tokens: Tokens, layers: Sequence[int]) -> list[LayerAttention]:
+        """One LayerAttention per requested layer, in order; runs layers 0 .. max(layers)
+        only, and never reads a later layer's weights."""
+        from attn_cli.checkpoint.families import run_layers
+
+        self._check_layers(layers)
+        if self.info.max_positions is not None and len(tokens) > self.info.max_positions:
+            raise UsageError(
+                f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
+                f"encode the text with its tokenizer (which truncates or refuses)"
+            )
+        return run_layers(self._family, self._weights, tokens, layers)
+
+    def _check_layers(self, layers: Sequence[int]) -> list[int]:
+        kept = list(layers)
+        if not kept:
+            raise UsageError("no layers chosen; give --layer an index (0, -1 for the last), a list or all")
+        for layer in kept:
+            if not 0 <= layer < self.info.layers:
+                raise UsageError(f"layer {layer} is out of range: {self.info.source} has layers 0 to {self.info.layers - 1}")
+        return kept
+
+
+def open_checkpoint(spec: str, *, revision: str | None = None) -> Checkpoint:
+    """Open the checkpoint ``spec`` names (a folder, or ORG/NAME in the Hugging Face
+    cache) without loading its weights. Raises ModelUnavailable (exit 3) when its
+    files are missing, unsupported, pickled or damaged."""
+    from attn_cli.checkpoint.families import family_for
+
+    located = locate(spec, revision)
+    folder = located.folder
+    config = read_config(folder)
+    family = family_for(config, str(folder / "config.json"))
+    weights = WeightReader(folder)
+    weights.find_prefix(family.anchor, family.family)
+    tokenizer = load_tokenizer(
+        folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.family == "bert"
+    )
+    architectures = config.get("architectures") or []
+    info = ModelInfo(
+        source=spec,
+        architecture=str(architectures[0] if architectures else config.get("model_type")),
+        family=family.family,
+        layers=family.layers,
+        heads=family.heads,
+        kv_heads=family.heads,
+        head_dim=family.head_dim,
+        d_model=family.d_model,
+        dtype="float32",
+        revision=located.revision,
+        path=str(folder),
+        max_positions=family.max_positions,
+        qkv_bias=True,
+        out_proj=True,
+        input_text=family.input_text,
+    )
+    return Checkpoint(info, family, weights, tokenizer)
+
+
+

@@ -1,0 +1,166 @@
+"""A checkpoint's own tokenizer: tokenizer.json (or GPT-2's vocab.json + merges.txt,
+or BERT's vocab.txt) through the ``tokenizers`` library, padding and truncation off.
+
+Each token's text is what the tokenizer's decoder makes of it in place:
+byte-level pieces ('Ġcat') go back to their bytes and are decoded as UTF-8 with
+``\\xNN`` escapes for bytes that are not whole characters on their own (as
+attn-cli's tiktoken tokenizers show them); WordPiece and Metaspace tokens get the
+leading space their decoder puts before them when they follow another word
+token ('##s' none, 'cat' after 'the' ' cat'); tokens the tokenizer added
+([CLS], [SEP], BOS) show as themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from attn_cli.errors import InputError, ModelUnavailable, TooLargeError, UsageError
+from attn_cli.tokens import Tokens
+
+TOKENIZER_JSON = "tokenizer.json"
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character -> byte (the inverse of bytes_to_unicode)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    shift = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + shift)
+            shift += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+_BYTES = _byte_decoder()
+
+
+class CheckpointTokenizer:
+    """Text (and an optional second segment) -> Tokens, the checkpoint's way."""
+
+    def __init__(self, tokenizer: Any, name: str, *, max_positions: int | None, pairs: bool) -> None:
+        tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128 and truncates there: neither, here
+        tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        self.name = name
+        self.max_positions = max_positions
+        self.pairs = pairs
+        decoder = json.loads(tokenizer.to_str()).get("decoder") or {}
+        self._byte_level = "ByteLevel" in json.dumps(decoder)
+
+    def encode(self, text: str, pair: str | None = None, *, max_length: int | None = None) -> Tokens:
+        if pair is not None and not self.pairs:
+            raise UsageError("--pair is for encoders (BERT-style models); this model reads one text: drop --pair")
+        encoding = self._encode(text, pair, max_length)
+        if not encoding.ids:
+            raise InputError("the text gives no tokens; give some text")
+        if self.max_positions is not None and len(encoding.ids) > self.max_positions:
+            raise TooLargeError(
+                f"the text is {len(encoding.ids)} tokens but this model takes at most {self.max_positions} "
+                f"(its position table); shorten the text, or truncate it with a maximum length of "
+                f"{self.max_positions} or less"
+            )
+        special = tuple(bool(s) for s in encoding.special_tokens_mask)
+        return Tokens(
+            ids=tuple(encoding.ids),
+            texts=self._texts(encoding.tokens, special),
+            vocab_size=self._tokenizer.get_vocab_size(with_added_tokens=True),
+            tokenizer=self.name,
+            special=special,
+            type_ids=tuple(encoding.type_ids),
+        )
+
+    def _encode(self, text: str, pair: str | None, max_length: int | None) -> Any:
+        if max_length is None:
+            return self._tokenizer.encode(text, pair)
+        least = self._tokenizer.num_special_tokens_to_add(pair is not None) + 1
+        if max_length < least:
+            raise UsageError(f"a maximum length of {max_length} tokens leaves no room for the text; give {least} or more")
+        # The library's own truncation keeps the template's [CLS] ... [SEP] around what is left.
+        self._tokenizer.enable_truncation(max_length)
+        try:
+            return self._tokenizer.encode(text, pair)
+        finally:
+            self._tokenizer.no_truncation()
+
+    def _texts(self, tokens: list[str], special: tuple[bool, ...]) -> tuple[str, ...]:
+        texts = []
+        for i, token in enumerate(tokens):
+            if special[i]:
+                texts.append(token)
+            elif self._byte_level:
+                texts.append(bytes(_BYTES.get(c, ord("?")) for c in token).decode("utf-8", errors="backslashreplace"))
+            elif (byte := _BYTE_FALLBACK.fullmatch(token)) is not None:
+                texts.append(bytes([int(byte[1], 16)]).decode("utf-8", errors="backslashreplace"))
+            else:
+                previous = tokens[i - 1] if i > 0 and not special[i - 1] else None
+                texts.append(self._in_place(previous, token))
+        return tuple(texts)
+
+    def _in_place(self, previous: str | None, token: str) -> str:
+        """The text the decoder adds for ``token`` after ``previous`` (None: first of its segment)."""
+        decode = self._tokenizer.decoder.decode if self._tokenizer.decoder is not None else " ".join
+        if previous is None:
+            return decode([token])
+        alone, both = decode([previous]), decode([previous, token])
+        return both[len(alone) :] if both.startswith(alone) else decode([token])
+
+
+def load_tokenizer(folder: Path, name: str, *, family: str, max_positions: int | None, pairs: bool) -> CheckpointTokenizer:
+    """The folder's tokenizer; raises ModelUnavailable saying which file is missing."""
+    from tokenizers import Tokenizer
+
+    path = folder / TOKENIZER_JSON
+    try:
+        if path.is_file():
+            return CheckpointTokenizer(
+                Tokenizer.from_file(str(path)), f"{name} {TOKENIZER_JSON}", max_positions=max_positions, pairs=pairs
+            )
+        if family == "gpt2" and (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            return CheckpointTokenizer(
+                _byte_level_bpe(folder), f"{name} vocab.json+merges.txt", max_positions=max_positions, pairs=pairs
+            )
+        if family == "bert" and (folder / "vocab.txt").is_file():
+            return CheckpointTokenizer(_wordpiece(folder), f"{name} vocab.txt", max_positions=max_positions, pairs=pairs)
+    except Exception as err:  # the library's errors are plain Exceptions
+        raise ModelUnavailable(f"{folder}: its tokenizer files cannot be read ({err}); fetch them again") from None
+    other = {"gpt2": " (or vocab.json and merges.txt)", "bert": " (or vocab.txt)"}.get(family, "")
+    raise ModelUnavailable(f"{folder} has no {TOKENIZER_JSON}{other}: fetch the model's tokenizer files too")
+
+
+def _byte_level_bpe(folder: Path) -> Any:
+    """GPT-2's tokenizer from vocab.json + merges.txt, as transformers builds it."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    tokenizer = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    if tokenizer.token_to_id("<|endoftext|>") is not None:
+        tokenizer.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    return tokenizer
+
+
+def _wordpiece(folder: Path) -> Any:
+    """BERT's tokenizer from vocab.txt, lower-casing as tokenizer_config.json says."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    settings_path = folder / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else {}
+    tokenizer = Tokenizer(models.WordPiece.from_file(str(folder / "vocab.txt"), unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=bool(settings.get("do_lower_case", True)))
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls is None or sep is None:
+        raise ValueError("vocab.txt has no [CLS] or [SEP]")
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
+    for special in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
+        if tokenizer.token_to_id(special) is not None:
+            tokenizer.add_special_tokens([special])
+    return tokenizer

