@@ -9,7 +9,6 @@ anything heavy loads; ``SourceSpec.open()`` loads the source.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attn_cli.config import Config
@@ -63,12 +62,3 @@ class SourceSpec:
                 raise UsageError(f"{spec.flag} {spec.text}: this command follows one {spec.flag[2:]}; give a single index")
         return layers[0], heads[0]
 
-
-def described(selection: Sequence[int], total: int) -> str:
-    """'all 12', '0-3 of 12', '2, 5 of 12'."""
-    chosen = list(selection)
-    if chosen == list(range(total)):
-        return f"all {total}"
-    if chosen == list(range(chosen[0], chosen[-1] + 1)) and len(chosen) > 2:
-        return f"{chosen[0]}-{chosen[-1]} of {total}"
-    return f"{', '.join(map(str, chosen))} of {total}"

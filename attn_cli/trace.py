@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from attn_cli.tokens import Tokens
 
 TOY = "toy"
+SHORT_NAME = 40  # characters of a source shown whole in titles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,14 @@ class ModelInfo:
     projections: bool = True  # False: Q = K = V = X (the toy's --no-projections)
     config: Config | None = None  # the toy's resolved config; None for checkpoints
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
+
+    @property
+    def name(self) -> str:
+        """A short name for titles: the source as given, or the end of a long path."""
+        if len(self.source) <= SHORT_NAME or self.path is None:
+            return self.source
+        parts = self.source.rstrip("/").split("/")
+        return "…/" + "/".join(parts[-2:])
 
     @property
     def trained(self) -> bool:

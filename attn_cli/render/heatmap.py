@@ -53,6 +53,7 @@ FORMATS = ("png", "svg", "pdf")
 DEFAULT_DPI = 150
 DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r"}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
+SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
 MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads instead
 MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
 MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
@@ -356,6 +357,11 @@ def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layo
     else:
         ax.set_yticklabels([])
     ax.tick_params(length=2 if thinned else 0, pad=2)
+    for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        for i, text in zip(ticks, tick_labels):
+            if run.tokens.is_special(i):  # added by the model's tokenizer: marked, as in the tables
+                text.set_fontstyle("italic")
+                text.set_color(SPECIAL_COLOR)
     for spine in ax.spines.values():
         spine.set_visible(False)
     if title:
@@ -435,7 +441,7 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> str:
         else "not causal"
     )
     if m.config is None:
-        source = f"{m.source} · layer {result.layer} of {m.layers}" if m.layers > 1 else m.source
+        source = f"{m.name} · layer {result.layer} of {m.layers}" if m.layers > 1 else m.name
         config = f"{source} · heads {shown} · head_dim {m.head_dim} · " + masked
     else:
         c = m.config

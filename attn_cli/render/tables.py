@@ -312,8 +312,8 @@ def config_header(run: Run) -> RenderableType:
             pairs.append(("pair", "segment B has token type 1"))
         shown = ", ".join(str(layer.layer) for layer in run.layers)
         reminder = Text(
-            f"Trained weights, read from {m.path or m.source}; layer{'s' if len(run.layers) > 1 else ''} {shown} of "
-            f"{m.layers} shown (--layer, --head choose).",
+            f"A trained model's own weights; layer{'s' if len(run.layers) > 1 else ''} {shown} of {m.layers} shown, "
+            f"heads {described(run.shown_heads, m.heads)} (--layer, --head choose).",
             style="dim italic",
         )
         return Group(Pairs(pairs), reminder)
@@ -344,6 +344,16 @@ def config_header(run: Run) -> RenderableType:
         style="dim italic",
     )
     return Group(Pairs(pairs), reminder)
+
+
+def described(chosen: Sequence[int], total: int) -> str:
+    """'all 12', '0-3 of 12', '2, 5 of 12'."""
+    chosen = list(chosen)
+    if chosen == list(range(total)):
+        return f"all {total}"
+    if len(chosen) > 2 and chosen == list(range(chosen[0], chosen[-1] + 1)):
+        return f"{chosen[0]}-{chosen[-1]} of {total}"
+    return f"{', '.join(map(str, chosen))} of {total}"
 
 
 def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
