@@ -313,7 +313,7 @@ def config_header(run: Run) -> RenderableType:
         shown = ", ".join(str(layer.layer) for layer in run.layers)
         reminder = Text(
             f"A trained model's own weights; layer{'s' if len(run.layers) > 1 else ''} {shown} of {m.layers} shown, "
-            f"heads {described(run.shown_heads, m.heads)} (--layer, --head choose).",
+            f"head{'s' if len(run.shown_heads) != 1 else ''} {described(run.shown_heads, m.heads)} (--layer, --head choose).",
             style="dim italic",
         )
         return Group(Pairs(pairs), reminder)
