@@ -18,7 +18,8 @@ class ExitStatus(enum.IntEnum):
     USAGE = 2  # bad option, bad text, unreadable input or embeddings file
     TOKENIZER_UNAVAILABLE = 3  # the tokenizer's rank files, or the --model's files, are missing or unusable
     TOO_LARGE = 4  # the text or configuration is over --max-tokens or would not fit in memory
-    INTERRUPTED = 130  # Ctrl-C
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    TERMINATED = 143  # SIGTERM (128 + SIGTERM), e.g. `kill` or a CI timeout
 
 
 class AttnCliError(Exception):
@@ -84,6 +85,12 @@ class TooLargeError(AttnCliError):
     """The work would exceed --max-tokens or the machine's memory."""
 
     exit_status = ExitStatus.TOO_LARGE
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so atomic writes remove their temporary files.
+
+    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` stops it."""
 
 
 class OutputError(AttnCliError):

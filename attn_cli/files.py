@@ -16,6 +16,10 @@ from typing import BinaryIO
 
 from attn_cli.errors import OutputError
 
+# Temporary files being written now, for a signal watcher that must exit without
+# unwinding (attn_cli.cli.interrupts): it removes them itself.
+_temporaries: set[str] = set()
+
 
 @contextlib.contextmanager
 def atomic_writer(path: Path) -> Iterator[BinaryIO]:
@@ -37,6 +41,7 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
     except OSError as err:
         raise OutputError(f"cannot write {given}: {err.strerror or err} (in {given.parent})") from None
+    _temporaries.add(tmp)
     try:
         os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; a new file should get the umask's mode
         with os.fdopen(fd, "wb") as f:
@@ -50,6 +55,26 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         if isinstance(err, OSError):
             raise OutputError(f"cannot write {given}: {err.strerror or err}") from None
         raise
+    finally:
+        _temporaries.discard(tmp)
+
+
+def remove_temporaries() -> None:
+    """Delete the temporary files of writes still under way (for an exit that skips unwinding)."""
+    for tmp in list(_temporaries):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def output_path(value: str) -> Path:
+    """An ``-o`` value as a Path, refusing a name that ends in '/' but is not a folder.
+
+    ``Path("results/")`` forgets the slash, so without this ``-o results/`` would
+    write a file called ``results``. Used as the option's parser, by every command."""
+    if value.endswith(("/", os.sep)) and value != "-" and not os.path.isdir(value):
+        what = "is a file, not a folder" if os.path.exists(value.rstrip("/" + os.sep)) else "does not exist"
+        raise OutputError(f"cannot write to {value}: the folder {what}; create it first, or give a file name")
+    return Path(value)
 
 
 def _is_stream(path: Path) -> bool:
@@ -80,6 +105,48 @@ def _mode_for(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def home_folder() -> Path | None:
+    """The user's home folder, or None when it cannot be told (no HOME, no passwd entry)."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
+def settle_matplotlib_dirs() -> None:
+    """Give matplotlib a config and cache folder it can write, before it is imported.
+
+    matplotlib wants ``$XDG_CONFIG_HOME/matplotlib`` and ``$XDG_CACHE_HOME/matplotlib``
+    (``~/.config``, ``~/.cache``); when HOME is unset, a file, or read-only it warns
+    on stderr and rebuilds its font cache in a new temporary folder on every run.
+    Then ``MPLCONFIGDIR`` names one private folder that lasts between runs instead.
+    """
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    home = home_folder()
+    bases = [os.environ.get("XDG_CONFIG_HOME") or (home and home / ".config"), os.environ.get("XDG_CACHE_HOME") or (home and home / ".cache")]
+    if all(base and _writable_folder(Path(base) / "matplotlib") for base in bases):
+        return
+    private = Path(tempfile.gettempdir()) / f"attn-cli-matplotlib-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    with contextlib.suppress(OSError):
+        private.mkdir(mode=0o700, exist_ok=True)
+    if _writable_folder(private):
+        os.environ["MPLCONFIGDIR"] = str(private)
+
+
+def _writable_folder(folder: Path) -> bool:
+    """Whether ``folder`` is, or can be made, a folder this process can write."""
+    try:
+        if not folder.is_dir():
+            missing = folder
+            while not missing.parent.exists() and missing.parent != missing:
+                missing = missing.parent
+            return missing.parent.is_dir() and os.access(missing.parent, os.W_OK | os.X_OK)
+        return os.access(folder, os.W_OK | os.X_OK)
+    except OSError:
+        return False
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -187,7 +187,7 @@ def test_a_download_with_the_wrong_bytes_is_refused(monkeypatch: pytest.MonkeyPa
         def __exit__(self, *exc):
             return False
 
-        def read(self) -> bytes:
+        def read(self, size: int = -1) -> bytes:
             return b"aGk= 0\n"
 
     monkeypatch.delenv("ATTN_CLI_OFFLINE")

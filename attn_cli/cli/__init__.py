@@ -6,6 +6,8 @@ commands that need them, so ``attn-cli --help`` and ``--version`` stay fast.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from typing import Annotated, Any, Optional
@@ -13,10 +15,18 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from attn_cli import __version__
-from attn_cli.errors import AttnCliError, ExitStatus
+from attn_cli.cli.interrupts import handled_signals
+from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
 
-from click import exceptions as click_exceptions
+from attn_cli import __version__
+from attn_cli.errors import AttnCliError, ExitStatus, Terminated
+from attn_cli.files import settle_matplotlib_dirs
+
+# typer 0.26+ carries its own copy of click: take the exceptions from whichever
+# click typer uses, or an installed click's would not catch typer's own.
+_click_exceptions = sys.modules[typer.BadParameter.__module__]
+ClickException = _click_exceptions.ClickException
+NoArgsIsHelpError = getattr(_click_exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 
 
 class _PlainHelp:
@@ -28,53 +38,141 @@ class _PlainHelp:
         formatter.buffer[:] = [chunk.replace("\\[", "[") for chunk in formatter.buffer]
 
 
-class AttnCommand(_PlainHelp, TyperCommand):
+class _OutputSafeParsing:
+    """Parsing prints --help and --version: a standard output that cannot take them
+    is one error line (exit 1), and a reader that went away (`| head`) ends quietly."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with stdout_errors():
+                return super().make_context(*args, **kwargs)  # type: ignore[misc]
+        except BrokenPipeError:
+            _silence_stdout()
+            raise _click_exceptions.Exit(0) from None
+
+
+class AttnCommand(_OutputSafeParsing, _PlainHelp, TyperCommand):
     """Every attn-cli command: plain --help."""
 
 
-class AttnGroup(_PlainHelp, TyperGroup):
-    """Maps every error to one line on stderr and a documented exit code."""
+class AttnSubgroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
+    """A group of commands under attn-cli (``tokenizers``)."""
+
+
+class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
+    """Maps every error to one line on stderr and a documented exit code.
+
+    Errors raised while a command runs are mapped in ``invoke``, where the
+    context tells whether ``--debug`` was given (``ctx.meta["debug"]``, set by the
+    shared options); errors in parsing the command line are mapped in ``main``.
+    """
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise typer.Abort() from None  # typer would turn it into a silent Exit(130)
         except BrokenPipeError:
             # The reader went away (`| head`): stop quietly with success, as other
             # filters do; stdout goes to /dev/null so the exit-time flush cannot fail.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _silence_stdout()
             return ExitStatus.OK
+        except (AttnCliError, KeyboardInterrupt, Terminated) as err:
+            return _report(err, debug=bool(ctx.meta.get("debug")))
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
-        debug = "--debug" in (sys.argv[1:] if args is None else list(args))
-        try:
-            rv = super().main(args=args, prog_name=prog_name or "attn-cli", complete_var=complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else ExitStatus.OK
-        except click_exceptions.NoArgsIsHelpError as err:
-            typer.echo(err.ctx.get_help())
-            code = ExitStatus.USAGE
-        except click_exceptions.ClickException as err:
-            _fail(err.format_message(), debug)
-            code = err.exit_code
-        except AttnCliError as err:
-            _fail(str(err), debug)
-            code = err.exit_status
-        except (KeyboardInterrupt, typer.Abort):
-            _fail("interrupted", debug)
-            code = ExitStatus.INTERRUPTED
+        global _stdout_failed
+        _stdout_failed = False
+        _open_closed_stdout()
+        settle_matplotlib_dirs()
+        with handled_signals():
+            try:
+                rv = super().main(args=args, prog_name=prog_name or "attn-cli", complete_var=complete_var, standalone_mode=False, **extra)
+                code = rv if isinstance(rv, int) else ExitStatus.OK
+            except NoArgsIsHelpError as err:
+                typer.echo(err.ctx.get_help())
+                code = ExitStatus.USAGE
+            except ClickException as err:
+                _fail(err.format_message())
+                code = err.exit_code
+            except (AttnCliError, KeyboardInterrupt, Terminated) as err:
+                code = _report(err, debug=False)
+            except typer.Abort:
+                code = _report(KeyboardInterrupt(), debug=False)
+            code = _flush_stdout(code)
         if standalone_mode:
             sys.exit(int(code))
         return int(code)
 
 
-def _fail(message: str, debug: bool) -> None:
+def _report(err: BaseException, debug: bool) -> ExitStatus:
+    """One line on stderr for ``err``, and its exit status."""
     if debug:
         import traceback
 
-        traceback.print_exc()
+        traceback.print_exception(err)
+    if isinstance(err, AttnCliError):
+        _fail(str(err))
+        return err.exit_status
+    if isinstance(err, Terminated):
+        _fail("terminated")
+        return ExitStatus.TERMINATED
+    _fail("interrupted")
+    return ExitStatus.INTERRUPTED
+
+
+def _fail(message: str) -> None:
+    global _stdout_failed
+    _stdout_failed = _stdout_failed or message.startswith(STDOUT_FAILURE)
     first = " ".join(message.split("\n")[0].split()) or "failed"
-    typer.echo(f"attn-cli: error: {first}", err=True)
+    with contextlib.suppress(OSError, ValueError):  # stderr may be gone too; the exit code still tells
+        typer.echo(f"attn-cli: error: {first}", err=True)
+
+
+_stdout_failed = False  # an error about standard output was reported already
+
+
+def _flush_stdout(code: int) -> int:
+    """Flush what is still buffered for stdout now, while a failure can still be
+    reported, rather than at exit ("Exception ignored ... No space left on device")."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return code
+    except (OSError, ValueError) as err:
+        _silence_stdout()
+        if _stdout_failed:
+            return code  # said already
+        _fail(str(stdout_failure(err)))
+        return ExitStatus.ERROR
+
+
+def _open_closed_stdout() -> None:
+    """A process started with stdout closed (``>&-``) has ``sys.stdout`` None, and
+    every print would vanish with exit 0. Give fd 1 a descriptor that refuses
+    writes instead, so output fails like a full disk: one line and exit 1. (It also
+    keeps fd 1 from being reused by the next file opened.)"""
+    if sys.stdout is not None:
+        return
+    try:
+        os.fstat(1)
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 1)
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+        mark_stdout_closed()
+
+
+def _silence_stdout() -> None:
+    """Point the process's fd 1 at /dev/null, so that the flush at exit, which
+    cannot be stopped, cannot fail either. Only for the real standard output."""
+    stream = sys.stdout
+    try:
+        is_fd1 = stream is not None and stream.fileno() == 1 and stream is sys.__stdout__
+    except (OSError, ValueError, AttributeError):
+        is_fd1 = False
+    if is_fd1:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 
 
 def _version(value: bool) -> None:

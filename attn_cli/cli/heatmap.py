@@ -22,6 +22,7 @@ from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import OUTPUT, shared_options
 from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
 from attn_cli.errors import OutputError, UsageError
+from attn_cli.files import output_path
 from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ def heatmap(
             "gets the default name inside it. [default: a name made from the text's first words, .png]",
             rich_help_panel=OUTPUT,
             show_default=False,
+            parser=output_path,
+            metavar="PATH",
         ),
     ] = None,
     what: Annotated[
@@ -213,8 +216,6 @@ def _output_target(output: Optional[Path]) -> tuple[Path, Optional[str], str]:
         return Path("."), None, DEFAULT_FORMAT
     if output.is_dir():
         return output, None, DEFAULT_FORMAT
-    if str(output).endswith(("/", os.sep)):
-        raise OutputError(f"cannot write to {output}: the folder does not exist; create it first")
     ext = output.suffix.lower().lstrip(".")
     if ext not in FORMATS:
         found = f"'{output.suffix}' is not a picture format" if output.suffix else "has no extension"

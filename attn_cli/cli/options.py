@@ -16,6 +16,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from attn_cli.files import output_path
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
 from attn_cli.errors import UsageError
@@ -347,5 +348,5 @@ NoColorOption = Annotated[
 ]
 OutputOption = Annotated[
     Optional[Path],
-    typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.", rich_help_panel=OUTPUT, show_default=False),
+    typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.", rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
 ]

@@ -29,6 +29,23 @@ def color_allowed(no_color: bool, stream: Any = None) -> bool:
     return not no_color and not os.environ.get("NO_COLOR") and _isatty(stream)
 
 
+STDOUT_FAILURE = "cannot write standard output"
+_stdout_closed = False  # the process started with fd 1 closed (``>&-``)
+
+
+def mark_stdout_closed() -> None:
+    global _stdout_closed
+    _stdout_closed = True
+
+
+def stdout_failure(err: BaseException) -> OutputError:
+    """The one error for a standard output that cannot be written."""
+    if _stdout_closed:
+        return OutputError(f"{STDOUT_FAILURE}: it is closed; redirect it to a file or /dev/null instead")
+    reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    return OutputError(f"{STDOUT_FAILURE}: {reason}")
+
+
 @contextlib.contextmanager
 def stdout_errors() -> Iterator[None]:
     """A standard output that cannot be written (a full disk, a vanished terminal)
@@ -39,7 +56,7 @@ def stdout_errors() -> Iterator[None]:
     except BrokenPipeError:
         raise
     except OSError as err:
-        raise OutputError(f"cannot write standard output: {err.strerror or err}") from None
+        raise stdout_failure(err) from None
 
 
 @contextlib.contextmanager

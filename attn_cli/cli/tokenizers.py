@@ -7,9 +7,12 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli import AttnCommand, AttnSubgroup, app
+from attn_cli.cli.output import stdout_errors
 
-tokenizers_app = typer.Typer(help="List the tokenizers and whether each is ready offline; add rank files.", no_args_is_help=False)
+tokenizers_app = typer.Typer(
+    cls=AttnSubgroup, help="List the tokenizers and whether each is ready offline; add rank files.", no_args_is_help=False
+)
 app.add_typer(tokenizers_app, name="tokenizers")
 
 
@@ -22,40 +25,64 @@ def list_tokenizers(ctx: typer.Context) -> None:
 
     from attn_cli.rankfiles import DIR_ENV, availability, search_dirs, tiktoken_cache_dir
 
-    typer.echo(f"{'words':<16} ready      needs no files (the tutorials' word tokenizer)")
+    lines = [f"{'words':<16} ready      needs no files (the tutorials' word tokenizer)"]
     for name in tiktoken.list_encoding_names():
         status = availability(name)
-        files = ", ".join(f.name for f in status.files)
+        files = ", ".join(f.name for f in status.files) or "files unknown to attn-cli: tiktoken fetches them itself"
         state = "ready" if status.ready else ("damaged" if status.corrupt else "missing")
         if status.missing and len(status.missing) < len(status.files):
             files += f" (missing: {', '.join(status.missing)})"
-        typer.echo(f"{name:<16} {state:<10} {files}")
-        for path in status.corrupt:
-            typer.echo(f"{'':<16} {'':<10} {path} does not match tiktoken's SHA-256; replace it")
-    typer.echo("")
-    typer.echo(f"searched: tiktoken cache {tiktoken_cache_dir() or '(off)'}, " + ", ".join(str(d) for d in search_dirs()))
-    typer.echo(f"to add files: attn-cli tokenizers add FILE..., or set ${DIR_ENV} to a folder of them")
+        if name == "gpt2" and not status.ready:
+            files += "; or r50k_base.tiktoken alone"
+        lines.append(f"{name:<16} {state:<10} {files}")
+        lines += [f"{'':<16} {'':<10} {path} does not match tiktoken's SHA-256; replace it" for path in status.corrupt]
+    lines.append("")
+    lines.append(f"searched: tiktoken cache {tiktoken_cache_dir() or '(off)'}, " + ", ".join(str(d) for d in search_dirs()))
+    lines.append(f"to add files: attn-cli tokenizers add FILE_OR_FOLDER..., or set ${DIR_ENV} to a folder of them")
+    with stdout_errors():
+        typer.echo("\n".join(lines))
 
 
 @tokenizers_app.command("add", cls=AttnCommand)
-def add(files: Annotated[list[Path], typer.Argument(help="Rank files (.tiktoken, vocab.bpe, encoder.json).")]) -> None:
+def add(
+    files: Annotated[
+        list[Path], typer.Argument(help="Rank files (.tiktoken, vocab.bpe, encoder.json), or folders holding them.")
+    ],
+) -> None:
     """Check rank files against tiktoken's hashes and copy them where attn-cli finds them offline.
 
-    Every known file is added, even when others are not (so `attn-cli tokenizers
-    add folder/*` works); any that were not make one error line and exit code 2.
-    """
-    from attn_cli.errors import AttnCliError, InputError
-    from attn_cli.rankfiles import add_rank_file, data_dir
+    A folder adds every file in it named like a rank file (r50k_base.tiktoken,
+    vocab.bpe, ...). Every known file is added, even when others are not (so
+    `attn-cli tokenizers add folder/*` works); any that were not make one error
+    line and exit code 2. A data folder that cannot be written stops at once (exit 1).
 
-    failed: list[str] = []
+    \b
+    Examples:
+      attn-cli tokenizers add ~/Downloads/r50k_base.tiktoken
+      attn-cli tokenizers add /data/tiktoken
+    """
+    from attn_cli.errors import InputError
+    from attn_cli.rankfiles import add_rank_file, data_dir, known_files_in
+
+    paths: list[Path] = []
     for path in files:
+        if path.is_dir():
+            found = known_files_in(path)
+            if not found:
+                raise InputError(f"{path} holds no file named like a rank file (r50k_base.tiktoken, vocab.bpe, ...)")
+            paths += found
+        else:
+            paths.append(path)
+    failed: list[str] = []
+    for path in paths:
         try:
             name, serves = add_rank_file(path)
-        except AttnCliError as err:
+        except InputError as err:  # this file; an unwritable data folder (OutputError) stops everything
             failed.append(str(err))
             continue
-        typer.echo(f"added {name} ({', '.join(serves)}) to {data_dir() / 'tiktoken'}")
+        with stdout_errors():
+            typer.echo(f"added {name} ({', '.join(serves)}) to {data_dir() / 'tiktoken'}")
     if len(failed) == 1:
         raise InputError(failed[0])
     if failed:
-        raise InputError(f"{len(failed)} of {len(files)} files were not added; the first: {failed[0]}")
+        raise InputError(f"{len(failed)} of {len(paths)} files were not added; the first: {failed[0]}")

@@ -1,0 +1,393 @@
+"""Hostile environments and streams (issue 13): a full or closed stdout, signals,
+output folders that are not there, data folders that cannot be written, rank
+files found by folder, and tiktoken reached only through its public behaviour.
+
+The classes that need a real process (closed fds, signals, privileges) run one;
+the rest go through the app in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import tiktoken
+from typer.testing import CliRunner
+
+from attn_cli import rankfiles
+from attn_cli.cli import app
+from attn_cli.errors import ExitStatus
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = ["-t", "words"]
+HEADLINE = "Life is short, eat dessert first"
+GPT2_IDS = [14662, 318, 1790, 11, 4483, 23084, 717]
+
+
+def invoke(args: list[str], **kwargs):
+    return CliRunner().invoke(app, args, **kwargs)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def attn(args: list[str], *, shell_redirect: str = "", env: dict[str, str] | None = None, timeout: float = 120):
+    """Run ``python -m attn_cli ARGS`` in a shell, so that ``>&-`` and ``>/dev/full`` are real."""
+    quoted = " ".join(_quote(a) for a in args)
+    return subprocess.run(
+        f"{_quote(sys.executable)} -m attn_cli {quoted} {shell_redirect}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, env=env or child_env(), timeout=timeout,
+    )
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("attn-cli: error: "), stderr
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- 1. stdout full or closed
+
+STDOUT_COMMANDS = [
+    ["--help"],
+    ["--version"],
+    ["run", "--help"],
+    ["tokenizers"],
+    ["tokenizers", "--help"],
+    ["run", "I saw a saw", *WORDS, "-F", "json"],
+    ["run", "I saw a saw", *WORDS, "-F", "table"],
+]
+
+
+@pytest.mark.parametrize("redirect", [">/dev/full", ">&-"], ids=["full", "closed"])
+@pytest.mark.parametrize("args", STDOUT_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_stdout_that_cannot_be_written_is_one_line_and_exit_1(args: list[str], redirect: str) -> None:
+    if redirect == ">/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    result = attn(args, shell_redirect=redirect)
+    assert result.returncode == ExitStatus.ERROR, result.stderr
+    line = one_error_line(result.stderr)
+    assert line.startswith("attn-cli: error: cannot write standard output: ")
+    if redirect == ">&-":
+        assert "closed" in line
+
+
+def test_help_into_a_reader_that_goes_away_is_quiet() -> None:
+    result = subprocess.run(
+        f"{_quote(sys.executable)} -m attn_cli run --help | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, env=child_env(), timeout=60,
+    )
+    assert result.stdout.strip() in ("0", "1") and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- 4. signals
+
+
+def batch_file(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "batch.txt"
+    path.write_text("".join(f"line {i} of a long batch about attention and its weights\n" for i in range(n)))
+    return path
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_mid_write_exits_143_and_leaves_no_part_file(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attn_cli", "run", "--file", str(batch_file(tmp_path, 20000)), "--lines", *WORDS,
+         "-o", str(out_dir / "runs.jsonl")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True,
+    )
+    assert wait_for(lambda: any(p.suffix == ".part" for p in out_dir.iterdir()), 60), "the write never started"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == ExitStatus.TERMINATED == 143
+    assert one_error_line(stderr) == "attn-cli: error: terminated"
+    assert list(out_dir.iterdir()) == []
+
+
+STUCK_IN_TORCH = """
+import sys, torch
+import attn_cli.pipeline
+from pathlib import Path
+
+def stuck(self, text, selection=None):
+    Path(sys.argv[1]).write_text("started")
+    a = torch.ones(9000, 9000)
+    for _ in range(50):
+        a = a @ a  # minutes of C++ with the GIL released: Python's handler waits for it
+    raise SystemExit("the matmul finished before the signal was handled")
+
+attn_cli.pipeline.Pipeline.run = stuck
+from attn_cli.cli import app
+app(sys.argv[2:], prog_name="attn-cli")
+"""
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_signal_is_prompt_even_inside_a_long_tensor_operation(tmp_path: Path, signum: int, code: int) -> None:
+    started = tmp_path / "started"
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK_IN_TORCH, str(started), "run", HEADLINE, *WORDS, "-F", "json", "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(OMP_NUM_THREADS="1"), text=True,
+    )
+    assert wait_for(started.exists, 60)
+    time.sleep(0.3)  # inside the matmul
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == code, stderr
+    assert took < 5, f"took {took:.1f} s after the signal"
+    assert stderr.strip().endswith(("interrupted", "terminated")) and "Traceback" not in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["started"]
+
+
+# --------------------------------------------------------------------------- 5. output folders
+
+
+@pytest.mark.parametrize("command", ["run", "heatmap", "explain"])
+def test_an_output_folder_that_does_not_exist_is_exit_1_naming_it(tmp_path: Path, command: str) -> None:
+    target = f"{tmp_path / 'missing-dir'}/"
+    result = invoke([command, "I saw a saw", *WORDS, "-o", target])
+    assert result.exit_code == ExitStatus.ERROR, result.output
+    line = one_error_line(result.stderr)
+    assert target in line and "folder does not exist" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_folder_that_is_a_file_says_so(tmp_path: Path) -> None:
+    (tmp_path / "results").write_text("a file")
+    result = invoke(["run", "I saw a saw", *WORDS, "-o", f"{tmp_path / 'results'}/"])
+    assert result.exit_code == ExitStatus.ERROR
+    assert "is a file, not a folder" in one_error_line(result.stderr)
+
+
+def test_an_existing_folder_with_a_slash_still_takes_heatmaps(tmp_path: Path) -> None:
+    result = invoke(["heatmap", "I saw a saw", *WORDS, "-o", f"{tmp_path}/"])
+    assert result.exit_code == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["i-saw-a-saw.png"]
+
+
+# --------------------------------------------------------------------------- --debug, one mechanism
+
+
+def test_debug_shows_the_traceback_and_only_with_debug() -> None:
+    plain = invoke(["run", "I saw a saw", *WORDS, "--heads", "0"])
+    debug = invoke(["run", "I saw a saw", *WORDS, "--heads", "0", "--debug"])
+    assert plain.exit_code == debug.exit_code == ExitStatus.USAGE
+    assert "Traceback" not in plain.stderr
+    assert "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
+
+
+def test_a_text_that_says_debug_is_not_the_debug_flag() -> None:
+    result = invoke(["run", *WORDS, "--heads", "0", "--", "--debug"])
+    assert result.exit_code == ExitStatus.USAGE and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- tokenizers add
+
+
+def test_add_into_a_data_folder_that_is_a_file_is_exit_1_naming_the_folder(tmp_path: Path, monkeypatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ATTN_CLI_DATA_DIR", str(blocker))
+    some = tmp_path / "r50k_base.tiktoken"
+    some.write_bytes(b"anything: the folder is checked after the hash")
+    fake_hash = hashlib.sha256(some.read_bytes()).hexdigest()
+    monkeypatch.setitem(rankfiles.ENCODING_FILES, "fake", (rankfiles.RankFile("https://x.invalid/r50k_base.tiktoken", fake_hash),))
+    result = invoke(["tokenizers", "add", str(some)])
+    assert result.exit_code == ExitStatus.ERROR
+    line = one_error_line(result.stderr)
+    assert "data folder" in line and str(blocker) in line and "ATTN_CLI_DATA_DIR" in line
+
+
+def drop_privileges() -> None:
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Path) -> None:
+    """As root, permission bits do not stop writes: the child drops to nobody."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop privileges (as a user, the folder below is unwritable already)")
+    data = tmp_path / "data"
+    (data / "tiktoken").mkdir(parents=True)
+    os.chmod(data / "tiktoken", 0o555)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(tmp_path.parent, 0o755)
+    rank = tmp_path / "r50k.tiktoken"
+    shutil.copy(Path(tiktoken.__file__), rank)  # readable by nobody; not a rank file
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import attn_cli"], env=child_env(), preexec_fn=drop_privileges, capture_output=True, text=True
+        )
+    except PermissionError:
+        pytest.skip("nobody cannot run this Python here (it lives in a private folder)")
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot import attn_cli here: {probe.stderr[-200:]}")
+    source = rankfiles.ENCODING_FILES["r50k_base"][0]
+    script = textwrap.dedent(f"""
+        import sys
+        from attn_cli import rankfiles
+        rankfiles.ENCODING_FILES["fake"] = (rankfiles.RankFile("https://x.invalid/{source.name}", "{hashlib.sha256(rank.read_bytes()).hexdigest()}"),)
+        from attn_cli.cli import app
+        app(["tokenizers", "add", sys.argv[1]], prog_name="attn-cli")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(rank)], env=child_env(ATTN_CLI_DATA_DIR=str(data), HOME=str(tmp_path)),
+        preexec_fn=drop_privileges, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == ExitStatus.ERROR, result.stderr
+    line = one_error_line(result.stderr)
+    assert "Permission denied" in line and str(data / "tiktoken") in line
+
+
+def test_add_refuses_an_endless_stream_without_reading_it_all() -> None:
+    result = invoke(["tokenizers", "add", "/dev/zero"])
+    assert result.exit_code == ExitStatus.USAGE
+    assert "over 64 MiB" in one_error_line(result.stderr)
+
+
+@pytest.mark.integration
+def test_add_a_folder_takes_every_rank_file_in_it(rank_dir: Path, tmp_path: Path) -> None:
+    (rank_dir / "README.md").write_text("not a rank file, and not named like one")
+    result = invoke(["tokenizers", "add", str(rank_dir)])
+    assert result.exit_code == 0, result.stderr
+    added = sorted(p.name for p in (rankfiles.data_dir() / "tiktoken").iterdir())
+    assert added == sorted(p.name for p in rank_dir.iterdir() if p.name != "README.md")
+
+
+def test_add_a_folder_with_no_rank_files_says_so(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    result = invoke(["tokenizers", "add", str(tmp_path)])
+    assert result.exit_code == ExitStatus.USAGE
+    assert "holds no file named like a rank file" in one_error_line(result.stderr)
+
+
+def test_missing_gpt2_files_are_named_together_with_the_r50k_shortcut() -> None:
+    result = invoke(["run", HEADLINE, "-t", "gpt2"])
+    assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE
+    line = one_error_line(result.stderr)
+    assert "vocab.bpe and encoder.json" in line and "r50k_base.tiktoken alone" in line
+    assert "tokenizers add PATH/vocab.bpe PATH/encoder.json" in line
+
+
+# --------------------------------------------------------------------------- 12. tiktoken through its public behaviour
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("encoding", sorted(rankfiles.ENCODING_FILES))
+def test_the_file_table_is_what_tiktoken_reads(encoding: str, rank_dir: Path, offline_env: Path, monkeypatch) -> None:
+    """Filled from the table, tiktoken's cache must be all tiktoken reads: a wrong URL
+    (another cache name) or hash would make it download, which is refused here."""
+    import requests
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"tiktoken tried to download {args[:1]}")
+
+    monkeypatch.setattr(requests, "get", refuse)
+    encoder = rankfiles.load_encoding(encoding)
+    assert encoder.name == encoding
+    assert encoder.decode(encoder.encode(HEADLINE)) == HEADLINE
+    cache = offline_env / "tiktoken-cache"
+    for f in rankfiles.rank_files(encoding):
+        if encoding != "gpt2":  # gpt2 is built from r50k_base's file when it is there
+            assert hashlib.sha256((cache / f.cache_name).read_bytes()).hexdigest() == f.sha256
+
+
+def test_the_file_table_covers_every_encoding_of_this_tiktoken() -> None:
+    assert set(tiktoken.list_encoding_names()) <= set(rankfiles.ENCODING_FILES)
+
+
+@pytest.mark.integration
+def test_loading_leaves_tiktokens_registry_and_module_alone(rank_dir: Path) -> None:
+    import tiktoken.load
+    import tiktoken.registry
+
+    before = (tiktoken.load.read_file, tiktoken.load.read_file_cached)
+    assert rankfiles.load_encoding("gpt2").encode(HEADLINE) == GPT2_IDS
+    assert (tiktoken.load.read_file, tiktoken.load.read_file_cached) == before
+    assert "gpt2" not in tiktoken.registry.ENCODINGS  # built from r50k_base, never registered as tiktoken's gpt2
+
+
+@pytest.mark.integration
+def test_an_emitted_script_runs_offline_after_one_run(rank_dir: Path, offline_env: Path, tmp_path: Path, monkeypatch) -> None:
+    result = invoke(["run", HEADLINE, "-t", "cl100k_base", "--emit-python"])
+    assert result.exit_code == 0, result.stderr
+    script = tmp_path / "attention.py"
+    script.write_text(result.stdout)
+    env = child_env(TIKTOKEN_CACHE_DIR=str(offline_env / "tiktoken-cache"), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+    done = subprocess.run([sys.executable, str(script), "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+
+
+# --------------------------------------------------------------------------- 2. caches and homes that are not usable
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("cache", ["a-file", "empty-string", "under-a-file"])
+def test_an_unusable_tiktoken_cache_still_loads_quietly(cache: str, rank_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    value = {"a-file": str(blocker), "empty-string": "", "under-a-file": str(blocker / "cache")}[cache]
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", value)
+    result = invoke(["run", HEADLINE, "-t", "r50k_base", "-F", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == value  # the private cache was for the load only
+
+
+@pytest.mark.parametrize("setup", ["home-is-a-file", "no-home-config-under-a-file", "cache-under-a-file"])
+def test_unusable_homes_give_quiet_heatmaps(setup: str, tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    env = child_env(ATTN_CLI_OFFLINE="1")
+    for name in ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        env.pop(name, None)
+    if setup == "home-is-a-file":
+        env["HOME"] = str(blocker)
+    elif setup == "no-home-config-under-a-file":
+        env["XDG_CONFIG_HOME"] = str(blocker / "config")
+        env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    else:
+        env["HOME"] = str(tmp_path)
+        env["XDG_CACHE_HOME"] = str(blocker / "cache")
+    result = subprocess.run(
+        [sys.executable, "-m", "attn_cli", "heatmap", "I saw a saw", *WORDS, "-o", str(tmp_path / "x.png")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert (tmp_path / "x.png").is_file()
