@@ -209,8 +209,8 @@ def test_lines_make_one_page_with_every_text(tmp_path: Path) -> None:
 
 
 def test_left_out_data_is_a_note_on_stderr(tmp_path: Path) -> None:
-    text = " ".join(["word"] * 300)
-    result = invoke(text, "-t", "words", "--heads", "4", "--max-size", "0.3", "-o", str(tmp_path / "p.html"))
+    text = " ".join(f"w{i % 97}" for i in range(300))
+    result = invoke(text, "-t", "words", "--heads", "4", "--max-size", "0.05", "-o", str(tmp_path / "p.html"))
     assert result.exit_code == 0
     assert "note: the raw and scaled scores of layer 0 are left out" in result.stderr and "--max-size" in result.stderr
 
