@@ -250,10 +250,12 @@
       const ctx = canvas.getContext("2d"), k = canvas.height / height;
       ctx.setTransform(k, 0, 0, k, 0, 0);
       ctx.clearRect(0, 0, width, height);
-      ctx.lineWidth = 2;
+      ctx.lineWidth = heads.length > 4 ? 1.5 : 2;
       let thinned = 0, total = 0;
-      for (const h of heads) {
+      heads.forEach((h, slot) => {
         ctx.strokeStyle = headColour(h, layer.heads);
+        // each head's lines start and end a little apart within the row, so the colours do not cover each other
+        const dy = heads.length > 1 ? ((slot + 0.5) / heads.length - 0.5) * row * 0.6 : 0;
         const base = h * n * n;
         const limit = S.focus ? 0 : strongest(d, layer, h, Math.floor(LINE_LIMIT / heads.length));
         for (let q = 0; q < n; q++) {
@@ -265,10 +267,10 @@
             total++;
             if (u < limit) { thinned++; continue; }
             ctx.globalAlpha = Math.min(1, u / SCALE);
-            ctx.beginPath(); ctx.moveTo(0, (q + 0.5) * row); ctx.lineTo(width, (kk + 0.5) * row); ctx.stroke();
+            ctx.beginPath(); ctx.moveTo(0, (q + 0.5) * row + dy); ctx.lineTo(width, (kk + 0.5) * row + dy); ctx.stroke();
           }
         }
-      }
+      });
       ctx.globalAlpha = 1;
       note.textContent = thinned ? `Showing the ${(total - thinned).toLocaleString("en")} strongest of ${total.toLocaleString("en")} lines; hover or click a token to see all of its lines.` : "";
       for (const b of wrap.querySelectorAll(".tok")) {
