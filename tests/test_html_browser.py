@@ -33,7 +33,9 @@ def _unavailable(reason: str) -> None:
 
 def chromium_path() -> str | None:
     named = os.environ.get("ATTN_CLI_TEST_CHROMIUM")
-    return named or shutil.which("chromium") or shutil.which("chromium-browser")
+    if named:
+        return named if Path(named).is_file() else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
