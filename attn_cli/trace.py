@@ -111,6 +111,12 @@ class Trace:
                 return layer
         raise KeyError(index)
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a trace as the `attn-cli html` page, in a sandboxed iframe."""
+        from attn_cli.render.html import notebook_html
+
+        return notebook_html([self])
+
     # The toy source's API before layers: one layer, its config and input.
     @property
     def result(self) -> LayerAttention:

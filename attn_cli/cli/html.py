@@ -1,0 +1,163 @@
+"""`attn-cli html`: one self-contained page to explore attention in a browser.
+
+The page is built by ``attn_cli.render.html`` (pure: traces in, a string out);
+this command picks the file name, writes it atomically, prints its path on
+stdout and, with --open, hands it to the system's browser.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+
+from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.heatmap import slug
+from attn_cli.cli.options import OUTPUT, shared_options
+from attn_cli.cli.output import stdout_errors, stdout_is_terminal
+from attn_cli.config import Config
+from attn_cli.errors import OutputError, UsageError
+
+SUFFIXES = (".html", ".htm")
+DEFAULT_MAX_MB = 20.0
+NOT_REPRODUCED = {"output", "open", "debug", "emit_python"}  # options that do not change the page
+
+
+@app.command(cls=AttnCommand)
+@shared_options
+def html(
+    config: Config,
+    texts: list[str],
+    lines: bool,
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the page here (.html). An existing folder gets the default name inside it. "
+            "[default: a name made from the text's first words, .html]",
+            rich_help_panel=OUTPUT,
+            show_default=False,
+        ),
+    ] = None,
+    open_page: Annotated[
+        bool,
+        typer.Option("--open", help="Open the page in the system's web browser once written.", rich_help_panel=OUTPUT),
+    ] = False,
+    max_size: Annotated[
+        float,
+        typer.Option(
+            "--max-size",
+            help="Keep the page under this many MB by leaving out later layers' data (the page says what); 0: no limit.",
+            min=0,
+            rich_help_panel=OUTPUT,
+        ),
+    ] = DEFAULT_MAX_MB,
+) -> None:
+    """Write one HTML page to explore attention: no server, no network, any browser.
+
+    Everything is inside the file (data, script, styles), so it can be mailed,
+    attached to a bug report or put on a course page. Views: lines from each
+    query to its keys (head view), the weights matrix with every cell's numbers,
+    an overview of every layer and head, and the toy model step by step.
+    With --lines, one page with a picker between the texts.
+
+    \b
+    Examples:
+      attn-cli html "Life is short, eat dessert first"
+      attn-cli html "I saw a saw" --tokenizer words --heads 2 --causal -o saw.html --open
+      attn-cli html --file sample_texts/tutorials.txt --lines -o tutorials.html
+    """
+    path = _target(output, texts[0])
+    command = _command_line(click.get_current_context(), texts, lines)
+
+    from attn_cli.pipeline import Pipeline
+    from attn_cli.render.html import build
+
+    pipeline = Pipeline(config)
+    for note in pipeline.notes:
+        typer.echo(note, err=True)
+    traces = list(pipeline.run_each(texts))
+    page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
+    data = page.html.encode("utf-8")
+    from attn_cli.files import write_atomic
+
+    write_atomic(path, data)
+    for note in page.left_out:
+        typer.echo(f"note: {note}", err=True)
+    with stdout_errors():
+        tokens = sum(len(t.tokens) for t in traces)
+        typer.echo(f"wrote {path}  ({len(traces)} text{'s' if len(traces) > 1 else ''}, {tokens} tokens, {_size(len(data))})" if stdout_is_terminal() else str(path))
+    if open_page:
+        _open(path)
+
+
+def _target(output: Optional[Path], first_text: str) -> Path:
+    """The file to write; every problem with -o is found before anything runs."""
+    name = slug(first_text) + SUFFIXES[0]
+    if output is None:
+        return Path(name)
+    if output.is_dir():
+        return output / name
+    if output.suffix.lower() not in SUFFIXES:
+        found = f"'{output.suffix}' is not .html" if output.suffix else "has no extension"
+        raise UsageError(f"-o {output}: {found}; end the name in .html")
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"cannot write {output}: {folder} {what}; create the folder first")
+    return output
+
+
+def _command_line(ctx: click.Context, texts: list[str], lines: bool) -> str:
+    """The command that makes this page again: the text and every option not left
+    at its default, whatever options the command has (the shared ones included)."""
+    params = ctx.params
+    text, file = params.get("text"), params.get("file")
+    from_stdin = text == "-" or str(file) == "-" or (text is None and file is None)
+    args = ["attn-cli", ctx.info_name or "html"]
+    if from_stdin and not lines:
+        args.append(texts[0])  # the text itself: the page should say what made it
+    elif text is not None:
+        args.append(text)
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
+            continue
+        args += _flag(param, params.get(param.name))
+    line = shlex.join(args)
+    return line + "  # the texts on standard input" if from_stdin and lines else line
+
+
+def _flag(param: click.Option, value: Any) -> list[str]:
+    plain = value.value if isinstance(value, enum.Enum) else value
+    default = param.default.value if isinstance(param.default, enum.Enum) else param.default
+    if value is None or plain == default:
+        return []
+    longest = max(param.opts, key=len)
+    if param.is_flag:
+        if plain:
+            return [longest]
+        return [max(param.secondary_opts, key=len)] if param.secondary_opts else []
+    return [longest, str(plain)]
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 1024:.0f} kB"
+
+
+def _open(path: Path) -> None:
+    """Hand the page to a graphical browser; where there is none, say where the file is."""
+    where = path.resolve()
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        typer.echo(f"note: no graphical browser here ($DISPLAY is not set); open {where} in a browser", err=True)
+        return
+    import webbrowser
+
+    if not webbrowser.open(where.as_uri()):
+        typer.echo(f"note: no web browser found; open {where} in a browser", err=True)

@@ -1,0 +1,559 @@
+// attn-cli html: the page's script. Standard web APIs only, no requests.
+// Data: the manifest (JSON) and binary chunks (base64, maybe gzip), decoded on first use.
+// Shapes: T tokens, H heads; weights (H, T, T) uint16 = round(w * 10^4), MASKED = hidden.
+"use strict";
+(function () {
+  const M = JSON.parse(document.getElementById("attn-manifest").textContent);
+  const P = M.precision, SCALE = M.scale, MASKED = M.masked;
+  const LINE_LIMIT = 6000; // lines drawn at once in the head view before it thins to the strongest
+  const DETAIL_ROWS = 24; // keys listed for a focused token before "… more"
+  const STEP_ROWS = 48; // keys in the step-by-step tables before it keeps the strongest
+  const app = document.getElementById("app");
+  const S = { t: 0, view: "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false };
+  const cache = new Map();
+
+  // -- numbers: Python's f"{x:.4f}" for a float32 (x * 10^4 is exact in a double) --
+  function fixed(x) {
+    if (x === Infinity) return "inf";
+    if (x === -Infinity) return "-inf";
+    if (Number.isNaN(x)) return "nan";
+    const n = x * SCALE;
+    let r = Math.round(n);
+    if (r - n === 0.5 && r % 2 !== 0) r -= 1; // a tie rounds to even, as Python does
+    const neg = x < 0 || Object.is(x, -0);
+    let digits = (Math.abs(r) >= 1e21 ? BigInt(Math.abs(r)).toString() : String(Math.abs(r))).padStart(P + 1, "0");
+    return (neg ? "-" : "") + digits.slice(0, digits.length - P) + "." + digits.slice(digits.length - P);
+  }
+  function fixedWeight(u) { return u === MASKED ? "masked" : fixed(u / SCALE); }
+
+  // -- data --
+  function chunk(id) {
+    if (!cache.has(id)) cache.set(id, decode(id));
+    return cache.get(id);
+  }
+  async function decode(id) {
+    const meta = M.chunks[id];
+    const text = document.getElementById(id).textContent.trim();
+    const bin = atob(text);
+    let bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    if (meta.encoding === "gzip-shuffled") {
+      if (typeof DecompressionStream === "undefined") throw new Error("this browser cannot read the page's compressed data (it lacks DecompressionStream: Chrome 80, Firefox 113, Safari 16.4 or later)");
+      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      bytes = unshuffle(new Uint8Array(await new Response(stream).arrayBuffer()), meta.dtype === "u16" ? 2 : 4);
+    }
+    return meta.dtype === "u16" ? new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 2)
+      : new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+  }
+  function unshuffle(planes, size) { // byte planes (size, N) back to numbers (N, size)
+    const n = planes.length / size, out = new Uint8Array(planes.length);
+    for (let b = 0; b < size; b++) { const from = b * n; for (let i = 0; i < n; i++) out[i * size + b] = planes[from + i]; }
+    return out;
+  }
+  const trace = () => M.traces[S.t];
+  const layerOf = () => trace().layers[S.layer];
+  const T = () => trace().tokens.labels.length;
+  async function load(layer, withScores) {
+    const out = { w: layer.weights ? await chunk(layer.weights) : null, s: null, z: null };
+    if (withScores && layer.scores) {
+      out.s = await chunk(layer.scores);
+      out.z = layer.scaled && layer.scaled !== "derived" ? await chunk(layer.scaled) : null;
+    }
+    return out;
+  }
+  function scaledScore(layer, d, i) {
+    if (!d.s) return null;
+    if (d.w[i] === MASKED) return -Infinity;
+    return d.z ? d.z[i] : Math.fround(d.s[i] / Math.fround(layer.divisor));
+  }
+
+  // -- colours --
+  const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  const dark = () => window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+  function headColour(h, heads) {
+    const hue = Math.round((h * 360) / Math.max(heads, 1) + 210) % 360;
+    return `hsl(${hue}, 72%, ${dark() ? 64 : 44}%)`;
+  }
+  // viridis, 9 stops, linearly interpolated
+  const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142], [31, 158, 137], [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37]];
+  function viridis(v) {
+    v = Math.min(1, Math.max(0, v)) * (VIRIDIS.length - 1);
+    const i = Math.min(VIRIDIS.length - 2, Math.floor(v)), f = v - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
+    return [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f];
+  }
+  function level(u) { // a fixed weight -> 0..1 on the colour scale
+    const w = u / SCALE;
+    if (!S.log) return w;
+    return w <= 0 ? 0 : Math.max(0, (Math.log10(w) + P) / P);
+  }
+  function rgbOf(cssColour) {
+    const c = document.createElement("canvas").getContext("2d");
+    c.fillStyle = cssColour; c.fillRect(0, 0, 1, 1);
+    return Array.from(c.getImageData(0, 0, 1, 1).data.slice(0, 3));
+  }
+
+  // -- small DOM helpers --
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (k === "style") e.setAttribute("style", v);
+      else e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const kid of kids.flat(Infinity)) if (kid !== null && kid !== undefined) e.append(kid instanceof Node ? kid : String(kid));
+    return e;
+  }
+  function tokenButton(i, cls, extra) {
+    const tk = trace().tokens;
+    const special = tk.special[i];
+    return el("button", Object.assign({
+      class: "tok " + cls + (special ? " special" : ""), type: "button", "data-i": i,
+      title: `${tk.labels[i]} · position ${i} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : ""),
+    }, extra || {}), tk.labels[i]);
+  }
+  function heading(text) { return el("h2", { text }); }
+  const busy = (on) => app.setAttribute("aria-busy", on ? "true" : "false");
+
+  // -- the page --
+  let main, controls, tip, repaintHeads = null;
+  function frame() {
+    app.textContent = "";
+    const tr = trace();
+    const header = el("header", {});
+    header.append(el("h1", { text: "Attention, explored" + (tr.model.trained ? ": " + tr.model.source : ": the toy model") }));
+    if (M.traces.length > 1) {
+      const select = el("select", { id: "text-picker", "aria-label": "Text", onchange: (e) => { S.t = Number(e.target.value); S.layer = 0; S.focus = null; S.locked = false; S.query = 0; S.cell = null; resetHeads(); frame(); } });
+      M.traces.forEach((t, i) => {
+        const words = t.text.replace(/\s+/g, " ");
+        select.append(el("option", { value: i, selected: i === S.t, text: `${i + 1}: ${words.length > 70 ? words.slice(0, 69) + "…" : words}` }));
+      });
+      header.append(el("div", { class: "picker" }, el("label", { for: "text-picker", text: `Text (${M.traces.length}): ` }), select));
+    }
+    header.append(el("div", { class: "text", id: "text", text: tr.text + (tr.pair !== null ? "\n— " + tr.pair : "") }));
+    const dl = el("dl", { id: "about" });
+    for (const [k, v] of tr.header) dl.append(el("div", {}, el("dt", { text: k }), el("dd", { text: v })));
+    header.append(dl);
+    header.append(el("p", { class: "command" }, el("span", { class: "small", text: "Reproduce: " }), el("code", { id: "command", text: M.command })));
+    if (M.leftOut.length) header.append(el("div", { class: "notes", id: "left-out", role: "note" }, M.leftOut.map((n) => el("p", { text: n }))));
+    app.append(header);
+
+    const views = [["heads", "Head view"], ["matrix", "Matrix"]];
+    if (tr.layers.length > 1 || tr.model.trained) views.push(["overview", "Model overview"]);
+    if (tr.vectors) views.push(["steps", "Step by step"]);
+    if (!views.some(([v]) => v === S.view)) S.view = "heads";
+    const tabs = el("div", { class: "tabs", role: "tablist", "aria-label": "Views" });
+    for (const [v, name] of views) {
+      tabs.append(el("button", { type: "button", role: "tab", id: "tab-" + v, "data-view": v, "aria-selected": String(v === S.view), "aria-controls": "view", onclick: () => { S.view = v; draw(); } }, name));
+    }
+    tabs.addEventListener("keydown", (e) => {
+      if (e.key !== "ArrowRight" && e.key !== "ArrowLeft") return;
+      const i = views.findIndex(([v]) => v === S.view), j = (i + (e.key === "ArrowRight" ? 1 : views.length - 1)) % views.length;
+      S.view = views[j][0]; draw(); document.getElementById("tab-" + S.view).focus();
+    });
+    app.append(tabs);
+    controls = el("div", { class: "controls", id: "controls" });
+    main = el("div", { id: "view", role: "tabpanel" });
+    tip = el("div", { id: "tip", role: "tooltip", hidden: true });
+    app.append(controls, main);
+    document.body.append(tip);
+    draw();
+  }
+  function resetHeads() { S.heads = new Set(Array.from({ length: Math.min(trace().layers[0].heads, 4) }, (_, h) => h)); S.head = 0; }
+
+  function drawControls() {
+    controls.textContent = "";
+    const tr = trace();
+    if (S.view !== "overview") {
+      const select = el("select", { id: "layer-picker", "aria-label": "Layer", onchange: (e) => { S.layer = Number(e.target.value); S.cell = null; draw(); } });
+      tr.layers.forEach((l, i) => select.append(el("option", { value: i, selected: i === S.layer, disabled: !l.weights, text: `layer ${l.index}` + (l.weights ? "" : " (left out)") })));
+      controls.append(el("label", { for: "layer-picker", text: "Layer " }), select);
+      const heads = layerOf().heads;
+      const chips = el("div", { class: "chips", role: "group", "aria-label": S.view === "heads" ? "Heads shown" : "Head" });
+      chips.append(el("span", { class: "small", text: S.view === "heads" ? "Heads:" : "Head:" }));
+      for (let h = 0; h < heads; h++) {
+        const on = S.view === "heads" ? S.heads.has(h) : S.head === h;
+        chips.append(el("button", { type: "button", class: "chip", "data-head": h, "aria-pressed": String(on), style: `--c: ${headColour(h, heads)}`, title: `head ${h}`, onclick: () => {
+          if (S.view === "heads") { if (S.heads.has(h)) S.heads.delete(h); else S.heads.add(h); } else S.head = h;
+          draw();
+        } }, String(h)));
+      }
+      if (S.view === "heads" && heads > 1) {
+        chips.append(el("button", { type: "button", class: "linkish", id: "heads-all", onclick: () => { S.heads = new Set(Array.from({ length: heads }, (_, h) => h)); draw(); } }, "all"));
+        chips.append(el("button", { type: "button", class: "linkish", id: "heads-none", onclick: () => { S.heads = new Set(); draw(); } }, "none"));
+      }
+      controls.append(chips);
+    }
+    if (S.view === "matrix" || S.view === "overview") {
+      const box = el("input", { type: "checkbox", id: "log-scale", checked: S.log, onchange: (e) => { S.log = e.target.checked; draw(); } });
+      controls.append(el("label", { class: "small" }, box, " log colour scale (long texts spread weight thin)"));
+    }
+  }
+
+  let drawing = 0;
+  async function draw() {
+    const ticket = ++drawing;
+    for (const b of app.querySelectorAll(".tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === S.view));
+    if (S.head >= layerOf().heads) S.head = 0;
+    drawControls();
+    hideTip();
+    busy(true);
+    try {
+      const content = await ({ heads: headView, matrix: matrixView, overview: overview, steps: steps })[S.view]();
+      if (ticket !== drawing) return;
+      main.textContent = "";
+      main.append(content);
+      if (content.after) content.after();
+    } catch (err) {
+      main.textContent = "";
+      main.append(el("p", { class: "error", role: "alert", text: String(err && err.message || err) }));
+    }
+    if (ticket === drawing) { busy(false); document.body.dataset.ready = "1"; }
+  }
+
+  // -- head view: queries on the left, keys on the right, a line per pair --
+  const thresholds = new Map();
+  function strongest(d, layer, h, limit) { // the smallest fixed weight among the `limit` strongest lines of head h
+    const key = `${S.t}/${layer.index}/${h}/${limit}`;
+    if (thresholds.has(key)) return thresholds.get(key);
+    const n = T(), counts = new Uint32Array(SCALE + 1), base = h * n * n;
+    for (let i = 0; i < n * n; i++) { const u = d.w[base + i]; if (u !== MASKED) counts[u]++; }
+    let kept = 0, u = SCALE;
+    for (; u > 0; u--) { if (kept + counts[u] > limit) break; kept += counts[u]; }
+    const t = Math.max(u + 1, 1);
+    thresholds.set(key, t);
+    return t;
+  }
+  async function headView() {
+    const layer = layerOf(), n = T(), d = await load(layer, false);
+    const row = n > 200 ? 15 : n > 60 ? 18 : 22;
+    const wrap = el("div", { class: "headview", style: `--row: ${row}px; --tokfont: ${row < 20 ? "0.8em" : "0.95em"}` });
+    const left = el("ol", { class: "left", "aria-label": "Queries" }), right = el("ol", { class: "right", "aria-label": "Keys" });
+    for (let i = 0; i < n; i++) {
+      left.append(el("li", {}, tokenButton(i, "q", { "data-side": "q" })));
+      right.append(el("li", {}, tokenButton(i, "k", { "data-side": "k" })));
+    }
+    const width = 220, height = n * row;
+    const canvas = el("canvas", { width: width * devicePixelRatio, height: Math.min(height * devicePixelRatio, 32000), style: `width: ${width}px; height: ${height}px`, "aria-hidden": "true" });
+    const detail = el("aside", { class: "detail", id: "detail", "aria-live": "polite" });
+    const note = el("p", { class: "small", id: "thinned" });
+    wrap.append(
+      el("div", {}, el("div", { class: "colhead", text: "query" }), left),
+      el("div", {}, el("div", { class: "colhead", text: "attends to" }), canvas),
+      el("div", {}, el("div", { class: "colhead", text: "key" }), right),
+      detail,
+    );
+    const heads = [...S.heads].filter((h) => h < layer.heads).sort((a, b) => a - b);
+    const paint = () => {
+      const ctx = canvas.getContext("2d"), k = canvas.height / height;
+      ctx.setTransform(k, 0, 0, k, 0, 0);
+      ctx.clearRect(0, 0, width, height);
+      ctx.lineWidth = heads.length > 4 ? 1.5 : 2;
+      let thinned = 0, total = 0;
+      heads.forEach((h, slot) => {
+        ctx.strokeStyle = headColour(h, layer.heads);
+        // each head's lines start and end a little apart within the row, so the colours do not cover each other
+        const dy = heads.length > 1 ? ((slot + 0.5) / heads.length - 0.5) * row * 0.6 : 0;
+        const base = h * n * n;
+        const limit = S.focus ? 0 : strongest(d, layer, h, Math.floor(LINE_LIMIT / heads.length));
+        for (let q = 0; q < n; q++) {
+          if (S.focus && S.focus.side === "q" && S.focus.i !== q) continue;
+          for (let kk = 0; kk < n; kk++) {
+            if (S.focus && S.focus.side === "k" && S.focus.i !== kk) continue;
+            const u = d.w[base + q * n + kk];
+            if (u === MASKED || u === 0) continue;
+            total++;
+            if (u < limit) { thinned++; continue; }
+            ctx.globalAlpha = Math.min(1, u / SCALE);
+            ctx.beginPath(); ctx.moveTo(0, (q + 0.5) * row + dy); ctx.lineTo(width, (kk + 0.5) * row + dy); ctx.stroke();
+          }
+        }
+      });
+      ctx.globalAlpha = 1;
+      note.textContent = thinned ? `Showing the ${(total - thinned).toLocaleString("en")} strongest of ${total.toLocaleString("en")} lines; hover or click a token to see all of its lines.` : "";
+      for (const b of wrap.querySelectorAll(".tok")) {
+        const on = S.focus && b.dataset.side === S.focus.side && Number(b.dataset.i) === S.focus.i;
+        b.classList.toggle("focused", !!on);
+        b.classList.toggle("locked", !!(on && S.locked));
+        b.setAttribute("aria-pressed", String(!!(on && S.locked)));
+      }
+      fillDetail(detail, layer, d, heads);
+    };
+    const focus = (side, i) => { if (S.locked) return; S.focus = { side, i }; paint(); };
+    const blur = () => { if (S.locked) return; S.focus = null; paint(); };
+    wrap.addEventListener("mouseover", (e) => { const b = e.target.closest(".tok"); if (b) focus(b.dataset.side, Number(b.dataset.i)); });
+    wrap.addEventListener("mouseout", (e) => { const b = e.target.closest(".tok"); if (b && !(e.relatedTarget && e.relatedTarget.closest && e.relatedTarget.closest(".tok"))) blur(); });
+    wrap.addEventListener("focusin", (e) => { const b = e.target.closest(".tok"); if (b) focus(b.dataset.side, Number(b.dataset.i)); });
+    wrap.addEventListener("click", (e) => {
+      const b = e.target.closest(".tok"); if (!b) return;
+      const side = b.dataset.side, i = Number(b.dataset.i);
+      if (S.locked && S.focus && S.focus.side === side && S.focus.i === i) { S.locked = false; }
+      else { S.locked = true; S.focus = { side, i }; if (side === "q") S.query = i; }
+      paint();
+    });
+    repaintHeads = paint;
+    const box = el("div", {}, wrap, note, el("p", { class: "small", text: "Lines join each query (left) to the keys it attends to (right), one colour per head, as opaque as the weight. Hover or focus a token to follow it; click to keep it; Esc lets go. Special tokens are in italics." }));
+    box.after = paint;
+    return box;
+  }
+  function fillDetail(detail, layer, d, heads) {
+    detail.textContent = "";
+    const n = T(), tk = trace().tokens;
+    if (!S.focus) { detail.append(el("p", { class: "small", text: "Hover, focus or click a token to list its weights here." })); return; }
+    if (!heads.length) { detail.append(el("p", { class: "small", text: "No head is switched on." })); return; }
+    const { side, i } = S.focus;
+    const at = (h, other) => d.w[h * n * n + (side === "q" ? i * n + other : other * n + i)];
+    detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${tk.labels[i]} (query ${i}) attends to` : `Who attends to ${tk.labels[i]} (key ${i})` }));
+    const order = Array.from({ length: n }, (_, j) => j);
+    const best = (j) => Math.max(...heads.map((h) => { const u = at(h, j); return u === MASKED ? -1 : u; }));
+    order.sort((a, b) => best(b) - best(a) || a - b);
+    const shown = order.slice(0, n <= DETAIL_ROWS + 4 ? n : DETAIL_ROWS);
+    const table = el("table", { id: "detail-table" });
+    table.append(el("thead", {}, el("tr", {}, el("th", { text: side === "q" ? "key" : "query" }), heads.map((h) => el("th", { style: `--c: ${headColour(h, layer.heads)}` }, el("span", { class: "sw" }), `head ${h}`)))));
+    const body = el("tbody", {});
+    for (const j of shown) {
+      body.append(el("tr", {}, el("td", { class: "tok" + (tk.special[j] ? " special" : ""), text: tk.labels[j] }), heads.map((h) => {
+        const u = at(h, j);
+        return el("td", { class: "num" + (u === MASKED ? " masked" : ""), "data-head": h, "data-other": j, text: u === MASKED ? "masked" : fixedWeight(u) });
+      })));
+    }
+    table.append(body);
+    detail.append(table);
+    if (shown.length < n) detail.append(el("p", { class: "small", text: `… ${n - shown.length} more (every weight: the matrix view's tooltip)` }));
+  }
+
+  // -- matrix: the weights of one head on a canvas, with a tooltip --
+  async function matrixView() {
+    const layer = layerOf(), n = T(), d = await load(layer, true), h = S.head, tk = trace().tokens;
+    const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
+    const labels = n <= 64;
+    const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
+    const short = (s) => (s.length > 18 ? s.slice(0, 17) + "…" : s);
+    let cell = Math.max(1, Math.min(34, Math.floor(avail / n))), margin = 0;
+    if (labels) {
+      const m = document.createElement("canvas").getContext("2d");
+      m.font = `${fontPx(cell)}px system-ui, sans-serif`;
+      margin = Math.ceil(12 + Math.max(...tk.labels.map((s) => m.measureText(short(s)).width)));
+      cell = Math.max(1, Math.min(34, Math.floor((avail - margin) / n)));
+    }
+    const size = margin + cell * n;
+    const canvas = el("canvas", { id: "matrix", tabindex: 0, "data-margin": margin, "data-cell": cell, "data-layer": layer.index, "data-head": h, width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px`,
+      role: "img", "aria-label": `attention weights of head ${h}, layer ${layer.index}: ${n} queries by ${n} keys; arrow keys move between cells` });
+    const overlay = el("canvas", { class: "overlay", width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px` });
+    const wrap = el("div", { class: "matrixwrap" }, canvas, overlay);
+    const paint = () => {
+      const ctx = canvas.getContext("2d");
+      ctx.setTransform(devicePixelRatio, 0, 0, devicePixelRatio, 0, 0);
+      ctx.clearRect(0, 0, size, size);
+      const img = new ImageData(n, n), masked = rgbOf(css("--masked")), base = h * n * n;
+      for (let i = 0; i < n * n; i++) {
+        const u = d.w[base + i], c = u === MASKED ? masked : viridis(level(u));
+        img.data[4 * i] = c[0]; img.data[4 * i + 1] = c[1]; img.data[4 * i + 2] = c[2]; img.data[4 * i + 3] = 255;
+      }
+      const off = el("canvas", { width: n, height: n });
+      off.getContext("2d").putImageData(img, 0, 0);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(off, margin, margin, cell * n, cell * n);
+      if (labels) {
+        ctx.font = `${fontPx(cell)}px system-ui, sans-serif`;
+        ctx.textBaseline = "middle";
+        for (let i = 0; i < n; i++) {
+          const text = short(tk.labels[i]);
+          ctx.fillStyle = tk.special[i] ? css("--special") : css("--fg");
+          ctx.textAlign = "right"; ctx.fillText(text, margin - 6, margin + (i + 0.5) * cell);
+          ctx.save(); ctx.translate(margin + (i + 0.5) * cell, margin - 6); ctx.rotate(-Math.PI / 2.6); ctx.textAlign = "left"; ctx.fillText(text, 0, 0); ctx.restore();
+        }
+        if (cell >= 30 && n <= 16) { // the numbers fit in the cells
+          ctx.font = `${Math.min(11, cell / 3)}px ui-monospace, monospace`; ctx.textAlign = "center";
+          for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {
+            const u = d.w[base + q * n + k]; if (u === MASKED) continue;
+            ctx.fillStyle = level(u) > 0.6 ? "#000" : "#fff";
+            ctx.fillText(fixedWeight(u).replace(/^0\./, "."), margin + (k + 0.5) * cell, margin + (q + 0.5) * cell);
+          }
+        }
+      }
+    };
+    const mark = () => {
+      const ctx = overlay.getContext("2d");
+      ctx.setTransform(devicePixelRatio, 0, 0, devicePixelRatio, 0, 0);
+      ctx.clearRect(0, 0, size, size);
+      if (!S.cell) return;
+      ctx.strokeStyle = css("--focus"); ctx.lineWidth = 2;
+      ctx.strokeRect(margin + S.cell.k * cell - 1, margin + S.cell.q * cell - 1, cell + 2, cell + 2);
+      if (cell < 6) { ctx.globalAlpha = 0.5; ctx.strokeRect(margin, margin + S.cell.q * cell, cell * n, cell); ctx.strokeRect(margin + S.cell.k * cell, margin, cell, cell * n); ctx.globalAlpha = 1; }
+    };
+    const cellAt = (e) => {
+      const r = canvas.getBoundingClientRect(), x = e.clientX - r.left - margin, y = e.clientY - r.top - margin;
+      const k = Math.floor(x / cell), q = Math.floor(y / cell);
+      return q >= 0 && k >= 0 && q < n && k < n ? { q, k } : null;
+    };
+    const show = (c, x, y) => {
+      S.cell = c; mark();
+      if (!c) { hideTip(); return; }
+      showTip(cellTip(layer, d, h, c.q, c.k), x, y);
+    };
+    canvas.addEventListener("mousemove", (e) => show(cellAt(e), e.clientX, e.clientY));
+    canvas.addEventListener("mouseleave", () => { hideTip(); });
+    canvas.addEventListener("click", (e) => { const c = cellAt(e); if (c) { S.query = c.q; S.focus = { side: "q", i: c.q }; S.locked = true; } });
+    canvas.addEventListener("keydown", (e) => {
+      const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1], Home: [0, -n], End: [0, n] };
+      if (e.key === "Escape") { S.cell = null; mark(); hideTip(); return; }
+      if (e.key === "Enter" && S.cell) { S.query = S.cell.q; S.focus = { side: "q", i: S.cell.q }; S.locked = true; return; }
+      if (!moves[e.key]) return;
+      e.preventDefault();
+      const c = S.cell || { q: 0, k: 0 };
+      const q = Math.min(n - 1, Math.max(0, c.q + moves[e.key][0])), k = Math.min(n - 1, Math.max(0, c.k + moves[e.key][1]));
+      const r = canvas.getBoundingClientRect();
+      show({ q, k }, r.left + margin + (k + 1) * cell, r.top + margin + (q + 1) * cell);
+    });
+    canvas.addEventListener("blur", hideTip);
+    const legend = el("div", { class: "legend" });
+    const bar = el("canvas", { width: 160, height: 12 });
+    const bctx = bar.getContext("2d");
+    for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
+    legend.append(el("span", { text: S.log ? "weight 10⁻⁴" : "weight 0" }), bar, el("span", { text: "1" }), el("span", { class: "swatch" }), el("span", { text: "masked: the query may not see this key" }));
+    const box = el("div", {},
+      el("p", { class: "small", text: `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1. Point at a cell (or focus the matrix and use the arrow keys) for its numbers.` + (d.s ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      wrap, legend);
+    box.after = () => { paint(); mark(); };
+    return box;
+  }
+  function cellTip(layer, d, h, q, k) {
+    const n = T(), tk = trace().tokens, i = h * n * n + q * n + k, u = d.w[i];
+    const rows = [
+      ["query", `${tk.labels[q]} (${q})`], ["key", `${tk.labels[k]} (${k})`], ["head", `${h}, layer ${layer.index}`],
+      ["weight", u === MASKED ? "0 (masked)" : fixedWeight(u)],
+    ];
+    if (d.s) {
+      rows.push(["raw score", fixed(d.s[i])]);
+      rows.push(["scaled score", fixed(scaledScore(layer, d, i)) + (layer.divisorText ? ` (raw / ${layer.divisorText})` : "")]);
+    } else rows.push(["scores", "left out of this page"]);
+    const dl = el("dl", {}, rows.map(([k2, v]) => [el("dt", { text: k2 }), el("dd", { "data-field": k2.replace(" ", "-"), text: v })]));
+    return el("div", {}, u === MASKED ? el("p", { text: "masked: the query may not see this key", style: "margin: 0 0 4px" }) : null, dl);
+  }
+  function showTip(content, x, y) {
+    tip.textContent = ""; tip.append(content); tip.hidden = false;
+    const w = tip.offsetWidth, hgt = tip.offsetHeight;
+    tip.style.left = Math.max(4, Math.min(window.innerWidth - w - 8, x + 14)) + "px";
+    tip.style.top = Math.max(4, y + 14 + hgt > window.innerHeight ? y - hgt - 10 : y + 14) + "px";
+  }
+  function hideTip() { if (tip) tip.hidden = true; }
+
+  // -- model overview: a thumbnail per kept layer and head --
+  async function overview() {
+    const tr = trace(), n = T(), px = n >= 64 ? 64 : n * Math.max(1, Math.floor(64 / n));
+    const grid = el("div", { class: "overview", id: "overview" });
+    const masked = rgbOf(css("--masked"));
+    const data = await Promise.all(tr.layers.map((l) => l.weights ? load(l, false) : null));
+    const after = [];
+    tr.layers.forEach((layer, li) => {
+      const thumbs = el("div", { class: "thumbs" });
+      if (!data[li]) {
+        thumbs.append(el("span", { class: "small", text: "left out of this page to keep it small (see the note above)" }));
+      } else {
+        for (let h = 0; h < layer.heads; h++) {
+          const c = el("canvas", { width: px, height: px, style: `width: ${px}px; height: ${px}px` });
+          thumbs.append(el("button", { type: "button", class: "thumb", "data-layer": layer.index, "data-head": h, title: `layer ${layer.index}, head ${h}: open in the matrix`, "aria-label": `layer ${layer.index}, head ${h}`,
+            onclick: () => { S.layer = li; S.head = h; S.heads = new Set([h]); S.view = "matrix"; S.cell = null; draw(); } }, c));
+          after.push(() => thumbnail(c, data[li].w, h, n, px, masked));
+        }
+      }
+      grid.append(el("div", { class: "lname", text: `layer ${layer.index}` }), thumbs);
+    });
+    grid.style.gridTemplateColumns = "max-content 1fr";
+    const box = el("div", {}, el("p", { class: "small", text: `Every kept layer and head (${tr.model.layers} layers of ${tr.model.heads} heads in the model). Each square is a head's weights, queries down, keys across; bright = strong. Click one to open it.` + (n > px ? ` Squares of ${n} tokens show the largest weight of each ${Math.ceil(n / px)}×${Math.ceil(n / px)} block.` : "") }), grid);
+    box.after = () => after.forEach((f) => f());
+    return box;
+  }
+  function thumbnail(canvas, w, h, n, px, masked) {
+    const img = new ImageData(px, px), base = h * n * n;
+    for (let y = 0; y < px; y++) for (let x = 0; x < px; x++) {
+      const q0 = Math.floor((y * n) / px), q1 = Math.max(q0 + 1, Math.floor(((y + 1) * n) / px));
+      const k0 = Math.floor((x * n) / px), k1 = Math.max(k0 + 1, Math.floor(((x + 1) * n) / px));
+      let best = -1;
+      for (let q = q0; q < q1; q++) for (let k = k0; k < k1; k++) { const u = w[base + q * n + k]; if (u !== MASKED && u > best) best = u; }
+      const c = best < 0 ? masked : viridis(level(best)), o = 4 * (y * px + x);
+      img.data[o] = c[0]; img.data[o + 1] = c[1]; img.data[o + 2] = c[2]; img.data[o + 3] = 255;
+    }
+    canvas.getContext("2d").putImageData(img, 0, 0);
+  }
+
+  // -- the toy model step by step, for one query and one head --
+  async function steps() {
+    const tr = trace(), layer = tr.layers[0], n = T(), tk = tr.tokens, h = S.head, q = Math.min(S.query, n - 1), toy = tr.toy;
+    const d = await load(layer, true), v = await chunk(tr.vectors.chunk), parts = tr.vectors.parts;
+    const part = (name) => parts[name] ? { data: v, offset: parts[name].offset, shape: parts[name].shape } : null;
+    const vec = (p, ...index) => { // the row at `index` of a (.., rows, cols) part
+      let o = p.offset, stride = p.shape.reduce((a, b) => a * b, 1);
+      for (let i = 0; i < index.length; i++) { stride /= p.shape[i]; o += index[i] * stride; }
+      return v.subarray(o, o + stride);
+    };
+    const X = part("x"), Q = part("queries"), K = part("keys"), V = part("values"), C = part("context"), DROP = part("dropped");
+    const box = el("div", { class: "steps", id: "steps" });
+    const pick = el("div", { class: "querypick", role: "group", "aria-label": "Query" });
+    for (let i = 0; i < n; i++) {
+      pick.append(tokenButton(i, "pick", { "aria-pressed": String(i === q), onclick: () => { S.query = i; draw(); } }));
+    }
+    box.append(el("p", { class: "small", text: `Query (click one), head ${h} of ${layer.heads}:` }), pick);
+    const cols = (p) => p.shape[p.shape.length - 1];
+    const MAXD = 8;
+    const vectorCells = (row) => Array.from(row.slice(0, MAXD), (x) => el("td", { class: "num", text: fixed(x) })).concat(row.length > MAXD ? [el("td", { class: "small", text: `… ${row.length - MAXD} more` })] : []);
+    const dimHead = (p, name) => Array.from({ length: Math.min(cols(p), MAXD) }, (_, j) => el("th", { text: `${name}${j}` }));
+    const sec = (title, formula, ...kids) => el("section", {}, el("h3", { text: title }), formula ? el("div", { class: "formula", text: formula }) : null, ...kids);
+    // the keys listed: all of them, or the strongest around the query for long texts
+    let keys = Array.from({ length: n }, (_, j) => j);
+    const base = h * n * n + q * n;
+    let cut = null;
+    if (n > STEP_ROWS) {
+      const visible = keys.filter((j) => d.w[base + j] !== MASKED);
+      keys = visible;
+      if (visible.length > STEP_ROWS) {
+        const others = visible.filter((j) => j !== q).sort((a, b) => d.w[base + b] - d.w[base + a] || a - b);
+        keys = [q, ...others.slice(0, STEP_ROWS - 1)].sort((a, b) => a - b);
+      }
+      cut = el("p", { class: "small", id: "step-cut", text: `${keys.length} of the ${visible.length} keys this query can see are listed` + (keys.length < visible.length ? ": the query itself and the strongest weights." : ".") + (visible.length < n ? ` The other ${n - visible.length} keys are masked.` : "") });
+    }
+    const label = (j) => el("td", { class: "tokcell" + (tk.special[j] ? " special tok" : ""), text: `${tk.labels[j]}` });
+    if (X) box.append(sec("1. The input X", `x_${q} = the embedding of ${tk.labels[q]}` + (tr.model.inputText.includes("positions") ? " plus its position" : "") + ` (${cols(X)} numbers)`,
+      el("table", {}, el("tr", {}, el("th", { class: "tokcell", text: "token" }), dimHead(X, "d")), el("tr", { class: "is-query" }, label(q), vectorCells(vec(X, q))))));
+    box.append(sec("2. Query, keys and values", toy.projections ? `q = x W_q^T, k_j = x_j W_k^T, v_j = x_j W_v^T (head ${h}: d_k ${toy.dK}, d_v ${toy.dV})` : "no projections: q = k = v = x",
+      el("table", { id: "step-qkv" }, el("tr", {}, el("th", { class: "tokcell", text: "" }), dimHead(Q, "q")), el("tr", { class: "is-query" }, label(q), vectorCells(vec(Q, h, q)))),
+      el("table", {}, el("tr", {}, el("th", { class: "tokcell", text: "key" }), dimHead(K, "k")), keys.map((j) => el("tr", { class: j === q ? "is-query" : "" }, label(j), vectorCells(vec(K, h, j)))))));
+    let bestKey = -1, bestU = -1;
+    for (const j of keys) { const u = d.w[base + j]; if (u !== MASKED && u > bestU) { bestU = u; bestKey = j; } }
+    const rows = keys.map((j) => {
+      const i = base + j, u = d.w[i];
+      return el("tr", { class: (j === q ? "is-query " : "") + (j === bestKey ? "is-max" : ""), "data-key": j }, label(j),
+        el("td", { class: "num", "data-field": "raw", text: d.s ? fixed(d.s[i]) : "—" }),
+        el("td", { class: "num", "data-field": "scaled", text: d.s ? (u === MASKED ? fixed(Math.fround(d.s[i] / Math.fround(layer.divisor))) : fixed(scaledScore(layer, d, i))) : "—" }),
+        el("td", { class: "num", "data-field": "mask", text: u === MASKED ? "-inf" : (d.s ? fixed(scaledScore(layer, d, i)) : "—") }),
+        el("td", { class: "num w", "data-field": "weight", text: u === MASKED ? "0" : fixedWeight(u) }, u === MASKED ? null : el("span", { class: "bar", style: `width: ${Math.round((u / SCALE) * 60)}px` })),
+        DROP ? el("td", { class: "num", "data-field": "dropped", text: fixed(vec(DROP, h, q)[j]) }) : null);
+    });
+    const divisor = layer.divisorText ? `/ ${layer.divisorText}` : "(no scaling)";
+    box.append(sec("3–6. Scores, scaling, mask, softmax",
+      `score_j = q · k_j;  scaled_j = score_j ${divisor};  masked: -inf where the query may not see the key${toy.causal ? " (causal: every later token)" : " (nothing is hidden here)"};  w_j = exp(scaled_j) / Σ exp(scaled)`,
+      cut, el("table", { id: "step-scores" },
+        el("tr", {}, el("th", { class: "tokcell", text: "key" }), el("th", { text: "3. raw q·k" }), el("th", { text: `4. scaled ${divisor}` }), el("th", { text: "5. masked" }), el("th", { text: "6. softmax weight" }), DROP ? el("th", { text: `after dropout ${toy.dropout}` }) : null),
+        rows)));
+    const ctxRow = vec(C, h, q);
+    box.append(sec("7. The context vector", `context_${q} = Σ_j ${DROP ? "dropped_j" : "w_j"} v_j  (${tk.labels[q]}'s new vector, head ${h})`,
+      el("table", {}, el("tr", {}, el("th", { class: "tokcell", text: "value" }), dimHead(V, "v")), keys.map((j) => el("tr", { class: j === q ? "is-query" : "" }, label(j), vectorCells(vec(V, h, j)))),
+        el("tr", { class: "is-query", id: "step-context" }, el("td", { class: "tokcell", text: "context" }), vectorCells(ctxRow)))));
+    if (!d.s) box.append(el("p", { class: "small", text: "The raw scores are left out of this page (see the note above)." }));
+    return box;
+  }
+
+  // -- start --
+  resetHeads();
+  window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => draw());
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape") return;
+    hideTip();
+    S.locked = false; S.focus = null;
+    if (S.view === "heads" && repaintHeads) repaintHeads();
+  });
+  try { frame(); } catch (err) { app.textContent = ""; app.append(el("p", { class: "error", role: "alert", text: String(err && err.message || err) })); busy(false); }
+})();

@@ -1,0 +1,310 @@
+"""The `attn-cli html` page in a real browser: headless Chromium driven by playwright.
+
+Pages are loaded from file://; any console message of type error, uncaught
+exception or request other than the page itself fails the test. Screenshots go
+to a temporary folder (``ATTN_CLI_SCREENSHOTS`` names a folder to keep them).
+
+Without playwright or chromium these tests skip and say why; with ``CI`` set
+they fail instead, so a CI machine cannot pass them by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attn_cli.render.export import run_dict
+from attn_cli.render.html import build, notebook_html, page
+from html_support import fixed, hand_trace, toy
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so the browser tests must run (.ci/run installs chromium and playwright)")
+    pytest.skip(f"browser tests: {reason}")
+
+
+def chromium_path() -> str | None:
+    named = os.environ.get("ATTN_CLI_TEST_CHROMIUM")
+    if named:
+        return named if Path(named).is_file() else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[test]')")
+    executable = chromium_path()
+    if executable is None:
+        _unavailable("no chromium on this machine (apt-get install chromium)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    folder = os.environ.get("ATTN_CLI_SCREENSHOTS")
+    target = Path(folder) if folder else tmp_path / "screenshots"
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+class Page:
+    """A loaded page and everything it did wrong."""
+
+    def __init__(self, browser: Any, path: Path, *, scheme: str = "light", width: int = 1280, wait: bool = True) -> None:
+        self.url = path.as_uri()
+        self.problems: list[str] = []
+        self.context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.problems.append(f"exception: {e}"))
+        self.page.on("request", lambda r: r.url != self.url and self.problems.append(f"request: {r.url[:100]}"))
+        self.page.goto(self.url)
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        self.page.wait_for_selector("body[data-ready]", state="attached")
+        self.page.wait_for_selector("#app[aria-busy=false]", state="attached")
+        assert not self.problems, self.problems
+
+    def view(self, name: str) -> None:
+        self.page.click(f"#tab-{name}")
+        self.ready()
+
+    def text(self, selector: str) -> str:
+        return self.page.inner_text(selector).strip()
+
+    def hover_cell(self, q: int, k: int) -> dict[str, str]:
+        canvas = self.page.locator("#matrix")
+        margin, cell = (float(canvas.get_attribute(a)) for a in ("data-margin", "data-cell"))
+        box = canvas.bounding_box()
+        y = box["y"] + margin + (q + 0.5) * cell
+        self.page.evaluate(f"window.scrollBy(0, {y - 450})")  # the cell into the middle of the viewport
+        box = canvas.bounding_box()
+        self.page.mouse.move(box["x"] + margin + (k + 0.5) * cell, box["y"] + margin + (q + 0.5) * cell)
+        return self.tip()
+
+    def tip(self) -> dict[str, str]:
+        self.page.wait_for_selector("#tip:not([hidden])")
+        return {dd.get_attribute("data-field"): dd.inner_text() for dd in self.page.locator("#tip dd").all()}
+
+    def close(self) -> None:
+        assert not self.problems, self.problems
+        self.context.close()
+
+
+@pytest.fixture
+def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
+    opened: list[Page] = []
+
+    def load(html: str, name: str = "page.html", **kwargs: Any) -> Page:
+        path = tmp_path / name
+        path.write_text(html, encoding="utf-8")
+        opened.append(Page(browser, path, **kwargs))
+        return opened[-1]
+
+    yield load
+    for p in opened:
+        p.close()
+
+
+def test_head_view_hover_lists_the_json_weights_of_the_query(open_page: Any, shots: Path) -> None:
+    trace = toy("I saw a saw", heads=2, causal=True)
+    data = run_dict(trace)
+    p = open_page(page([trace], command="attn-cli html 'I saw a saw' -t words --heads 2 --causal"))
+    assert p.text("#text") == "I saw a saw"
+    assert "attn-cli html 'I saw a saw'" in p.text("#command")
+    p.page.hover(".left .tok[data-i='3']")
+    assert p.text("#detail-title") == "saw#3 (query 3) attends to"
+    for h in range(2):
+        for k in range(4):
+            shown = p.text(f"#detail-table td[data-head='{h}'][data-other='{k}']")
+            assert shown == fixed(data["heads"][h]["weights"][3][k])
+    p.page.screenshot(path=shots / "toy-head-view.png", full_page=True)
+    p.page.hover(".left .tok[data-i='1']")  # causal: saw#1 may not see the later tokens
+    assert p.text("#detail-table td[data-head='0'][data-other='3']") == "masked"
+    p.page.hover(".right .tok[data-i='1']")
+    assert p.text("#detail-title") == "Who attends to saw#1 (key 1)"
+    assert p.text("#detail-table td[data-head='1'][data-other='2']") == fixed(data["heads"][1]["weights"][2][1])
+
+
+def test_click_keeps_a_token_and_heads_toggle(open_page: Any) -> None:
+    p = open_page(page([toy("Life is short, eat dessert first", heads=4)], command="c"))
+    p.page.click(".left .tok[data-i='2']")
+    p.page.mouse.move(5, 5)  # away from every token: the clicked one stays
+    assert p.text("#detail-title") == "short (query 2) attends to"
+    assert p.page.get_attribute(".left .tok[data-i='2']", "aria-pressed") == "true"
+    assert p.page.locator("#detail-table thead th").count() == 1 + 4
+    p.page.click(".chip[data-head='1']")
+    p.ready()
+    assert p.page.get_attribute(".chip[data-head='1']", "aria-pressed") == "false"
+    assert p.page.locator("#detail-table td[data-head='1']").count() == 0
+    assert p.page.locator("#detail-table td[data-head='2']").count() == 6
+    p.page.keyboard.press("Escape")
+    assert "Hover, focus or click" in p.text("#detail")
+
+
+def test_keyboard_alone_reaches_tokens_views_and_cells(open_page: Any) -> None:
+    trace = toy("I saw a saw", heads=2, causal=True)
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"))
+    p.page.focus(".left .tok[data-i='0']")
+    assert p.text("#detail-title") == "I (query 0) attends to"
+    p.page.focus("#tab-heads")
+    p.page.keyboard.press("ArrowRight")
+    p.ready()
+    assert p.page.get_attribute("#tab-matrix", "aria-selected") == "true"
+    p.page.focus("#matrix")
+    p.page.keyboard.press("ArrowDown")
+    p.page.keyboard.press("ArrowDown")
+    p.page.keyboard.press("ArrowRight")
+    tip = p.tip()
+    assert tip["query"] == "a (2)" and tip["key"] == "saw#1 (1)"
+    assert tip["weight"] == fixed(data["heads"][0]["weights"][2][1])
+
+
+def test_matrix_tooltips_equal_the_json_in_every_cell(open_page: Any, shots: Path) -> None:
+    trace = toy("Life is short, eat dessert first", heads=2, causal=True)
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"))
+    p.view("matrix")
+    for h in range(2):
+        if h:
+            p.page.click(".chip[data-head='1']")
+            p.ready()
+        head = data["heads"][h]
+        for q in range(6):
+            for k in range(6):
+                tip = p.hover_cell(q, k)
+                assert tip["raw-score"] == fixed(head["scores"][q][k])
+                if k > q:
+                    assert tip["weight"] == "0 (masked)" and tip["scaled-score"].startswith("-inf")
+                else:
+                    assert tip["weight"] == fixed(head["weights"][q][k])
+                    assert tip["scaled-score"] == f"{fixed(head['scaled_scores'][q][k])} (raw / sqrt(8))"
+        if h == 1:
+            p.hover_cell(4, 1)
+            p.page.screenshot(path=shots / "toy-matrix.png", full_page=True)
+
+
+def test_step_by_step_shows_the_json_numbers_for_the_clicked_query(open_page: Any, shots: Path) -> None:
+    trace = toy("I saw a saw", heads=2, causal=True)
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"))
+    p.view("steps")
+    p.page.click(".querypick .tok[data-i='2']")
+    p.ready()
+    p.page.click("#controls .chip[data-head='1']")
+    p.ready()
+    head = data["heads"][1]
+    for k in range(4):
+        row = f"#step-scores tr[data-key='{k}']"
+        assert p.text(f"{row} td[data-field='raw']") == fixed(head["scores"][2][k])
+        if k <= 2:
+            assert p.text(f"{row} td[data-field='mask']") == fixed(head["scaled_scores"][2][k])
+            assert p.text(f"{row} td[data-field='weight']") == fixed(head["weights"][2][k])
+        else:
+            assert p.text(f"{row} td[data-field='mask']") == "-inf"
+    context = p.page.locator("#step-context td.num").all_inner_texts()
+    assert context == [fixed(v) for v in head["context"][2][:8]]
+    p.page.screenshot(path=shots / "toy-steps.png", full_page=True)
+
+
+def test_many_layers_overview_opens_a_head_and_marks_special_tokens(open_page: Any, shots: Path) -> None:
+    trace = hand_trace(20, layers=6, heads=12)
+    p = open_page(page([trace], command="attn-cli html --model hand/mini-bert"))
+    assert "Step by step" not in p.text(".tabs")
+    assert p.page.locator(".left .tok.special").count() == 2
+    p.view("overview")
+    assert p.page.locator(".thumb").count() == 6 * 12
+    p.page.screenshot(path=shots / "overview-6x12.png", full_page=True)
+    p.page.click(".thumb[data-layer='3'][data-head='5']")
+    p.ready()
+    assert p.page.get_attribute("#tab-matrix", "aria-selected") == "true"
+    assert p.page.get_attribute("#matrix", "data-layer") == "3" and p.page.get_attribute("#matrix", "data-head") == "5"
+    layer = trace.layers[3]
+    tip = p.hover_cell(7, 2)
+    assert tip["weight"] == fixed(layer.weights[5, 7, 2].item()) and tip["raw-score"] == fixed(layer.scores[5, 7, 2].item())
+    assert p.hover_cell(2, 7)["weight"] == "0 (masked)"
+
+
+def test_512_tokens_thin_the_head_view_and_keep_the_matrix_exact(open_page: Any, shots: Path) -> None:
+    trace = hand_trace(512, layers=12, heads=12, head_dim=32, causal=False)
+    result = build([trace], command="attn-cli html --model hand/mini-bert --file long.txt")
+    p = open_page(result.html)
+    assert "layers 6-11 are left out" in p.text("#left-out")
+    assert p.page.locator("#layer-picker option[disabled]").count() == 6
+    assert "strongest of" in p.text("#thinned")
+    p.page.screenshot(path=shots / "long-512-head-view.png")
+    p.page.hover(".left .tok[data-i='300']")
+    assert p.text("#thinned") == ""  # one token's lines are all drawn
+    p.view("matrix")
+    layer = trace.layers[0]
+    tip = p.hover_cell(300, 17)
+    assert tip["weight"] == fixed(layer.weights[0, 300, 17].item()) and tip["scores"] == "left out of this page"
+    p.page.check("#log-scale")
+    p.ready()
+    p.page.screenshot(path=shots / "long-512-matrix.png")
+    p.view("overview")
+    assert p.page.locator(".thumb").count() == 6 * 12
+
+
+def test_a_long_toy_text_has_every_view(open_page: Any, shots: Path) -> None:
+    words = ("the quick brown fox jumps over the lazy dog and " * 52).split()[:512]
+    trace = toy(" ".join(words), heads=4, causal=True)
+    p = open_page(page([trace], command="c"))
+    p.view("matrix")
+    assert p.hover_cell(511, 3)["weight"] == fixed(trace.result.weights[0, 511, 3].item())
+    p.view("steps")
+    assert p.text("#step-cut") == "1 of the 1 keys this query can see are listed. The other 511 keys are masked."
+    p.page.click(".querypick .tok[data-i='300']")
+    p.ready()
+    assert p.text("#step-cut").startswith("48 of the 301 keys this query can see are listed: the query itself")
+    assert p.page.locator("#step-scores tr[data-key]").count() == 48
+    strongest = int(trace.result.weights[0, 300].argmax())
+    assert p.text(f"#step-scores tr[data-key='{strongest}'] td[data-field='weight']") == fixed(trace.result.weights[0, 300, strongest].item())
+    p.page.screenshot(path=shots / "long-512-toy-steps.png")
+
+
+def test_a_picker_switches_between_texts(open_page: Any) -> None:
+    traces = [toy("I saw a saw", heads=2), toy("Life is short, eat dessert first", heads=2)]
+    p = open_page(page(traces, command="c"))
+    p.page.select_option("#text-picker", "1")
+    p.ready()
+    assert p.text("#text") == "Life is short, eat dessert first"
+    p.page.hover(".left .tok[data-i='5']")
+    assert p.text("#detail-table td[data-head='0'][data-other='0']") == fixed(run_dict(traces[1])["heads"][0]["weights"][5][0])
+
+
+def test_dark_scheme(open_page: Any, shots: Path) -> None:
+    p = open_page(page([toy("I saw a saw", heads=2, causal=True)], command="c"), scheme="dark")
+    background = p.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(22, 24, 28)"
+    p.view("matrix")
+    p.page.screenshot(path=shots / "toy-matrix-dark.png", full_page=True)
+
+
+def test_notebook_frames_coexist(open_page: Any) -> None:
+    one, two = toy("I saw a saw", heads=2), hand_trace(10, layers=2, heads=3)
+    p = open_page("<!doctype html><meta charset='utf-8'><body>" + notebook_html([one]) + notebook_html([two]) + "</body>", wait=False)
+    frames = [f for f in p.page.frames if f != p.page.main_frame]
+    assert len(frames) == 2
+    for frame, text in zip(frames, [one.text, two.text]):
+        frame.wait_for_selector("body[data-ready]", state="attached")
+        assert frame.inner_text("#text").strip() == text
+    frames[1].hover(".left .tok[data-i='4']")
+    assert frames[1].inner_text("#detail-title").startswith(two.tokens.labels[4])
