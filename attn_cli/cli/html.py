@@ -21,7 +21,7 @@ from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.options import OUTPUT, shared_options
 from attn_cli.cli.output import stdout_errors, stdout_is_terminal
-from attn_cli.config import Config
+from attn_cli.source import SourceSpec
 from attn_cli.errors import OutputError, UsageError
 
 SUFFIXES = (".html", ".htm")
@@ -32,7 +32,7 @@ NOT_REPRODUCED = {"output", "open", "debug", "emit_python"}  # options that do n
 @app.command(cls=AttnCommand)
 @shared_options
 def html(
-    config: Config,
+    spec: SourceSpec,
     texts: list[str],
     lines: bool,
     output: Annotated[
@@ -73,17 +73,17 @@ def html(
       attn-cli html "Life is short, eat dessert first"
       attn-cli html "I saw a saw" --tokenizer words --heads 2 --causal -o saw.html --open
       attn-cli html --file sample_texts/tutorials.txt --lines -o tutorials.html
+      attn-cli html "The cat sat on the mat" --model ./all-MiniLM-L6-v2 -o minilm.html
     """
     path = _target(output, texts[0])
     command = _command_line(click.get_current_context(), texts, lines)
 
-    from attn_cli.pipeline import Pipeline
     from attn_cli.render.html import build
 
-    pipeline = Pipeline(config)
-    for note in pipeline.notes:
+    source = spec.open()
+    for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(pipeline.run_each(texts))
+    traces = list(source.run_each(texts, spec.select(source, everything=True)))
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic
