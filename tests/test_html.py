@@ -34,7 +34,7 @@ def test_weights_are_the_traces_to_four_decimals_with_masked_cells_marked() -> N
     m = manifest(html)
     stored = chunk(html, m["traces"][0]["layers"][0]["weights"])  # (H, T, T)
     data = run_dict(trace)
-    for h, head in enumerate(data["heads"]):
+    for h, head in enumerate(data["layers"][0]["heads"]):
         for q, row in enumerate(head["weights"]):
             for k, w in enumerate(row):
                 if k > q:

@@ -133,13 +133,13 @@ def test_head_view_hover_lists_the_json_weights_of_the_query(open_page: Any, sho
     for h in range(2):
         for k in range(4):
             shown = p.text(f"#detail-table td[data-head='{h}'][data-other='{k}']")
-            assert shown == fixed(data["heads"][h]["weights"][3][k])
+            assert shown == fixed(data["layers"][0]["heads"][h]["weights"][3][k])
     p.page.screenshot(path=shots / "toy-head-view.png", full_page=True)
     p.page.hover(".left .tok[data-i='1']")  # causal: saw#1 may not see the later tokens
     assert p.text("#detail-table td[data-head='0'][data-other='3']") == "masked"
     p.page.hover(".right .tok[data-i='1']")
     assert p.text("#detail-title") == "Who attends to saw#1 (key 1)"
-    assert p.text("#detail-table td[data-head='1'][data-other='2']") == fixed(data["heads"][1]["weights"][2][1])
+    assert p.text("#detail-table td[data-head='1'][data-other='2']") == fixed(data["layers"][0]["heads"][1]["weights"][2][1])
 
 
 def test_click_keeps_a_token_and_heads_toggle(open_page: Any) -> None:
@@ -174,7 +174,7 @@ def test_keyboard_alone_reaches_tokens_views_and_cells(open_page: Any) -> None:
     p.page.keyboard.press("ArrowRight")
     tip = p.tip()
     assert tip["query"] == "a (2)" and tip["key"] == "saw#1 (1)"
-    assert tip["weight"] == fixed(data["heads"][0]["weights"][2][1])
+    assert tip["weight"] == fixed(data["layers"][0]["heads"][0]["weights"][2][1])
 
 
 def test_matrix_tooltips_equal_the_json_in_every_cell(open_page: Any, shots: Path) -> None:
@@ -186,7 +186,7 @@ def test_matrix_tooltips_equal_the_json_in_every_cell(open_page: Any, shots: Pat
         if h:
             p.page.click(".chip[data-head='1']")
             p.ready()
-        head = data["heads"][h]
+        head = data["layers"][0]["heads"][h]
         for q in range(6):
             for k in range(6):
                 tip = p.hover_cell(q, k)
@@ -210,7 +210,7 @@ def test_step_by_step_shows_the_json_numbers_for_the_clicked_query(open_page: An
     p.ready()
     p.page.click("#controls .chip[data-head='1']")
     p.ready()
-    head = data["heads"][1]
+    head = data["layers"][0]["heads"][1]
     for k in range(4):
         row = f"#step-scores tr[data-key='{k}']"
         assert p.text(f"{row} td[data-field='raw']") == fixed(head["scores"][2][k])
@@ -287,7 +287,7 @@ def test_a_picker_switches_between_texts(open_page: Any) -> None:
     p.ready()
     assert p.text("#text") == "Life is short, eat dessert first"
     p.page.hover(".left .tok[data-i='5']")
-    assert p.text("#detail-table td[data-head='0'][data-other='0']") == fixed(run_dict(traces[1])["heads"][0]["weights"][5][0])
+    assert p.text("#detail-table td[data-head='0'][data-other='0']") == fixed(run_dict(traces[1])["layers"][0]["heads"][0]["weights"][5][0])
 
 
 def test_dark_scheme(open_page: Any, shots: Path) -> None:
