@@ -99,8 +99,11 @@ class Config:
         if not self.projections and self.qkv_bias:
             raise ConfigError("--qkv-bias needs projections: drop it or drop --no-projections")
 
-    def resolved(self, d_model: int) -> Config:
-        """This config with d_model, d_k and d_v filled in for an input of width ``d_model``."""
+    def resolved(self, d_model: int | None = None) -> Config:
+        """This config with d_model, d_k and d_v filled in for an input of width ``d_model``
+        (None: no embeddings file, so --d-model or DEFAULT_D_MODEL)."""
+        if d_model is None:
+            d_model = self.d_model or DEFAULT_D_MODEL
         if self.d_model is not None and self.d_model != d_model:
             raise ConfigError(
                 f"--d-model {self.d_model} does not match the embeddings' width {d_model}: drop --d-model"

@@ -18,7 +18,7 @@ import textwrap
 from collections.abc import Sequence
 
 from attn_cli import __version__
-from attn_cli.config import DEFAULT_D_MODEL, Config, Init, Positional
+from attn_cli.config import Config, Init, Positional
 from attn_cli.tokens import WORDS, Tokens
 
 # Longest line of a string literal in the script; longer texts are split into
@@ -42,7 +42,7 @@ def script_for_texts(config: Config, texts: Sequence[str]) -> tuple[str, list[st
     rows = None
     if config.embeddings is not None:
         rows = load_embeddings(config.embeddings, len(tokens)).tolist()  # (T, D) float32 values
-    resolved = config.resolved(len(rows[0]) if rows else config.d_model or DEFAULT_D_MODEL)
+    resolved = config.resolved(len(rows[0]) if rows else None)
     if len(texts) > 1:
         notes.append(
             f"note: --emit-python wrote the script for the first of {len(texts)} texts; "

@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from attn_cli.attention import Projections, make_projections, self_attention
-from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_TOKENIZER, Config, Positional
+from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, in_batch
 from attn_cli.rankfiles import DIR_ENV
@@ -118,7 +118,7 @@ class Pipeline:
         tokens = self.tokenize(text)
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
-        config = config.resolved(x.shape[1] if x is not None else config.d_model or DEFAULT_D_MODEL)
+        config = config.resolved(x.shape[1] if x is not None else None)
         check_memory(config, len(tokens), tokens.vocab_size if x is None else 0)
         if x is None:
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)

@@ -241,7 +241,7 @@ def build_config(**values: Any) -> Config:
         max_tokens=values["max_tokens"],
     )
     if config.embeddings is None:
-        config.resolved(config.d_model or DEFAULT_D_MODEL)  # bad sizes fail now, before torch loads
+        config.resolved()  # bad sizes fail now, before torch loads
     return config
 
 
