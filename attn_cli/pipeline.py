@@ -22,7 +22,7 @@ from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, in_batch
 from attn_cli.rankfiles import DIR_ENV
-from attn_cli.tokens import WORDS, Tokenizer, Tokens, get_tokenizer
+from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
 from attn_cli.source import SourceSpec
 from attn_cli.trace import TOY, ModelInfo, Run, Selection, Trace
 
@@ -37,6 +37,13 @@ class Source(Protocol):
     n_heads: int
 
     def run(self, text: str, selection: Selection | None = None) -> Trace: ...
+
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str: ...
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace: ...
+
+
+PROBE_TEXT = "(probe)"  # a probe trace's text: its tokens are ids drawn at random, not a text
 
 
 def open_source(spec: SourceSpec) -> Source:
@@ -115,7 +122,22 @@ class Pipeline:
         return run_each(self, texts, selection)
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
-        tokens = self.tokenize(text)
+        return self._trace(text, self.tokenize(text), selection)
+
+    # The `heads` probe traces token ids chosen directly, not a text.
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:
+        """(leading special ids, the ordinary ids to draw from), or why there is no probe."""
+        if self.config.embeddings is not None:
+            return "--embeddings gives vectors for its own text's tokens, not for token ids"
+        if not isinstance(self.tokenizer, TiktokenTokenizer):
+            return f"the '{WORDS}' tokenizer has no fixed vocabulary to draw token ids from; use a tiktoken encoding (-t gpt2)"
+        return (), self.tokenizer.ordinary_ids()
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        assert isinstance(self.tokenizer, TiktokenTokenizer), "probe_pool says when there is no probe"
+        return self._trace(PROBE_TEXT, self.tokenizer.tokens_from_ids(ids), selection)
+
+    def _trace(self, text: str, tokens: Tokens, selection: Selection | None) -> Trace:
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
         config = config.resolved(x.shape[1] if x is not None else None)
@@ -170,10 +192,24 @@ class CheckpointSource:
         if not text.strip():
             raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
         spec = self.spec
-        if selection is None:
-            selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
         max_length = self.info.max_positions if spec.truncate else None
         tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
+        return self._trace(text, tokens, selection, spec.pair)
+
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]]:
+        tokenizer = self.checkpoint.tokenizer
+        return tokenizer.leading_special_ids(), tokenizer.ordinary_ids()
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        leading = self.checkpoint.tokenizer.leading_special_ids()
+        special = tuple(i < len(leading) and tid == leading[i] for i, tid in enumerate(ids))
+        tokens = self.checkpoint.tokenizer.tokens_from_ids(tuple(ids), special)
+        return self._trace(PROBE_TEXT, tokens, selection, None)
+
+    def _trace(self, text: str, tokens: Tokens, selection: Selection | None, pair: str | None) -> Trace:
+        spec = self.spec
+        if selection is None:
+            selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
         if len(tokens) > spec.config.max_tokens:
             raise TooLargeError(
                 f"the text has {len(tokens)} tokens, over --max-tokens {spec.config.max_tokens}; "
@@ -182,7 +218,7 @@ class CheckpointSource:
         parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers)
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
         layers = self.checkpoint.trace(tokens, selection.layers)
-        return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=spec.pair)
+        return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=pair)
 
 
 def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from typing import Protocol
 
 from attn_cli.errors import InputError, TokenizerError
@@ -75,9 +76,18 @@ class TiktokenTokenizer:
         ids = self._encoding.encode(text, allowed_special=set(), disallowed_special=())
         if not ids:
             raise InputError("the text gives no tokens; give some text")
+        return self.tokens_from_ids(ids)
+
+    def tokens_from_ids(self, ids: Sequence[int]) -> Tokens:
+        """Tokens for ids chosen directly (the `heads` probe), labelled as encode labels them."""
         single = self._encoding.decode_single_token_bytes
         texts = tuple(single(i).decode("utf-8", errors="backslashreplace") for i in ids)
         return Tokens(tuple(ids), texts, self._encoding.n_vocab, self.name)
+
+    def ordinary_ids(self) -> range:
+        """The byte-pair tokens, without the special ones (which tiktoken numbers after them)."""
+        specials = [self._encoding.encode_single_token(s) for s in self._encoding.special_tokens_set]
+        return range(min(specials, default=self._encoding.n_vocab))
 
 
 def encoding_name(name: str) -> str:

@@ -75,6 +75,33 @@ class CheckpointTokenizer:
             type_ids=tuple(encoding.type_ids),
         )
 
+    # The `heads` probe: ids chosen directly, not text (small additions for it).
+    def leading_special_ids(self) -> tuple[int, ...]:
+        """The special tokens the tokenizer puts before a text (BOS, [CLS]); () for none."""
+        encoding = self._tokenizer.encode("a")
+        leading = []
+        for tid, special in zip(encoding.ids, encoding.special_tokens_mask):
+            if not special:
+                break
+            leading.append(tid)
+        return tuple(leading)
+
+    def ordinary_ids(self) -> list[int]:
+        """Every id of the vocabulary but the special tokens."""
+        special = {tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special}
+        return [tid for tid in range(self._tokenizer.get_vocab_size(with_added_tokens=True)) if tid not in special]
+
+    def tokens_from_ids(self, ids: tuple[int, ...], special: tuple[bool, ...]) -> Tokens:
+        """Tokens for ids chosen directly, labelled as ``encode`` labels them."""
+        pieces = [self._tokenizer.id_to_token(tid) or "?" for tid in ids]
+        return Tokens(
+            ids=tuple(ids),
+            texts=self._texts(pieces, special),
+            vocab_size=self._tokenizer.get_vocab_size(with_added_tokens=True),
+            tokenizer=self.name,
+            special=special,
+        )
+
     def _encode(self, text: str, pair: str | None, max_length: int | None) -> Any:
         if max_length is None:
             return self._tokenizer.encode(text, pair)

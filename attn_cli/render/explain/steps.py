@@ -1,26 +1,18 @@
-"""`attn-cli explain`: one run's computation, step by step, with its own numbers.
+"""The steps every walk-through shares, and the tools that lay out their numbers.
 
-``explain(run, head=, query=, precision=)`` builds an ``Explanation``: numbered
-``Step``s made of plain blocks, ``Line``s of prose or formula and ``Grid``s of
-numbers already formatted. ``to_text`` lays them out as plain text (pipes,
-files); ``to_rich`` as panels for a terminal, where a grid wider than the
-terminal loses its right-hand columns behind a marker that says so. Both show
-the same numbers, and each number can be checked against the step before it.
-
-Long texts are summarised, and the output says so: past ``FULL_T`` tokens a
-token-indexed table shows its first ``CORNER`` rows and columns (and the
-followed query's row), past ``FULL_D`` dimensions its first ``CORNER``
-columns (a weight matrix: rows too), each with statistics over every cell.
-What a summary hides but a later line refers to is shown where it is used:
-the K and V rows of the keys a followed query's tables list, and each head's
-block of a concat too wide to show whole.
+``Walkthrough`` holds one head of one layer of a ``Trace`` and writes steps 4 to
+9 (raw scores, scale, mask, softmax, context, heads and output) from the trace
+alone; a subclass per source (``toy.py``, ``trained.py``) writes the steps that
+differ (where the tokens, the layer's input and the weights come from) through
+the hooks below. What a summary hides but a later line refers to is shown where
+it is used: the K and V rows of the keys a followed query's tables list, and
+each head's block of a concat too wide to show whole.
 
 Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -28,63 +20,16 @@ from typing import Any
 import torch
 
 from attn_cli.attention import _softmax_input
-from attn_cli.config import Config, Init, Positional
 from attn_cli.errors import UsageError
-from attn_cli.trace import Trace as Run
+from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.stats import HeadStats, attention_stats
-from attn_cli.tokens import WORDS, Tokens, visible
+from attn_cli.tokens import Tokens
+from attn_cli.trace import Trace
 
-FULL_T = 12  # token-indexed tables up to this many tokens are shown whole
-FULL_D = 16  # vector tables up to this many dimensions are shown whole
-CORNER = 6  # rows/columns shown of a summarised table
 _HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when concat is summarised
 
 
-# -- the document ------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Line:
-    """A line of prose. ``kind``: text, formula, why (the reason for a step) or note."""
-
-    text: str
-    kind: str = "text"
-
-
-@dataclasses.dataclass(frozen=True)
-class Grid:
-    """A table of pre-formatted cells; the first column holds the row labels."""
-
-    title: str
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    emphasis: frozenset[tuple[int, int]] = frozenset()  # (row, column) cells to stress, e.g. a row's max
-    keep_last: int = 0  # trailing columns (a total) kept when a narrow terminal cuts columns
-    left: int = 1  # leading columns aligned left (labels); numbers align right
-
-
-Block = Line | Grid
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    number: int
-    title: str
-    blocks: tuple[Block, ...]
-    skipped: bool = False  # does not apply to this run; kept so the numbering never moves
-
-
-@dataclasses.dataclass(frozen=True)
-class Explanation:
-    intro: tuple[Block, ...]
-    steps: tuple[Step, ...]
-    outro: tuple[Block, ...]
-
-
-# -- choosing what to show ------------------------------------------------------
-
-
-def resolve_head(run: Run, head: int | None) -> int:
+def resolve_head(run: Trace, head: int | None) -> int:
     heads = run.result.n_heads
     if head is None:
         return 0
@@ -93,30 +38,74 @@ def resolve_head(run: Run, head: int | None) -> int:
     return head
 
 
-# -- building the explanation ------------------------------------------------
+class Walkthrough:
+    """One head's walk-through; subclasses give ``intro``, ``outro`` and ``steps``."""
 
+    weights_hint = ""  # where to see a summarised weight matrix whole
 
-def explain(run: Run, *, head: int | None = None, query: int | None = None, precision: int = 4) -> Explanation:
-    """The walk-through of ``run``: steps 4-8 for one head (``head``, default 0),
-    following the query at position ``query`` in detail when it is given."""
-    h = resolve_head(run, head)
-    if query is not None and not 0 <= query < len(run.tokens):
-        raise UsageError(f"--query {query} is out of range: the text has {len(run.tokens)} tokens, positions 0 to {len(run.tokens) - 1}")
-    return _Explainer(run, h, query, precision).build()
-
-
-class _Explainer:
-    def __init__(self, run: Run, head: int, query: int | None, precision: int) -> None:
+    def __init__(self, run: Trace, head: int, query: int | None, precision: int) -> None:
         self.run = run
-        self.c: Config = run.config
+        self.layer = run.result
         self.h = head
         self.q = query
         self.p = precision
         self.labels = run.tokens.labels
         self.T = len(run.tokens)
-        self.H = run.result.n_heads
-        self.one = run.result.head(head)
-        self.hidden = run.result.mask  # (T, T) True = masked, or None
+        self.H = self.layer.n_heads
+        self.d_k = run.model.head_dim
+        self.d_v = run.model.value_dim
+        self.one = self.layer.head(head)
+        self.hidden = self.layer.mask  # (T, T) True = masked, or None
+        self._hidden_cells = None if self.hidden is None else self.hidden.tolist()
+
+    def build(self) -> Explanation:
+        return Explanation(self.intro(), tuple(self.steps()), self.outro())
+
+    def intro(self) -> tuple[Block, ...]:
+        raise NotImplementedError
+
+    def steps(self) -> list[Step]:
+        """Steps 1 to 3 are the source's own; 4 to 9 read the trace alone."""
+        shared = [self.raw_scores(), self.scale(), self.mask(), self.softmax(), self.context(), self.heads()]
+        return [*self.source_steps(), *shared, *self.closing_steps()]
+
+    def source_steps(self) -> list[Step]:
+        """Where the tokens, the layer's input and the head's weights come from."""
+        raise NotImplementedError
+
+    def closing_steps(self) -> list[Step]:
+        return []
+
+    def outro(self) -> tuple[Block, ...]:
+        raise NotImplementedError
+
+    # hooks for the steps that read differently per source ---------------------
+
+    def scale_text(self, factor: float) -> str:
+        """Step 5's first line: where the factor comes from."""
+        return f"factor = 1/{self.layer.divisor_text or '1'} = {factor:.6g}"
+
+    def standard_scaling(self) -> bool:
+        """Whether the divisor is plain sqrt(d_k), so step 5 can compare with no scaling."""
+        return self.layer.divisor_text == f"sqrt({self.d_k})"
+
+    def mask_off(self) -> Step:
+        return Step(6, "Causal mask", (Line("None: every query sees every key."),), skipped=True)
+
+    def softmax_extra(self) -> list[Block]:
+        return []
+
+    def dropout_blocks(self, mixing: torch.Tensor) -> list[Block]:
+        return []
+
+    def one_head_skip(self) -> str:
+        return f"One head and no output projection: output = context ({self.T} × {self.d_v})."
+
+    def out_proj_text(self, shape: str) -> str:
+        return f"Output projection: W_o ({shape}) and b_o; it mixes the heads' features."
+
+    def head_columns_note(self) -> str:
+        return "each head's own steps 4 to 8: --head N"
 
     # formatting -------------------------------------------------------------
 
@@ -191,7 +180,7 @@ class _Explainer:
             cells = []
             for j in col_idx:
                 v = row[j]
-                if masked_as is not None and self.c.causal and j > i:
+                if masked_as is not None and self._hidden_cells is not None and self._hidden_cells[i][j]:
                     cells.append(masked_as)
                 else:
                     cells.append(self.f(v))
@@ -229,147 +218,26 @@ class _Explainer:
 
     # the steps ----------------------------------------------------------------
 
-    def build(self) -> Explanation:
-        steps = (
-            self.tokenize(),
-            self.embed(),
-            self.project(),
-            self.raw_scores(),
-            self.scale(),
-            self.mask(),
-            self.softmax(),
-            self.context(),
-            self.heads(),
-        )
-        return Explanation(self.intro(), steps, self.outro())
-
-    def intro(self) -> tuple[Block, ...]:
-        parts = self.c.describe(self.run.tokens.tokenizer)
-        blocks: list[Block] = [
-            Line(f"Self-attention, step by step, for {self.run.text!r}" if len(self.run.text) <= 80 else f"Self-attention, step by step, for a text of {len(self.run.text)} characters"),
-            Line("  ".join(parts), "note"),
-            Line("The weights are random (drawn from the seed), not a trained model's: the numbers show the mechanics, not meaning.", "note"),
-        ]
-        if self.H > 1:
-            blocks.append(Line(f"Steps 4 to 8 are shown for head {self.h} of {self.H} (--head N shows another); step 9 puts the heads together.", "note"))
-        if self.q is not None:
-            if self.q == 1:
-                blocks.append(Line(f"Following query {self.ql()} through every step, as the \"Life is short\" walk-through does with its second word.", "note"))
-            else:
-                blocks.append(Line(f"Following query {self.ql()} through every step: its row of each matrix, and its sums term by term.", "note"))
-        return tuple(blocks)
-
-    def tokenize(self) -> Step:
-        tokens = self.run.tokens
-        blocks: list[Block] = []
-        if tokens.tokenizer == WORDS:
-            vocabulary = sorted(set(tokens.texts))
-            listed = ", ".join(f"{visible(w)}={i}" for i, w in enumerate(vocabulary[:24]))
-            if len(vocabulary) > 24:
-                listed += f", … ({len(vocabulary) - 24} more)"
-            blocks += [
-                Line(
-                    "Tokenizer 'words' (the tutorials'): punctuation removed, split on whitespace; a word's id is its "
-                    f"position in the sorted vocabulary of this text's {len(vocabulary)} distinct words:"
-                ),
-                Line(listed, "formula"),
-            ]
-        else:
-            blocks.append(
-                Line(
-                    f"Tokenizer {tokens.tokenizer} (tiktoken byte-pair encoding): each id indexes its vocabulary of "
-                    f"{tokens.vocab_size} tokens. ␣ shows a token's leading space."
-                )
-            )
-        blocks.append(Line(f"T = {self.T} token{'s' if self.T != 1 else ''}", "formula"))
-        shown = range(min(self.T, FULL_T * 2))
-        rows = tuple((str(i), self.labels[i], str(tokens.ids[i])) for i in shown)
-        blocks.append(Grid("Tokens", ("position", "token", "id"), rows, left=2))
-        if self.T > len(shown):
-            blocks.append(Line(f"Summarised: the first {len(shown)} of {self.T} tokens are listed.", "note"))
-        repeats = _repeats(tokens)
-        if repeats and self.c.embeddings is None:
-            text, where = repeats[0]
-            blocks.append(
-                Line(
-                    f"{text!r} appears at positions {', '.join(map(str, where))}"
-                    + (f" (and {len(repeats) - 1} other token{'s' if len(repeats) > 2 else ''} repeat too)" if len(repeats) > 1 else "")
-                    + ": one id, so one row of the table in step 2"
-                    + (
-                        "; the positional encoding is what tells them apart."
-                        if self.c.positional is not Positional.none
-                        else ". Nothing tells the copies apart (\"I saw a saw\"); --positional sinusoidal would."
-                    ),
-                    "why",
-                )
-            )
-        return Step(1, "Tokenize", tuple(blocks))
-
-    def embed(self) -> Step:
-        c, tokens = self.c, self.run.tokens
-        blocks: list[Block] = []
-        if c.embeddings is not None:
-            blocks.append(Line(f"X = the rows of {visible(str(c.embeddings))}, one per token, as given; d_model = the file's width = {c.d_model}."))
-            source = "X"
-        else:
-            blocks += [
-                Line(
-                    f"torch.manual_seed({c.seed}), then E = nn.Embedding({tokens.vocab_size}, {c.d_model}): a "
-                    f"{tokens.vocab_size} × {c.d_model} table of N(0, 1) draws. Token i gets row ids[i]:"
-                ),
-                Line(f"X[i] = E[ids[i]]   → X is T × d_model = {self.T} × {c.d_model}", "formula"),
-            ]
-            source = "X = E[ids]"
-        if c.positional is Positional.sinusoidal:
-            from attn_cli.embed import sinusoidal
-
-            pe = sinusoidal(self.T, c.d_model)  # (T, D)
-            base = self.run.x - pe  # (T, D)
-            blocks += self.matrix("E[ids]" if c.embeddings is None else "file rows", base, cols="dims")
-            blocks += [
-                Line("Positions: PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(pos / 10000^(2i/D)) (\"Attention Is All You Need\").", "formula"),
-                *self.matrix("PE", pe, cols="dims"),
-                Line("X = " + ("E[ids]" if c.embeddings is None else "file rows") + " + PE", "formula"),
-                *self.matrix("X", self.run.x, cols="dims"),
-            ]
-        else:
-            blocks += self.matrix(source, self.run.x, cols="dims")
-        return Step(2, "Embed", tuple(blocks))
-
-    def project(self) -> Step:
-        c = self.c
-        one = self.one
-        dk, dv, H = c.d_k, c.d_v, self.H
-        blocks: list[Block] = []
-        if not c.projections:
-            blocks.append(Line("No projections (--no-projections, the tutorials' naive attention): queries, keys and values are X itself."))
-            blocks.append(Line("Q = K = V = X", "formula"))
-            if H > 1:
-                lo = self.h * dk
-                blocks.append(Line(f"Head {self.h} takes columns {lo}…{lo + dk - 1} of X (step 9):"))
-                blocks += self.matrix(f"Q = K = V{self.head_note}", one.queries, cols="dims", col_offset=lo)
-            else:
-                blocks.append(Line(f"So Q, K and V are the X of step 2, T × Dk = {self.T} × {dk}.", "note"))
-            return Step(3, "Project", tuple(blocks))
-        order = "W_q, W_k, W_v" + (", then W_o (step 9)" if c.out_proj else "")
-        blocks.append(Line(f"torch.manual_seed({c.seed}) again, then {order} drawn in that order; {_init_text(c)}."))
-        bias = " + b_q", " + b_k", " + b_v"
-        if not c.qkv_bias:
-            bias = "", "", ""
-        D = c.d_model
-        blocks += [
-            Line(f"Q = X W_qᵀ{bias[0]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"K = X W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"V = X W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {H * dv}) → {self.T} × {H * dv}", "formula"),
-        ]
-        proj = self.run.result.projections
+    def projection_blocks(self, x: str, D: int, *, bias_flag: str = "") -> list[Block]:
+        """Step 3's common part: Q, K, V from ``x`` (T, D) through the head's rows of
+        W_q, W_k, W_v (nn.Linear's (out, in)), and the K, V rows a followed query uses."""
+        one, H, dk, dv = self.one, self.H, self.d_k, self.d_v
+        proj = self.layer.projections
         assert proj.query is not None and proj.key is not None and proj.value is not None
+        has_bias = proj.query.bias is not None
+        bias = (" + b_q", " + b_k", " + b_v") if has_bias else ("", "", "")
+        blocks: list[Block] = []
+        blocks += [
+            Line(f"Q = {x} W_qᵀ{bias[0]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
+            Line(f"K = {x} W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
+            Line(f"V = {x} W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {H * dv}) → {self.T} × {H * dv}", "formula"),
+        ]
         blocks.append(
             Line(
                 "Each weight matrix is stored as nn.Linear stores it, (out × in): row d of W_q makes column d of Q, "
-                "Q[i, d] = Σ_e X[i, e] W_q[d, e]" + (" + b_q[d]" if c.qkv_bias else "") + ", row i of X (step 2) against row d of W_q; "
+                f"Q[i, d] = Σ_e {x}[i, e] W_q[d, e]" + (" + b_q[d]" if has_bias else "") + f", row i of {x} (step 2) against row d of W_q; "
                 "likewise K and V."
-                + (" The biases b_q, b_k, b_v (--qkv-bias) are the last column of each weight table: one number per row, added for every token." if c.qkv_bias else ""),
+                + (f" The biases b_q, b_k, b_v{bias_flag} are the last column of each weight table: one number per row, added for every token." if has_bias else ""),
             )
         )
         if H > 1:
@@ -398,7 +266,7 @@ class _Explainer:
             blocks.append(self.picked_rows(f"V{self.head_note}, the rows query {self.q} uses", one.values, keys))
             if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
                 blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
-        return Step(3, "Project", tuple(blocks))
+        return blocks
 
     def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
         """Rows ``idx`` of a (T, n) tensor, each with its position; columns as ``matrix`` cuts them."""
@@ -449,14 +317,14 @@ class _Explainer:
                 Line(
                     f"Summarised ({wide} > {FULL_D} dimensions): showing {' and '.join(shown)}. {name} {_lower(_stats(w, self.f))}. "
                     + (f"{bias_name} {_lower(_stats(bias, self.f))}. " if bias is not None else "")
-                    + "--emit-python prints a script that draws every weight.",
+                    + self.weights_hint,
                     "note",
                 )
             )
         return blocks
 
     def raw_scores(self) -> Step:
-        one, dk, T = self.one, self.c.d_k, self.T
+        one, dk, T = self.one, self.d_k, self.T
         s = one.scores
         blocks: list[Block] = [
             Line(f"S = Q Kᵀ   ({T} × {dk}) · ({dk} × {T}) → {T} × {T}", "formula"),
@@ -495,19 +363,11 @@ class _Explainer:
         return blocks
 
     def scale(self) -> Step:
-        c, one = self.c, self.one
+        one = self.one
         s, z = one.scores, one.scores / self.run.result.divisor  # (T, T), (T, T) before any mask
         factor = 1.0 / self.run.result.divisor
         blocks: list[Block] = []
-        if c.scale:
-            text = f"factor = 1/√d_k = 1/√{c.d_k} = {1 / math.sqrt(c.d_k):.6g}"
-            if c.temperature != 1.0:
-                text += f", and 1/temperature = 1/{c.temperature:g}: factor = 1/(√{c.d_k} × {c.temperature:g}) = {factor:.6g}"
-                text += " (step 7 compares the softmax under each scaling)"
-        else:
-            text = "--no-scale: the scores are not divided by √d_k"
-            text += f"; only by the temperature: factor = 1/{c.temperature:g} = {factor:.6g}" if c.temperature != 1.0 else ": factor = 1"
-            text += " (step 7 compares the softmax with and without)"
+        text = self.scale_text(factor)
         blocks += [Line(text), Line(f"Z = S × {factor:.6g}   {self.T} × {self.T}", "formula")]
         blocks.append(
             Line(
@@ -517,13 +377,13 @@ class _Explainer:
         )
         blocks.append(
             Line(
-                f"Why: each score adds up d_k = {c.d_k} products, so its spread grows like √d_k; big softmax inputs push "
+                f"Why: each score adds up d_k = {self.d_k} products, so its spread grows like √d_k; big softmax inputs push "
                 "each row towards one-hot (saturation), where the weights barely respond to the scores and training "
                 "gradients vanish. Dividing by √d_k brings the spread back to that of a single product.",
                 "why",
             )
         )
-        if c.scale and c.temperature == 1.0 and self.T > 1:
+        if self.standard_scaling() and self.T > 1:
             unscaled = _head_stats(_softmax(s, 1.0, self.hidden), self.hidden)
             scaled = _head_stats(one.weights, self.hidden)
             blocks.append(
@@ -549,8 +409,8 @@ class _Explainer:
         return Step(5, "Scale", tuple(blocks))
 
     def mask(self) -> Step:
-        if not self.c.causal:
-            return Step(6, "Causal mask", (Line("Off: every query sees every key (--causal hides the keys after each query)."),), skipped=True)
+        if not self.layer.causal:
+            return self.mask_off()
         T = self.T
         blocks: list[Block] = [
             Line("Causal: query i may only look at keys 0…i, never at later tokens. The cells above the diagonal become −inf:"),
@@ -567,7 +427,7 @@ class _Explainer:
         return Step(6, "Causal mask", tuple(blocks))
 
     def softmax(self) -> Step:
-        c, one, T = self.c, self.one, self.T
+        one, T = self.one, self.T
         blocks: list[Block] = [
             Line("weights[i, j] = exp(Z[i, j] − m_i) / Σ_k exp(Z[i, k] − m_i),   m_i = max_k Z[i, k]", "formula"),
             Line(
@@ -591,55 +451,11 @@ class _Explainer:
             blocks.append(Grid("", ("key", f"Z[{q}, j]", "− m", "exp", "÷ Σ = weight"), rows))
             if T > FULL_T:
                 blocks.append(self.query_keys_note)
-        if not c.scale or c.temperature != 1.0:
-            blocks += self.ablation()
+        blocks += self.softmax_extra()
         return Step(7, "Softmax", tuple(blocks))
 
-    def ablation(self) -> list[Block]:
-        """Max weight and entropy per query under each scaling: the saturation point."""
-        c, one = self.c, self.one
-        variants: list[tuple[str, float]] = [("no scaling", 1.0), (f"1/√{c.d_k}", math.sqrt(c.d_k))]
-        mine = self.run.result.divisor
-        name = "this run" + (f" (1/{c.temperature:g})" if not c.scale else f" (1/(√{c.d_k}·{c.temperature:g}))")
-        if all(abs(mine - d) > 1e-12 * d for _, d in variants):
-            variants.append((name, mine))
-        else:
-            variants = [(n + (" = this run" if abs(mine - d) <= 1e-12 * d else ""), d) for n, d in variants]
-        stats = [_head_stats(_softmax(one.scores, d, self.hidden), self.hidden) for _, d in variants]
-        letters = "ABC"
-        legend = "; ".join(f"{letters[k]}: {n}, softmax(S / {d:.6g})" for k, (n, d) in enumerate(variants))
-        header = ["query"]
-        for k in range(len(variants)):
-            header += [f"max w {letters[k]}", f"bits {letters[k]}"]
-        rows = []
-        keys = range(self.T) if self.T <= FULL_T else range(CORNER)
-        for i in keys:
-            cells = [self.labels[i]]
-            for st in stats:
-                cells += [self.f(st.top_weight[i]), self.f(st.entropy_bits[i])]
-            rows.append(tuple(cells))
-        mean = ["mean"]
-        for st in stats:
-            mean += [self.f(_mean_top(st)), self.f(st.mean_entropy_bits)]
-        rows.append(tuple(mean))
-        most = math.log2(self.T)
-        return [
-            Line("Scaling ablation: the same raw scores S through the softmax under each scaling.", "text"),
-            Line(
-                f"max w = a row's largest weight (1 = all attention on one key); bits = its entropy (0 = one-hot, "
-                f"at most log2 T = {most:.2f} for evenly spread weights"
-                + (", less for early queries under the mask" if c.causal else "")
-                + "). The bigger the softmax input, the closer the rows get to one-hot: the saturation the tutorials "
-                "show by multiplying the scores by 12.",
-                "why",
-            ),
-            Line(legend, "formula"),
-            Grid("", tuple(header), tuple(rows)),
-            *([Line(f"Summarised (T = {self.T} > {FULL_T} tokens): queries {_ranges(list(keys))} shown; the mean is over all {self.T}.", "note")] if self.T > FULL_T else []),
-        ]
-
     def context(self) -> Step:
-        c, one, T, dv = self.c, self.one, self.T, self.c.d_v
+        one, T, dv = self.one, self.T, self.d_v
         result = self.run.result
         blocks: list[Block] = [
             Line(f"context = weights · V   ({T} × {T}) · ({T} × {dv}) → {T} × {dv}", "formula"),
@@ -648,14 +464,7 @@ class _Explainer:
         mixing = one.weights
         if result.dropped_weights is not None:
             mixing = result.dropped_weights[self.h]  # (T, T)
-            blocks.append(
-                Line(
-                    f"Dropout {c.dropout:g} first: each weight is zeroed with probability {c.dropout:g} and the survivors are "
-                    f"multiplied by 1/(1 − {c.dropout:g}) = {1 / (1 - c.dropout):.6g} (seeded: the generator carries on "
-                    "after the weight draws). These dropped weights mix the values:"
-                )
-            )
-            blocks += self.matrix(f"dropped weights{self.head_note}", mixing, masked_as="0")
+            blocks += self.dropout_blocks(mixing)
         if self.q is None and T <= FULL_T:
             w, v = mixing[0].tolist(), one.values[:, 0].tolist()
             terms = " + ".join(f"{self.f(a)}×{self.f(b)}" for a, b in zip(w, v))
@@ -681,13 +490,14 @@ class _Explainer:
         return Step(8, "Context vectors", tuple(blocks))
 
     def heads(self) -> Step:
-        c, result, T = self.c, self.run.result, self.T
-        H, dk, dv = self.H, c.d_k, c.d_v
-        if H == 1 and not c.out_proj:
+        result, T = self.run.result, self.T
+        H, dk, dv = self.H, self.d_k, self.d_v
+        out = result.projections.out
+        if H == 1 and out is None:
             return Step(
                 9,
                 "Heads and output",
-                (Line(f"One head and no output projection: output = context ({T} × {dv}). --heads N and --out-proj add this step."),),
+                (Line(self.one_head_skip()),),
                 skipped=True,
             )
         blocks: list[Block] = []
@@ -715,7 +525,7 @@ class _Explainer:
                 blocks.append(Grid("", ("head", "mean max weight", "mean entropy bits"), tuple(summary_rows)))
             parts = " | ".join(f"context_{h}" for h in range(H)) if H <= 4 else f"context_0 | context_1 | … | context_{H - 1}"
             blocks.append(Line(f"concat = [{parts}]   {H} × ({T} × {dv}) → {T} × {H * dv}", "formula"))
-            blocks.append(Line("Where each head's context goes (each head's own steps 4 to 8: --head N):"))
+            blocks.append(Line(f"Where each head's context goes ({self.head_columns_note()}):"))
             blocks.append(
                 Grid(
                     "",
@@ -749,13 +559,11 @@ class _Explainer:
             blocks += self.matrix("concat", result.concat, cols="dims")
         else:
             blocks.append(Line(f"One head: concat = the context of step 8, {T} × {dv}."))
-        if c.out_proj:
-            width = H * dv
-            out = result.projections.out
-            assert out is not None
+        if out is not None:
+            d_out, width = out.weight.shape  # (out, in)
             blocks += [
-                Line(f"Output projection: W_o ({width} × {width}) and b_o, drawn after W_v ({_init_text(c, bias=True)}); it mixes the heads' features."),
-                Line(f"output = concat W_oᵀ + b_o   ({T} × {width}) · ({width} × {width}) → {T} × {width}", "formula"),
+                Line(self.out_proj_text(f"{d_out} × {width}")),
+                Line(f"output = concat W_oᵀ + b_o   ({T} × {width}) · ({width} × {d_out}) → {T} × {d_out}", "formula"),
                 Line("output[i, d] = Σ_e concat[i, e] W_o[d, e] + b_o[d]: row i of concat against row d of W_o, plus b_o[d] (the last column)."),
             ]
             blocks += self.weight("W_o", out.weight, out.bias, "b_o", 0)
@@ -763,15 +571,6 @@ class _Explainer:
         else:
             blocks.append(Line(f"No output projection (--out-proj adds one): output = concat, {T} × {H * dv}."))
         return Step(9, "Heads and output", tuple(blocks))
-
-    def outro(self) -> tuple[Block, ...]:
-        return (
-            Line(
-                "Every number, full precision: the same options with `attn-cli run --format json`. "
-                "A plain PyTorch script that recomputes them: add --emit-python.",
-                "note",
-            ),
-        )
 
 
 # -- numbers -------------------------------------------------------------------
@@ -841,136 +640,3 @@ def _repeats(tokens: Tokens) -> list[tuple[str, list[int]]]:
     for i, tid in enumerate(tokens.ids):
         seen.setdefault(tid, []).append(i)
     return [(tokens.texts[where[0]], where) for where in seen.values() if len(where) > 1]
-
-
-def _init_text(c: Config, bias: bool = False) -> str:
-    has_bias = bias or c.qkv_bias
-    if c.init is Init.linear:
-        return "each an nn.Linear's weight: Kaiming uniform, U(−1/√in, 1/√in)" + (", then its bias" if has_bias else "")
-    if c.init is Init.uniform:
-        return "each torch.rand(out, in), uniform on [0, 1), as in the \"Life is short\" walk-through" + (", then torch.rand(out) for its bias" if has_bias else "")
-    return "each torch.randn(out, in), standard normal" + (", then torch.randn(out) for its bias" if has_bias else "")
-
-
-# -- presentation ----------------------------------------------------------------
-
-
-def to_text(explanation: Explanation) -> str:
-    """Plain text: headings, prose, and grids as aligned columns (never cut)."""
-    out: list[str] = []
-    for block in explanation.intro:
-        out.extend(_text_block(block))
-    for step in explanation.steps:
-        title = f"{step.number}. {step.title}" + (" (not in this run)" if step.skipped else "")
-        out += ["", title, "─" * len(title)]
-        for block in step.blocks:
-            out.extend(_text_block(block))
-    out.append("")
-    for block in explanation.outro:
-        out.extend(_text_block(block))
-    lines = [line for k, line in enumerate(out) if line or (k and out[k - 1])]  # one blank line at most
-    return "\n".join(lines).strip("\n") + "\n"
-
-
-def _text_block(block: Block) -> list[str]:
-    if isinstance(block, Line):
-        if block.kind == "formula":
-            return ["    " + block.text]
-        return [block.text]
-    widths = [max(len(row[k]) if k < len(row) else 0 for row in (block.header, *block.rows)) for k in range(len(block.header))]
-    lines = [] if not block.title else ["", "  " + block.title]
-    else_lines = [block.header, *block.rows]
-    for n, row in enumerate(else_lines):
-        cells = [cell.ljust(w) if k < block.left else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths))]
-        lines.append(("  " + "  ".join(cells)).rstrip())
-        if n == 0:
-            lines.append("  " + "  ".join("─" * w for w in widths))
-    return lines + [""]
-
-
-def to_rich(explanation: Explanation) -> Any:
-    """Panels, one per step, for a terminal; returns a rich renderable."""
-    from rich.console import Group
-    from rich.panel import Panel
-    from rich.text import Text
-
-    parts: list[Any] = [_rich_block(block) for block in explanation.intro]
-    for step in explanation.steps:
-        title = Text(f"{step.number} · {step.title}", style="bold" if not step.skipped else "dim")
-        body = Group(*(_rich_block(block) for block in step.blocks))
-        parts.append(Panel(body, title=title, title_align="left", border_style="dim" if step.skipped else "blue"))
-    parts.extend(_rich_block(block) for block in explanation.outro)
-    return Group(*parts)
-
-
-_STYLES = {"text": "", "formula": "bold cyan", "why": "italic", "note": "dim"}
-
-
-def _rich_block(block: Block) -> Any:
-    from rich.text import Text
-
-    if isinstance(block, Line):
-        if block.kind == "formula":
-            return Text("  " + block.text, style=_STYLES["formula"])
-        return Text(block.text, style=_STYLES.get(block.kind, ""))
-    return _FitGrid(block)
-
-
-class _FitGrid:
-    """A grid as a rich table that fits the width it is given: body columns that
-    do not fit are dropped behind a "…" column (the row labels and the
-    ``keep_last`` total columns stay), and a line says how many, and how to see
-    them."""
-
-    def __init__(self, grid: Grid) -> None:
-        self.grid = grid
-
-    def _table(self, columns: list[int]) -> Any:
-        from rich import box
-        from rich.table import Table
-        from rich.text import Text
-
-        grid = self.grid
-        table = Table(
-            title=grid.title or None,
-            title_justify="left",
-            title_style="bold",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 0, 0, 1),
-        )
-        for k in columns:
-            header = grid.header[k] if k >= 0 else "…"
-            table.add_column(Text(header), justify="left" if 0 <= k < grid.left else "right", no_wrap=True)
-        for r, row in enumerate(grid.rows):
-            cells = [
-                Text(row[k], style="bold reverse" if (r, k) in grid.emphasis else "") if k >= 0 else Text("…")
-                for k in columns
-            ]
-            table.add_row(*cells)
-        return table
-
-    def __rich_console__(self, console: Any, options: Any) -> Any:
-        from rich.padding import Padding
-        from rich.text import Text
-
-        n = len(self.grid.header)
-        tail = list(range(n - self.grid.keep_last, n))
-        body = n - self.grid.keep_last  # columns 0 .. body-1, the row labels first
-        unbounded = options.update_width(1 << 20)
-        keep = body
-        columns = list(range(n))
-        table = self._table(columns)
-        while keep > 2 and console.measure(table, options=unbounded).maximum > options.max_width:
-            keep -= 1
-            columns = list(range(keep)) + [-1] + tail
-            table = self._table(columns)
-        yield Padding(table, (1, 0, 0, 0))
-        if keep < body:
-            cut = body - keep
-            yield Text(
-                f"{cut} column{'s' if cut > 1 else ''} cut to fit the terminal ({options.max_width} wide): "
-                "a wider terminal, or --format text, shows them.",
-                style="dim",
-            )

@@ -1,0 +1,149 @@
+"""`attn-cli heads`: what every head does, as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, shared_options
+from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
+from attn_cli.cli.run import Format, _choose_format as choose_format  # run's formats and their auto rule
+from attn_cli.errors import UsageError
+from attn_cli.source import SourceSpec
+
+if TYPE_CHECKING:
+    from attn_cli.headroles import HeadScores, Probe
+    from attn_cli.pipeline import Source
+    from attn_cli.render.heads import HeadsReport
+    from attn_cli.trace import Selection, Trace
+
+PROBE = "Probe"
+
+
+@app.command(cls=AttnCommand)
+@shared_options
+def heads(
+    spec: SourceSpec,
+    texts: list[str],
+    format: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            "-F",
+            help="table for people; json (JSON Lines with --lines) or csv for scripts. auto: the -o file's suffix, "
+            "else table on a terminal, else json.",
+            rich_help_panel=OUTPUT,
+            case_sensitive=False,
+        ),
+    ] = Format.auto,
+    no_probe: Annotated[
+        bool,
+        typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),
+    ] = False,
+    probe_length: Annotated[
+        int,
+        typer.Option(
+            "--probe-length",
+            help="R: the probe is the leading special tokens, R random token ids (drawn with --seed), then the same R again.",
+            min=2,
+            max=4096,
+            rich_help_panel=PROBE,
+        ),
+    ] = 50,
+    top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
+    output: OutputOption = None,
+    precision: PrecisionOption = 3,
+    no_color: NoColorOption = False,
+) -> None:
+    """Score every head of every layer and give it a role: previous, first, self,
+    duplicate, induction, broad or mixed.
+
+    On the text: self_mass, previous_mass, first_mass, mean_entropy_bits (as
+    `run` defines them) and special_mass. On a probe (random token ids, then the
+    same ids again): induction_score and duplicate_score. The roles' thresholds
+    are in the README.
+
+    \b
+    Examples:
+      attn-cli heads "The cat sat on the mat" --model ./all-MiniLM-L6-v2
+      attn-cli heads "The cat sat on the mat" --model gpt2 --format json | jq '.heads[] | select(.role == "induction")'
+      attn-cli heads "I saw a saw" --heads 4 --causal
+      attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
+    """
+    chosen = choose_format(format, output, table_asked=False)
+    source = spec.open()
+    for note in source.notes:
+        typer.echo(note, err=True)
+    selection = spec.select(source, everything=True)
+    probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
+    if not no_probe:
+        probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
+        if probe_note is not None:
+            typer.echo(f"note: no probe: {probe_note}; the text's scores still come", err=True)
+    live = output is None and stdout_is_terminal()
+    numbered = len(texts) > 1
+    traces = progress(source.run_each(texts, selection), len(texts), stdout_is_live=live and chosen is not Format.table)
+
+    def reports() -> Iterator[HeadsReport]:
+        nonlocal probe_scores
+        for trace in traces:
+            if probe is not None and probe_scores is None:
+                probe_scores = _probe_scores(source, probe, selection)
+            yield _report(trace, probe, probe_note, probe_scores)
+
+    from attn_cli.render import heads as render
+
+    if chosen is Format.table:
+        done = list(reports())  # computed under the progress bar, then printed in one go
+        parts = [render.heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
+        emit_rich(parts, output, no_color=no_color)
+        return
+    with binary_output(output) as out:
+        for i, report in enumerate(reports()):
+            if chosen is Format.json:
+                out.write(render.to_json(report, i if numbered else None).encode("utf-8") + b"\n")
+            else:
+                out.write(render.to_csv(report, header=i == 0, index=i).encode("utf-8"))
+
+
+def _make_probe(source: Source, length: int, seed: int) -> tuple[Probe | None, str | None]:
+    from attn_cli.headroles import make_probe
+
+    pool = source.probe_pool()
+    if isinstance(pool, str):
+        return None, pool
+    leading, ordinary = pool
+    probe = make_probe(leading, ordinary, length, seed)
+    limit = getattr(getattr(source, "info", None), "max_positions", None)
+    if limit is not None and len(probe.ids) > limit:
+        most = (limit - len(leading)) // 2
+        raise UsageError(f"--probe-length {length} makes a probe of {len(probe.ids)} tokens; the model takes {limit}: give {most} or less")
+    return probe, None
+
+
+def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[int, tuple[list[float], list[float]]]:
+    """Per layer: (induction, duplicate) per head, from one run over the probe."""
+    from attn_cli.headroles import probe_scores
+
+    trace = source.trace_ids(probe.ids, selection)
+    return {layer.layer: probe_scores(layer.weights, probe) for layer in trace.layers}
+
+
+def _report(
+    trace: Trace, probe: Probe | None, probe_note: str | None, scored: dict[int, tuple[list[float], list[float]]] | None
+) -> HeadsReport:
+    from attn_cli.headroles import text_scores, with_probe
+    from attn_cli.render.heads import HeadsReport
+
+    heads: list[HeadScores] = []
+    for layer in trace.layers:
+        chosen = list(trace.shown_heads)
+        scores = text_scores(layer.weights, layer=layer.layer, special=trace.tokens.special, mask=layer.mask)
+        if scored is not None:
+            scores = with_probe(scores, *scored[layer.layer])
+        heads += [scores[h] for h in chosen]
+    return HeadsReport(trace, tuple(heads), probe, probe_note)

@@ -1,0 +1,161 @@
+"""What each head does: per-head scores on a text and on a repeated probe, and a role.
+
+Pure: tensors in, numbers out; no printing, no files. Shapes: H heads, T tokens,
+R the probe's repeat length; ``weights`` is (H, T, T), rows sum to 1.
+
+On the user's text (the definitions ``attn_cli.render.stats`` gives ``run``):
+  - ``self_mass``: mean over every row i of w[i, i];
+  - ``previous_mass``: mean of w[i, i-1] over rows 1 .. T-1;
+  - ``first_mass``: mean of w[i, 0] over rows 1 .. T-1;
+  - ``mean_entropy_bits``: mean over the rows of -sum_j w[i, j] log2 w[i, j];
+  - ``special_mass``: mean over every row of the weight on the special tokens
+    (BOS, [CLS], [SEP]); None when the text has none.
+On the probe (leading special tokens, then R random ordinary ids, then the same
+R ids again; ``start`` is the position of the first copy's first token), over
+the positions p of the second copy, start + R .. start + 2R - 1:
+  - ``induction_score``: mean of w[p, p - R + 1], the token after the previous
+    occurrence of p's token (what an induction head copies from);
+  - ``duplicate_score``: mean of w[p, p - R], the previous occurrence itself.
+
+``role`` is decided by ``THRESHOLDS``: the roles whose score reaches its threshold
+compete and the largest score wins; otherwise ``broad`` when the rows spread
+their weight (entropy at least ``BROAD`` of the most their visible keys allow),
+else ``mixed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attn_cli.render.stats import attention_stats
+
+ROLES = ("previous", "first", "self", "duplicate", "induction", "broad", "mixed")
+# A focused role needs this share of the attention on average (the probe's two as well).
+THRESHOLDS = {"previous": 0.4, "first": 0.5, "self": 0.4, "duplicate": 0.3, "induction": 0.3}
+BROAD = 0.75  # mean entropy / mean log2(visible keys) at or above this: broad
+PROBE_LENGTH = 50  # R, the default repeat length
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """The probe's token ids: ``start`` leading special tokens, then R ids twice."""
+
+    ids: tuple[int, ...]
+    start: int  # position of the first token of the first copy
+    repeat_length: int  # R
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "start": self.start, "repeat_length": self.repeat_length}
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadScores:
+    layer: int
+    head: int
+    self_mass: float
+    previous_mass: float | None
+    first_mass: float | None
+    mean_entropy_bits: float
+    special_mass: float | None
+    spread: float  # mean entropy / mean log2(visible keys): 1 = even over every visible key
+    induction_score: float | None = None  # None: no probe
+    duplicate_score: float | None = None
+
+    @property
+    def role(self) -> str:
+        return role_of(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One object of ``heads[]`` in `attn-cli heads --format json`."""
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "self_mass": self.self_mass,
+            "previous_mass": self.previous_mass,
+            "first_mass": self.first_mass,
+            "mean_entropy_bits": self.mean_entropy_bits,
+            "special_mass": self.special_mass,
+            "induction_score": self.induction_score,
+            "duplicate_score": self.duplicate_score,
+            "role": self.role,
+        }
+
+
+def role_scores(scores: HeadScores) -> dict[str, float]:
+    """Each focused role's score (those that are known)."""
+    values = {
+        "previous": scores.previous_mass,
+        "first": scores.first_mass,
+        "self": scores.self_mass,
+        "duplicate": scores.duplicate_score,
+        "induction": scores.induction_score,
+    }
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def role_of(scores: HeadScores) -> str:
+    reached = {name: value for name, value in role_scores(scores).items() if value >= THRESHOLDS[name]}
+    if reached:
+        return max(reached, key=reached.__getitem__)
+    return "broad" if scores.spread >= BROAD else "mixed"
+
+
+def text_scores(
+    weights: torch.Tensor, *, layer: int, special: Sequence[bool] = (), mask: torch.Tensor | None = None
+) -> list[HeadScores]:
+    """(H, T, T) weights of one layer over a text -> one HeadScores per head.
+    ``special`` (T,) flags the special tokens; ``mask`` (T, T) True = hidden key."""
+    n_tokens = weights.shape[-1]
+    stats = attention_stats(weights, mask=mask)  # run's own numbers, head by head
+    # the most entropy a row can have: log2 of its visible keys
+    most = math.fsum(math.log2(n) for n in stats[0].visible_keys) / n_tokens if stats else 0.0
+    flags = torch.tensor(list(special), dtype=torch.bool) if any(special) else None  # (T,)
+    result = []
+    for h, st in enumerate(stats):
+        special_mass = None
+        if flags is not None:
+            special_mass = weights[h][:, flags].double().sum(dim=-1).mean().item()  # (T, S) -> (T,) -> ()
+        result.append(
+            HeadScores(
+                layer=layer,
+                head=h,
+                self_mass=st.self_mass,
+                previous_mass=st.previous_mass,
+                first_mass=st.first_mass,
+                mean_entropy_bits=st.mean_entropy_bits,
+                special_mass=special_mass,
+                spread=st.mean_entropy_bits / most if most > 0 else 0.0,
+            )
+        )
+    return result
+
+
+def probe_scores(weights: torch.Tensor, probe: Probe) -> tuple[list[float], list[float]]:
+    """(H, T, T) weights over the probe -> (induction_score, duplicate_score) per head."""
+    r, start = probe.repeat_length, probe.start
+    second = torch.arange(start + r, start + 2 * r)  # (R,) positions p of the second copy
+    induction = weights[:, second, second - r + 1].double().mean(dim=-1)  # (H, R) -> (H,)
+    duplicate = weights[:, second, second - r].double().mean(dim=-1)  # (H, R) -> (H,)
+    return induction.tolist(), duplicate.tolist()
+
+
+def with_probe(scores: Sequence[HeadScores], induction: Sequence[float], duplicate: Sequence[float]) -> list[HeadScores]:
+    return [
+        dataclasses.replace(s, induction_score=induction[s.head], duplicate_score=duplicate[s.head]) for s in scores
+    ]
+
+
+def make_probe(leading: Sequence[int], ordinary: Sequence[int], repeat_length: int, seed: int) -> Probe:
+    """``leading`` ids, then ``repeat_length`` ids drawn (with replacement) from
+    ``ordinary`` with a generator seeded by ``seed``, then the same ids again."""
+    if repeat_length < 2:
+        raise ValueError("the probe needs a repeat length of 2 or more")
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(ordinary), (repeat_length,), generator=generator).tolist()  # (R,)
+    drawn = [ordinary[i] for i in picks]
+    return Probe(tuple(leading) + tuple(drawn) * 2, len(leading), repeat_length)

@@ -1,0 +1,201 @@
+"""A trained checkpoint's walk-through (``--model``): one real head of one layer.
+
+The model's own tokenizer (its special tokens marked), the layer's input x (what
+its projections read: ``ModelInfo.input_text``), the head's rows of the
+checkpoint's W_q, W_k, W_v with their biases; then the shared steps 4 to 9 on
+the head's numbers, and a last step on which roles of `attn-cli heads` the head
+shows in this text.
+"""
+
+from __future__ import annotations
+
+from attn_cli.headroles import BROAD, THRESHOLDS, role_scores, text_scores
+from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
+from attn_cli.render.explain.steps import Walkthrough, _repeats
+
+# How each family makes a layer's input, in words (step 2).
+_FIRST_HIDDEN = {
+    "gpt2": "h_0 = wte[ids] + wpe[positions] (learned token and position embeddings)",
+    "bert": "h_0 = LayerNorm(word[ids] + position[positions] + token_type[type ids]) (learned embeddings)",
+}
+_LAYER_INPUT = {
+    "gpt2": "x = ln_1(h_L): the layer norm before attention (pre-LN), applied to the residual stream h_L",
+    "bert": "x = h_L: the previous layer's output, already layer-normed (post-LN)",
+}
+_OUT_NAME = {"gpt2": "attn.c_proj", "bert": "attention.output.dense"}
+
+
+class TrainedWalkthrough(Walkthrough):
+    weights_hint = "They are the checkpoint's own tensors, read as float32."
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.model = self.run.model
+        self.index = self.layer.layer  # the layer's index in the model
+
+    def source_steps(self) -> list[Step]:
+        return [self.tokenize(), self.layer_input(), self.project()]
+
+    def closing_steps(self) -> list[Step]:
+        return [self.roles()]
+
+    def intro(self) -> tuple[Block, ...]:
+        m, text = self.model, self.run.text
+        what = f"{text!r}" if len(text) <= 80 else f"a text of {len(text)} characters"
+        blocks: list[Block] = [
+            Line(f"Attention in layer {self.index}, head {self.h} of {m.source}, step by step, for {what}"),
+            Line(
+                f"{m.architecture} ({m.family}): {m.layers} layers × {m.heads} heads, d_model {m.d_model}, "
+                f"head size {m.head_dim}" + (f", revision {m.revision[:12]}" if m.revision else ""),
+                "note",
+            ),
+            Line(
+                "The weights are the checkpoint's, trained: these are the numbers the model computes. "
+                f"Steps 2 to 8 follow head {self.h} (--head N shows another, --layer L another layer); step 9 puts the "
+                f"layer's {self.H} heads together.",
+                "note",
+            ),
+        ]
+        if self.run.pair is not None:
+            blocks.append(Line(f"Second segment (--pair, token type 1): {self.run.pair!r}", "note"))
+        if self.q is not None:
+            blocks.append(Line(f"Following query {self.ql()} through every step: its row of each matrix, and its sums term by term.", "note"))
+        return tuple(blocks)
+
+    def outro(self) -> tuple[Block, ...]:
+        src = self.model.source
+        return (
+            Line(
+                f"Every number, full precision: `attn-cli run --model {src} --layer {self.index} --format json`. "
+                f"Every head's role: `attn-cli heads --model {src}`.",
+                "note",
+            ),
+        )
+
+    # the steps that differ --------------------------------------------------------
+
+    def tokenize(self) -> Step:
+        tokens = self.run.tokens
+        blocks: list[Block] = [
+            Line(
+                f"The model's own tokenizer ({tokens.tokenizer}), padding and truncation off: each id indexes its "
+                f"vocabulary of {tokens.vocab_size} tokens. ␣ shows a token's leading space; ★ marks a special token the "
+                "tokenizer adds ([CLS], [SEP], BOS): tokens like any other for attention, often where a head parks its weight."
+            ),
+            Line(f"T = {self.T} token{'s' if self.T != 1 else ''}", "formula"),
+        ]
+        shown = range(min(self.T, FULL_T * 2))
+        pair = bool(tokens.type_ids) and any(tokens.type_ids)
+        header = ("position", "token", "id", "special") + (("segment",) if pair else ())
+        rows = tuple(
+            (str(i), self.labels[i], str(tokens.ids[i]), "★" if tokens.is_special(i) else "")
+            + ((str(tokens.type_ids[i]),) if pair else ())
+            for i in shown
+        )
+        blocks.append(Grid("Tokens", header, rows, left=2))
+        if self.T > len(shown):
+            blocks.append(Line(f"Summarised: the first {len(shown)} of {self.T} tokens are listed.", "note"))
+        repeats = _repeats(tokens)
+        if repeats:
+            text, where = repeats[0]
+            blocks.append(
+                Line(
+                    f"{text!r} appears at positions {', '.join(map(str, where))}: one id, one row of the embedding table; "
+                    "the position embeddings added before layer 0 tell the copies apart.",
+                    "why",
+                )
+            )
+        return Step(1, "Tokenize", tuple(blocks))
+
+    def layer_input(self) -> Step:
+        m, L = self.model, self.index
+        blocks: list[Block] = [Line(_FIRST_HIDDEN.get(m.family, "h_0 = the token embeddings (and positions)"), "formula")]
+        if L > 0:
+            blocks.append(
+                Line(
+                    f"Layers 0 to {L - 1} ran first, each adding its attention and MLP to the residual stream; "
+                    f"attn-cli computes them exactly (their numbers: --layer 0-{L - 1}). Layer {L} reads:"
+                )
+            )
+        else:
+            blocks.append(Line("Layer 0 reads it directly:"))
+        blocks.append(Line(_LAYER_INPUT.get(m.family, f"x = {m.input_text}"), "formula"))
+        assert self.layer.x is not None
+        blocks += self.matrix(f"x, layer {L}'s input", self.layer.x, cols="dims")
+        blocks.append(Line(f"Every head of layer {L} reads this same x ({self.T} × {m.d_model}); they differ in their weights.", "why"))
+        return Step(2, "The layer's input", tuple(blocks))
+
+    def project(self) -> Step:
+        m, h, dk = self.model, self.h, self.d_k
+        lo, hi = h * dk, (h + 1) * dk - 1
+        blocks: list[Block] = []
+        if m.family == "gpt2":
+            blocks.append(
+                Line(
+                    "GPT-2 stores W_q, W_k, W_v fused in one Conv1D, c_attn (input-first, D × 3D); here each is shown "
+                    "as nn.Linear stores it, (out × in), which is c_attn's transpose cut in three."
+                )
+            )
+        blocks += self.projection_blocks("x", m.d_model)
+        blocks.append(
+            Line(
+                f"Head {h} reads only rows {lo}…{hi} of W_q, W_k and W_v: the {self.H} heads see the same x through "
+                "different weights, and each learns its own question (Q), label (K) and message (V).",
+                "why",
+            )
+        )
+        return Step(3, "Project", tuple(blocks))
+
+    def mask_off(self) -> Step:
+        return Step(
+            6,
+            "Mask",
+            (
+                Line(
+                    f"None: {self.model.architecture} is an encoder, every query sees every key, before and after it "
+                    "(one text, no batch, so no padding to hide either)."
+                ),
+            ),
+            skipped=True,
+        )
+
+    def out_proj_text(self, shape: str) -> str:
+        name = _OUT_NAME.get(self.model.family, "its output projection")
+        return (
+            f"Output projection: W_o ({shape}) and b_o, the checkpoint's {name}; it mixes the heads' features into "
+            "the attention block's output, which the layer then adds to the residual stream."
+        )
+
+    def head_columns_note(self) -> str:
+        return "each head's own steps 2 to 8: --head N"
+
+    def roles(self) -> Step:
+        tokens = self.run.tokens
+        scores = text_scores(self.layer.weights, layer=self.index, special=tokens.special, mask=self.layer.mask)
+        mine = scores[self.h]
+        rows = []
+        for name, value in role_scores(mine).items():
+            rows.append((name, f"{name}_mass", self.f(value), self.f(THRESHOLDS[name]), "yes" if value >= THRESHOLDS[name] else ""))
+        rows.append(("broad", "entropy / most", self.f(mine.spread), self.f(BROAD), "yes" if mine.spread >= BROAD else ""))
+        blocks: list[Block] = [
+            Line(
+                f"`attn-cli heads` gives every head a role from scores over the text (and a repeated probe); head {self.h}'s "
+                "on this text, against the documented thresholds:"
+            ),
+            Grid("", ("role", "score", "value", "threshold", "reached"), tuple(rows), left=2),
+            Line(
+                f"mean entropy {self.f(mine.mean_entropy_bits)} bits"
+                + ("" if mine.special_mass is None else f"; weight on special tokens {self.f(mine.special_mass)} on average"),
+                "note",
+            ),
+            Line(f"On this text alone, head {self.h} reads as: {mine.role}.", "formula"),
+            Line(
+                "Induction and duplicate heads only show on a repeated sequence: `attn-cli heads` runs its probe "
+                "(random tokens, then the same again) for those.",
+                "note",
+            ),
+        ]
+        others = [s for s in scores if s.head != self.h and s.role == mine.role]
+        if others:
+            blocks.append(Line(f"Other heads of layer {self.index} with the same role here: {', '.join(str(s.head) for s in others)}.", "note"))
+        return Step(10, "What this head does", tuple(blocks))

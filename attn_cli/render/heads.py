@@ -1,0 +1,150 @@
+"""`attn-cli heads` output: a table for people (the top heads of each role and a
+layers x heads grid of roles), JSON and CSV for scripts. Renderers are fed a
+``HeadsReport`` (the scores of ``attn_cli.headroles``) and print nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from attn_cli.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
+from attn_cli.render.export import token_dicts
+from attn_cli.trace import Trace
+
+SCORES = (
+    "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "induction_score", "duplicate_score",
+)  # fmt: skip
+CSV_COLUMNS = ("text_index", "layer", "head", *SCORES, "role")
+ROLE_SCORE = {
+    "previous": "previous_mass",
+    "first": "first_mass",
+    "self": "self_mass",
+    "duplicate": "duplicate_score",
+    "induction": "induction_score",
+    "broad": "spread",
+}
+LETTERS = {"previous": "P", "first": "F", "self": "S", "duplicate": "D", "induction": "I", "broad": "B", "mixed": "·"}
+COLOURS = {"previous": "cyan", "first": "yellow", "self": "magenta", "duplicate": "blue", "induction": "green", "broad": "dim", "mixed": "dim"}
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadsReport:
+    """One text's head scores (and the probe's, when it ran)."""
+
+    trace: Trace  # the text's trace: its tokens and model
+    heads: tuple[HeadScores, ...]  # layer by layer, head by head
+    probe: Probe | None
+    probe_note: str | None = None  # why there is no probe (--no-probe, the words tokenizer)
+
+
+def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
+    """The documented JSON object of `attn-cli heads`."""
+    data: dict[str, Any] = {}
+    if index is not None:
+        data["text_index"] = index
+    data.update(
+        {
+            "text": report.trace.text,
+            "heads": [h.as_dict() for h in report.heads],
+            "probe": None if report.probe is None else report.probe.as_dict(),
+            "probe_note": report.probe_note,
+            "tokens": token_dicts(report.trace.tokens),
+            "model": report.trace.model.as_dict(),
+        }
+    )
+    return data
+
+
+def to_json(report: HeadsReport, index: int | None = None) -> str:
+    return json.dumps(heads_dict(report, index), ensure_ascii=False)
+
+
+def to_csv(report: HeadsReport, *, header: bool, index: int = 0) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    if header:
+        writer.writerow(CSV_COLUMNS)
+    for h in report.heads:
+        row = h.as_dict()
+        writer.writerow([index, h.layer, h.head, *("" if row[s] is None else repr(row[s]) for s in SCORES), row["role"]])
+    return out.getvalue()
+
+
+def top_heads(heads: Sequence[HeadScores], role: str, n: int) -> list[HeadScores]:
+    """The ``n`` heads with ``role``, highest score first."""
+    key = ROLE_SCORE[role]
+    members = [h for h in heads if h.role == role]
+    return sorted(members, key=lambda h: -(getattr(h, key) or 0.0))[:n]
+
+
+def thresholds_text() -> str:
+    focused = ", ".join(f"{ROLE_SCORE[r]} ≥ {t:g}" for r, t in THRESHOLDS.items())
+    return (
+        f"role: the largest of {focused} wins; else broad when the mean entropy is at least {BROAD:g} of the most "
+        "the visible keys allow; else mixed."
+    )
+
+
+def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: int = 0, total: int = 1) -> Any:
+    """The table for people: a header, the top heads of each role, the grid of roles."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    trace, heads = report.trace, report.heads
+    model = trace.model
+    title = Text()
+    if total > 1:
+        title.append(f"text {index + 1} of {total}: ", style="bold")
+    shown = trace.text if len(trace.text) <= 70 else trace.text[:67] + "…"
+    title.append(f"{shown!r}", style="bold")
+    title.append(f"  {model.source}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} heads, T = {len(trace.tokens)}")
+    parts: list[Any] = [title]
+    if report.probe is not None:
+        p = report.probe
+        parts.append(
+            Text(
+                f"probe: {p.start} leading special token{'s' if p.start != 1 else ''}, then {p.repeat_length} random token ids "
+                f"twice (induction and duplicate scores)",
+                style="dim",
+            )
+        )
+    elif report.probe_note:
+        parts.append(Text(f"no probe: {report.probe_note}; induction and duplicate scores are not computed", style="dim"))
+
+    f = f"{{:.{precision}f}}"
+    table = Table(box=box.SIMPLE_HEAD, title="Top heads per role", title_justify="left", title_style="bold", pad_edge=False)
+    table.add_column("role", no_wrap=True)
+    table.add_column("heads", justify="right")
+    table.add_column(f"strongest, up to {top} (L layer H head: score)")
+    for role in ROLES:
+        members = [h for h in heads if h.role == role]
+        if not members:
+            continue
+        if role == "mixed":
+            listed = Text("no single pattern", style="dim")
+        else:
+            key = ROLE_SCORE[role]
+            listed = Text("  ".join(f"L{h.layer}H{h.head} {f.format(getattr(h, key))}" for h in top_heads(heads, role, top)))
+        table.add_row(Text(role, style=COLOURS[role]), str(len(members)), listed)
+    parts.append(table)
+
+    grid = Table(box=box.SIMPLE_HEAD, title="Roles, layers x heads", title_justify="left", title_style="bold", pad_edge=False)
+    n_heads = max(h.head for h in heads) + 1
+    grid.add_column("layer", justify="right")
+    for h in range(n_heads):
+        grid.add_column(str(h), justify="center")
+    for layer in sorted({h.layer for h in heads}):
+        row = {h.head: h for h in heads if h.layer == layer}
+        cells = [Text(LETTERS[row[h].role], style=COLOURS[row[h].role]) if h in row else Text("") for h in range(n_heads)]
+        grid.add_row(str(layer), *cells)
+    parts.append(grid)
+    parts.append(Text("  ".join(f"{LETTERS[r]} {r}" for r in ROLES), style="dim"))
+    parts.append(Text(thresholds_text(), style="dim"))
+    return Group(*parts)
