@@ -180,7 +180,7 @@ class CheckpointSource:
         assert spec.model is not None
         self.spec = spec
         self.notes: list[str] = []
-        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision)
+        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
         self.info = self.checkpoint.info
         self.n_layers = self.info.layers
         self.n_heads = self.info.heads

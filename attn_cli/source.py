@@ -27,6 +27,8 @@ class SourceSpec:
     revision: str | None = None
     pair: str | None = None  # a second segment, token type 1 (encoders)
     truncate: bool = False  # cut a text longer than the model's positions instead of refusing it
+    dtype: str = "float32"  # what a checkpoint computes in: float32, bfloat16, float16
+    device: str = "cpu"  # where: cpu, cuda
     layers: IndexSpec = IndexSpec(None, "--layer")
     heads: IndexSpec = IndexSpec(None, "--head")
 

@@ -36,9 +36,9 @@ def sharpen(model: torch.nn.Module, seed: int = 0) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=generator)
-            if "LayerNorm" in name or ".ln_" in name or name.startswith("ln_"):
+            if "LayerNorm" in name or ".ln_" in name or name.startswith("ln_") or "norm.weight" in name:
                 p.copy_(1 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
-            elif any(key in name for key in ("wte", "wpe", "word_embeddings", "position_embeddings", "token_type")):
+            elif any(key in name for key in ("wte", "wpe", "word_embeddings", "position_embeddings", "token_type", "embed_tokens")):
                 p.copy_(noise)
             elif p.dim() >= 2:
                 p.copy_(0.25 * noise)
@@ -74,6 +74,67 @@ def wordpiece(vocab_size: int = 300) -> Any:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     return tokenizer
+
+
+LLAMA_SIZES = dict(
+    num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, hidden_size=64, intermediate_size=96,
+    max_position_embeddings=256,
+)  # fmt: skip
+LLAMA_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+BOS = {"byte_level": "<|begin_of_text|>", "metaspace": "<s>"}
+
+
+def llama_tokenizer(style: str, vocab_size: int = 400) -> Any:
+    """A BPE tokenizer.json with a BOS TemplateProcessing: Llama 3's byte-level kind, or
+    Llama 2's Metaspace ('▁cat') with byte fallback (<0xE6>) for what it never saw."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    bos = BOS[style]
+    if style == "byte_level":
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        specials = [bos, "<|end_of_text|>"]
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tokenizer.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        # words split only while training, so no merge spans two words (as SentencePiece's)
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+        alphabet = []
+        specials = ["<unk>", bos, "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size + len(specials), special_tokens=specials, initial_alphabet=alphabet)
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    if style == "metaspace":
+        tokenizer.pre_tokenizer = None  # Llama 2's tokenizer.json has none
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1", special_tokens=[(bos, tokenizer.token_to_id(bos))]
+    )
+    return tokenizer
+
+
+def build_llama(folder: Path, *, model_type: str = "llama", style: str = "byte_level", seed: int = 2, **overrides: Any) -> Path:
+    """A 3-layer Llama-style decoder (llama, mistral, qwen2) saved as *ForCausalLM
+    (tensor names "model.*", and lm_head) with a BOS-first tokenizer.json."""
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = llama_tokenizer(style)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS[style], "model_max_length": 256})
+    )
+    config_class = getattr(transformers, LLAMA_CLASSES[model_type].replace("ForCausalLM", "Config"))
+    config = config_class(
+        vocab_size=tokenizer.get_vocab_size(), bos_token_id=tokenizer.token_to_id(BOS[style]), **{**LLAMA_SIZES, **overrides}
+    )
+    model = getattr(transformers, LLAMA_CLASSES[model_type])(config)
+    sharpen(model, seed)
+    model.save_pretrained(folder)
+    return folder
 
 
 def build_gpt2(folder: Path, *, lm_head: bool = True, seed: int = 0, **overrides: Any) -> Path:
@@ -126,11 +187,18 @@ class Reference:
     output: list[torch.Tensor]
 
 
-def reference(folder: Path, ids: tuple[int, ...], type_ids: tuple[int, ...] | None = None) -> Reference:
+def reference(
+    folder: Path, ids: tuple[int, ...], type_ids: tuple[int, ...] | None = None, dtype: torch.dtype = torch.float32
+) -> Reference:
     import transformers
 
-    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
-    if isinstance(model, transformers.GPT2Model):
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=dtype).eval()
+    if hasattr(model, "layers"):  # Llama, Mistral, Qwen2
+        blocks = model.layers
+        x_modules = [b.input_layernorm for b in blocks]
+        concat_at = [b.self_attn.o_proj for b in blocks]
+        out_modules = [b.self_attn.o_proj for b in blocks]
+    elif isinstance(model, transformers.GPT2Model):
         blocks = model.h
         x_modules = [b.ln_1 for b in blocks]  # output = what c_attn reads
         concat_at = [b.attn.c_proj for b in blocks]  # input = the heads' concat

@@ -235,8 +235,10 @@ class WeightReader:
     header is parsed, and the shard opened, only when a tensor in it is wanted.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, dtype: torch.dtype | None = None, device: torch.device | str = "cpu") -> None:
         self.folder = folder
+        self.dtype = dtype  # what every tensor is read as; None: float32
+        self.device = device
         weight_map, files = weight_files(folder)
         self._weight_map = weight_map  # tensor -> file name, for sharded checkpoints
         self._single = files[0] if weight_map is None else None
@@ -282,15 +284,27 @@ class WeightReader:
             )
         return entry
 
+    def present(self, name: str) -> bool:
+        """Whether the file that holds ``name`` is on disk (its header can be read)."""
+        if self._weight_map is None:
+            return True
+        file = self._weight_map.get(self.prefix + name)
+        return file is not None and (self.folder / file).is_file()
+
     def read(self, name: str) -> torch.Tensor:
-        """The whole tensor ``name`` (without the prefix), as float32."""
+        """The whole tensor ``name`` (without the prefix), as ``dtype`` (float32) on ``device``."""
         entry = self.entry(name)
-        return self._call(entry.file, lambda f: f.get_tensor(self.prefix + name)).float()  # the stored shape
+        return self._cast(self._call(entry.file, lambda f: f.get_tensor(self.prefix + name)))  # the stored shape
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Rows ``start:stop`` of a 2-D tensor, as float32, reading only those rows."""
+        """Rows ``start:stop`` of a 2-D tensor, as ``dtype`` on ``device``, reading only those rows."""
         entry = self.entry(name)
-        return self._call(entry.file, lambda f: f.get_slice(self.prefix + name)[start:stop]).float()  # (stop - start, D)
+        return self._cast(self._call(entry.file, lambda f: f.get_slice(self.prefix + name)[start:stop]))  # (stop - start, D)
+
+    def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        return tensor.to(device=self.device, dtype=self.dtype or torch.float32)
 
     def _call(self, file: Path, read: Any) -> torch.Tensor:
         from safetensors import SafetensorError, safe_open

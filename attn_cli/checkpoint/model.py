@@ -19,9 +19,11 @@ if TYPE_CHECKING:
     from attn_cli.checkpoint.families import Family
     from attn_cli.tokens import Tokens
 
-FLOAT32 = 4  # bytes; every tensor is computed in float32
+FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
+DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
+DEVICES = ("cpu", "cuda")
 KEPT_TABLES = 2  # T x T tensors a kept layer may hold per head: the weights, and the scores renderers derive
-KEPT_VECTORS = 7  # (T, D) tensors a kept layer holds: x, queries, keys, values, context, concat, output
+KEPT_VECTORS = 7  # (T, D)-sized tensors a kept layer holds: x, queries, keys, values, context, concat, output
 
 
 class Checkpoint:
@@ -36,23 +38,35 @@ class Checkpoint:
 
     def estimate_bytes(self, n_tokens: int, layers: Sequence[int]) -> dict[str, int]:
         """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` needs, by part:
-        weights (float32 copies of every tensor of layers 0 .. max(layers), and the
-        embedding rows read), tables (the kept layers' T x T tensors) and
+        weights (copies in the run's dtype of every tensor of layers 0 .. max(layers),
+        and the embedding rows read), tables (the kept layers' T x T tensors) and
         activations (the kept layers' (T, D) tensors, and one layer in flight).
-        From config.json and the safetensors headers only."""
+        From config.json and the weights' index or headers only: with an index,
+        the tensors' sizes come from config.json, so absent shards cost nothing."""
         kept = self._check_layers(layers)
         family, t = self._family, n_tokens
-        names = [name for layer in range(max(kept) + 1) for name in family.layer_names(layer).values()]
-        layer_weights = sum(self._weights.entry(name).numel for name in names) * FLOAT32
-        embedding_rows = len(family.embedding_tensors) * t * family.d_model * FLOAT32  # at most T rows of each table
-        # the layer being computed: hidden, residual and normed (T, D); the MLP's (T, F);
-        # its (H, T, T) weights, kept or not; the shared (T, T) bool mask
-        in_flight = (3 * t * family.d_model + t * family.d_ffn + family.heads * t * t) * FLOAT32 + t * t
+        size = DTYPES[self.info.dtype]
+        layer_weights = sum(self._layer_elements(layer) for layer in range(max(kept) + 1)) * size
+        embedding_rows = len(family.embedding_tensors) * t * family.d_model * size  # at most T rows of each table
+        width = max(family.d_model, family.heads * family.head_dim)  # a (T, D) or (T, H*Dk) tensor
+        # the layer being computed: hidden, residual, normed and q/k/v/context (T, D)-sized;
+        # the MLP's two (T, F); its (H, T, T) scores and float32 softmax block; the shared (T, T) bool mask
+        in_flight = (7 * t * width + 2 * t * family.d_ffn + family.heads * t * t) * size + FLOAT32 * t * t + t * t
         return {
             "weights": layer_weights + embedding_rows,
             "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES,
-            "activations": len(kept) * KEPT_VECTORS * t * family.d_model * FLOAT32 + in_flight,
+            "activations": len(kept) * KEPT_VECTORS * t * width * FLOAT32 + in_flight,
         }
+
+    def _layer_elements(self, layer: int) -> int:
+        """Elements of layer ``layer``'s tensors: from the safetensors headers, or from
+        config.json's sizes when the index names a shard that is not on disk (an index
+        says where a tensor is, not how big)."""
+        names = self._family.layer_names(layer).values()
+        from_config = self._family.layer_elements()
+        if from_config is not None and not all(self._weights.present(name) for name in names):
+            return from_config
+        return sum(self._weights.entry(name).numel for name in names)
 
     def trace(self, tokens: Tokens, layers: Sequence[int]) -> list[LayerAttention]:
         """One LayerAttention per requested layer, in order; runs layers 0 .. max(layers)
@@ -65,7 +79,7 @@ class Checkpoint:
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return run_layers(self._family, self._weights, tokens, layers)
+        return run_layers(self._family, self._weights, tokens, layers, self._weights.device)
 
     def _check_layers(self, layers: Sequence[int]) -> list[int]:
         kept = list(layers)
@@ -77,17 +91,28 @@ class Checkpoint:
         return kept
 
 
-def open_checkpoint(spec: str, *, revision: str | None = None) -> Checkpoint:
+def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> Checkpoint:
     """Open the checkpoint ``spec`` names (a folder, or ORG/NAME in the Hugging Face
-    cache) without loading its weights. Raises ModelUnavailable (exit 3) when its
-    files are missing, unsupported, pickled or damaged."""
+    cache) without loading its weights. ``dtype`` (float32, bfloat16, float16) is
+    what the weights and activations are computed in, as transformers' eager
+    attention does for that dtype; ``device`` is cpu or cuda. Raises
+    ModelUnavailable (exit 3) when its files are missing, unsupported, pickled or
+    damaged, UsageError for a dtype or device that is not there."""
+    import torch
+
     from attn_cli.checkpoint.families import family_for
 
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    if device not in DEVICES:
+        raise UsageError(f"--device {device}: choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here (or was built without CUDA); use --device cpu")
     located = locate(spec, revision)
     folder = located.folder
     config = read_config(folder)
     family = family_for(config, str(folder / "config.json"))
-    weights = WeightReader(folder)
+    weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
     weights.find_prefix(family.anchor, family.family)
     tokenizer = load_tokenizer(
         folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.family == "bert"
@@ -99,14 +124,14 @@ def open_checkpoint(spec: str, *, revision: str | None = None) -> Checkpoint:
         family=family.family,
         layers=family.layers,
         heads=family.heads,
-        kv_heads=family.heads,
+        kv_heads=family.kv_heads,
         head_dim=family.head_dim,
         d_model=family.d_model,
-        dtype="float32",
+        dtype=dtype,
         revision=located.revision,
         path=str(folder),
         max_positions=family.max_positions,
-        qkv_bias=True,
+        qkv_bias=getattr(family, "qkv_bias", True),
         out_proj=True,
         input_text=family.input_text,
     )

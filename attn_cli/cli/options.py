@@ -150,7 +150,8 @@ TRAINED_PARAMS = [
                 "--model",
                 "-m",
                 help="A trained checkpoint instead of the seeded toy model: a folder with config.json, *.safetensors and "
-                "tokenizer files, or ORG/NAME from the Hugging Face cache (never downloaded). GPT-2 and BERT-style models.",
+                "tokenizer files, or ORG/NAME from the Hugging Face cache (never downloaded). GPT-2, BERT-style and "
+                "Llama-style (Llama, Mistral, Qwen2) models; `attn-cli models` lists those on this machine.",
                 rich_help_panel=TRAINED,
                 show_default=False,
             ),
@@ -177,6 +178,24 @@ TRAINED_PARAMS = [
         "truncate",
         Annotated[bool, typer.Option("--truncate", help="Cut a text longer than the model's positions instead of refusing it.", rich_help_panel=TRAINED)],
         False,
+    ),
+    _param(
+        "dtype",
+        Annotated[
+            str,
+            typer.Option(
+                "--dtype",
+                help="With --model: compute in float32, bfloat16 or float16 (as transformers does for that dtype; "
+                "the numbers shown are float32 either way).",
+                rich_help_panel=TRAINED,
+            ),
+        ],
+        "float32",
+    ),
+    _param(
+        "device",
+        Annotated[str, typer.Option("--device", help="With --model: cpu, or cuda when torch sees a GPU.", rich_help_panel=TRAINED)],
+        "cpu",
     ),
     _param(
         "layer",
@@ -214,7 +233,7 @@ TOY_ONLY = (
     "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
     "qkv_bias", "out_proj", "init", "no_projections", "positional", "embeddings",
 )  # fmt: skip
-MODEL_ONLY = ("revision", "pair", "truncate")
+MODEL_ONLY = ("revision", "pair", "truncate", "dtype", "device")
 
 _SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS
 _SHARED_NAMES = {p.name for p in _SHARED}
@@ -277,6 +296,8 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
         revision=shared["revision"],
         pair=shared["pair"],
         truncate=shared["truncate"],
+        dtype=shared["dtype"],
+        device=shared["device"],
         layers=IndexSpec.parse(shared["layer"], "--layer"),
         heads=IndexSpec.parse(shared["head"], "--head"),
     )

@@ -7,11 +7,12 @@ from typing import Any
 from attn_cli.checkpoint.families.base import Family, run_layers
 from attn_cli.checkpoint.families.bert import Bert
 from attn_cli.checkpoint.families.gpt2 import Gpt2
+from attn_cli.checkpoint.families.llama import Llama
 from attn_cli.errors import ModelUnavailable
 
 __all__ = ["FAMILIES", "Family", "family_for", "run_layers"]
 
-FAMILIES: dict[str, type[Family]] = {"gpt2": Gpt2, "bert": Bert}
+FAMILIES: dict[str, type[Family]] = {"gpt2": Gpt2, "bert": Bert, "llama": Llama, "mistral": Llama, "qwen2": Llama}
 
 
 def family_for(config: dict[str, Any], where: str) -> Family:
@@ -25,9 +26,7 @@ def family_for(config: dict[str, Any], where: str) -> Family:
             f"{', '.join(FAMILIES)}"
         )
     family = FAMILIES[model_type](config)
-    if family.layers < 1 or family.heads < 1 or family.d_model % family.heads:
-        raise ModelUnavailable(
-            f"{where}: config.json has {family.layers} layers and {family.heads} heads for d_model "
-            f"{family.d_model}; the heads must divide d_model: fetch a consistent config.json"
-        )
+    why = family.inconsistency()
+    if why is not None:
+        raise ModelUnavailable(f"{where}: {why}: fetch a consistent config.json")
     return family

@@ -1,7 +1,8 @@
 """What every family shares: the layer loop and the multi-head attention step.
 
-Shapes: T tokens, D d_model, H heads, Dk = Dv = D / H per head, F the MLP's
-inner size.
+Shapes: T tokens, D d_model, H (query) heads, Hkv key/value heads (H without
+grouped-query attention), Dk = Dv per head (D / H unless the family says), F
+the MLP's inner size.
 
 A family adapter (gpt2.py, bert.py) is a table of tensor names and the few steps
 that differ between architectures: how tokens become the first hidden state,
@@ -14,6 +15,7 @@ nothing here opens files or prints.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
@@ -67,6 +69,34 @@ class Family(abc.ABC):
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    @property
+    def kv_heads(self) -> int:
+        """Hkv: key/value heads, each shared by H / Hkv query heads (grouped-query attention)."""
+        return self.heads
+
+    def inconsistency(self) -> str | None:
+        """Why config.json's sizes cannot be computed, or None."""
+        if self.layers < 1 or self.heads < 1 or self.d_model % self.heads:
+            return (
+                f"config.json has {self.layers} layers and {self.heads} heads for d_model {self.d_model}; "
+                f"the heads must divide d_model"
+            )
+        return None
+
+    def layer_elements(self) -> int | None:
+        """Elements in one layer's tensors, from config.json alone; None: the family
+        reads them from the safetensors headers only."""
+        return None
+
+    def rotate(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(H, T, Dk) queries and (Hkv, T, Dk) keys with positions applied (rotary
+        families); as they are otherwise."""
+        return queries, keys
+
+    def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
+        """(T, T) layer ``layer``'s mask given the shared one (a sliding window adds to it)."""
+        return shared
+
     def layer_names(self, layer: int) -> dict[str, str]:
         return {role: name.format(layer=layer) for role, name in self.layer_tensors.items()}
 
@@ -96,26 +126,53 @@ class Family(abc.ABC):
         residuals, norms, the MLP."""
 
 
-def run_layers(family: Family, weights: Weights, tokens: Tokens, layers: Sequence[int]) -> list[LayerAttention]:
+def run_layers(
+    family: Family, weights: Weights, tokens: Tokens, layers: Sequence[int], device: torch.device | str = "cpu"
+) -> list[LayerAttention]:
     """Layers 0 .. max(layers) over ``tokens``; one LayerAttention per requested layer,
     in the order asked. Later layers are never read; a layer not kept is dropped
-    once the next one has its input."""
+    once the next one has its input.
+
+    The layers run in the dtype the ``weights`` come in, on ``device``; what is
+    kept is handed back as float32 on the CPU, the way every renderer reads it.
+    """
     wanted = set(layers)
     last = max(wanted)
     kept: dict[int, LayerAttention] = {}
     with torch.inference_mode():
         hidden = family.embed(weights, tokens)  # (T, D)
-        mask = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+        shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+        shared = shared.to(device) if shared is not None else None
         for index in range(last + 1):
             t = LayerTensors(weights, family.layer_names(index))
             x = family.attention_input(t, hidden)  # (T, D)
             divisor, divisor_text = family.divisor(index)
-            layer = multi_head(x, family.projections(t), family.heads, divisor, mask, index, divisor_text)
+            mask = family.layer_mask(index, shared)  # (T, T) or None
+            layer = multi_head(
+                x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads, family.rotate
+            )
             if index in wanted:
-                kept[index] = layer
+                kept[index] = as_float32(layer)
             if index < last:
                 hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
     return [kept[index] for index in layers]
+
+
+def as_float32(layer: LayerAttention) -> LayerAttention:
+    """The layer with every tensor float32 on the CPU (itself when it already is)."""
+    if layer.weights.dtype == torch.float32 and layer.weights.device.type == "cpu":
+        return layer
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to("cpu", torch.float32) if value.is_floating_point() else value.to("cpu")
+        if isinstance(value, Linear):
+            return Linear(cast(value.weight), cast(value.bias))
+        if isinstance(value, Projections):
+            return Projections(*(cast(getattr(value, f.name)) for f in dataclasses.fields(value)))
+        return value
+
+    return dataclasses.replace(layer, **{f.name: cast(getattr(layer, f.name)) for f in dataclasses.fields(layer)})
 
 
 def multi_head(
@@ -126,17 +183,27 @@ def multi_head(
     mask: torch.Tensor | None,
     layer: int,
     divisor_text: str,
+    kv_heads: int | None = None,
+    rotate: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> LayerAttention:
-    """One layer's multi-head attention over X (T, D), every tensor kept."""
+    """One layer's multi-head attention over X (T, D), every tensor kept; keys and
+    values per query head (a shared key/value head repeated for its group)."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens = x.shape[0]
+    kv_heads = kv_heads or heads
     # 1. project and split into heads
     queries = split_heads(projections.query(x), heads)  # (T, D) -> (T, H*Dk) -> (H, T, Dk)
-    keys = split_heads(projections.key(x), heads)  # (T, D) -> (T, H*Dk) -> (H, T, Dk)
-    values = split_heads(projections.value(x), heads)  # (T, D) -> (T, H*Dv) -> (H, T, Dv)
-    # 2. the masked softmax every source shares, and each head's context
+    keys = split_heads(projections.key(x), kv_heads)  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk)
+    values = split_heads(projections.value(x), kv_heads)  # (T, D) -> (T, Hkv*Dv) -> (Hkv, T, Dv)
+    # 2. positions, where the family rotates queries and keys (RoPE)
+    if rotate is not None:
+        queries, keys = rotate(queries, keys)  # (H, T, Dk), (Hkv, T, Dk)
+    # 3. each query head's key/value head: h // (H / Hkv)
+    keys = repeat_kv(keys, heads // kv_heads)  # (Hkv, T, Dk) -> (H, T, Dk)
+    values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
+    # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(queries, keys, values, divisor=divisor, mask=mask)  # (H, T, Dv), (H, T, T)
-    # 3. heads side by side, through W_o
+    # 5. heads side by side, through W_o
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
     output = projections.out(concat)  # (T, H*Dv) -> (T, D)
     return LayerAttention(
@@ -155,6 +222,12 @@ def multi_head(
         x=x,
         divisor_text=divisor_text,
     )
+
+
+def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:
+    """(Hkv, T, d) -> (H, T, d), each key/value head repeated for the ``groups``
+    query heads beside each other that share it (0, 0, 1, 1, not 0, 1, 0, 1)."""
+    return m if groups == 1 else m.repeat_interleave(groups, dim=0)  # (Hkv, T, d) -> (Hkv*groups, T, d)
 
 
 def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:

@@ -1,0 +1,301 @@
+"""Llama-style decoders (Llama, Mistral, Qwen2) computed by attn-cli against
+transformers' eager attention (1e-5 in float32) on sharpened tiny checkpoints:
+grouped-query attention, default and llama3 rotary embeddings, Mistral's sliding
+window, Qwen2's biases; and the bugs the comparison catches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import checkpoints
+from attn_cli.attention import causal_mask
+from attn_cli.checkpoint import open_checkpoint
+from attn_cli.checkpoint.families import base, llama
+
+TOL = 1e-5
+TEXT = "The cat sat on the mat, and the dog sat on the log."
+LONG = " ".join(checkpoints.CORPUS[:6]) * 2  # well past the windows and original_max_position_embeddings below
+LLAMA3 = {
+    "rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}  # fmt: skip
+WINDOW = 8
+
+CHECKPOINTS = {
+    # name: (builder keyword arguments, text)
+    "llama": (dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), TEXT),
+    "llama3": (dict(rope_parameters=LLAMA3, style="metaspace"), LONG),
+    "mistral": (dict(model_type="mistral", sliding_window=WINDOW, num_key_value_heads=4), LONG),
+    "qwen2": (dict(model_type="qwen2", num_key_value_heads=8), TEXT),
+    "qwen2-window": (dict(model_type="qwen2", use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1), LONG),
+}
+
+
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory: pytest.TempPathFactory):
+    def folder(name: str) -> Path:
+        return checkpoints.built(tmp_path_factory, name, checkpoints.build_llama, **CHECKPOINTS[name][0])
+
+    return folder
+
+
+def assert_matches(layers, ref: checkpoints.Reference) -> None:
+    """Weights to 1e-5; the (T, D) tensors, which reach 15 in these sharpened models,
+    to 1e-5 of their largest value (float32 keeps about 7 digits, whatever the size)."""
+    for layer in layers:
+        i = layer.layer
+        torch.testing.assert_close(layer.weights, ref.weights[i], atol=TOL, rtol=0)
+        for name in ("x", "concat", "output"):
+            expected = getattr(ref, name)[i]
+            scale = max(1.0, float(expected.abs().max()))
+            torch.testing.assert_close(getattr(layer, name), expected, atol=TOL * scale, rtol=0)
+
+
+def sharpness(layer) -> float:
+    visible = torch.tensor(layer.visible_keys(), dtype=torch.float32)  # (T,)
+    return float((layer.weights.max(-1).values * visible).mean())
+
+
+def traced(folder: Path, text: str, **kwargs):
+    ckpt = open_checkpoint(str(folder), **kwargs)
+    tokens = ckpt.tokenizer.encode(text)
+    return ckpt, tokens, ckpt.trace(tokens, range(ckpt.info.layers))
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS))
+def test_every_layer_and_head_matches_transformers(name: str, folders) -> None:
+    folder = folders(name)
+    ckpt, tokens, layers = traced(folder, CHECKPOINTS[name][1])
+    assert_matches(layers, checkpoints.reference(folder, tokens.ids))
+    for layer in layers:
+        torch.testing.assert_close(layer.weights.sum(-1), torch.ones(layer.weights.shape[:2]), atol=1e-6, rtol=0)
+        assert bool((layer.weights[:, layer.mask] == 0).all())
+        assert sharpness(layer) > 1.5
+
+
+def test_long_texts_go_past_the_windows_and_the_original_context(folders) -> None:
+    _, tokens, _ = traced(folders("llama3"), LONG)
+    assert len(tokens) > 2 * LLAMA3["original_max_position_embeddings"]
+    # the three kinds of llama3 frequency are all there: kept, blended, divided by factor
+    plain = llama.inverse_frequencies(8, LLAMA3["rope_theta"])
+    scaled = llama.llama3_scaled(plain, llama.rope_settings({"rope_parameters": LLAMA3}))
+    ratios = (plain / scaled).tolist()
+    assert ratios[0] == 1.0 and 1.0 < ratios[1] < 8.0 and ratios[-1] == pytest.approx(8.0)
+
+
+def test_the_sliding_window_shows_in_the_mask(folders) -> None:
+    _, tokens, layers = traced(folders("mistral"), LONG)
+    n = len(tokens)
+    assert n > 2 * WINDOW
+    window = causal_mask(n) | torch.ones(n, n, dtype=torch.bool).tril(-WINDOW)
+    for layer in layers:
+        assert torch.equal(layer.mask, window)
+        assert layer.visible_keys() == [min(q + 1, WINDOW) for q in range(n)]
+    # Qwen2 slides only from max_window_layers on
+    _, _, qwen = traced(folders("qwen2-window"), LONG)
+    n = qwen[0].mask.shape[0]
+    assert torch.equal(qwen[0].mask, causal_mask(n))
+    assert not torch.equal(qwen[1].mask, causal_mask(n)) and bool(qwen[1].mask[WINDOW, 0])
+
+
+def test_grouped_query_heads_share_their_key_value_head(folders) -> None:
+    ckpt, _, layers = traced(folders("llama"), TEXT)
+    info = ckpt.info
+    assert (info.family, info.heads, info.kv_heads, info.head_dim, info.d_model) == ("llama", 8, 2, 16, 64)
+    assert [info.kv_head(h) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    layer = layers[0]
+    assert layer.queries.shape == layer.keys.shape == layer.values.shape == (8, layer.x.shape[0], 16)
+    for h in range(8):
+        assert torch.equal(layer.keys[h], layer.keys[info.kv_head(h) * 4])
+        assert torch.equal(layer.values[h], layer.values[info.kv_head(h) * 4])
+    assert not torch.equal(layer.keys[0], layer.keys[4])
+    # queries and keys are after RoPE: the scores renderers derive are the softmax's input
+    scores = layer.scaled_scores.softmax(-1)
+    torch.testing.assert_close(scores, layer.weights, atol=1e-6, rtol=0)
+    assert layer.divisor_text == "sqrt(16)"
+
+
+def test_qwen2_biases_are_read(folders) -> None:
+    ckpt, _, layers = traced(folders("qwen2"), TEXT)
+    projections = layers[0].projections
+    assert projections.query.bias is not None and projections.key.bias is not None and projections.out.bias is None
+    assert ckpt.info.qkv_bias
+
+
+def test_rope_keys_old_and_new_give_the_same_numbers(folders, tmp_path: Path) -> None:
+    folder = folders("llama3")
+    old = Path(shutil.copytree(folder, tmp_path / "old"))
+    config = json.loads((old / "config.json").read_text())
+    parameters = config.pop("rope_parameters")
+    config["rope_theta"] = parameters.pop("rope_theta")
+    config["rope_scaling"] = {"type" if k == "rope_type" else k: v for k, v in parameters.items()}
+    (old / "config.json").write_text(json.dumps(config))
+    _, _, new_layers = traced(folder, LONG)
+    _, _, old_layers = traced(old, LONG)
+    for a, b in zip(new_layers, old_layers):
+        assert torch.equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize("style", ["byte_level", "metaspace"])
+def test_bos_comes_first_flagged_special_with_transformers_ids(style: str, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    folder = checkpoints.build_llama(tmp_path / style, style=style, num_hidden_layers=1)
+    ckpt = open_checkpoint(str(folder))
+    theirs = AutoTokenizer.from_pretrained(folder)
+    for text in [TEXT, "café naïve 日本語 🐈  double  spaces", "x"]:
+        tokens = ckpt.tokenizer.encode(text)
+        assert tokens.ids == tuple(theirs(text)["input_ids"])
+        assert tokens.texts[0] == checkpoints.BOS[style] and tokens.special[0] and not any(tokens.special[1:])
+        if text.isascii():  # elsewhere a byte-level piece may hold part of a character, shown as \xNN
+            assert "".join(tokens.texts[1:]).strip() == theirs.decode(tokens.ids[1:]).strip()
+
+
+# -- dtype ---------------------------------------------------------------------------------
+
+
+def test_bfloat16_matches_transformers_in_bfloat16(folders) -> None:
+    folder = folders("llama")
+    ckpt, tokens, layers = traced(folder, TEXT, dtype="bfloat16")
+    assert ckpt.info.dtype == "bfloat16"
+    assert all(layer.weights.dtype == torch.float32 and layer.queries.dtype == torch.float32 for layer in layers)
+    ref = checkpoints.reference(folder, tokens.ids, dtype=torch.bfloat16)
+    for layer in layers:
+        torch.testing.assert_close(layer.weights, ref.weights[layer.layer].float(), atol=1e-2, rtol=0)
+    # and bfloat16 is not float32: the comparison would see the difference
+    _, _, wide = traced(folder, TEXT)
+    assert not torch.allclose(wide[-1].weights, layers[-1].weights, atol=1e-4)
+
+
+def test_a_dtype_or_device_that_is_not_there_is_a_usage_error(folders) -> None:
+    from attn_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="--dtype float8"):
+        open_checkpoint(str(folders("llama")), dtype="float8")
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="--device cuda: torch sees no CUDA"):
+            open_checkpoint(str(folders("llama")), device="cuda")
+
+
+# -- negative controls: the comparison above catches these bugs ------------------------
+
+
+def interleaved(x: torch.Tensor) -> torch.Tensor:
+    """The other RoPE convention: pairs (2i, 2i + 1), as Meta's original code (complex numbers)."""
+    pairs = x.reshape(*x.shape[:-1], -1, 2)  # (..., Dk/2, 2)
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (..., Dk)
+
+
+def tiled(m: torch.Tensor, groups: int) -> torch.Tensor:
+    return m if groups == 1 else m.repeat(groups, 1, 1)  # (Hkv, T, d) -> 0, 1, 0, 1, ...
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "attribute", "bug"),
+    [
+        ("llama", llama, "rotate_half", interleaved),
+        ("llama3", llama, "llama3_scaled", lambda inv_freq, settings: inv_freq),
+        ("llama", base, "repeat_kv", tiled),
+    ],
+    ids=["interleaved-rope-pairs", "llama3-scaling-ignored", "gqa-heads-tiled"],
+)
+def test_a_classic_bug_fails_the_comparison(name, module, attribute, bug, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = folders(name)
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(CHECKPOINTS[name][1])
+    ref = checkpoints.reference(folder, tokens.ids)
+    monkeypatch.setattr(module, attribute, bug)
+    layers = ckpt.trace(tokens, range(ckpt.info.layers))
+    assert not all(torch.allclose(layer.weights, ref.weights[layer.layer], atol=TOL) for layer in layers)
+
+
+# -- a 7B-class checkpoint, from its config and shard index alone -------------------------
+
+SEVEN_B = dict(
+    model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=8, hidden_size=4096, intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192,
+    rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+)  # fmt: skip
+LAYER_ELEMENTS = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096  # q, k, v; o; the MLP; two norms
+
+
+@pytest.fixture
+def seven_b(folders, tmp_path: Path) -> Path:
+    """config.json, model.safetensors.index.json over four shards that are not there, and a tokenizer."""
+    folder = tmp_path / "llama-7b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(SEVEN_B))
+    shutil.copy(folders("llama") / "tokenizer.json", folder)
+    roles = [
+        "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    ]  # fmt: skip
+    weight_map = {"model.embed_tokens.weight": "model-00001-of-00004.safetensors", "lm_head.weight": "model-00004-of-00004.safetensors"}
+    for layer in range(32):
+        for role in roles:
+            weight_map[f"model.layers.{layer}.{role}.weight"] = f"model-{1 + layer // 8:05d}-of-00004.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("dtype", "layers", "refused"),
+    [
+        ("float32", range(32), "mostly for the T x T tables of 2048 tokens x 32 layers x 32 heads"),
+        ("bfloat16", [31], None),  # 14 GB of weights and one layer's tables
+        ("float32", [31], "mostly for the weights of layers 0 to 31"),  # 28 GB of weights
+        ("float32", [0], None),
+    ],
+)
+def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
+    seven_b: Path, dtype: str, layers, refused: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attn_cli import pipeline
+    from attn_cli.errors import TooLargeError
+    from attn_cli.trace import Selection
+
+    ckpt = open_checkpoint(str(seven_b), dtype=dtype)
+    assert (ckpt.info.layers, ckpt.info.heads, ckpt.info.kv_heads, ckpt.info.head_dim) == (32, 32, 8, 128)
+    parts = ckpt.estimate_bytes(2048, list(layers))
+    size = 4 if dtype == "float32" else 2
+    assert parts["weights"] == (max(layers) + 1) * LAYER_ELEMENTS * size + 2048 * 4096 * size
+    assert parts["tables"] == len(layers) * 32 * 2048 * 2048 * 4 * 2
+    monkeypatch.setattr(pipeline, "available_memory", lambda: 24 * 2**30)  # this machine's 24 GiB
+    culprits = pipeline._checkpoint_culprits(2048, Selection(tuple(layers), tuple(range(32))), ckpt.info)
+    if refused is None:
+        pipeline.check_budget(parts, culprits)
+    else:
+        with pytest.raises(TooLargeError, match=refused):
+            pipeline.check_budget(parts, culprits)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_run_takes_dtype_and_says_what_ran(folders) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    result = CliRunner().invoke(app, ["run", TEXT, "--model", str(folders("llama")), "--dtype", "bfloat16", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["model"]["dtype"], data["model"]["kv_heads"], data["model"]["heads"]) == ("bfloat16", 2, 8)
+    assert data["tokens"][0]["special"] is True
+
+
+@pytest.mark.parametrize("flag", [["--dtype", "bfloat16"], ["--device", "cpu"]])
+def test_dtype_and_device_need_a_model(flag: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+    from attn_cli.errors import ExitStatus
+
+    result = CliRunner().invoke(app, ["run", TEXT, *flag])
+    assert result.exit_code == ExitStatus.USAGE
+    assert f"{flag[0]} only makes sense with --model" in result.stderr

@@ -1,0 +1,102 @@
+"""`attn-cli models`: cached checkpoints with their family, size and support, from a
+fake Hugging Face cache; text and JSON; no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attn_cli.checkpoint.catalog import MODEL_TYPES
+from attn_cli.cli import app
+
+
+def snapshot(cache: Path, repo: str, config: dict, files: dict[str, bytes | str]) -> Path:
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    commit = "c" * 40
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    snap = folder / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(config))
+    for name, data in files.items():
+        (snap / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return snap
+
+
+def safetensors_bytes(shapes: dict[str, tuple[int, ...]]) -> bytes:
+    """A valid safetensors file of zeros (F32)."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + bytes(offset)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    root = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    snapshot(root, "tiny/gpt2", {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]},
+             {"model.safetensors": safetensors_bytes({"wte.weight": (10, 4), "h.0.ln_1.weight": (4,)})})  # fmt: skip
+    index = {"metadata": {"total_size": 14_000_000_000}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
+    snapshot(root, "meta/llama-7b", {"model_type": "llama"}, {"model.safetensors.index.json": json.dumps(index)})
+    snapshot(root, "google/t5", {"model_type": "t5"}, {"model.safetensors": safetensors_bytes({"shared.weight": (3, 2)})})
+    snapshot(root, "old/bert", {"model_type": "bert"}, {"pytorch_model.bin": b"pickle"})
+    return root
+
+
+def test_models_lists_the_cache_as_json(cache: Path) -> None:
+    result = CliRunner().invoke(app, ["models", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"tiny/gpt2", "meta/llama-7b", "google/t5", "old/bert"}
+    gpt2 = rows["tiny/gpt2"]
+    assert (gpt2["family"], gpt2["parameters"], gpt2["bytes"], gpt2["supported"]) == ("gpt2", 44, 176, True)
+    assert gpt2["architecture"] == "GPT2LMHeadModel" and gpt2["path"].endswith("c" * 40)
+    llama = rows["meta/llama-7b"]
+    assert (llama["family"], llama["parameters"], llama["bytes"], llama["supported"]) == ("llama", None, 14_000_000_000, False)
+    assert llama["why"] == "1 of 1 shards missing"
+    assert rows["google/t5"]["supported"] is False and "model_type 't5'" in rows["google/t5"]["why"]
+    assert rows["old/bert"]["why"].startswith("no safetensors weights")
+
+
+def test_models_text_names_sizes_and_where_it_looked(cache: Path) -> None:
+    result = CliRunner().invoke(app, ["models"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["name", "type", "params", "size", "status"]
+    gpt2 = next(line for line in lines if line.startswith("tiny/gpt2"))
+    assert gpt2.split() == ["tiny/gpt2", "gpt2", "44", "176B", "ready"]
+    llama = next(line for line in lines if line.startswith("meta/llama-7b"))
+    assert "14.0GB" in llama and "shards missing" in llama
+    assert f"$HF_HUB_CACHE = {cache}" in result.stdout
+    assert "--model PATH" in result.stdout
+
+
+def test_every_supported_model_type_has_a_family() -> None:
+    from attn_cli.checkpoint.families import FAMILIES
+
+    assert set(MODEL_TYPES) == set(FAMILIES)
+    assert all(FAMILIES[t].family == family for t, family in MODEL_TYPES.items())
+
+
+def test_listing_does_not_import_torch(cache: Path) -> None:
+    code = (
+        "import sys\nfrom attn_cli.cli import app\n"
+        "try:\n    app(['models'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("[]")
