@@ -23,6 +23,8 @@ from attn_cli.tokens import Tokens
 
 # An (vocab, D) float32 table bigger than this is refused rather than allocated.
 MAX_TABLE_BYTES = 8 * 2**30
+# A number read from a file, as a Python float in a list (24 + 8 bytes) and then in the tensor (4).
+_BYTES_PER_PARSED_NUMBER = 36
 
 
 def embedding_table(vocab_size: int, d_model: int, seed: int) -> torch.Tensor:
@@ -52,11 +54,11 @@ def load_embeddings(path: Path, n_tokens: int) -> torch.Tensor:
         raise EmbeddingsError(f"embeddings file {path} does not exist or is not a file")
     try:
         if suffix == ".npy":
-            rows = _read_npy(path)
-        elif suffix == ".csv":
-            rows = _read_csv(path)
+            rows = _read_npy(path, n_tokens)
         else:
-            rows = _read_json(path)
+            # A text number takes at least two bytes ("0,"), so the file's size bounds the count.
+            _check_memory(path, path.stat().st_size // 2)
+            rows = _read_csv(path) if suffix == ".csv" else _read_json(path)
     except OSError as err:
         raise EmbeddingsError(f"cannot read embeddings file {path}: {err.strerror or err}") from None
     if not rows or not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
@@ -138,20 +140,54 @@ def _read_csv(path: Path) -> list[list[float]]:
     return rows
 
 
-def _read_npy(path: Path) -> list[list[float]]:
+def _read_npy(path: Path, n_tokens: int) -> list[list[float]]:
+    """A 2-d .npy, its header checked before any data is read: an absurd shape or a
+    file shorter than its header promises is refused, never allocated."""
     import numpy as np
 
     with path.open("rb") as f:
-        magic = f.read(6)
-    if magic != b"\x93NUMPY":
-        raise EmbeddingsError(f"{path} is not a .npy file (no NUMPY header); save it with numpy.save, or give JSON or CSV")
+        if f.read(6) != b"\x93NUMPY":
+            raise EmbeddingsError(f"{path} is not a .npy file (no NUMPY header); save it with numpy.save, or give JSON or CSV")
+        f.seek(0)
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _fortran, dtype = read_header(f, max_header_size=10_000)
+        except (ValueError, OSError, EOFError, SyntaxError, TypeError) as err:
+            raise EmbeddingsError(f"{path} is not a readable .npy file ({_first_line(err)})") from None
+        data_start = f.tell()
+    if dtype.hasobject:
+        raise EmbeddingsError(f"{path} is not a readable .npy file (it holds Python objects, which are never unpickled)")
+    if len(shape) != 2 or dtype.kind not in "fiu":
+        raise EmbeddingsError(f"{path} holds a {len(shape)}-d {dtype} array; give a 2-d array of numbers")
+    rows, width = shape
+    if rows != n_tokens:
+        raise EmbeddingsError(
+            f"{path} has {_count(rows, 'row')} but the text has {_count(n_tokens, 'token')}; give one row per token"
+        )
+    need = rows * width * dtype.itemsize
+    if need > path.stat().st_size - data_start:
+        raise EmbeddingsError(
+            f"{path} is not a readable .npy file (shorter than its header says: {rows} x {width} {dtype}); save it again"
+        )
+    _check_memory(path, rows * width)
     try:
         array = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise EmbeddingsError(f"{path} is not a readable .npy file ({_first_line(err)})") from None
-    if array.ndim != 2 or array.dtype.kind not in "fiu":
-        raise EmbeddingsError(f"{path} holds a {array.ndim}-d {array.dtype} array; give a 2-d array of numbers")
     return array.astype(float).tolist()
+
+
+def _check_memory(path: Path, numbers: int) -> None:
+    """Refuse a file whose numbers would not fit, as Python lists and a tensor."""
+    from attn_cli import budget
+
+    budget.check(
+        {"rows": numbers * _BYTES_PER_PARSED_NUMBER},
+        {"rows": f"the {numbers:,} numbers of {path.name} as Python floats"},
+        {"rows": "give a smaller embeddings file (one row per token, d_model numbers each)"},
+        doing=f"reading {path.name}",
+    )
 
 
 def _count(n: int, noun: str) -> str:

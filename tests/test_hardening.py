@@ -391,3 +391,81 @@ def test_unusable_homes_give_quiet_heatmaps(setup: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert (tmp_path / "x.png").is_file()
+
+
+# --------------------------------------------------------------------------- 3. stdout encodings
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}, {"PYTHONIOENCODING": "latin-1"}],
+    ids=["ascii", "C-locale", "latin-1"],
+)
+def test_a_stdout_that_cannot_hold_the_text_gets_escapes(env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "attn_cli", "run", "naïve café ☕", *WORDS, "-F", "table"],
+        capture_output=True, env=child_env(**env), timeout=120,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b"Traceback" not in result.stderr
+    assert b"\\u2615" in result.stdout
+
+
+# --------------------------------------------------------------------------- 6. endless and huge inputs
+
+
+@pytest.mark.parametrize("how", ["--file", "stdin"])
+def test_an_endless_text_is_too_large_not_read_forever(how: str) -> None:
+    args = ["run", *WORDS, "--file", "/dev/zero"] if how == "--file" else ["run", *WORDS, "-"]
+    stdin = None if how == "--file" else open("/dev/zero", "rb")  # noqa: SIM115
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "attn_cli", *args], stdin=stdin, capture_output=True, text=True, env=child_env(), timeout=60
+        )
+    finally:
+        if stdin:
+            stdin.close()
+    assert result.returncode == ExitStatus.TOO_LARGE
+    assert "more than 64 MiB of text" in one_error_line(result.stderr)
+
+
+def npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "content, code, message",
+    [
+        (lambda: npy_header((2, 10**12)) + b"\0" * 64, ExitStatus.USAGE, "shorter than its header says"),
+        (lambda: npy_header((10**9, 16)), ExitStatus.USAGE, "has 1000000000 rows but the text has 2 tokens"),
+        (lambda: b"\x93NUMPY\x01\x00\x10\x00{'descr': ??? }\n", ExitStatus.USAGE, "not a readable .npy file"),
+        (lambda: npy_header((2, 3), "|O") + b"\0" * 64, ExitStatus.USAGE, "never unpickled"),
+    ],
+    ids=["absurd-width", "absurd-rows", "malformed-header", "object-array"],
+)
+def test_malformed_npy_files_are_clear_errors(tmp_path: Path, content, code: int, message: str) -> None:
+    path = tmp_path / "x.npy"
+    path.write_bytes(content())
+    result = invoke(["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
+    assert result.exit_code == code, result.stderr
+    assert message in one_error_line(result.stderr)
+
+
+def test_a_sparse_multi_gigabyte_npy_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
+    from attn_cli import budget
+
+    path = tmp_path / "big.npy"
+    header = npy_header((2, 10**9))
+    with path.open("wb") as f:
+        f.write(header)
+        f.truncate(len(header) + 8 * 10**9)  # sparse: no disk used
+    monkeypatch.setattr(budget, "available_bytes", lambda: 16 * 2**30)
+    result = invoke(["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
+    assert result.exit_code == ExitStatus.TOO_LARGE
+    assert "give a smaller embeddings file" in one_error_line(result.stderr)

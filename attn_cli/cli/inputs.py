@@ -16,9 +16,10 @@ from typing import BinaryIO
 
 import typer
 
-from attn_cli.errors import AttnCliError, InputError, UsageError
+from attn_cli.errors import AttnCliError, InputError, TooLargeError, UsageError
 
 BOM = "\ufeff"
+MAX_TEXT_BYTES = 64 * 2**20  # far past any --max-tokens; /dev/zero or a disk image stops here
 
 
 def read_texts(ctx: typer.Context, text: str | None, file: Path | None, *, lines: bool) -> list[str]:
@@ -65,7 +66,8 @@ def decode(raw: bytes, where: str) -> str:
 
 def _read_file(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return _read_bounded(f, f"--file {path}")
     except FileNotFoundError:
         raise InputError(f"--file {path} does not exist") from None
     except IsADirectoryError:
@@ -76,10 +78,21 @@ def _read_file(path: Path) -> bytes:
 
 def _read_stream(stream: BinaryIO) -> bytes:
     try:
-        data = stream.read()
+        data = _read_bounded(stream, "standard input")
     except OSError as err:
         raise AttnCliError(f"cannot read standard input: {err.strerror or err}") from None
     return data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data
+
+
+def _read_bounded(stream: BinaryIO, where: str) -> bytes:
+    """At most MAX_TEXT_BYTES; more is refused (exit 4) without reading on."""
+    data = stream.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise TooLargeError(
+            f"{where} holds more than {MAX_TEXT_BYTES // 2**20} MiB of text, far more than --max-tokens allows; "
+            f"give less text (the limit is for the whole input, --lines too)"
+        )
+    return data
 
 
 def _stdin_is_terminal() -> bool:

@@ -91,6 +91,7 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
 
     common = {"highlight": False, "markup": False, "emoji": False, "soft_wrap": False}
     if path is None:
+        _escape_what_stdout_cannot_encode()
         console = Console(no_color=not color_allowed(no_color), **common)
         with stdout_errors():
             for part in parts:
@@ -103,6 +104,19 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
         console.print(part)
     with binary_output(path) as out:
         out.write(buffer.getvalue().encode("utf-8"))
+
+
+def _escape_what_stdout_cannot_encode() -> None:
+    """A stdout in ASCII or Latin-1 (LC_ALL=C, PYTHONIOENCODING=ascii) cannot hold
+    every token: write those characters as escapes (``\\u2615``) instead of failing.
+    rich sees the encoding too, and draws ASCII table rules for it."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if encoding.startswith("utf-") or encoding in ("utf8", "cp65001"):
+        return
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(ValueError, OSError):
+            reconfigure(errors="backslashreplace")
 
 
 def progress(items: Iterable[T], total: int, *, stdout_is_live: bool = False) -> Iterator[T]:

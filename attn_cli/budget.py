@@ -1,0 +1,146 @@
+"""How much memory attn-cli may still allocate, and the one check every estimate goes through.
+
+The budget is the smallest of three limits, each of which ends a run that goes
+over it (the kernel's OOM killer, a MemoryError, the container's OOM killer):
+
+- the machine's ``MemAvailable`` (``/proc/meminfo``);
+- the process's address-space limit ``RLIMIT_AS`` (``ulimit -v``), less what the
+  process has already mapped (``/proc/self/statm``);
+- the cgroup's limit (v2 ``memory.max``, or v1 ``memory.limit_in_bytes``), less
+  what the cgroup already uses.
+
+A limit that cannot be read is left out; with none readable the budget is
+unknown (``None``) and nothing is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from attn_cli.errors import TooLargeError
+
+# Estimates are within a small factor; refuse when one passes this share of the budget.
+SHARE = 0.8
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PROC_CGROUP = Path("/proc/self/cgroup")
+_MEMINFO = Path("/proc/meminfo")
+_NO_LIMIT = 2**60  # cgroup v1 writes "no limit" as a huge page-aligned number
+
+
+def available_bytes() -> int | None:
+    """The bytes this process can still allocate: the smallest known limit."""
+    limits = [limit for limit in (mem_available(), address_space_left(), cgroup_left()) if limit is not None]
+    return min(limits) if limits else None
+
+
+def mem_available() -> int | None:
+    """The kernel's estimate of memory available without swapping."""
+    try:
+        with open(_MEMINFO, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def address_space_left() -> int | None:
+    """``RLIMIT_AS`` less the address space already mapped; None when unlimited."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(0, soft - _mapped_bytes())
+
+
+def cgroup_left() -> int | None:
+    """The cgroup's memory limit less its usage; None without a limit."""
+    left = []
+    for limit_file, usage_file in _cgroup_files():
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and limit < _NO_LIMIT:
+            left.append(max(0, limit - (usage or 0)))
+    return min(left, default=None)
+
+
+def check(
+    parts: Mapping[str, int],
+    describe: Mapping[str, str],
+    fixes: Mapping[str, str],
+    *,
+    doing: str = "this run",
+    available: int | None = None,
+) -> None:
+    """Raise TooLargeError when ``parts`` (bytes by name) would not fit the budget.
+
+    The message names the total, the biggest part (``describe[name]``) and what to
+    change (``fixes[name]``), e.g. "this run needs about 9.0 GiB, mostly for the
+    T x T matrices of 30000 tokens x 1 head, but 6.1 GiB is free; use a shorter text".
+    ``available`` overrides the measured budget (for tests and callers that measured it).
+    """
+    need = sum(parts.values())
+    have = available if available is not None else available_bytes()
+    if have is None or need <= have * SHARE or not parts:
+        return
+    biggest = max(parts, key=parts.__getitem__)
+    raise TooLargeError(
+        f"{doing} needs about {gib(need)}, mostly for {describe.get(biggest, biggest)}, "
+        f"but {gib(have)} is free; {fixes.get(biggest, 'ask for less')}"
+    )
+
+
+def gib(n: int) -> str:
+    """Bytes for people: '9.0 GiB', '512 MiB'."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{max(1, round(n / 2**20))} MiB"
+
+
+def _mapped_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; an underestimate of mappings
+
+
+def _cgroup_files() -> list[tuple[Path, Path]]:
+    """(limit, usage) file pairs of this process's cgroup: v2 first, then v1."""
+    pairs = []
+    try:
+        lines = _PROC_CGROUP.read_text(encoding="ascii").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        relative = path.lstrip("/")
+        if hierarchy == "0" and controllers == "":
+            for base in (_CGROUP_ROOT / relative, _CGROUP_ROOT):
+                pairs.append((base / "memory.max", base / "memory.current"))
+        elif "memory" in controllers.split(","):
+            for base in (_CGROUP_ROOT / "memory" / relative, _CGROUP_ROOT / "memory"):
+                pairs.append((base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"))
+    return pairs
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
