@@ -11,7 +11,6 @@ tokenizer fallback) travel in ``notes``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -238,16 +237,13 @@ def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -
 
 def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) -> None:
     """Refuse work whose estimated ``parts`` (bytes) would not fit in the memory at hand,
-    naming the biggest part (``culprits``: what it is, and the fix)."""
-    need = sum(parts.values())
-    have = available_memory()
-    if have is not None and need > have * 0.8:
-        biggest = max(parts, key=parts.__getitem__)
-        what, fix = culprits.get(biggest, (biggest, "use a shorter text"))
-        raise TooLargeError(
-            f"this run needs about {need / 2**30:.1f} GiB, mostly for {what}, but {have / 2**30:.1f} GiB "
-            f"is free; {fix}"
-        )
+    naming the biggest part (``culprits``: what it is, and the fix); ``attn_cli.budget``
+    decides what "at hand" is."""
+    from attn_cli import budget
+
+    describe = {name: what for name, (what, _) in culprits.items()}
+    fixes = {name: fix for name, (_, fix) in culprits.items()}
+    budget.check(parts, describe, fixes, available=available_memory())
 
 
 def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
@@ -280,17 +276,11 @@ _MEMORY_FIX = {
 
 
 def available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    """The memory this process may still use: ``attn_cli.budget.available_bytes`` (the
+    smallest of MemAvailable, RLIMIT_AS and the cgroup's limit)."""
+    from attn_cli import budget
+
+    return budget.available_bytes()
 
 
 def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:
