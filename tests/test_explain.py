@@ -317,9 +317,9 @@ def test_no_scale_ablation_shows_saturation() -> None:
 
 @pytest.mark.parametrize("query", [None, 4])
 def test_entropy_is_the_one_run_prints(query: int | None) -> None:
-    """explain takes its entropy from attn_cli.render.stats, as `run` does: the same
+    """explain takes its entropy from attn_cli.stats, as `run` does: the same
     float64 number (12 digits tell it from a float32 log2), printed the same way."""
-    from attn_cli.render.stats import attention_stats
+    from attn_cli.stats import attention_stats
 
     run = run_of("I saw a saw and a saw", heads=2, causal=True)
     summary = grids(explain(run, query=query, precision=12), 9, "head")[0]
@@ -341,7 +341,7 @@ def test_entropy_is_the_one_run_prints(query: int | None) -> None:
 
 def test_ablation_row_for_this_run_matches_run_stats() -> None:
     """The ablation's "this run" columns are the run's own weights' statistics."""
-    from attn_cli.render.stats import attention_stats
+    from attn_cli.stats import attention_stats
 
     run = run_of(scale=False, causal=True)
     table = _ablation(explain(run, precision=12))

@@ -16,7 +16,7 @@ import torch
 from attn_cli.config import Config
 from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
 from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, csv_rows, run_dict, to_csv, to_json
-from attn_cli.render.stats import attention_stats
+from attn_cli.stats import attention_stats
 
 ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
 LAYER_KEYS = {"layer", "input", "heads", "concat", "output"}
@@ -222,6 +222,8 @@ def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch)
 
     run = pipeline.Pipeline(Config(tokenizer="words", heads=2)).run("I saw a saw")
     assert export.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
-    monkeypatch.setattr(pipeline, "available_memory", lambda: 1000)  # bytes
+    from attn_cli import budget
+
+    monkeypatch.setattr(budget, "available_bytes", lambda: 1000)  # bytes
     with pytest.raises(TooLargeError, match="--format table"):
         export.to_json(run)

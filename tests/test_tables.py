@@ -18,7 +18,7 @@ from attn_cli.attention import self_attention
 from attn_cli.config import Config
 from attn_cli.pipeline import Run, Trace, toy_info
 from attn_cli.render import tables
-from attn_cli.render.stats import attention_stats, effective_tokens, entropy_bits, head_masses
+from attn_cli.stats import attention_stats, effective_tokens, entropy_bits, head_masses
 from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
 from attn_cli.tokens import Tokens
 
@@ -519,7 +519,7 @@ def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
 
 
 def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.render import stats as stats_module
+    from attn_cli import stats as stats_module
 
     generator = torch.Generator().manual_seed(5)
     scores = torch.randn(2, 11, 11, generator=generator).masked_fill(torch.ones(11, 11, dtype=torch.bool).triu(1), -math.inf)

@@ -18,7 +18,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from attn_cli.attention import LayerAttention
-from attn_cli.render.stats import attention_stats
+from attn_cli.stats import attention_stats
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Trace
 
@@ -49,13 +49,13 @@ def export_numbers(run: Trace) -> int:
 
 def check_export_size(run: Trace) -> None:
     """Refuse an export that would not fit in memory, before building it."""
-    from attn_cli.pipeline import check_budget
+    from attn_cli import budget
 
     numbers = export_numbers(run)
     layers = f"{len(run.layers)} layer{'s' if len(run.layers) != 1 else ''} x " if run.model.layers > 1 else ""
     what = f"the {numbers:,} numbers of the JSON/CSV of {len(run.tokens)} tokens x {layers}{len(run.shown_heads)} heads"
     fix = "use a shorter text, fewer layers or heads (--layer, --head), or --format table (which summarises)"
-    check_budget({"export": numbers * EXPORT_BYTES_PER_NUMBER}, {"export": (what, fix)})
+    budget.check({"export": numbers * EXPORT_BYTES_PER_NUMBER}, {"export": what}, {"export": fix}, doing="this export")
 
 
 def token_dicts(tokens: Tokens) -> list[dict[str, Any]]:

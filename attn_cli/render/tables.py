@@ -31,7 +31,7 @@ from rich.text import Text
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
 
-    from attn_cli.render.stats import HeadStats
+    from attn_cli.stats import HeadStats
     from attn_cli.trace import Trace as Run
 
 SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats")
@@ -726,7 +726,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
 
 def _layer_view(run: Run, view: View) -> list[RenderableType]:
     """One layer's tables (``run`` holds just that layer)."""
-    from attn_cli.render.stats import attention_stats
+    from attn_cli.stats import attention_stats
 
     p = view.precision
     show = view.show

@@ -22,7 +22,7 @@ import torch
 from attn_cli.attention import _softmax_input
 from attn_cli.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
-from attn_cli.render.stats import HeadStats, attention_stats
+from attn_cli.stats import HeadStats, attention_stats
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Trace
 
@@ -583,7 +583,7 @@ def _softmax(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) ->
 
 
 def _head_stats(weights: torch.Tensor, mask: torch.Tensor | None) -> HeadStats:
-    """``run``'s statistics (``attn_cli.render.stats``) of one (T, T) weight matrix,
+    """``run``'s statistics (``attn_cli.stats``) of one (T, T) weight matrix,
     so both commands print the same entropy for the same row."""
     return attention_stats(weights.unsqueeze(0), mask=mask)[0]  # (T, T) -> (1, T, T)
 
