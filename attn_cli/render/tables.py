@@ -28,6 +28,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from attn_cli.render.fit import fit_columns
+
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
 
@@ -197,26 +199,11 @@ class FittedTable:
     def columns_that_fit(self, width: int) -> list[int | None]:
         """Column indexes to draw, ``None`` standing for the ``…`` column: every
         column if they fit, else the most first columns that fit with ``…`` and
-        the last. Only the columns looked at are measured (so made), a few more
-        than fit."""
-        n = len(self.col_labels)
+        the last (``attn_cli.render.fit``). Only the columns looked at are
+        measured (so made), a few more than fit."""
         # each column: content + 1 space padding either side + 1 divider; the label column, 2 edges
         room = width - (self.label_width() + 4)
-        used = 0
-        for j in range(n):
-            used += self.column_width(j) + 3
-            if used > room:
-                break
-        else:
-            return list(range(n))
-        if n < 2:
-            return [None]
-        used = cell_len(ELLIPSIS) + 3 + self.column_width(n - 1) + 3
-        keep = 0
-        while keep < n - 2 and used + self.column_width(keep) + 3 <= room:
-            used += self.column_width(keep) + 3
-            keep += 1
-        return [*range(keep), None, n - 1] if used <= room else [None]
+        return fit_columns(len(self.col_labels), lambda j: self.column_width(j) + 3, room, ellipsis=cell_len(ELLIPSIS) + 3)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         chosen = self.columns_that_fit(options.max_width)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from attn_cli.render.explain.document import Block, Explanation, Grid, Line
+from attn_cli.render.fit import fit_columns
 
 
 def to_rich(explanation: Explanation) -> Any:
@@ -72,23 +73,22 @@ class _FitGrid:
         return table
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
         from rich.padding import Padding
         from rich.text import Text
 
-        n = len(self.grid.header)
-        tail = list(range(n - self.grid.keep_last, n))
-        body = n - self.grid.keep_last  # columns 0 .. body-1, the row labels first
-        unbounded = options.update_width(1 << 20)
-        keep = body
-        columns = list(range(n))
-        table = self._table(columns)
-        while keep > 2 and console.measure(table, options=unbounded).maximum > options.max_width:
-            keep -= 1
-            columns = list(range(keep)) + [-1] + tail
-            table = self._table(columns)
-        yield Padding(table, (1, 0, 0, 0))
-        if keep < body:
-            cut = body - keep
+        grid = self.grid
+        n = len(grid.header)
+
+        def width(k: int) -> int:  # content, and for every column but the first a divider and a left pad
+            content = max(cell_len(grid.header[k]), *(cell_len(row[k]) for row in grid.rows))
+            return content + (2 if k else 0)
+
+        columns = fit_columns(n, width, options.max_width, keep_last=grid.keep_last, keep_first=min(2, n), ellipsis=cell_len("…") + 2)
+        shown = [k if k is not None else -1 for k in columns]
+        yield Padding(self._table(shown), (1, 0, 0, 0))
+        cut = n - len([k for k in columns if k is not None])
+        if cut:
             yield Text(
                 f"{cut} column{'s' if cut > 1 else ''} cut to fit the terminal ({options.max_width} wide): "
                 "a wider terminal, or --format text, shows them.",

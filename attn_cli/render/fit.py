@@ -1,0 +1,39 @@
+"""The one rule for fitting a table's columns into a width, shared by every table
+(run's matrices, explain's grids): every column if they fit, else the leading
+columns that fit beside a ``…`` column and the trailing ``keep_last`` columns.
+Widths are asked for lazily, so a table of 10,000 columns measures a few dozen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def fit_columns(
+    n: int, width: Callable[[int], int], room: int, *, keep_last: int = 1, keep_first: int = 0, ellipsis: int = 4
+) -> list[int | None]:
+    """Column indexes to draw out of ``n``, ``None`` standing for the ``…`` column.
+
+    ``width(j)`` is column j's width with its padding and divider; ``ellipsis`` the
+    ``…`` column's. The first ``keep_first`` columns (row labels) and the last
+    ``keep_last`` (a total) are always drawn; at least one column is cut when any is.
+    With no room for even those, ``[None]`` (just the marker) when nothing is kept
+    first, else the kept ones regardless.
+    """
+    used = 0
+    for j in range(n):
+        used += width(j)
+        if used > room:
+            break
+    else:
+        return list(range(n))
+    if n - keep_last < 2 and keep_first == 0:
+        return [None]
+    tail = list(range(n - keep_last, n))
+    used = ellipsis + sum(width(j) for j in tail) + sum(width(j) for j in range(keep_first))
+    keep = keep_first
+    while keep < n - keep_last - 1 and used + width(keep) <= room:
+        used += width(keep)
+        keep += 1
+    if used > room and keep_first == 0:
+        return [None]
+    return [*range(keep), None, *tail]
