@@ -40,7 +40,7 @@ from attn_cli.trace import Trace
 from attn_cli.tokens import visible
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
-MAX_MODEL_INCHES = 24.0  # the automatic size stays printable; panels shrink to fit
+MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit
 MIN_PANEL_INCHES = 0.45  # below this a panel is a smudge, whatever the dpi
 LABEL_CELL_POINTS = 6.5  # token labels go on the edges only when a cell is at least this tall
 LABEL_CHARS = 8
@@ -140,7 +140,7 @@ def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_line
     top = 0.2 + 0.19 * title_lines + 0.3  # the title, then the head labels over the first row
     colorbar = 0.9
     # Panels grow with the text (about 0.15 inch a token) within bounds, then shrink to fit.
-    panel = min(max(0.15 * n_tokens, 1.0), 2.2)
+    panel = min(max(0.15 * n_tokens, 1.0), 1.6)
     fit = lambda room_w, room_h, side: min((room_w - side - colorbar) / cols - gap, (room_h - top - side) / rows - gap)  # noqa: E731
     if options.size is not None:
         room_w, room_h = options.size
