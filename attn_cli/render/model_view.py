@@ -139,33 +139,28 @@ def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_line
     layer_label = 0.45
     top = 0.2 + 0.19 * title_lines + 0.3  # the title, then the head labels over the first row
     colorbar = 0.9
-    # Panels grow with the text (about 0.15 inch a token) within bounds, then shrink to fit.
-    panel = min(max(0.15 * n_tokens, 1.0), 1.6)
-    fit = lambda room_w, room_h, side: min((room_w - side - colorbar) / cols - gap, (room_h - top - side) / rows - gap)  # noqa: E731
-    if options.size is not None:
-        room_w, room_h = options.size
-    else:
-        room_w = room_h = MAX_MODEL_INCHES
-    panel = min(panel, fit(room_w, room_h, layer_label + 0.3)) if options.size is None else fit(room_w, room_h, layer_label + 0.3)
+    room_w, room_h = options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES)
+
+    def fitting(side: float) -> float:
+        """The panel side that fills the room when ``side`` inches go to labels on the left and below."""
+        return min((room_w - layer_label - side - colorbar) / cols - gap, (room_h - top - side - 0.3) / rows - gap)
+
+    # Automatic: panels grow with the text (about 0.15 inch a token) within bounds, and shrink to fit.
+    wanted = min(max(0.15 * n_tokens, 1.0), 1.6)
+    panel = fitting(0.0) if options.size else min(wanted, fitting(0.0))
     tick_font = min(8.0, panel * 72 / max(n_tokens, 1) * 0.85)
     token_labels = panel * 72 / max(n_tokens, 1) >= LABEL_CELL_POINTS
     label_in = 0.0
     if token_labels:
         longest = min(LABEL_CHARS, max((len(s) for s in labels), default=1))
         label_in = longest * 0.6 * tick_font / 72 + 0.1
-        if options.size is not None:
-            panel = fit(room_w, room_h, layer_label + 0.3 + label_in)
-        else:
-            panel = min(panel, fit(room_w, room_h, layer_label + 0.3 + label_in))
-    panel = max(panel, MIN_PANEL_INCHES) if options.size is None else max(panel, 0.05)
+        panel = fitting(label_in) if options.size else min(panel, fitting(label_in))
+    panel = max(panel, 0.05 if options.size else MIN_PANEL_INCHES)  # a chosen --size wins, however small
     left = layer_label + label_in + 0.05
     bottom = 0.3 + label_in
-    if options.size is not None:
-        figsize = options.size
-    else:
-        width = left + cols * (panel + gap) + colorbar
-        height = top + rows * (panel + gap) + bottom
-        figsize = (round(width, 2), round(height, 2))
+    width = left + cols * (panel + gap) + colorbar
+    height = top + rows * (panel + gap) + bottom
+    figsize = options.size or (round(width, 2), round(height, 2))
     return _Plan(figsize, panel, gap, left, bottom, top, token_labels, tick_font)
 
 
