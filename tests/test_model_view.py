@@ -119,7 +119,7 @@ def test_a_checkpoints_panels_equal_transformers_and_special_tokens_are_marked(b
 
 def test_without_labels_special_tokens_keep_a_purple_tick(bert: Path) -> None:
     trace = checkpoint_trace(bert, TEXT)
-    fig = model_view_figure(trace, HeatmapOptions(size=(5.0, 4.0)))
+    fig = model_view_figure(trace, HeatmapOptions(size=(4.0, 3.0)))
     first = panels(fig)[0]
     assert all(not t.get_text() for t in first.get_yticklabels())
     special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]
