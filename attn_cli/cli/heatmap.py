@@ -90,7 +90,7 @@ def heatmap(
     ] = WhatChoice.weights,
     split_heads: Annotated[
         bool,
-        typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid.", rich_help_panel=PICTURE),
+        typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
     ] = False,
     per_head_scale: Annotated[
         bool,
@@ -127,7 +127,12 @@ def heatmap(
 
     Prints the path of each file it writes, one per line (just the paths when
     stdout is not a terminal). Masked (future) cells of a causal run are grey.
-    With --model and several layers, one picture per layer (NAME.layerL.png).
+
+    With --model and several layers (--layer all, --layer 0-2), one picture of
+    the whole model: a row per layer, a column per head (every head unless
+    --head chooses), all on the same 0..1 weights scale. It draws the weights
+    only (--what, --per-head-scale and --annotate are for one layer);
+    --split-heads writes one such column per head (NAME.headH.png).
 
     \b
     Examples:
@@ -135,7 +140,7 @@ def heatmap(
       attn-cli heatmap "The quick brown fox jumps over the lazy dog" --heads 4 --causal -o fox.svg
       attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
       attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
-      attn-cli heatmap "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 0-1 --head all
+      attn-cli heatmap "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer all -o model.svg
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
@@ -153,11 +158,22 @@ def heatmap(
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(source, everything=False)
+    model_view = len(selection.layers) > 1
+    if model_view and not spec.heads.given:
+        # The model view compares every head at a glance; --head still chooses.
+        selection = dataclasses.replace(selection, heads=tuple(range(source.n_heads)))
     shown_heads = list(selection.heads)
     options = HeatmapOptions(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
     )
-    check_options(options, shown_heads[:1] if split_heads else shown_heads)
+    if model_view:
+        from attn_cli.render.model_view import check_model_view, model_view_figure
+
+        check_model_view(options, len(selection.layers), 1 if split_heads else len(shown_heads))
+        draw = model_view_figure
+    else:
+        check_options(options, shown_heads[:1] if split_heads else shown_heads)
+        draw = heatmap_figure
     pictures = [(None, tuple(shown_heads))]
     if split_heads:
         pictures = [(h, (h,)) for h in shown_heads]
@@ -175,20 +191,17 @@ def heatmap(
         stem = fixed_name or slug(trace.text)
         if numbered:
             stem = f"{stem}-{index:0{width}d}"
-        for layer in trace.layers:
-            one_layer = dataclasses.replace(trace, layers=(layer,))
-            layer_part = f".layer{layer.layer}" if len(trace.layers) > 1 else ""
-            for split_head, heads in pictures:
-                fig = heatmap_figure(one_layer, dataclasses.replace(options, heads=heads), new_figure=new_figure)
-                if show and output is None:
-                    continue
-                head_part = f".head{split_head}" if split_head is not None else ""
-                name = f"{stem}{layer_part}{head_part}.{suffix}"
-                path = folder / name if str(folder) not in ("", ".") else Path(name)
-                _save(fig, path, fmt)
-                _report(path, fig, fmt)
-                if not show:
-                    fig.clear()  # a batch keeps one figure alive at a time
+        for split_head, heads in pictures:
+            fig = draw(trace, dataclasses.replace(options, heads=heads), new_figure=new_figure)
+            if show and output is None:
+                continue
+            head_part = f".head{split_head}" if split_head is not None else ""
+            name = f"{stem}{head_part}.{suffix}"
+            path = folder / name if str(folder) not in ("", ".") else Path(name)
+            _save(fig, path, fmt)
+            _report(path, fig, fmt)
+            if not show:
+                fig.clear()  # a batch keeps one figure alive at a time
     if show:
         import matplotlib.pyplot as plt
 

@@ -19,7 +19,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib import colormaps, rc_context
@@ -31,6 +31,9 @@ from matplotlib.figure import Figure
 from attn_cli.errors import UsageError
 from attn_cli.trace import Trace as Run
 from attn_cli.tokens import visible
+
+if TYPE_CHECKING:
+    from attn_cli.attention import LayerAttention
 
 
 class What(str, enum.Enum):
@@ -58,6 +61,8 @@ MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads
 MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
 MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
 MAX_PIXELS_PER_SIDE = 16000  # well under Agg's 2**16 limit, and under a minute to draw
+FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
+FAINT_SHARE = 0.95  # a weights picture with this share of faint cells reads as one colour
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +153,10 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
                         title=_panel_title(panel, len(heads) > 1 or (options.heads is not None and n_heads > 1), len(kinds) > 1),
                         left=c == 0, bottom=_is_bottom(grid, r, c))
     _colorbars(fig, axes, grid, options)
-    fig.suptitle(_title(run, options.what, heads), fontsize=layout.title_font, parse_math=False)
+    title = _title(run, options.what, heads)
+    if What.weights in kinds:
+        title += faint_hint([p.matrix for p in panels[kinds.index(What.weights)]], options)
+    fig.suptitle(title, fontsize=layout.title_font, parse_math=False)
     width, height = (round(v * options.dpi) for v in fig.get_size_inches())
     if max(width, height) > MAX_PIXELS_PER_SIDE:
         raise UsageError(
@@ -208,10 +216,14 @@ def tick_step(n_tokens: int, room: int) -> int:
 
 
 def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
+    """(T, T) values of one head of the run's first kept layer; see ``layer_matrix``."""
+    return layer_matrix(run.result, kind, head)
+
+
+def layer_matrix(result: LayerAttention, kind: What, head: int) -> np.ma.MaskedArray:
     """(T, T) values of one head as a masked array. Causal runs mask the future keys
     of the scaled scores and weights; raw scores Q K^T exist for every pair (the
     mask comes after them), so they are drawn whole."""
-    result = run.result
     if kind is What.weights:
         values = result.weights[head]  # (T, T)
     elif kind is What.scores:
@@ -253,6 +265,25 @@ def _limits(kind: What, scope: list[np.ma.MaskedArray], options: HeatmapOptions)
     extent = max((float(np.abs(m).max()) for m in visible_values), default=0.0)
     extent = extent if extent > 0 and math.isfinite(extent) else 1.0
     return -extent, extent
+
+
+def faint_share(drawn: Sequence[np.ma.MaskedArray]) -> float:
+    """The share of visible weights under ``FAINT_WEIGHT`` over all ``drawn`` panels."""
+    visible_cells = sum(int(m.count()) for m in drawn)
+    faint = sum(int((m < FAINT_WEIGHT).sum()) for m in drawn)  # masked cells do not count
+    return faint / visible_cells if visible_cells else 0.0
+
+
+def faint_hint(drawn: Sequence[np.ma.MaskedArray], options: HeatmapOptions) -> str:
+    """A title line when weights on the fixed 0..1 scale would be nearly one colour
+    (long texts spread each row's weight thin), naming --log; else ""."""
+    if options.log or options.per_head_scale:
+        return ""
+    share = faint_share(drawn)
+    if share < FAINT_SHARE:
+        return ""
+    return (f"\nnearly one colour: {share:.0%} of the weights are under {FAINT_WEIGHT:g} on the 0..1 scale; "
+            f"--log shows their differences")
 
 
 def colour_map(name: str) -> Colormap:

@@ -1,0 +1,216 @@
+"""The model view: every kept layer's heads in one picture, as a matplotlib Figure.
+
+``model_view_figure(trace, options)`` draws a grid of small weight maps, one
+row per kept layer and one column per chosen head (bertviz's model view, as a
+file). Shapes: L kept layers, H chosen heads, T tokens; each panel is one
+(T, T) weights matrix, query tokens on the rows, key tokens on the columns.
+
+Every panel shares one colour scale (the fixed 0..1 of the weights, or one log
+scale with ``--log``) and one colour bar, so a colour means the same weight in
+every layer. The axes are placed by hand rather than by constrained layout:
+144 panels lay out in milliseconds, and the figure size is exactly the sum of
+its parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+
+from attn_cli.errors import UsageError
+from attn_cli.render.heatmap import (
+    DEFAULT_CMAPS,
+    MAX_PIXELS_PER_SIDE,
+    SPECIAL_COLOR,
+    HeatmapOptions,
+    What,
+    _limits,
+    colour_map,
+    faint_hint,
+    layer_matrix,
+    shorten,
+)
+from attn_cli.trace import Trace
+from attn_cli.tokens import visible
+
+MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
+MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit
+MIN_PANEL_INCHES = 0.45  # below this a panel is a smudge, whatever the dpi
+LABEL_CELL_POINTS = 6.5  # token labels go on the edges only when a cell is at least this tall
+LABEL_CHARS = 8
+TITLE_CHARS = 70
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    figsize: tuple[float, float]  # inches
+    panel: float  # inches a side
+    gap: float  # inches between panels
+    left: float  # inches: layer labels and token labels
+    bottom: float
+    top: float  # inches: title lines and head labels
+    token_labels: bool  # all token labels on the edge panels
+    tick_font: float
+
+
+def check_model_view(options: HeatmapOptions, n_layers: int, n_heads: int) -> None:
+    """UsageError for options the model view cannot draw; needs no trace, so the
+    command calls it before anything is computed."""
+    if options.what is not What.weights:
+        raise UsageError(
+            f"--what {options.what.value}: the model view (several layers) draws the weights; "
+            f"pick one layer with --layer L for the scores"
+        )
+    if options.per_head_scale:
+        raise UsageError("--per-head-scale: the model view shares one colour scale across layers; pick one layer with --layer L, or use --log")
+    if options.annotate:
+        raise UsageError("--annotate: the model view's panels are too small for numbers; pick one layer with --layer L")
+    if n_layers * n_heads > MAX_MODEL_PANELS:
+        raise UsageError(
+            f"{n_layers} layers x {n_heads} heads is over {MAX_MODEL_PANELS} panels in one picture; "
+            f"choose fewer with --layer and --head"
+        )
+
+
+def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), *, new_figure: Callable[..., Figure] | None = None) -> Figure:
+    """Draw every kept layer of ``trace`` (rows) by ``options.heads`` or the trace's
+    shown heads (columns) into a new Figure and return it."""
+    heads = tuple(trace.shown_heads if options.heads is None else options.heads)
+    n_heads = trace.model.heads
+    for h in heads:
+        if not 0 <= h < n_heads:
+            raise UsageError(f"--head {h} is out of range: the model has {n_heads} heads, numbered 0 to {n_heads - 1}")
+    layers = trace.layers
+    check_model_view(options, len(layers), len(heads))
+    drawn = [[layer_matrix(layer, What.weights, h) for h in heads] for layer in layers]  # L x H of (T, T)
+    flat = [m for row in drawn for m in row]
+    limits = _limits(What.weights, flat, options)
+    norm = LogNorm(*limits, clip=True) if options.log else Normalize(*limits)
+    cmap = colour_map(options.cmap or DEFAULT_CMAPS[What.weights])
+
+    n_tokens = len(trace.tokens)
+    title = _title(trace, heads) + faint_hint(flat, options)
+    plan = _plan(n_tokens, len(layers), len(heads), trace.tokens.labels, title.count("\n") + 1, options)
+    make = new_figure or Figure
+    fig = make(figsize=plan.figsize, dpi=options.dpi)
+    if new_figure is None:
+        FigureCanvasAgg(fig)
+    width, height = plan.figsize
+    pixels = plan.panel * options.dpi
+    image = None
+    for r, (layer, row) in enumerate(zip(layers, drawn)):
+        for c, (h, matrix) in enumerate(zip(heads, row)):
+            x = plan.left + c * (plan.panel + plan.gap)
+            y = height - plan.top - (r + 1) * plan.panel - r * plan.gap
+            ax = fig.add_axes((x / width, y / height, plan.panel / width, plan.panel / height))
+            image = ax.imshow(matrix, cmap=cmap, norm=norm, aspect="equal",
+                              interpolation="nearest" if n_tokens * 2 <= pixels else "antialiased")
+            image.set_label(f"weights layer {layer.layer} head {h}")
+            ax.set_label(f"layer{layer.layer}/head{h}")
+            _edges(ax, trace, plan, left=c == 0, bottom=r == len(layers) - 1)
+            if r == 0:
+                ax.set_title(f"head {h}", fontsize=9, pad=3)
+            if c == 0:
+                ax.set_ylabel(f"layer {layer.layer}", fontsize=9, labelpad=4)
+    assert image is not None  # at least one layer and one head: Selection never gives fewer
+    bar_x = plan.left + len(heads) * (plan.panel + plan.gap) + 0.1
+    grid_height = len(layers) * plan.panel + (len(layers) - 1) * plan.gap
+    bar_height = min(grid_height, 4.0)
+    bar_y = height - plan.top - (grid_height + bar_height) / 2
+    bar_ax = fig.add_axes((bar_x / width, bar_y / height, 0.15 / width, bar_height / height))
+    bar = fig.colorbar(image, cax=bar_ax)
+    bar.set_label("weight (log scale)" if options.log else "weight", fontsize=9)
+    bar.ax.tick_params(labelsize=8)
+    fig.text(0.5 / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=10, parse_math=False)
+    wide, tall = (round(v * options.dpi) for v in fig.get_size_inches())
+    if max(wide, tall) > MAX_PIXELS_PER_SIDE:
+        raise UsageError(f"the picture would be {wide}x{tall} pixels, over {MAX_PIXELS_PER_SIDE} a side; lower --dpi or give a smaller --size")
+    return fig
+
+
+def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_lines: int, options: HeatmapOptions) -> _Plan:
+    gap = 0.08
+    layer_label = 0.45
+    top = 0.2 + 0.19 * title_lines + 0.3  # the title, then the head labels over the first row
+    colorbar = 0.9
+    room_w, room_h = options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES)
+
+    def fitting(side: float) -> float:
+        """The panel side that fills the room when ``side`` inches go to labels on the left and below."""
+        return min((room_w - layer_label - side - colorbar) / cols - gap, (room_h - top - side - 0.3) / rows - gap)
+
+    # Automatic: panels grow with the text (about 0.15 inch a token) within bounds, and shrink to fit.
+    wanted = min(max(0.15 * n_tokens, 1.0), 1.6)
+    panel = fitting(0.0) if options.size else min(wanted, fitting(0.0))
+    tick_font = min(8.0, panel * 72 / max(n_tokens, 1) * 0.85)
+    token_labels = panel * 72 / max(n_tokens, 1) >= LABEL_CELL_POINTS
+    label_in = 0.0
+    if token_labels:
+        longest = min(LABEL_CHARS, max((len(s) for s in labels), default=1))
+        label_in = longest * 0.6 * tick_font / 72 + 0.1
+        panel = fitting(label_in) if options.size else min(panel, fitting(label_in))
+    panel = max(panel, 0.05 if options.size else MIN_PANEL_INCHES)  # a chosen --size wins, however small
+    left = layer_label + label_in + 0.05
+    bottom = 0.3 + label_in
+    width = left + cols * (panel + gap) + colorbar
+    height = top + rows * (panel + gap) + bottom
+    figsize = options.size or (round(width, 2), round(height, 2))
+    return _Plan(figsize, panel, gap, left, bottom, top, token_labels, tick_font)
+
+
+def _edges(ax: Axes, trace: Trace, plan: _Plan, *, left: bool, bottom: bool) -> None:
+    """Token labels on the edge panels when they fit; else purple ticks where the
+    special tokens are (the title names them)."""
+    tokens = trace.tokens
+    n_tokens = len(tokens)
+    special = [i for i in range(n_tokens) if tokens.is_special(i)]
+    ticks = list(range(n_tokens)) if plan.token_labels else special
+    ax.set_xticks(ticks if bottom else [])
+    ax.set_yticks(ticks if left else [])
+    if plan.token_labels:
+        names = [shorten(tokens.labels[i], LABEL_CHARS) for i in ticks]
+        if bottom:
+            ax.set_xticklabels(names, rotation=90, fontsize=plan.tick_font, parse_math=False)
+        if left:
+            ax.set_yticklabels(names, fontsize=plan.tick_font, parse_math=False)
+    else:
+        ax.set_xticklabels([])
+        ax.set_yticklabels([])
+    for axis in (ax.xaxis, ax.yaxis):
+        for tick, text in zip(axis.get_major_ticks(), axis.get_ticklabels()):
+            position = int(round(tick.get_loc()))
+            if tokens.is_special(position):  # added by the model's tokenizer: marked, as in the tables
+                text.set_fontstyle("italic")
+                text.set_color(SPECIAL_COLOR)
+                tick.tick1line.set_color(SPECIAL_COLOR)
+                tick.tick1line.set_markeredgewidth(1.5)
+    ax.tick_params(length=0 if plan.token_labels else 3, pad=1)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def _title(trace: Trace, heads: Sequence[int]) -> str:
+    text = " ".join(trace.text.split())
+    if len(text) > TITLE_CHARS:
+        text = text[: TITLE_CHARS - 1] + "…"
+    m = trace.model
+    layers = [layer.layer for layer in trace.layers]
+    shown_layers = f"all {m.layers} layers" if len(layers) == m.layers else f"layers {', '.join(map(str, layers))} of {m.layers}"
+    shown_heads = f"all {m.heads} heads" if len(heads) == m.heads else f"heads {', '.join(map(str, heads))} of {m.heads}"
+    masked = "causal (grey: masked)" if any(layer.causal for layer in trace.layers) else "not causal"
+    lines = [
+        f"Attention weights, layers x heads: “{text}”",
+        f"{m.name} · {shown_layers} · {shown_heads} · "
+        f"{len(trace.tokens)} tokens · each panel: query rows, key columns · {masked}",
+    ]
+    special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]
+    if special:
+        names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))
+        lines.append(f"special tokens ({names}) in purple on the edges")
+    return "\n".join(lines)
