@@ -8,7 +8,6 @@ paths on stdout, one per line, so scripts can capture them.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import re
 import sys
@@ -22,27 +21,18 @@ from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import OUTPUT, shared_options
 from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
 from attn_cli.errors import OutputError, UsageError
+from attn_cli.render.kinds import FORMATS, What
 from attn_cli.files import output_path
 from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FORMATS = ("png", "svg", "pdf")  # the extensions -o takes; the render module saves each
 DEFAULT_FORMAT = "png"
 SLUG_WORDS = 8
 SLUG_CHARS = 60
 FALLBACK_STEM = "attention"  # for a text with no ASCII letters or digits
 PICTURE = "Picture"
-
-
-class WhatChoice(str, enum.Enum):
-    """``attn_cli.render.heatmap.What``, repeated so that --help does not import matplotlib."""
-
-    weights = "weights"
-    scores = "scores"
-    scaled = "scaled"
-    all = "all"
 
 
 def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
@@ -78,7 +68,7 @@ def heatmap(
         ),
     ] = None,
     what: Annotated[
-        WhatChoice,
+        What,
         typer.Option(
             "--what",
             "-w",
@@ -87,7 +77,7 @@ def heatmap(
             rich_help_panel=PICTURE,
             case_sensitive=False,
         ),
-    ] = WhatChoice.weights,
+    ] = What.weights,
     split_heads: Annotated[
         bool,
         typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
@@ -149,9 +139,9 @@ def heatmap(
     if show:
         _check_display()
 
-    from attn_cli.render.heatmap import HeatmapOptions, What, check_options, colour_map, heatmap_figure
+    from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
-    kind = What(what.value)
+    kind = what
     if cmap is not None:
         colour_map(cmap)
     source = spec.open()

@@ -14,7 +14,6 @@ cells a neutral grey, so they never pass for zeros of the scale.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import re
 import warnings
@@ -29,6 +28,7 @@ from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from attn_cli.errors import UsageError
+from attn_cli.render.kinds import FORMATS, KINDS, What
 from attn_cli.trace import Trace as Run
 from attn_cli.tokens import visible
 
@@ -36,23 +36,6 @@ if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
 
 
-class What(str, enum.Enum):
-    """Which (T, T) matrix to draw."""
-
-    weights = "weights"  # softmax(scaled scores): rows sum to 1
-    scores = "scores"  # raw Q K^T
-    scaled = "scaled"  # the softmax input: scores / divisor
-    all = "all"  # scores, scaled and weights side by side
-
-
-KINDS: dict[What, tuple[What, ...]] = {
-    What.weights: (What.weights,),
-    What.scores: (What.scores,),
-    What.scaled: (What.scaled,),
-    What.all: (What.scores, What.scaled, What.weights),  # the order attention computes them
-}
-
-FORMATS = ("png", "svg", "pdf")
 DEFAULT_DPI = 150
 DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r"}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
