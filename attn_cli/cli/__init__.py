@@ -208,6 +208,7 @@ from attn_cli.cli import run as _run_command  # noqa: E402,F401
 from attn_cli.cli import heatmap as _heatmap_command  # noqa: E402,F401
 from attn_cli.cli import explain as _explain_command  # noqa: E402,F401
 from attn_cli.cli import tokenizers as _tokenizers_command  # noqa: E402,F401
+from attn_cli.cli import completion as _completion_command  # noqa: E402,F401
 
 
 def main() -> None:
