@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         # Warm the tiktoken cache, the bytecode and the page cache once, as a
         # user's second run would find them.
         wall(attn_cmd("run", SENTENCE, "--format", "json"), env)
-        wall([PYTHON, "-c", "import torch, tiktoken, typer, rich, matplotlib.figure, pydantic"], env)
+        wall([PYTHON, "-c", "import torch, tiktoken, typer, rich, matplotlib.figure"], env)  # no pydantic: the README's install has none
         runs: dict[str, Callable[[], None]] = {
             "startup": lambda: section_startup(env, reps["startup"]),
             "run": lambda: section_run(env, reps["run"]),

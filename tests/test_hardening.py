@@ -469,3 +469,29 @@ def test_a_sparse_multi_gigabyte_npy_is_refused_before_it_is_read(tmp_path: Path
     result = invoke(["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
     assert result.exit_code == ExitStatus.TOO_LARGE
     assert "give a smaller embeddings file" in one_error_line(result.stderr)
+
+
+# --------------------------------------------------------------------------- 10. completion
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete_bash"), ("zsh", "#compdef attn-cli"), ("fish", "complete_fish")])
+def test_completion_prints_the_script(shell: str, marker: str) -> None:
+    result = invoke(["completion", shell])
+    assert result.exit_code == 0 and marker in result.stdout and "_ATTN_CLI_COMPLETE" in result.stdout
+
+
+def test_the_bash_script_is_answered_at_run_time() -> None:
+    env = child_env(COMP_WORDS="attn-cli run --hea", COMP_CWORD="2", _ATTN_CLI_COMPLETE="complete_bash")
+    result = subprocess.run([sys.executable, "-m", "attn_cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert "plain,--heads" in result.stdout.split()
+
+
+def test_help_loads_no_completion_machinery_beyond_typers_own() -> None:
+    code = (
+        "import sys; import typer; before = set(sys.modules); "
+        "from attn_cli.cli import app; app(['--help'], standalone_mode=False); "
+        "print(sorted(m for m in set(sys.modules) - before if 'complet' in m or 'shellingham' in m "
+        "or m.startswith(('torch', 'matplotlib', 'tiktoken'))), file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip().splitlines()[-1] == "['attn_cli.cli.completion']"
