@@ -83,6 +83,7 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
         _stdout_failed = False
         _open_closed_stdout()
         settle_matplotlib_dirs()
+        _completion_command.answer_completion_requests()
         with handled_signals():
             try:
                 rv = super().main(args=args, prog_name=prog_name or "attn-cli", complete_var=complete_var, standalone_mode=False, **extra)

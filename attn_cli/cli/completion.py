@@ -26,6 +26,18 @@ class Shell(str, enum.Enum):
     fish = "fish"
 
 
+def answer_completion_requests() -> None:
+    """When the shell asks for completions (``_ATTN_CLI_COMPLETE`` set), make sure
+    typer's completion classes are registered: typer 0.26+ registers them only
+    with ``add_completion``, which attn-cli leaves off to keep ``--help`` fast."""
+    import os
+
+    if os.environ.get(COMPLETE_VAR):
+        from typer._completion_classes import completion_init
+
+        completion_init()
+
+
 @app.command(cls=AttnCommand)
 def completion(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish.", case_sensitive=False)]) -> None:
     """Print the shell completion script for attn-cli.
@@ -37,10 +49,8 @@ def completion(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish.",
       attn-cli completion fish > ~/.config/fish/completions/attn-cli.fish
       eval "$(attn-cli completion bash)"        # this shell only
     """
-    from typer._completion_classes import completion_init
     from typer._completion_shared import get_completion_script
 
-    completion_init()  # registers typer's completion classes, which answer the script's calls
     script = get_completion_script(prog_name=PROG_NAME, complete_var=COMPLETE_VAR, shell=shell.value)
     with stdout_errors():
         typer.echo(script)
