@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 
 from attn_cli.cli import AttnCommand, app
@@ -35,6 +34,7 @@ def html(
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
+    ctx: typer.Context,
     output: Annotated[
         Optional[Path],
         typer.Option(
@@ -76,7 +76,7 @@ def html(
       attn-cli html "The cat sat on the mat" --model ./all-MiniLM-L6-v2 -o minilm.html
     """
     path = _target(output, texts[0])
-    command = _command_line(click.get_current_context(), texts, lines)
+    command = _command_line(ctx, texts, lines)
 
     from attn_cli.render.html import build
 
@@ -115,7 +115,7 @@ def _target(output: Optional[Path], first_text: str) -> Path:
     return output
 
 
-def _command_line(ctx: click.Context, texts: list[str], lines: bool) -> str:
+def _command_line(ctx: typer.Context, texts: list[str], lines: bool) -> str:
     """The command that makes this page again: the text and every option not left
     at its default, whatever options the command has (the shared ones included)."""
     params = ctx.params
@@ -127,14 +127,14 @@ def _command_line(ctx: click.Context, texts: list[str], lines: bool) -> str:
     elif text is not None:
         args.append(text)
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
+        if param.param_type_name != "option" or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
             continue
         args += _flag(param, params.get(param.name))
     line = shlex.join(args)
     return line + "  # the texts on standard input" if from_stdin and lines else line
 
 
-def _flag(param: click.Option, value: Any) -> list[str]:
+def _flag(param: Any, value: Any) -> list[str]:  # a click Option, from whichever click typer uses
     plain = value.value if isinstance(value, enum.Enum) else value
     default = param.default.value if isinstance(param.default, enum.Enum) else param.default
     if value is None or plain == default:

@@ -265,11 +265,15 @@ def build_config(**values: Any) -> Config:
 
 
 def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` that the command line set (not left at their default)."""
-    from click.core import ParameterSource
-
+    """The options among ``names`` that the command line set (not left at their default).
+    By the source's name: typer 0.26+ vendors click, with its own ParameterSource enum."""
     flags = {p.name: p.opts[0] for p in ctx.command.params}
-    return [flags[n] for n in names if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
+    given = []
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT":
+            given.append(flags[name])
+    return given
 
 
 def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
@@ -306,12 +310,14 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
 def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give ``command(spec=..., texts=..., **own)`` the shared options.
 
-    A command that also declares ``lines: bool`` is told whether --lines was given.
+    A command that also declares ``lines: bool`` is told whether --lines was given,
+    and one that declares ``ctx`` gets the click context.
     """
     signature = inspect.signature(command, eval_str=True)
-    given = {"spec", "texts", "lines"}
+    given = {"spec", "texts", "lines", "ctx"}
     own = [p for name, p in signature.parameters.items() if name not in given]
     wants_lines = "lines" in signature.parameters
+    wants_ctx = "ctx" in signature.parameters
 
     @functools.wraps(command)
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
@@ -326,6 +332,8 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
             spec.layers.resolve(1, "layer")
         if wants_lines:
             kwargs["lines"] = shared["lines"]
+        if wants_ctx:
+            kwargs["ctx"] = ctx
         return command(spec=spec, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
