@@ -23,6 +23,7 @@ from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooL
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
 from attn_cli.source import SourceSpec
+from attn_cli.threads import attention_flops, threads_for, using_threads
 from attn_cli.trace import TOY, ModelInfo, Run, Selection, Trace
 
 __all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
@@ -145,7 +146,9 @@ class Pipeline:
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
-        layer = self_attention(x, config, self._projections(config, x.shape[1]))
+        flops = attention_flops(len(tokens), config.d_model, config.heads, config.d_k, config.d_v)
+        with using_threads(threads_for(flops)):  # the same numbers whatever the count
+            layer = self_attention(x, config, self._projections(config, x.shape[1]))
         return Trace(text, tokens, toy_info(config), (layer,), heads=selection.heads if selection else None)
 
     # A batch runs one configuration over many texts: the seeded embedding table
@@ -216,7 +219,12 @@ class CheckpointSource:
             )
         parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers)
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
-        layers = self.checkpoint.trace(tokens, selection.layers)
+        # Threads follow the size of one layer's operations, not the whole model's:
+        # a sentence through 12 small layers is still small work for each matmul.
+        info = self.info
+        per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
+        with using_threads(threads_for(per_layer)):
+            layers = self.checkpoint.trace(tokens, selection.layers)
         return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=pair)
 
 
