@@ -16,6 +16,7 @@ unknown (``None``) and nothing is refused.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,10 +30,22 @@ _MEMINFO = Path("/proc/meminfo")
 _NO_LIMIT = 2**60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
 
+# A batch asks before every text; reading /proc and the cgroup files each time cost
+# more than a short text's attention. An answer is reused for this long.
+FRESH_SECONDS = 0.25
+_last: tuple[float, int | None] | None = None
+
+
 def available_bytes() -> int | None:
-    """The bytes this process can still allocate: the smallest known limit."""
+    """The bytes this process can still allocate: the smallest known limit (read
+    afresh at most every FRESH_SECONDS)."""
+    global _last
+    now = time.monotonic()
+    if _last is not None and now - _last[0] < FRESH_SECONDS:
+        return _last[1]
     limits = [limit for limit in (mem_available(), address_space_left(), cgroup_left()) if limit is not None]
-    return min(limits) if limits else None
+    _last = (now, min(limits) if limits else None)
+    return _last[1]
 
 
 def mem_available() -> int | None:

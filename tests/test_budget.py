@@ -122,3 +122,18 @@ def test_an_embeddings_file_too_big_for_the_rlimit_is_exit_4_not_memoryerror(tmp
     assert result.returncode == ExitStatus.TOO_LARGE, result.stderr
     assert "MemoryError" not in result.stderr and "Traceback" not in result.stderr
     assert "give a smaller embeddings file" in result.stderr
+
+
+def test_a_batch_reuses_a_fresh_answer(monkeypatch) -> None:
+    """Reading /proc before every text of a batch cost more than its attention."""
+    calls = []
+    monkeypatch.setattr(budget, "FRESH_SECONDS", 60.0)
+    monkeypatch.setattr(budget, "_last", None)
+    monkeypatch.setattr(budget, "mem_available", lambda: calls.append(1) or 2**30)
+    monkeypatch.setattr(budget, "address_space_left", lambda: None)
+    monkeypatch.setattr(budget, "cgroup_left", lambda: None)
+    assert [budget.available_bytes() for _ in range(5)] == [2**30] * 5
+    assert len(calls) == 1
+    monkeypatch.setattr(budget, "FRESH_SECONDS", 0.0)
+    budget.available_bytes()
+    assert len(calls) == 2
