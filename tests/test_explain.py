@@ -649,3 +649,18 @@ def test_the_second_word_phrase_only_for_position_one(query: int, second_word: b
         assert "through every step: its row of each matrix, and its sums term by term." in intro
     out = cli(LIFE, "-t", "words", "--query", str(query)).stdout
     assert ("with its second word" in out) == second_word
+
+
+def test_a_walkthrough_that_cannot_fit_is_refused_before_it_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """explain of 10,000 tokens once took 7.8 GB; now the estimate is checked first."""
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+    from attn_cli.render import explain as explain_module
+
+    run = run_of("I saw a saw")
+    assert explain_module.explain_bytes(10_000) > 7 * 2**30  # what was measured
+    monkeypatch.setattr(budget, "available_bytes", lambda: explain_module.explain_bytes(len(run.tokens)))  # 80% usable
+    with pytest.raises(TooLargeError, match="explain needs about .* shorter text"):
+        explain(run)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * explain_module.explain_bytes(len(run.tokens)))
+    assert explain(run).steps

@@ -24,10 +24,31 @@ __all__ = [
 ]  # fmt: skip
 
 
+# The walk-through derives about this many (T, T) float32 tensors of one head at
+# once (scores, scaled, masked, float64 copies for spreads, the ablation's softmaxes
+# and statistics): measured 19 at T = 3000 (0.7 GB over the trace), with a margin.
+SQUARES_AT_PEAK = 24
+
+
+def explain_bytes(n_tokens: int) -> int:
+    """What building the walk-through of a text of ``n_tokens`` allocates, about."""
+    return SQUARES_AT_PEAK * 4 * n_tokens * n_tokens
+
+
 def explain(run: Trace, *, head: int | None = None, query: int | None = None, precision: int = 4) -> Explanation:
     """The walk-through of ``run``'s first kept layer: steps 4-8 for one head
     (``head``, default 0), following the query at position ``query`` in detail
-    when it is given."""
+    when it is given. Refuses (TooLargeError) a text whose walk-through would not
+    fit in memory, before building any of it."""
+    from attn_cli import budget
+
+    n = len(run.tokens)
+    budget.check(
+        {"explain": explain_bytes(n)},
+        {"explain": f"the walk-through's T x T tables of {n} tokens"},
+        {"explain": "use a shorter text (the walk-through summarises long ones anyway), or `attn-cli run --query N` for one row"},
+        doing="explain",
+    )
     h = resolve_head(run, head)
     if query is not None and not 0 <= query < len(run.tokens):
         raise UsageError(f"--query {query} is out of range: the text has {len(run.tokens)} tokens, positions 0 to {len(run.tokens) - 1}")
