@@ -372,3 +372,12 @@ def test_rerun_is_byte_identical_across_processes() -> None:
     proc = attn_process(*args)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == invoke(*args).stdout_bytes == invoke(*args).stdout_bytes
+
+
+def test_jsonl_is_accepted_as_json_lines(tmp_path: Path) -> None:
+    lines = tmp_path / "texts.txt"
+    lines.write_text("I saw a saw\nHello shiny sun\n")
+    as_json = invoke("run", "--file", str(lines), "--lines", "-t", "words", "-F", "json")
+    as_jsonl = invoke("run", "--file", str(lines), "--lines", "-t", "words", "-F", "jsonl")
+    assert as_jsonl.exit_code == 0 and as_jsonl.stdout == as_json.stdout
+    assert [json.loads(line)["text"] for line in as_jsonl.stdout.splitlines()] == ["I saw a saw", "Hello shiny sun"]

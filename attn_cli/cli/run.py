@@ -32,6 +32,7 @@ class Format(str, enum.Enum):
     auto = "auto"
     table = "table"
     json = "json"
+    jsonl = "jsonl"  # what people type for JSON Lines: the same output as json (one object per line)
     csv = "csv"
 
 
@@ -59,7 +60,7 @@ def run(
         typer.Option(
             "--format",
             "-F",
-            help="table for people; json (JSON Lines with --lines) or csv for scripts. "
+            help="table for people; json (JSON Lines with --lines; jsonl says the same) or csv for scripts. "
             "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
             "or with --show/--head/--query/--key, else json.",
             rich_help_panel=OUTPUT,
@@ -130,6 +131,8 @@ def run(
 def _choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
     """auto: what the -o file's suffix says; else a table on a terminal or when a
     table-only option (--show, --head, --query, --key) is given; else JSON."""
+    if format is Format.jsonl:
+        return Format.json
     if format is not Format.auto:
         return format
     if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
