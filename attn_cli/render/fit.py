@@ -1,7 +1,8 @@
-"""The one rule for fitting a table's columns into a width, shared by every table
-(run's matrices, explain's grids): every column if they fit, else the leading
-columns that fit beside a ``…`` column and the trailing ``keep_last`` columns.
-Widths are asked for lazily, so a table of 10,000 columns measures a few dozen."""
+"""The rule for cutting a table's columns to a width: every column if they fit, else
+the leading columns that fit beside a ``…`` column and the trailing ``keep_last``
+columns. Widths are asked for lazily, so a table of 10,000 columns measures a few
+dozen. (run's matrices are cut; explain's grids, already summarised to a few
+columns, are stacked in blocks instead, so that no number of the walk-through is lost.)"""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from attn_cli.render.explain.document import Block, Explanation, Grid, Line
-from attn_cli.render.fit import fit_columns
 
 
 def to_rich(explanation: Explanation) -> Any:
@@ -38,22 +37,22 @@ def _rich_block(block: Block) -> Any:
 
 
 class _FitGrid:
-    """A grid as a rich table that fits the width it is given: body columns that
-    do not fit are dropped behind a "…" column (the row labels and the
-    ``keep_last`` total columns stay), and a line says how many, and how to see
-    them."""
+    """A grid as rich tables that fit the width they are given: when its columns
+    do not fit side by side, the body columns go into stacked blocks, each with the
+    row labels again, so no number is cut (``attn_cli.render.fit`` measures
+    them)."""
 
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
 
-    def _table(self, columns: list[int]) -> Any:
+    def _table(self, columns: list[int], title: str | None) -> Any:
         from rich import box
         from rich.table import Table
         from rich.text import Text
 
         grid = self.grid
         table = Table(
-            title=grid.title or None,
+            title=title,
             title_justify="left",
             title_style="bold",
             box=box.SIMPLE_HEAD,
@@ -62,20 +61,14 @@ class _FitGrid:
             padding=(0, 0, 0, 1),
         )
         for k in columns:
-            header = grid.header[k] if k >= 0 else "…"
-            table.add_column(Text(header), justify="left" if 0 <= k < grid.left else "right", no_wrap=True)
+            table.add_column(Text(grid.header[k]), justify="left" if k < grid.left else "right", no_wrap=True)
         for r, row in enumerate(grid.rows):
-            cells = [
-                Text(row[k], style="bold reverse" if (r, k) in grid.emphasis else "") if k >= 0 else Text("…")
-                for k in columns
-            ]
-            table.add_row(*cells)
+            table.add_row(*(Text(row[k], style="bold reverse" if (r, k) in grid.emphasis else "") for k in columns))
         return table
 
-    def __rich_console__(self, console: Any, options: Any) -> Any:
+    def blocks(self, room: int) -> list[list[int]]:
+        """The body columns of each stacked block (the row labels go with every one)."""
         from rich.cells import cell_len
-        from rich.padding import Padding
-        from rich.text import Text
 
         grid = self.grid
         n = len(grid.header)
@@ -84,13 +77,27 @@ class _FitGrid:
             content = max(cell_len(grid.header[k]), *(cell_len(row[k]) for row in grid.rows))
             return content + (2 if k else 0)
 
-        columns = fit_columns(n, width, options.max_width, keep_last=grid.keep_last, keep_first=min(2, n), ellipsis=cell_len("…") + 2)
-        shown = [k if k is not None else -1 for k in columns]
-        yield Padding(self._table(shown), (1, 0, 0, 0))
-        cut = n - len([k for k in columns if k is not None])
-        if cut:
-            yield Text(
-                f"{cut} column{'s' if cut > 1 else ''} cut to fit the terminal ({options.max_width} wide): "
-                "a wider terminal, or --format text, shows them.",
-                style="dim",
-            )
+        labels = sum(width(k) for k in range(min(grid.left, n)))
+        blocks: list[list[int]] = [[]]
+        used = labels
+        for k in range(grid.left, n):
+            w = width(k) if k else width(k) + 2
+            if blocks[-1] and used + w > room:
+                blocks.append([])
+                used = labels
+            blocks[-1].append(k)
+            used += w
+        return blocks
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.padding import Padding
+
+        grid = self.grid
+        labels = list(range(min(grid.left, len(grid.header))))
+        blocks = self.blocks(options.max_width)
+        for i, body in enumerate(blocks):
+            title = grid.title or None
+            if len(blocks) > 1:
+                shown = f"columns {grid.header[body[0]]} to {grid.header[body[-1]]}" if len(body) > 1 else f"column {grid.header[body[0]]}"
+                title = f"{grid.title} ({shown}; {i + 1} of {len(blocks)})" if grid.title else f"({shown})"
+            yield Padding(self._table(labels + body, title), (1 if i == 0 else 0, 0, 0, 0))
