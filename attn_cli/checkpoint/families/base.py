@@ -167,7 +167,7 @@ def as_float32(layer: LayerAttention) -> LayerAttention:
         if isinstance(value, torch.Tensor):
             return value.to("cpu", torch.float32) if value.is_floating_point() else value.to("cpu")
         if isinstance(value, Linear):
-            return Linear(cast(value.weight), cast(value.bias))
+            return type(value)(cast(value.weight), cast(value.bias))
         if isinstance(value, Projections):
             return Projections(*(cast(getattr(value, f.name)) for f in dataclasses.fields(value)))
         return value
