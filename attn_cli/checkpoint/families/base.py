@@ -34,6 +34,8 @@ class Weights(Protocol):
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor: ...
 
+    def read_at(self, name: str, rows: torch.Tensor) -> torch.Tensor: ...
+
 
 class LayerTensors:
     """One layer's tensors by role ("ln_1.weight"), each read on first use, so a
@@ -248,7 +250,7 @@ def token_rows(weights: Weights, name: str, ids: Sequence[int], rows: int) -> to
             f"the folder's tokenizer files do not belong to these weights"
         )
     distinct = sorted(set(ids))
-    table = torch.cat([weights.read_rows(name, i, i + 1) for i in distinct])  # (U, D), one row per distinct id
+    table = weights.read_at(name, torch.tensor(distinct, dtype=torch.long))  # (U, D), one row per distinct id
     where = {token: row for row, token in enumerate(distinct)}
     return table[torch.tensor([where[i] for i in ids], dtype=torch.long)]  # (U, D) -> (T, D)
 
