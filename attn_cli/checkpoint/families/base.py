@@ -205,8 +205,10 @@ def multi_head(
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(queries, keys, values, divisor=divisor, mask=mask)  # (H, T, Dv), (H, T, T)
-    # 5. heads side by side, through W_o
+    # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
+    # the heads being views into the concat's columns
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
+    context = concat.view(n_tokens, heads, -1).transpose(0, 1)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv), a view
     output = projections.out(concat)  # (T, H*Dv) -> (T, D)
     return LayerAttention(
         queries=queries,
