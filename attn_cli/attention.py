@@ -40,6 +40,17 @@ class Linear:
 
 
 @dataclasses.dataclass(frozen=True)
+class FusedLinear(Linear):
+    """``y = x @ weight.T + bias`` as one ``torch.nn.functional.linear`` (an addmm, as
+    nn.Linear and transformers compute it): no second pass for the bias, no
+    (T, out) temporary. For trained checkpoints only; the toy keeps ``Linear``,
+    whose last bits its seed contract and emitted scripts reproduce."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)  # (T, in) -> (T, out)
+
+
+@dataclasses.dataclass(frozen=True)
 class Projections:
     query: Linear | None  # (H*Dk, D); None: Q = K = V = X
     key: Linear | None  # (H*Dk, D)

@@ -174,9 +174,10 @@ def test_layers_after_the_last_requested_are_never_read(gpt2_folder: Path, tmp_p
 
 def test_a_trace_reads_embedding_rows_and_the_layers_it_runs_only(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     whole, rows = [], []
-    read, read_rows = WeightReader.read, WeightReader.read_rows
+    read, read_rows, read_at = WeightReader.read, WeightReader.read_rows, WeightReader.read_at
     monkeypatch.setattr(WeightReader, "read", lambda self, name: whole.append(name) or read(self, name))
     monkeypatch.setattr(WeightReader, "read_rows", lambda self, name, a, b: rows.append(name) or read_rows(self, name, a, b))
+    monkeypatch.setattr(WeightReader, "read_at", lambda self, name, at: rows.append(name) or read_at(self, name, at))
     ckpt = open_checkpoint(str(gpt2_folder))
     tokens = ckpt.tokenizer.encode(TEXT)
     assert whole == rows == []  # opening reads headers only
@@ -293,6 +294,7 @@ def test_estimate_grows_with_tokens_squared_and_kept_layers(gpt2_folder: Path, m
     ckpt = open_checkpoint(str(gpt2_folder))
     monkeypatch.setattr(WeightReader, "read", lambda *a: pytest.fail("the estimate read a tensor"))
     monkeypatch.setattr(WeightReader, "read_rows", lambda *a: pytest.fail("the estimate read a tensor"))
+    monkeypatch.setattr(WeightReader, "read_at", lambda *a: pytest.fail("the estimate read a tensor"))
     small, double = ckpt.estimate_bytes(10, [0]), ckpt.estimate_bytes(20, [0])
     assert double["tables"] == 4 * small["tables"] == 4 * (4 * 10 * 10 * 4 * 2)  # H x T^2 x float32 x 2
     assert ckpt.estimate_bytes(10, [0, 1, 2])["tables"] == 3 * small["tables"]

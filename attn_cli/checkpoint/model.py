@@ -23,7 +23,7 @@ FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
 DEVICES = ("cpu", "cuda")
 KEPT_TABLES = 2  # T x T tensors a kept layer may hold per head: the weights, and the scores renderers derive
-KEPT_VECTORS = 7  # (T, D)-sized tensors a kept layer holds: x, queries, keys, values, context, concat, output
+KEPT_VECTORS = 6  # (T, D)-sized tensors a kept layer holds: x, queries, keys, values, concat (the context views it), output
 
 
 class Checkpoint:

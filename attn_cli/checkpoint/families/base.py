@@ -34,6 +34,8 @@ class Weights(Protocol):
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor: ...
 
+    def read_at(self, name: str, rows: torch.Tensor) -> torch.Tensor: ...
+
 
 class LayerTensors:
     """One layer's tensors by role ("ln_1.weight"), each read on first use, so a
@@ -167,7 +169,7 @@ def as_float32(layer: LayerAttention) -> LayerAttention:
         if isinstance(value, torch.Tensor):
             return value.to("cpu", torch.float32) if value.is_floating_point() else value.to("cpu")
         if isinstance(value, Linear):
-            return Linear(cast(value.weight), cast(value.bias))
+            return type(value)(cast(value.weight), cast(value.bias))
         if isinstance(value, Projections):
             return Projections(*(cast(getattr(value, f.name)) for f in dataclasses.fields(value)))
         return value
@@ -203,8 +205,10 @@ def multi_head(
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(queries, keys, values, divisor=divisor, mask=mask)  # (H, T, Dv), (H, T, T)
-    # 5. heads side by side, through W_o
+    # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
+    # the heads being views into the concat's columns
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
+    context = concat.view(n_tokens, heads, -1).transpose(0, 1)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv), a view
     output = projections.out(concat)  # (T, H*Dv) -> (T, D)
     return LayerAttention(
         queries=queries,
@@ -248,7 +252,7 @@ def token_rows(weights: Weights, name: str, ids: Sequence[int], rows: int) -> to
             f"the folder's tokenizer files do not belong to these weights"
         )
     distinct = sorted(set(ids))
-    table = torch.cat([weights.read_rows(name, i, i + 1) for i in distinct])  # (U, D), one row per distinct id
+    table = weights.read_at(name, torch.tensor(distinct, dtype=torch.long))  # (U, D), one row per distinct id
     where = {token: row for row, token in enumerate(distinct)}
     return table[torch.tensor([where[i] for i in ids], dtype=torch.long)]  # (U, D) -> (T, D)
 

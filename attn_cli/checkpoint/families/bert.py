@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import Linear, Projections
+from attn_cli.attention import FusedLinear, Projections
 from attn_cli.checkpoint.families.base import (
     Family,
     LayerTensors,
@@ -92,10 +92,10 @@ class Bert(Family):
 
     def projections(self, t: LayerTensors) -> Projections:
         return Projections(
-            Linear(t["query.weight"], t["query.bias"]),  # (H*Dk, D)
-            Linear(t["key.weight"], t["key.bias"]),  # (H*Dk, D)
-            Linear(t["value.weight"], t["value.bias"]),  # (H*Dv, D)
-            Linear(t["out.weight"], t["out.bias"]),  # (D, H*Dv)
+            FusedLinear(t["query.weight"], t["query.bias"]),  # (H*Dk, D)
+            FusedLinear(t["key.weight"], t["key.bias"]),  # (H*Dk, D)
+            FusedLinear(t["value.weight"], t["value.bias"]),  # (H*Dv, D)
+            FusedLinear(t["out.weight"], t["out.bias"]),  # (D, H*Dv)
         )
 
     def divisor(self, layer: int) -> tuple[float, str]:
@@ -107,6 +107,6 @@ class Bert(Family):
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
         residual = attention_output + hidden  # (T, D)
         attended = layer_norm(residual, t["attention_norm.weight"], t["attention_norm.bias"], self.eps)  # (T, D)
-        inner = self.act(Linear(t["intermediate.weight"], t["intermediate.bias"])(attended))  # (T, D) -> (T, F)
-        out = Linear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
+        inner = self.act(FusedLinear(t["intermediate.weight"], t["intermediate.bias"])(attended))  # (T, D) -> (T, F)
+        out = FusedLinear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import Linear, Projections, causal_mask
+from attn_cli.attention import FusedLinear, Projections, causal_mask
 from attn_cli.checkpoint.families.base import (
     Family,
     LayerTensors,
@@ -79,7 +79,7 @@ class Gpt2(Family):
         w_q, w_k, w_v = fused.split(self.d_model, dim=0)  # (3D, D) -> 3 x (D, D)
         b_q, b_k, b_v = t["c_attn.bias"].split(self.d_model)  # (3D,) -> 3 x (D,)
         w_o = conv1d_as_linear(t["c_proj.weight"])  # (D, D) input-first -> (out, in)
-        return Projections(Linear(w_q, b_q), Linear(w_k, b_k), Linear(w_v, b_v), Linear(w_o, t["c_proj.bias"]))
+        return Projections(FusedLinear(w_q, b_q), FusedLinear(w_k, b_k), FusedLinear(w_v, b_v), FusedLinear(w_o, t["c_proj.bias"]))
 
     def divisor(self, layer: int) -> tuple[float, str]:
         return scaled_divisor(self.head_dim, self.scale, layer + 1 if self.by_layer else 1)
@@ -90,6 +90,6 @@ class Gpt2(Family):
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
         hidden = attention_output + hidden  # (T, D) residual
         normed = layer_norm(hidden, t["ln_2.weight"], t["ln_2.bias"], self.eps)  # (T, D)
-        inner = self.act(Linear(conv1d_as_linear(t["mlp.c_fc.weight"]), t["mlp.c_fc.bias"])(normed))  # (T, D) -> (T, F)
-        mlp = Linear(conv1d_as_linear(t["mlp.c_proj.weight"]), t["mlp.c_proj.bias"])(inner)  # (T, F) -> (T, D)
+        inner = self.act(FusedLinear(conv1d_as_linear(t["mlp.c_fc.weight"]), t["mlp.c_fc.bias"])(normed))  # (T, D) -> (T, F)
+        mlp = FusedLinear(conv1d_as_linear(t["mlp.c_proj.weight"]), t["mlp.c_proj.bias"])(inner)  # (T, F) -> (T, D)
         return hidden + mlp  # (T, D) residual

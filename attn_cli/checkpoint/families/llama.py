@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import Linear, Projections, causal_mask
+from attn_cli.attention import FusedLinear, Projections, causal_mask
 from attn_cli.checkpoint.families.base import Family, LayerTensors, Weights, activation, scaled_divisor, token_rows
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
@@ -163,8 +163,8 @@ class Llama(Family):
         return rms_norm(hidden, t["input_layernorm.weight"], self.eps)  # (T, D)
 
     def projections(self, t: LayerTensors) -> Projections:
-        def linear(role: str, biased: bool) -> Linear:
-            return Linear(t[f"{role}.weight"], t[f"{role}.bias"] if biased else None)
+        def linear(role: str, biased: bool) -> FusedLinear:
+            return FusedLinear(t[f"{role}.weight"], t[f"{role}.bias"] if biased else None)
 
         return Projections(
             linear("q_proj", self.qkv_bias),  # (H*Dk, D)
@@ -210,8 +210,8 @@ class Llama(Family):
         hidden = hidden + attention_output  # (T, D) residual
         normed = rms_norm(hidden, t["post_attention_layernorm.weight"], self.eps)  # (T, D)
 
-        def linear(role: str) -> Linear:
-            return Linear(t[f"{role}.weight"], t[f"{role}.bias"] if self.mlp_bias else None)
+        def linear(role: str) -> FusedLinear:
+            return FusedLinear(t[f"{role}.weight"], t[f"{role}.bias"] if self.mlp_bias else None)
 
         gated = self.act(linear("gate_proj")(normed)) * linear("up_proj")(normed)  # (T, D) -> (T, F)
         return hidden + linear("down_proj")(gated)  # (T, F) -> (T, D), residual
