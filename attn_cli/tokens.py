@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from attn_cli.errors import InputError, TokenizerError
@@ -31,6 +31,12 @@ class Tokens:
     tokenizer: str  # the tokenizer actually used (an encoding name, "words", or a model's tokenizer.json)
     special: tuple[bool, ...] = ()  # (T,) added by the model's tokenizer (BOS, [CLS], [SEP]); () = none
     type_ids: tuple[int, ...] = ()  # (T,) segment of each token (0, or 1 for a --pair); () = all 0
+    partial: tuple[str, ...] = ()  # (T,) a token's bytes in hex when they are part of a character, else ""; () = none
+
+    def partial_bytes(self, position: int) -> str:
+        """The token's bytes in hex when they are not UTF-8 on their own (part of a
+        character split over tokens: its text shows them as \\xNN escapes), else ""."""
+        return self.partial[position] if self.partial else ""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -81,8 +87,8 @@ class TiktokenTokenizer:
     def tokens_from_ids(self, ids: Sequence[int]) -> Tokens:
         """Tokens for ids chosen directly (the `heads` probe), labelled as encode labels them."""
         single = self._encoding.decode_single_token_bytes
-        texts = tuple(single(i).decode("utf-8", errors="backslashreplace") for i in ids)
-        return Tokens(tuple(ids), texts, self._encoding.n_vocab, self.name)
+        texts, partial = pieces_text(single(i) for i in ids)
+        return Tokens(tuple(ids), texts, self._encoding.n_vocab, self.name, partial=partial)
 
     def ordinary_ids(self) -> range:
         """The byte-pair tokens, without the special ones (which tiktoken numbers after them)."""
@@ -113,6 +119,23 @@ def get_tokenizer(name: str) -> Tokenizer:
     from attn_cli.rankfiles import load_encoding
 
     return TiktokenTokenizer(load_encoding(encoding_name(name)))
+
+
+def piece_text(raw: bytes) -> tuple[str, str]:
+    """A token's text, and its bytes in hex when they are not UTF-8 on their own
+    (then the text shows them as \\xNN escapes, as Python's backslashreplace does)."""
+    try:
+        return raw.decode("utf-8"), ""
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="backslashreplace"), raw.hex()
+
+
+def pieces_text(raws: Iterable[bytes]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``piece_text`` for each token: (texts, partial), partial () when every token is whole."""
+    decoded = [piece_text(raw) for raw in raws]
+    texts = tuple(text for text, _ in decoded)
+    partial = tuple(hexed for _, hexed in decoded)
+    return texts, partial if any(partial) else ()
 
 
 def strip_punctuation(text: str) -> str:

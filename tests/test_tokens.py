@@ -235,3 +235,31 @@ def test_default_tokenizer_is_gpt2_when_its_files_are_here(rank_dir) -> None:
     pipeline = Pipeline(Config())
     assert pipeline.notes == []
     assert pipeline.run(HEADLINE).tokens.ids == (14662, 318, 1790, 11, 4483, 23084, 717)
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "hexed"),
+    [
+        (b" cat", " cat", ""),
+        (b"\xe7", "\\xe7", "e7"),  # the first byte of a character split over tokens
+        (b"\xa7\x98", "\\xa7\\x98", "a798"),
+        ("日".encode(), "日", ""),
+        (b"\\xe7", "\\xe7", ""),  # a real backslash text: the same text, but not partial
+    ],
+)
+def test_a_piece_of_a_character_is_told_from_text_that_looks_like_one(raw: bytes, text: str, hexed: str) -> None:
+    from attn_cli.tokens import piece_text
+
+    assert piece_text(raw) == (text, hexed)
+    if hexed:
+        assert bytes.fromhex(hexed) == raw
+
+
+@pytest.mark.integration
+def test_gpt2_pieces_of_characters_carry_their_bytes(rank_dir) -> None:
+    from attn_cli.tokens import get_tokenizer
+
+    tokens = get_tokenizer("gpt2").encode("猫 sat")
+    assert any(tokens.partial)
+    raw = b"".join(bytes.fromhex(tokens.partial_bytes(i)) if tokens.partial_bytes(i) else t.encode() for i, t in enumerate(tokens.texts))
+    assert raw == "猫 sat".encode()

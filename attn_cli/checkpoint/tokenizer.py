@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_cli.errors import InputError, ModelUnavailable, TooLargeError, UsageError
-from attn_cli.tokens import Tokens
+from attn_cli.tokens import Tokens, piece_text
 
 TOKENIZER_JSON = "tokenizer.json"
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -66,9 +66,11 @@ class CheckpointTokenizer:
                 f"{self.max_positions} or less"
             )
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
+        texts, partial = self._texts(encoding.tokens, special)
         return Tokens(
             ids=tuple(encoding.ids),
-            texts=self._texts(encoding.tokens, special),
+            texts=texts,
+            partial=partial,
             vocab_size=self._tokenizer.get_vocab_size(with_added_tokens=True),
             tokenizer=self.name,
             special=special,
@@ -94,9 +96,11 @@ class CheckpointTokenizer:
     def tokens_from_ids(self, ids: tuple[int, ...], special: tuple[bool, ...]) -> Tokens:
         """Tokens for ids chosen directly, labelled as ``encode`` labels them."""
         pieces = [self._tokenizer.id_to_token(tid) or "?" for tid in ids]
+        texts, partial = self._texts(pieces, special)
         return Tokens(
             ids=tuple(ids),
-            texts=self._texts(pieces, special),
+            texts=texts,
+            partial=partial,
             vocab_size=self._tokenizer.get_vocab_size(with_added_tokens=True),
             tokenizer=self.name,
             special=special,
@@ -115,19 +119,24 @@ class CheckpointTokenizer:
         finally:
             self._tokenizer.no_truncation()
 
-    def _texts(self, tokens: list[str], special: tuple[bool, ...]) -> tuple[str, ...]:
-        texts = []
+    def _texts(self, tokens: list[str], special: tuple[bool, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(texts, partial): each token's text, and its bytes in hex where they are
+        part of a character (``attn_cli.tokens.piece_text``); partial () when none is."""
+        texts, partial = [], []
         for i, token in enumerate(tokens):
+            hexed = ""
             if special[i]:
-                texts.append(token)
+                text = token
             elif self._byte_level:
-                texts.append(bytes(_BYTES.get(c, ord("?")) for c in token).decode("utf-8", errors="backslashreplace"))
+                text, hexed = piece_text(bytes(_BYTES.get(c, ord("?")) for c in token))
             elif (byte := _BYTE_FALLBACK.fullmatch(token)) is not None:
-                texts.append(bytes([int(byte[1], 16)]).decode("utf-8", errors="backslashreplace"))
+                text, hexed = piece_text(bytes([int(byte[1], 16)]))
             else:
                 previous = tokens[i - 1] if i > 0 and not special[i - 1] else None
-                texts.append(self._in_place(previous, token))
-        return tuple(texts)
+                text = self._in_place(previous, token)
+            texts.append(text)
+            partial.append(hexed)
+        return tuple(texts), tuple(partial) if any(partial) else ()
 
     def _in_place(self, previous: str | None, token: str) -> str:
         """The text the decoder adds for ``token`` after ``previous`` (None: first of its segment)."""
