@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, shared_options
+from attn_cli.cli.options import OUTPUT, run_texts, shared_options
 from attn_cli.cli.output import stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 from attn_cli.errors import OutputError, UsageError
@@ -32,6 +31,7 @@ NOT_REPRODUCED = {"output", "open", "debug", "emit_python"}  # options that do n
 @app.command(cls=AttnCommand)
 @shared_options
 def html(
+    ctx: typer.Context,
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
@@ -76,14 +76,14 @@ def html(
       attn-cli html "The cat sat on the mat" --model ./all-MiniLM-L6-v2 -o minilm.html
     """
     path = _target(output, texts[0])
-    command = _command_line(click.get_current_context(), texts, lines)
+    command = _command_line(ctx, texts, lines)
 
     from attn_cli.render.html import build
 
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(source.run_each(texts, spec.select(source, everything=True)))
+    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True)))
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic
@@ -115,7 +115,7 @@ def _target(output: Optional[Path], first_text: str) -> Path:
     return output
 
 
-def _command_line(ctx: click.Context, texts: list[str], lines: bool) -> str:
+def _command_line(ctx: typer.Context, texts: list[str], lines: bool) -> str:
     """The command that makes this page again: the text and every option not left
     at its default, whatever options the command has (the shared ones included)."""
     params = ctx.params
@@ -127,14 +127,14 @@ def _command_line(ctx: click.Context, texts: list[str], lines: bool) -> str:
     elif text is not None:
         args.append(text)
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
+        if param.param_type_name != "option" or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
             continue
         args += _flag(param, params.get(param.name))
     line = shlex.join(args)
     return line + "  # the texts on standard input" if from_stdin and lines else line
 
 
-def _flag(param: click.Option, value: Any) -> list[str]:
+def _flag(param: Any, value: Any) -> list[str]:
     plain = value.value if isinstance(value, enum.Enum) else value
     default = param.default.value if isinstance(param.default, enum.Enum) else param.default
     if value is None or plain == default:
