@@ -276,6 +276,20 @@ def test_usage_errors(args: list[str], message: str) -> None:
     assert result.stderr.startswith(f"attn-cli: error: {message}"), result.stderr
 
 
+def test_query_follows_a_shown_token_by_its_position_in_the_text() -> None:
+    out = invoke("run", *SAW, "--hide-tokens", "0", "--query", "2", "--head", "0", "--format", "table").stdout
+    assert "Query a (position 2)" in out and "I " not in out.split("Query a (position 2)")[1].split("entropy")[0]
+    result = invoke("run", *SAW, "--hide-tokens", "0", "--query", "I", "--format", "table", code=2)
+    assert "--query: I (position 0) is hidden by --hide-tokens" in result.stderr
+
+
+def test_a_notebook_page_reproduces_the_hiding() -> None:
+    from attn_cli.render.html import reproduce_command
+
+    trace = hide(special_trace(), HideSpec.parse("special"))
+    assert reproduce_command(trace).endswith("--hide-tokens 0,7")
+
+
 def test_explain_refuses_it() -> None:
     result = invoke("explain", *SAW, "--hide-tokens", "0", code=2)
     assert "explain walks through the model's own softmax" in result.stderr

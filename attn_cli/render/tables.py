@@ -627,9 +627,9 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
     for rank, j in enumerate(order[:TOP_KEYS], start=1):
-        table.add_row(str(rank), str(j), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
+        table.add_row(str(rank), str(run.tokens.position(j)), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
     title = Text.assemble(
-        ("Query ", "bold"), (labels[query], "bold"), (f" (position {query})", "bold"),
+        ("Query ", "bold"), (labels[query], "bold"), (f" (position {run.tokens.position(query)})", "bold"),
         f": what it attends to, most first{_head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )
@@ -667,9 +667,9 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
             table.add_row(*(Text(VDOTS, style="dim") for _ in range(4)))
             continue
         style = "bold" if i == best else ""
-        table.add_row(str(i), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
+        table.add_row(str(run.tokens.position(i)), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
     title = Text.assemble(
-        ("Key ", "bold"), (labels[key], "bold"), (f" (position {key})", "bold"),
+        ("Key ", "bold"), (labels[key], "bold"), (f" (position {run.tokens.position(key)})", "bold"),
         f": who attends to it, in query order{_head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )

@@ -123,6 +123,8 @@ def reproduce_command(trace: Trace) -> str:
         kept = [layer.layer for layer in trace.layers]
         if kept != list(range(trace.model.layers)):
             args += ["--layer", ",".join(str(i) for i in kept)]
+    if trace.hiding is not None and trace.hiding.active:
+        args += ["--hide-tokens", ",".join(str(i) for i in trace.hiding.hidden)]
     return shlex.join(args)
 
 
