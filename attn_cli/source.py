@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from attn_cli.config import Config
+from attn_cli.hiding import HideSpec
 from attn_cli.trace import IndexSpec, Selection
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class SourceSpec:
     device: str = "cpu"  # where: cpu, cuda
     layers: IndexSpec = IndexSpec(None, "--layer")
     heads: IndexSpec = IndexSpec(None, "--head")
+    hide: HideSpec | None = None  # --hide-tokens: left out of tables and pictures, rows renormalized
 
     @property
     def trained(self) -> bool:

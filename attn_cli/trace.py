@@ -21,6 +21,7 @@ from attn_cli.errors import UsageError
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
     from attn_cli.config import Config
+    from attn_cli.hiding import Hiding
     from attn_cli.tokens import Tokens
 
 TOY = "toy"
@@ -99,6 +100,15 @@ class Trace:
     layers: tuple[LayerAttention, ...]
     heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
     pair: str | None = None  # the second segment (--pair), when there is one
+    hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
+    renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
+
+    def shown(self) -> Trace:
+        """What tables and pictures draw: without the hidden tokens, rows renormalized
+        (``attn_cli.hiding``); this trace itself when nothing is hidden."""
+        from attn_cli.hiding import shown
+
+        return shown(self)
 
     @property
     def shown_heads(self) -> tuple[int, ...]:

@@ -42,10 +42,10 @@ def test_json_has_the_issue_keys_and_shapes() -> None:
     assert ISSUE_CONFIG_KEYS <= set(data["model"]["config"])
     assert data["text"] == "I saw a saw" and data["tokenizer"] == "words"
     assert data["tokens"] == [
-        {"position": 0, "id": 0, "text": "I", "label": "I", "special": False},
-        {"position": 1, "id": 2, "text": "saw", "label": "saw#1", "special": False},
-        {"position": 2, "id": 1, "text": "a", "label": "a", "special": False},
-        {"position": 3, "id": 2, "text": "saw", "label": "saw#3", "special": False},
+        {"position": 0, "id": 0, "text": "I", "label": "I", "special": False, "hidden": False},
+        {"position": 1, "id": 2, "text": "saw", "label": "saw#1", "special": False, "hidden": False},
+        {"position": 2, "id": 1, "text": "a", "label": "a", "special": False, "hidden": False},
+        {"position": 3, "id": 2, "text": "saw", "label": "saw#3", "special": False, "hidden": False},
     ]
     c = data["model"]["config"]
     assert (c["d_model"], c["heads"], c["d_k"], c["d_v"], c["causal"]) == (16, 2, 3, 5, True)

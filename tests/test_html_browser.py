@@ -10,6 +10,7 @@ they fail instead, so a CI machine cannot pass them by accident.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterator
@@ -308,3 +309,33 @@ def test_notebook_frames_coexist(open_page: Any) -> None:
         assert frame.inner_text("#text").strip() == text
     frames[1].hover(".left .tok[data-i='4']")
     assert frames[1].inner_text("#detail-title").startswith(two.tokens.labels[4])
+
+
+def test_hidden_tokens_are_absent_from_the_head_view_and_matrix(open_page: Any, shots: Path) -> None:
+    from attn_cli.hiding import HideSpec, hide
+
+    folder = "/some/where/a/long/folder/of/checkpoints/hand-mini-bert"
+    trace = hand_trace(10, layers=2, heads=3, source=folder)
+    trace = hide(dataclasses.replace(trace, model=dataclasses.replace(trace.model, path=folder)), HideSpec.parse("special"))
+    data = run_dict(trace)
+    p = open_page(page([trace], command="attn-cli html --model hand/mini-bert --hide-tokens special"))
+    assert p.page.title().endswith("· …/checkpoints/hand-mini-bert") and p.text("h1").endswith("…/checkpoints/hand-mini-bert")
+    assert "[CLS], [SEP] (positions 0, 9): left out of every view" in p.text("#about")
+    kept = [t["label"] for t in data["tokens"] if not t["hidden"]]
+    for side in ("left", "right"):
+        assert p.page.locator(f".{side} .tok").all_inner_texts() == kept
+    assert p.page.locator(".tok.special").count() == 0
+    p.page.hover(".left .tok[data-i='0']")
+    assert p.text("#detail-title") == f"{kept[0]} (query 1) attends to"  # the position in the text, not among the shown
+    p.view("matrix")
+    head = data["layers"][0]["heads"][0]
+    for q in range(8):
+        for k in (0, q, 7):
+            tip = p.hover_cell(q, k)
+            assert tip["query"] == f"{kept[q]} ({q + 1})" and tip["key"] == f"{kept[k]} ({k + 1})"
+            shown = head["weights_shown"][q + 1][k + 1]
+            assert tip["weight"] == ("0 (masked)" if shown is None or k > q else fixed(shown))
+    p.page.screenshot(path=shots / "hidden-matrix.png", full_page=True)
+    p.view("overview")
+    assert p.page.locator(".headname").all_inner_texts() == ["head 0", "head 1", "head 2"]
+    assert p.page.locator(".thumb").count() == 2 * 3

@@ -59,6 +59,11 @@ def explain(
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
+    if spec.hide is not None:
+        raise UsageError(
+            "--hide-tokens: explain walks through the model's own softmax, which hiding would change; "
+            "drop it (run, heatmap, heads and html take it)"
+        )
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
     source = spec.open()
     for note in source.notes:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, shared_options
+from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, run_texts, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.cli.run import Format, _choose_format as choose_format  # run's formats and their auto rule
 from attn_cli.errors import UsageError
@@ -86,7 +86,7 @@ def heads(
             typer.echo(f"note: no probe: {probe_note}; the text's scores still come", err=True)
     live = output is None and stdout_is_terminal()
     numbered = len(texts) > 1
-    traces = progress(source.run_each(texts, selection), len(texts), stdout_is_live=live and chosen is not Format.table)
+    traces = progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live and chosen is not Format.table)
 
     def reports() -> Iterator[HeadsReport]:
         nonlocal probe_scores

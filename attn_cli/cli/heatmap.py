@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, shared_options
+from attn_cli.cli.options import OUTPUT, run_texts, shared_options
 from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
 from attn_cli.errors import OutputError, UsageError
 from attn_cli.render.kinds import FORMATS, What
@@ -175,7 +175,7 @@ def heatmap(
         new_figure = plt.figure
     numbered = len(texts) > 1 or lines
     width = max(3, len(str(len(texts))))
-    traces = source.run_each(texts, selection)
+    traces = run_texts(spec, source, texts, selection)
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
     for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
         stem = fixed_name or slug(trace.text)

@@ -18,7 +18,7 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, shared_options
+from attn_cli.cli.options import OUTPUT, run_texts, shared_options
 from attn_cli.cli.output import stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 from attn_cli.errors import OutputError, UsageError
@@ -31,10 +31,10 @@ NOT_REPRODUCED = {"output", "open", "debug", "emit_python"}  # options that do n
 @app.command(cls=AttnCommand)
 @shared_options
 def html(
+    ctx: typer.Context,
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
-    ctx: typer.Context,
     output: Annotated[
         Optional[Path],
         typer.Option(
@@ -83,7 +83,7 @@ def html(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(source.run_each(texts, spec.select(source, everything=True)))
+    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True)))
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic

@@ -12,16 +12,22 @@ from __future__ import annotations
 import functools
 import inspect
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
 from attn_cli.files import output_path
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
-from attn_cli.errors import UsageError
+from attn_cli.errors import UsageError, in_batch
+from attn_cli.hiding import HideSpec
 from attn_cli.source import TABLE_HEADS, SourceSpec
 from attn_cli.trace import IndexSpec
+
+if TYPE_CHECKING:
+    from attn_cli.pipeline import Source
+    from attn_cli.trace import Selection, Trace
 
 INPUT = "Input"
 MODEL = "Toy model (seeded weights)"
@@ -228,6 +234,24 @@ TRAINED_PARAMS = [
     ),
 ]
 
+HIDE_PARAMS = [
+    _param(
+        "hide_tokens",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--hide-tokens",
+                help="Leave these tokens' rows and columns out of tables and pictures and renormalize each other row "
+                "over the keys shown: special (BOS, [CLS], [SEP]), and/or positions and tokens, comma-separated "
+                "(0,-1 or '[CLS],[SEP]'). JSON and CSV keep the model's weights and add the renormalized ones.",
+                rich_help_panel=OUTPUT,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+]
+
 # The toy model's own options: with --model each is a usage error.
 TOY_ONLY = (
     "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
@@ -235,7 +259,7 @@ TOY_ONLY = (
 )  # fmt: skip
 MODEL_ONLY = ("revision", "pair", "truncate", "dtype", "device")
 
-_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS
+_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS + HIDE_PARAMS
 _SHARED_NAMES = {p.name for p in _SHARED}
 
 
@@ -279,6 +303,8 @@ def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
 def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
     """The SourceSpec the options describe; a conflict between them is a usage error."""
     model = shared["model"]
+    if shared["emit_python"] and shared["hide_tokens"] is not None:
+        raise UsageError("--hide-tokens changes what is shown, and --emit-python prints the computation, which it does not change: drop --hide-tokens")
     if model is not None:
         if not model.strip():
             raise UsageError("--model is empty: give a checkpoint folder or ORG/NAME")
@@ -304,6 +330,7 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
         device=shared["device"],
         layers=IndexSpec.parse(shared["layer"], "--layer"),
         heads=IndexSpec.parse(shared["head"], "--head"),
+        hide=HideSpec.parse(shared["hide_tokens"]),
     )
 
 
@@ -337,12 +364,29 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(spec=spec, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS]
+    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS, *HIDE_PARAMS]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__  # typer must see the new signature, not the command's
     return wrapper
+
+
+def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Selection | None) -> Iterator[Trace]:
+    """Each text's trace, its --hide-tokens tokens marked (a note about them on stderr, once)."""
+    from attn_cli.hiding import hide
+
+    said: set[str] = set()
+    for i, trace in enumerate(source.run_each(texts, selection)):
+        try:
+            trace = hide(trace, spec.hide)
+        except UsageError as err:
+            raise in_batch(err, i, len(texts))
+        note = trace.hiding.note if trace.hiding is not None else None
+        if note is not None and note not in said:
+            said.add(note)
+            typer.echo(note, err=True)
+        yield trace
 
 
 def _print_script(config: Config, texts: list[str], output: Any) -> None:

@@ -17,6 +17,7 @@ from attn_cli.cli.options import (
     OutputOption,
     PrecisionOption,
     QueryOption,
+    run_texts,
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
@@ -25,7 +26,7 @@ from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
-    from attn_cli.trace import Selection
+    from attn_cli.trace import Selection, Trace
 
 
 class Format(str, enum.Enum):
@@ -115,13 +116,13 @@ def run(
     selection = spec.select(source, everything=chosen is not Format.table)
 
     if chosen is Format.table:
-        _tables(source, selection, texts, shown, query, key, output, precision, no_color)
+        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color)
         return
     from attn_cli.render.export import to_csv, to_json
 
     live = output is None and stdout_is_terminal()
     with binary_output(output) as out:
-        for i, result in enumerate(progress(source.run_each(texts, selection), len(texts), stdout_is_live=live)):
+        for i, result in enumerate(progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live)):
             if chosen is Format.json:
                 out.write(to_json(result).encode("utf-8") + b"\n")
             else:
@@ -140,7 +141,18 @@ def _choose_format(format: Format, output: Path | None, *, table_asked: bool) ->
     return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
 
 
+def _shown_position(trace: Trace, position: int, flag: str) -> int:
+    """A token's place among the tokens the tables show (the same unless --hide-tokens hides some)."""
+    hiding = trace.hiding
+    if hiding is None or not hiding.active:
+        return position
+    if position in hiding.hidden:
+        raise UsageError(f"{flag}: {trace.tokens.labels[position]} (position {position}) is hidden by --hide-tokens; follow a token that is shown")
+    return hiding.kept.index(position)
+
+
 def _tables(
+    spec: SourceSpec,
     source: Source,
     selection: Selection,
     texts: list[str],
@@ -161,7 +173,7 @@ def _tables(
         precision=precision,
     )
     # Runs are computed first (under the progress bar), then printed in one go.
-    runs = list(progress(source.run_each(texts, selection), len(texts)))
+    runs = list(progress(run_texts(spec, source, texts, selection), len(texts)))
     parts = []
     for i, result in enumerate(runs):
         view = base
@@ -170,8 +182,8 @@ def _tables(
             try:
                 view = dataclasses.replace(
                     base,
-                    query=None if query is None else resolve_position(query, texts_, labels, "--query"),
-                    key=None if key is None else resolve_position(key, texts_, labels, "--key"),
+                    query=None if query is None else _shown_position(result, resolve_position(query, texts_, labels, "--query"), "--query"),
+                    key=None if key is None else _shown_position(result, resolve_position(key, texts_, labels, "--key"), "--key"),
                 )
             except UsageError as err:
                 raise in_batch(err, i, len(texts))

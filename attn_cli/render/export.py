@@ -25,7 +25,7 @@ from attn_cli.trace import Trace
 SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
-MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights")  # per head, (T, T)
+MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights", "weights_shown")  # per head, (T, T)
 HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
 CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
@@ -42,6 +42,7 @@ def export_numbers(run: Trace) -> int:
     for layer in run.layers:
         d_k, d_v, d_in = layer.queries.shape[-1], layer.values.shape[-1], layer.x.shape[-1] if layer.x is not None else 0
         squares = (4 if layer.dropped_weights is not None else 3) * heads * n * n  # scores, scaled_scores, weights (dropped)
+        squares += heads * n * n if run.hiding is not None and run.hiding.active else 0  # weights_shown
         vectors = n * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
         total += squares + vectors
     return total
@@ -58,21 +59,26 @@ def check_export_size(run: Trace) -> None:
     budget.check({"export": numbers * EXPORT_BYTES_PER_NUMBER}, {"export": what}, {"export": fix}, doing="this export")
 
 
-def token_dicts(tokens: Tokens) -> list[dict[str, Any]]:
-    """The documented ``tokens`` array: position, id, text, label, special (and segment for pairs)."""
+def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """The documented ``tokens`` array: position, id, text, label, special, hidden (and segment for pairs)."""
     pair = any(tokens.type_ids)
+    hidden = set(hidden)
     out = []
     for i, (tid, text, label) in enumerate(zip(tokens.ids, tokens.texts, tokens.labels)):
-        entry: dict[str, Any] = {"position": i, "id": tid, "text": text, "label": label, "special": tokens.is_special(i)}
+        entry: dict[str, Any] = {
+            "position": i, "id": tid, "text": text, "label": label, "special": tokens.is_special(i), "hidden": i in hidden,
+        }
         if pair:
             entry["segment"] = tokens.type_ids[i]
         out.append(entry)
     return out
 
 
-def layer_dict(layer: LayerAttention, heads: Sequence[int]) -> dict[str, Any]:
-    """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output."""
+def layer_dict(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None) -> dict[str, Any]:
+    """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
+    ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``."""
     scaled = layer.scaled_scores
+    shown = None if kept is None else _weights_shown(layer, heads, kept)
     stats = attention_stats(layer.weights[list(heads)], mask=layer.mask)
     entries = []
     for h, head_stats in zip(heads, stats):
@@ -89,6 +95,8 @@ def layer_dict(layer: LayerAttention, heads: Sequence[int]) -> dict[str, Any]:
         }
         if layer.dropped_weights is not None:
             entry["dropped_weights"] = layer.dropped_weights[h].tolist()
+        if shown is not None:
+            entry["weights_shown"] = shown[h]
         entry["stats"] = head_stats.as_dict()
         entries.append(entry)
     return {
@@ -100,19 +108,38 @@ def layer_dict(layer: LayerAttention, heads: Sequence[int]) -> dict[str, Any]:
     }
 
 
+def _weights_shown(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int]) -> dict[int, list[list[float | None]]]:
+    """Per head, the (T, T) renormalized weights (``attn_cli.hiding``) at the model's positions:
+    ``null`` in the hidden tokens' rows and columns, and in a row with no weight left."""
+    from attn_cli.hiding import renormalize
+
+    n = layer.weights.shape[-1]
+    shown = renormalize(layer.weights[list(heads)], kept).tolist()  # (H', K, K)
+    out = {}
+    for h, matrix in zip(heads, shown):
+        full: list[list[float | None]] = [[None] * n for _ in range(n)]
+        for row, i in zip(matrix, kept):
+            if not math.isnan(row[0]):
+                for value, j in zip(row, kept):
+                    full[i][j] = value
+        out[h] = full
+    return out
+
+
 def run_dict(run: Trace) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema")."""
     check_export_size(run)
     tokens = run.tokens
+    hiding = run.hiding if run.hiding is not None and run.hiding.active else None
     return {
         "schema_version": SCHEMA_VERSION,
         "text": run.text,
         "pair": run.pair,
         "tokenizer": tokens.tokenizer,
         "vocab_size": tokens.vocab_size,
-        "tokens": token_dicts(tokens),
+        "tokens": token_dicts(tokens, hiding.hidden if hiding else ()),
         "model": run.model.as_dict(),
-        "layers": [layer_dict(layer, run.shown_heads) for layer in run.layers],
+        "layers": [layer_dict(layer, run.shown_heads, hiding.kept if hiding else None) for layer in run.layers],
     }
 
 
@@ -133,12 +160,23 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
         (index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(data["tokens"])
     ]
     rows += [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["special"]]
+    rows += [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["hidden"]]
 
     def vectors(table: str, head: Any, layer: int, matrix: list[list[float]]) -> None:
         for i, vec in enumerate(matrix):
             rows.extend((index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec))
 
+    hidden = {i for i, t in enumerate(data["tokens"]) if t["hidden"]}
+
     def squares(table: str, head: Any, layer: int, matrix: list[list[float | None]]) -> None:
+        if table == "weights_shown":  # the shown tokens' cells only; "" in a row with no weight left
+            for i, vec in enumerate(matrix):
+                if i not in hidden:
+                    rows.extend(
+                        (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "" if v is None else v)
+                        for j, v in enumerate(vec) if j not in hidden
+                    )
+            return
         for i, vec in enumerate(matrix):
             rows.extend(
                 (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "-inf" if v is None else v)

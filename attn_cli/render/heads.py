@@ -53,7 +53,7 @@ def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
             "heads": [h.as_dict() for h in report.heads],
             "probe": None if report.probe is None else report.probe.as_dict(),
             "probe_note": report.probe_note,
-            "tokens": token_dicts(report.trace.tokens),
+            "tokens": token_dicts(report.trace.tokens, report.trace.hiding.hidden if report.trace.hiding else ()),
             "model": report.trace.model.as_dict(),
         }
     )
@@ -104,8 +104,17 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
         title.append(f"text {index + 1} of {total}: ", style="bold")
     shown = trace.text if len(trace.text) <= 70 else trace.text[:67] + "…"
     title.append(f"{shown!r}", style="bold")
-    title.append(f"  {model.source}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} heads, T = {len(trace.tokens)}")
+    title.append(f"  {model.name}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} heads, T = {len(trace.tokens)}")
     parts: list[Any] = [title]
+    hiding = trace.hiding
+    if hiding is not None and hiding.active:
+        parts.append(
+            Text(
+                f"--hide-tokens: {', '.join(hiding.labels)} flagged hidden (tokens[] in JSON); the scores use the model's own "
+                "weights, as their definitions say, so hiding does not change them (special_mass is the share on special tokens)",
+                style="yellow",
+            )
+        )
     if report.probe is not None:
         p = report.probe
         parts.append(

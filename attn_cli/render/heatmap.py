@@ -88,8 +88,10 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     """Draw ``run`` as ``options`` says into a new Figure and return it.
 
     ``new_figure`` makes the figure (``matplotlib.pyplot.figure`` to show it in
-    a window); by default it is a plain ``Figure`` on an Agg canvas.
+    a window); by default it is a plain ``Figure`` on an Agg canvas. Tokens hidden
+    with --hide-tokens are left out, rows renormalized (``Trace.shown``).
     """
+    run = run.shown()
     n_heads = run.result.n_heads
     heads = run.shown_heads if options.heads is None else options.heads
     for h in heads:
@@ -216,6 +218,10 @@ def layer_matrix(result: LayerAttention, kind: What, head: int) -> np.ma.MaskedA
     else:
         raise ValueError(f"not one matrix: {kind}")
     data = values.detach().cpu().numpy()  # (T, T)
+    empty = np.isnan(data)  # (T, T) a renormalized row with no weight left (--hide-tokens)
+    if empty.any():
+        mask = empty if result.mask is None else empty | result.mask.numpy()
+        return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
     if result.mask is not None and kind is not What.scores:
         mask = result.mask.numpy()  # (T, T) the keys each query may not see
         # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
@@ -354,7 +360,7 @@ def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layo
 
     def label(i: int) -> str:
         if thinned:  # the position leads, so repeats need no #pos suffix
-            return f"{i} {shorten(visible(run.tokens.texts[i]), layout.label_limit)}"
+            return f"{run.tokens.position(i)} {shorten(visible(run.tokens.texts[i]), layout.label_limit)}"
         return shorten(labels[i], layout.label_limit)
 
     ax.set_xticks(ticks)
@@ -464,7 +470,18 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> str:
             + masked
             + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
         )
-    return f"{headline}: “{text}”\n{config}"
+    return f"{headline}: “{text}”\n{config}" + hidden_line(run)
+
+
+def hidden_line(run: Run) -> str:
+    """A title line naming what --hide-tokens left out of a ``shown()`` trace; else ""."""
+    hiding = run.hiding
+    if not run.renormalized or hiding is None:
+        return ""
+    line = f"\n{hiding.describe()} over the {len(hiding.kept)} tokens shown"
+    if any(bool(layer.weights.isnan().any()) for layer in run.layers):
+        line += " (grey rows: all their weight was on hidden tokens)"
+    return line
 
 
 def _metadata(fmt: str) -> dict[str, Any]:

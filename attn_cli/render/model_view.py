@@ -33,6 +33,7 @@ from attn_cli.render.heatmap import (
     _limits,
     colour_map,
     faint_hint,
+    hidden_line,
     layer_matrix,
     shorten,
 )
@@ -80,7 +81,9 @@ def check_model_view(options: HeatmapOptions, n_layers: int, n_heads: int) -> No
 
 def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), *, new_figure: Callable[..., Figure] | None = None) -> Figure:
     """Draw every kept layer of ``trace`` (rows) by ``options.heads`` or the trace's
-    shown heads (columns) into a new Figure and return it."""
+    shown heads (columns) into a new Figure and return it. Tokens hidden with
+    --hide-tokens are left out, rows renormalized (``Trace.shown``)."""
+    trace = trace.shown()
     heads = tuple(trace.shown_heads if options.heads is None else options.heads)
     n_heads = trace.model.heads
     for h in heads:
@@ -213,4 +216,4 @@ def _title(trace: Trace, heads: Sequence[int]) -> str:
     if special:
         names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))
         lines.append(f"special tokens ({names}) in purple on the edges")
-    return "\n".join(lines)
+    return "\n".join(lines) + hidden_line(trace)

@@ -61,8 +61,8 @@ class View:
     explicit: bool = False  # --show was given: draw "output" even for one head
     heads: tuple[int, ...] | None = None  # None: every head
     precision: int = 4
-    query: int | None = None  # a resolved position
-    key: int | None = None  # a resolved position
+    query: int | None = None  # a resolved position among the tokens shown (--hide-tokens leaves some out)
+    key: int | None = None  # a resolved position among the tokens shown
 
 
 # -- numbers and cells ------------------------------------------------------
@@ -360,6 +360,7 @@ def tokens_table(run: Run) -> RenderableType:
     with_labels = any(text != labels[i] for i, text in shown.items())
     special = any(tokens.special)
     pair = any(tokens.type_ids)
+    hidden = set(run.hiding.hidden) if run.hiding is not None else set()
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
@@ -370,9 +371,11 @@ def tokens_table(run: Run) -> RenderableType:
         table.add_column("special")
     if pair:
         table.add_column("segment", justify="right")
+    if hidden:
+        table.add_column("hidden")
     for i in rows:
         if i is None:
-            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair)))
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden))))
             continue
         row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
         if with_labels:
@@ -381,6 +384,8 @@ def tokens_table(run: Run) -> RenderableType:
             row.append(Text("special", style="dim") if tokens.is_special(i) else "")
         if pair:
             row.append("AB"[tokens.type_ids[i]] if tokens.type_ids[i] < 2 else str(tokens.type_ids[i]))
+        if hidden:
+            row.append(Text("hidden", style="yellow") if i in hidden else "")
         table.add_row(*row)
     notes = []
     if special:
@@ -437,9 +442,9 @@ def square_table(
 
 
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
-    weights = run.result.weights[head]  # (T, T)
+    weights = run.result.weights[head]  # (T, T); NaN: a renormalized row with no weight left
     labels = run.tokens.labels
-    best = weights.argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
+    best = weights.nan_to_num(-1.0).argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
     result = run.result
     causal = result.causal
 
@@ -447,11 +452,20 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
         if causal and result.masked(i, j):
             return Text("·", style="dim")
         w = weights[i, j].item()
+        if math.isnan(w):
+            return Text("—", style="dim")
         return Text(fmt(w, precision), style=weight_style(w) + Style(bold=j == best[i], underline=j == best[i]))
 
     formula, _ = scaling(run)
-    title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
-    caption = "rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
+    hiding = run.hiding if run.renormalized else None
+    if hiding is not None:
+        title = _title("Attention weights", f"  softmax({formula}), {hiding.describe()}{_head_suffix(run, head)}")
+        caption = "rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
+        if weights.isnan().any():
+            caption += "; —: the row put all its weight on hidden tokens, nothing is left to renormalize"
+    else:
+        title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
+        caption = "rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
     if causal:
         caption += "; · masked (weight exactly 0)"
     if run.result.dropped_weights is not None:
@@ -613,9 +627,9 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
     for rank, j in enumerate(order[:TOP_KEYS], start=1):
-        table.add_row(str(rank), str(j), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
+        table.add_row(str(rank), str(run.tokens.position(j)), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
     title = Text.assemble(
-        ("Query ", "bold"), (labels[query], "bold"), (f" (position {query})", "bold"),
+        ("Query ", "bold"), (labels[query], "bold"), (f" (position {run.tokens.position(query)})", "bold"),
         f": what it attends to, most first{_head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )
@@ -653,9 +667,9 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
             table.add_row(*(Text(VDOTS, style="dim") for _ in range(4)))
             continue
         style = "bold" if i == best else ""
-        table.add_row(str(i), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
+        table.add_row(str(run.tokens.position(i)), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
     title = Text.assemble(
-        ("Key ", "bold"), (labels[key], "bold"), (f" (position {key})", "bold"),
+        ("Key ", "bold"), (labels[key], "bold"), (f" (position {run.tokens.position(key)})", "bold"),
         f": who attends to it, in query order{_head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )
@@ -704,6 +718,9 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
     if "tokens" in view.show:
         parts.append(tokens_table(run))
+    full, run = run, run.shown()  # every table after the tokens: without the hidden tokens
+    if full.hiding is not None and full.hiding.active:
+        parts.append(hidden_note(full))
     for layer in run.layers:
         if len(run.layers) > 1:
             parts.append(Rule(Text(f"layer {layer.layer} of {run.model.layers}", style="bold"), align="left", characters="="))
@@ -721,7 +738,8 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     stats: dict[int, HeadStats] = {}
     if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
         for h in heads:
-            (one,) = attention_stats(run.result.weights[h : h + 1], mask=run.result.mask)  # (1, T, T)
+            # a renormalized row with no weight left (NaN) counts as all zeros
+            (one,) = attention_stats(run.result.weights[h : h + 1].nan_to_num(0.0), mask=run.result.mask)  # (1, T, T)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:
@@ -754,6 +772,21 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     if "output" in show and (view.explicit or multi or run.model.out_proj):
         parts.append(output_table(run, p))
     return parts
+
+
+def hidden_note(run: Run) -> Text:
+    """The line before the layers' tables when --hide-tokens left tokens out of them."""
+    hiding = run.hiding
+    assert hiding is not None
+    where = ", ".join(map(str, hiding.hidden))
+    return Text.assemble(
+        ("Hidden: ", "bold yellow"),
+        (", ".join(hiding.labels), "bold"),
+        f" (position{'s' if len(hiding.hidden) > 1 else ''} {where}) are left out of every table below, rows and columns; "
+        f"each query's weights are divided by their sum over the {len(hiding.kept)} keys shown (--hide-tokens). "
+        f"Statistics are of those renormalized weights; --format json keeps the model's own.",
+        "\n",
+    )
 
 
 def more_hint(view: View) -> Text:

@@ -76,6 +76,7 @@ def page(traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAU
 def build(traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None) -> Page:
     if not traces:
         raise ValueError("a page needs at least one trace")
+    traces = [trace.shown() for trace in traces]  # --hide-tokens: the page never sees the hidden tokens
     chunks = _Chunks()
     manifests = [_trace_manifest(trace, chunks) for trace in traces]
     shell = _shell(title or _title(traces))
@@ -122,6 +123,8 @@ def reproduce_command(trace: Trace) -> str:
         kept = [layer.layer for layer in trace.layers]
         if kept != list(range(trace.model.layers)):
             args += ["--layer", ",".join(str(i) for i in kept)]
+    if trace.hiding is not None and trace.hiding.active:
+        args += ["--hide-tokens", ",".join(str(i) for i in trace.hiding.hidden)]
     return shlex.join(args)
 
 
@@ -223,9 +226,11 @@ def _fixed_weights(layer: LayerAttention) -> bytes:
     """
     import torch
 
-    fixed = torch.round(layer.weights.detach().double() * SCALE).to(torch.int32)  # (H, T, T)
+    weights = layer.weights.detach().double()  # (H, T, T)
+    fixed = torch.round(weights.nan_to_num(0.0) * SCALE).to(torch.int32)  # (H, T, T)
     if layer.mask is not None:
         fixed[:, layer.mask] = MASKED
+    fixed[weights.isnan()] = MASKED  # a renormalized row with no weight left (--hide-tokens)
     return fixed.numpy().astype("<u2").tobytes()
 
 
@@ -270,11 +275,13 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "texts": list(tokens.texts),
             "ids": list(tokens.ids),
             "special": [tokens.is_special(i) for i in range(n)],
+            "positions": [tokens.position(i) for i in range(n)],
             "tokenizer": tokens.tokenizer,
         },
         "model": {
             "trained": model.trained,
             "source": model.source,
+            "name": model.name,
             "family": model.family,
             "layers": model.layers,
             "heads": model.heads,
@@ -289,7 +296,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
         "vectors": None,
     }
     config = model.config
-    if config is not None:
+    if config is not None and not trace.renormalized:  # step by step follows the model's own softmax
         layer = trace.layers[0]
         parts = [("x", layer.x), ("queries", layer.queries), ("keys", layer.keys), ("values", layer.values), ("context", layer.context)]
         if layer.dropped_weights is not None:
@@ -317,13 +324,21 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
 def _header_rows(trace: Trace) -> list[list[str]]:
     model, tokens = trace.model, trace.tokens
     rows = [["tokenizer", tokens.tokenizer], ["tokens", str(len(tokens))]]
+    if trace.renormalized and trace.hiding is not None:
+        hiding = trace.hiding
+        rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
+        rows.append([
+            "hidden",
+            f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {_ranges(hiding.hidden)}): "
+            f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
+        ])
     if model.config is not None:
         rows.append(["model", "toy: one layer of random weights drawn from the seed, not a trained model's"])
         rows += [phrase.split(" ", 1) if " " in phrase else [phrase, ""] for phrase in model.config.describe(tokens.tokenizer)[1:]]
         rows.append(["scale factor", f"{1 / trace.layers[0].divisor:.6g}" + (f" = 1/{trace.layers[0].divisor_text}" if trace.layers[0].divisor_text else "")])
         rows.append(["input", model.input_text])
         return rows
-    rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])
+    rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])  # the full path here; titles use the short name
     rows.append(["architecture", f"{model.architecture} ({model.family})"])
     kept = [layer.layer for layer in trace.layers]
     rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {_ranges(kept)}")])
@@ -441,7 +456,8 @@ def _title(traces: Sequence[Trace]) -> str:
     text = " ".join(traces[0].text.split())
     short = text if len(text) <= 60 else text[:59] + "…"
     more = f" (+{len(traces) - 1} more)" if len(traces) > 1 else ""
-    return f"{short}{more}"
+    model = traces[0].model
+    return f"{short}{more}" + (f" · {model.name}" if model.trained else "")
 
 
 def _shell(title: str) -> str:

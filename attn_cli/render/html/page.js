@@ -111,7 +111,7 @@
     const special = tk.special[i];
     return el("button", Object.assign({
       class: "tok " + cls + (special ? " special" : ""), type: "button", "data-i": i,
-      title: `${tk.labels[i]} · position ${i} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : ""),
+      title: `${tk.labels[i]} · position ${tk.positions[i]} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : ""),
     }, extra || {}), tk.labels[i]);
   }
   function heading(text) { return el("h2", { text }); }
@@ -123,7 +123,7 @@
     app.textContent = "";
     const tr = trace();
     const header = el("header", {});
-    header.append(el("h1", { text: "Attention, explored" + (tr.model.trained ? ": " + tr.model.source : ": the toy model") }));
+    header.append(el("h1", { text: "Attention, explored" + (tr.model.trained ? ": " + tr.model.name : ": the toy model") }));
     if (M.traces.length > 1) {
       const select = el("select", { id: "text-picker", "aria-label": "Text", onchange: (e) => { S.t = Number(e.target.value); S.layer = 0; S.focus = null; S.locked = false; S.query = 0; S.cell = null; resetHeads(); frame(); } });
       M.traces.forEach((t, i) => {
@@ -305,7 +305,7 @@
     if (!heads.length) { detail.append(el("p", { class: "small", text: "No head is switched on." })); return; }
     const { side, i } = S.focus;
     const at = (h, other) => d.w[h * n * n + (side === "q" ? i * n + other : other * n + i)];
-    detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${tk.labels[i]} (query ${i}) attends to` : `Who attends to ${tk.labels[i]} (key ${i})` }));
+    detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${tk.labels[i]} (query ${tk.positions[i]}) attends to` : `Who attends to ${tk.labels[i]} (key ${tk.positions[i]})` }));
     const order = Array.from({ length: n }, (_, j) => j);
     const best = (j) => Math.max(...heads.map((h) => { const u = at(h, j); return u === MASKED ? -1 : u; }));
     order.sort((a, b) => best(b) - best(a) || a - b);
@@ -423,7 +423,7 @@
   function cellTip(layer, d, h, q, k) {
     const n = T(), tk = trace().tokens, i = h * n * n + q * n + k, u = d.w[i];
     const rows = [
-      ["query", `${tk.labels[q]} (${q})`], ["key", `${tk.labels[k]} (${k})`], ["head", `${h}, layer ${layer.index}`],
+      ["query", `${tk.labels[q]} (${tk.positions[q]})`], ["key", `${tk.labels[k]} (${tk.positions[k]})`], ["head", `${h}, layer ${layer.index}`],
       ["weight", u === MASKED ? "0 (masked)" : fixedWeight(u)],
     ];
     if (d.s) {
@@ -448,6 +448,11 @@
     const masked = rgbOf(css("--masked"));
     const data = await Promise.all(tr.layers.map((l) => l.weights ? load(l, false) : null));
     const after = [];
+    // head labels over the columns: each as wide as a thumbnail (canvas border 1, button border 2), so they wrap alike
+    const heads = Math.max(...tr.layers.map((l) => l.heads)), thumbWidth = px + 6;
+    const labels = el("div", { class: "thumbs headnames", "aria-hidden": "true" });
+    for (let h = 0; h < heads; h++) labels.append(el("span", { class: "headname", style: `width: ${thumbWidth}px`, text: thumbWidth >= 46 ? `head ${h}` : String(h) }));
+    grid.append(el("div", { class: "lname" }), labels);
     tr.layers.forEach((layer, li) => {
       const thumbs = el("div", { class: "thumbs" });
       if (!data[li]) {

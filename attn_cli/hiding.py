@@ -1,0 +1,172 @@
+"""``--hide-tokens``: take some tokens out of the tables and pictures, renormalizing the rest.
+
+Trained models park much of their attention on a few tokens (BOS, ``[CLS]``,
+``[SEP]``); on the fixed 0..1 scale everything else is then one colour. Hiding
+those tokens removes their rows and columns, and each remaining row is divided
+by its weight on the keys still shown::
+
+    shown[i, j] = w[i, j] / sum_{k kept} w[i, k]      for kept i, j
+
+A row whose kept keys carry no weight at all (everything went to hidden tokens,
+down to float32's last bit) has nothing to renormalize: its shown weights are
+NaN, drawn as masked cells and written as ``null``.
+
+Shapes: H heads, T tokens, K kept tokens. ``HideSpec`` is parsed with the
+command's options (no torch); ``hide(trace, spec)`` marks a trace's hidden
+tokens, and ``shown(trace)`` is the trace the tables and pictures draw: the
+kept tokens only, their weights renormalized. The model's own weights are never
+changed: JSON and CSV keep them and add the renormalized ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attn_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from attn_cli.attention import LayerAttention
+    from attn_cli.tokens import Tokens
+    from attn_cli.trace import Trace
+
+FLAG = "--hide-tokens"
+SPECIAL = "special"
+_POSITION = re.compile(r"[+-]?\d+")
+LISTED_TOKENS = 30  # tokens named in an error before "..."
+
+
+@dataclasses.dataclass(frozen=True)
+class HideSpec:
+    """A ``--hide-tokens`` value: ``special`` (the tokens the model's tokenizer added) and/or
+    positions (``-1`` is the last) and token labels or texts, comma-separated."""
+
+    text: str
+    items: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str | None) -> HideSpec | None:
+        if text is None:
+            return None
+        items = tuple(part.strip() for part in text.split(","))
+        if not text.strip() or not all(items):
+            raise UsageError(
+                f"{FLAG} {text!r}: give special, or positions and tokens separated by commas, e.g. 0,-1 or '[CLS],[SEP]'"
+            )
+        return cls(text, items)
+
+    def positions(self, tokens: Tokens) -> tuple[tuple[int, ...], str | None]:
+        """(the positions to hide, sorted; a note for the user or None). A position or
+        token that matches nothing, or hiding every token, is a UsageError listing the tokens."""
+        from attn_cli.tokens import visible
+
+        n = len(tokens)
+        labels = tokens.labels
+        chosen: set[int] = set()
+        note = None
+        for item in self.items:
+            if item.lower() == SPECIAL:
+                special = [i for i in range(n) if tokens.is_special(i)]
+                if not special:
+                    note = f"note: {FLAG} special: this text has no special tokens (the tokenizer added none); nothing is hidden"
+                chosen.update(special)
+                continue
+            if _POSITION.fullmatch(item):
+                position = int(item)
+                if not -n <= position < n:
+                    raise UsageError(f"{FLAG} {item} is out of range: the text has {n} tokens, positions 0 to {n - 1} ({_listed(labels)})")
+                chosen.add(position % n)
+                continue
+            found = [i for i in range(n) if item in (labels[i], tokens.texts[i], visible(tokens.texts[i])) or item == tokens.texts[i].strip()]
+            if not found:
+                raise UsageError(f"{FLAG} {item!r} is not a token of the text: give special, a position 0 to {n - 1} or one of {_listed(labels)}")
+            chosen.update(found)
+        if len(chosen) == n:
+            raise UsageError(f"{FLAG} {self.text!r} hides every token ({_listed(labels)}): leave at least one to show")
+        return tuple(sorted(chosen)), note
+
+
+def _listed(labels: Sequence[str]) -> str:
+    shown = ", ".join(labels[:LISTED_TOKENS])
+    return shown + (", ..." if len(labels) > LISTED_TOKENS else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hiding:
+    """What ``--hide-tokens`` took out of a trace's tables and pictures."""
+
+    hidden: tuple[int, ...]  # positions in the full text
+    kept: tuple[int, ...]  # the others, in order
+    labels: tuple[str, ...]  # the hidden tokens' labels
+    note: str | None = None  # for the user, once (``special`` on a text that has none)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.hidden)
+
+    def describe(self) -> str:
+        """'[CLS], [SEP] hidden; rows renormalized' (titles and headers)."""
+        return f"{', '.join(dict.fromkeys(self.labels))} hidden; rows renormalized"
+
+
+def hide(trace: Trace, spec: HideSpec | None) -> Trace:
+    """``trace`` with ``spec``'s tokens marked hidden (the same trace when ``spec`` is None)."""
+    if spec is None:
+        return trace
+    hidden, note = spec.positions(trace.tokens)
+    kept = tuple(i for i in range(len(trace.tokens)) if i not in set(hidden))
+    labels = tuple(trace.tokens.labels[i] for i in hidden)
+    return dataclasses.replace(trace, hiding=Hiding(hidden, kept, labels, note))
+
+
+def renormalize(weights: torch.Tensor, kept: Sequence[int]) -> torch.Tensor:
+    """(H, T, T) weights -> (H, K, K): the kept rows and columns, each row divided by its
+    sum over the kept keys (in float64, returned as float32); NaN rows where that sum is 0."""
+    import torch
+
+    index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
+    part = weights.index_select(-2, index).index_select(-1, index).double()  # (H, T, T) -> (H, K, K)
+    mass = part.sum(dim=-1, keepdim=True)  # (H, K, 1)
+    shown = torch.where(mass > 0, part / mass, torch.full_like(part, float("nan")))  # (H, K, K)
+    return shown.to(weights.dtype)
+
+
+def empty_rows(shown_weights: torch.Tensor) -> list[tuple[int, int]]:
+    """(head, row) of the rows with no weight left to renormalize (NaN) in (H, K, K) weights."""
+    found = shown_weights[..., 0].isnan().nonzero().tolist()  # (H, K) -> (n, 2)
+    return [(h, i) for h, i in found]
+
+
+def shown(trace: Trace) -> Trace:
+    """The trace the tables and pictures draw: without its hidden tokens (rows and
+    columns), each kept row renormalized. A trace with nothing hidden is returned as is."""
+    hiding = trace.hiding
+    if hiding is None or not hiding.active or trace.renormalized:
+        return trace
+    tokens = trace.tokens.subset(hiding.kept)
+    layers = tuple(_layer(layer, hiding.kept) for layer in trace.layers)
+    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True)
+
+
+def _layer(layer: LayerAttention, kept: Sequence[int]) -> LayerAttention:
+    import torch
+
+    index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
+    rows = lambda t: t.index_select(-2, index)  # noqa: E731  (H, T, d) -> (H, K, d), (T, d) -> (K, d)
+    return dataclasses.replace(
+        layer,
+        queries=rows(layer.queries),
+        keys=rows(layer.keys),
+        values=rows(layer.values),
+        weights=renormalize(layer.weights, kept),
+        dropped_weights=None if layer.dropped_weights is None else renormalize(layer.dropped_weights, kept),
+        context=rows(layer.context),
+        concat=rows(layer.concat),
+        output=rows(layer.output),
+        mask=None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index),  # (K, K)
+        x=None if layer.x is None else rows(layer.x),
+    )
