@@ -185,7 +185,7 @@ def _version(value: bool) -> None:
 app = typer.Typer(
     cls=AttnGroup,
     name="attn-cli",
-    help="See self-attention: scores, weights and context vectors for any sentence, reproducible from a seed.",
+    help="See self-attention: scores, weights and context vectors for any sentence, from a seeded toy model or a trained checkpoint (--model).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -201,7 +201,7 @@ def _root(
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = None,
 ) -> None:
-    """See self-attention: scores, weights and context vectors for any sentence, reproducible from a seed."""
+    """See self-attention: scores, weights and context vectors for any sentence, from a seeded toy model or a trained checkpoint (--model)."""
 
 
 # Commands register themselves on ``app`` when imported.
