@@ -239,6 +239,19 @@ def test_tokens_table_makes_spaces_visible_and_labels_repeats() -> None:
     assert "label" not in plain and "␣ is a space" not in plain
 
 
+def test_pieces_of_a_character_get_their_bytes_and_one_note() -> None:
+    run = make_run(("\\xe7", "\\x8c", "\\xab", " sat", "\\xe7"))
+    partial = ("e7", "8c", "ab", "", "")  # the last reads \xe7 but is that text: a backslash, x, e, 7
+    run = dataclasses.replace(run, tokens=dataclasses.replace(run.tokens, partial=partial))
+    out = render(tables.tokens_table(run))
+    rows = section(out, "Tokens")
+    assert [row[-1] for row in rows] == ["e7", "8c", "ab", "␣sat", "\\xe7#4"]  # the text \xe7 has no bytes cell
+    assert out.count("of a character the tokenizer split over several tokens") == 1
+    assert "\\xe7: one byte of a character" in out
+    whole = render(tables.tokens_table(make_run(("\\xe7", "sat"))))
+    assert "bytes" not in whole and "of a character" not in whole
+
+
 def test_token_text_is_never_markup() -> None:
     run = make_run(("[b]", "[/]", "[red]x"))
     out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))), color=True)

@@ -361,6 +361,7 @@ def tokens_table(run: Run) -> RenderableType:
     special = any(tokens.special)
     pair = any(tokens.type_ids)
     hidden = set(run.hiding.hidden) if run.hiding is not None else set()
+    pieces = {i: tokens.partial_bytes(i) for i in shown if tokens.partial_bytes(i)}  # hex of a piece of a character
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
@@ -373,9 +374,11 @@ def tokens_table(run: Run) -> RenderableType:
         table.add_column("segment", justify="right")
     if hidden:
         table.add_column("hidden")
+    if pieces:
+        table.add_column("bytes")
     for i in rows:
         if i is None:
-            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden))))
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden) + bool(pieces))))
             continue
         row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
         if with_labels:
@@ -386,8 +389,16 @@ def tokens_table(run: Run) -> RenderableType:
             row.append("AB"[tokens.type_ids[i]] if tokens.type_ids[i] < 2 else str(tokens.type_ids[i]))
         if hidden:
             row.append(Text("hidden", style="yellow") if i in hidden else "")
+        if pieces:
+            row.append(pieces.get(i, ""))
         table.add_row(*row)
     notes = []
+    if pieces:
+        one = next((i for i, hexed in pieces.items() if len(hexed) == 2), min(pieces))  # a one-byte piece reads best
+        notes.append(
+            f"{shown[one]}: {'one byte' if len(pieces[one]) == 2 else 'a piece'} of a character the tokenizer split over "
+            f"several tokens, not the text {shown[one]}; the bytes column has each such token's bytes in hex (JSON: tokens[].bytes)"
+        )
     if special:
         notes.append("special: added by the model's tokenizer, not in the text")
     if any(mark in text for text in shown.values() for mark in "␣↵⇥␍"):
