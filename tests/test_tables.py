@@ -8,6 +8,7 @@ import dataclasses
 import io
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,6 +221,24 @@ def test_header_shows_the_scale_factor(options: dict, factor: str) -> None:
     for pair in ("tokenizer words", "tokens 4", "seed 123", "d_model 8", "heads 1", "d_k 8", "d_v 8", "causal no", "init linear"):
         assert pair in out
     assert "Random weights drawn from the seed, not a trained model's" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "said", "untrue"),
+    [
+        ({}, "Random weights drawn from the seed, not a trained model's", ()),
+        ({"embeddings": Path("vectors.npy")}, "X from your file vectors.npy; W_q, W_k, W_v drawn from the seed", ("Random weights",)),
+        ({"projections": False}, "Seeded random embeddings (not a trained model's), no projections", ("Random weights", "W_q")),
+        ({"projections": False, "out_proj": True}, "no projections (Q = K = V = X), W_o drawn from the seed too", ("W_q",)),
+        ({"embeddings": Path("vectors.npy"), "projections": False}, "no random weights at all", ("seed,", "drawn", "Random")),
+        ({"embeddings": Path("vectors.npy"), "projections": False, "out_proj": True}, "only W_o is drawn from the seed", ("W_q", "Random")),
+    ],
+)
+def test_header_says_where_the_numbers_come_from(options: dict, said: str, untrue: tuple[str, ...]) -> None:
+    pairs, reminder = tables.config_header(make_run(SAW, **options)).renderables
+    assert said in reminder.plain
+    for words in untrue:
+        assert words not in reminder.plain, words
 
 
 def test_header_wraps_between_pairs_not_inside_them() -> None:

@@ -276,8 +276,8 @@ class Pairs:
 
 
 def config_header(run: Run) -> RenderableType:
-    """What ran: the toy model's configuration (and the reminder that its weights are
-    random), or the checkpoint's."""
+    """What ran: the toy model's configuration (and where its numbers come from: the
+    seed, the user's file), or the checkpoint's."""
     m = run.model
     c = m.config
     _, factor = scaling(run)
@@ -326,11 +326,7 @@ def config_header(run: Run) -> RenderableType:
         ("dropout", f"{c.dropout:g}"),
         ("embeddings", source),
     ]
-    reminder = Text(
-        "Random weights drawn from the seed, not a trained model's: the patterns show the mechanics, not meaning.",
-        style="dim italic",
-    )
-    return Group(Pairs(pairs), reminder)
+    return Group(Pairs(pairs), Text(c.weights_origin(), style="dim italic"))
 
 
 def described(chosen: Sequence[int], total: int) -> str:
