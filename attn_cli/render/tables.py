@@ -138,6 +138,17 @@ def rows_note(
     )
 
 
+def spans(numbers: Sequence[int]) -> str:
+    """Sorted numbers as runs: [0, 1, 2, 3, 8, 11] -> '0-3, 8, 11'."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
 Cell = Callable[[int, int], Text]
 
 
@@ -163,6 +174,7 @@ class FittedTable:
         captions: Sequence[Text] = (),
         hint: str = "",
         row_hint: str = "",
+        numbers: Sequence[int] = (),
     ) -> None:
         self.title = title
         self.corner = corner
@@ -174,6 +186,7 @@ class FittedTable:
         self.captions = captions
         self.hint = hint
         self.row_hint = row_hint
+        self.numbers = numbers or range(len(col_labels))  # what the cut note calls the columns
         self.rows = rows_to_show(len(row_labels))
         self._cells: dict[tuple[int, int], Text] = {}
         self._widths: dict[int, int] = {}
@@ -228,10 +241,9 @@ class FittedTable:
         cut_columns = len(shown) < len(self.col_labels)
         if cut_columns:
             n = len(self.col_labels)
-            first = f"0-{len(shown) - 2}, " if len(shown) > 1 else ""
             hint = f"; {self.hint}" if self.hint else ""
             yield Text(
-                f"{ELLIPSIS} {len(shown)} of {n} {self.what} shown ({first}{n - 1}) to fit "
+                f"{ELLIPSIS} {len(shown)} of {n} {self.what} shown ({spans([self.numbers[j] for j in shown])}) to fit "
                 f"{options.max_width} columns{hint}; {SEE_ALL}",
                 style="yellow",
             )
@@ -413,13 +425,15 @@ def _head_suffix(run: Run, head: int) -> str:
     return f"{layer}, head {head}" if run.result.n_heads > 1 else layer
 
 
-def vector_table(run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = ()) -> FittedTable:
-    """A (T, d) table: a row per token, a column per dimension."""
-    n_dims = matrix.shape[-1]  # matrix: (T, d)
+def vector_table(
+    run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None
+) -> FittedTable:
+    """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all)."""
+    dims = range(matrix.shape[-1]) if dims is None else dims  # matrix: (T, d)
     return FittedTable(
-        title, "token \\ dim", run.tokens.labels, [str(d) for d in range(n_dims)],
-        lambda i, j: Text(fmt(matrix[i, j].item(), precision)),
-        what="dims", rows_what="tokens", captions=captions,
+        title, "token \\ dim", run.tokens.labels, [str(d) for d in dims],
+        lambda i, j: Text(fmt(matrix[i, dims[j]].item(), precision)),
+        what="dims", rows_what="tokens", captions=captions, numbers=dims,
     )
 
 
@@ -539,17 +553,34 @@ def embeddings_table(run: Run, precision: int) -> FittedTable:
     return vector_table(run, title, x, precision)
 
 
-def output_table(run: Run, precision: int) -> FittedTable:
+def output_table(run: Run, precision: int, heads: Sequence[int] | None = None) -> FittedTable:
+    """The layer's output; ``heads`` (--head) chosen from several: without a W_o only their
+    dims of the concat, with one the whole output and a caption saying it mixes every head."""
     m = run.model
-    how = "the heads' context vectors side by side" if m.heads > 1 else "the context vectors"
+    n_heads = run.result.n_heads
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    some = len(heads) < n_heads
+    how = "the heads' context vectors side by side" if n_heads > 1 else "the context vectors"
     if m.out_proj:
         how += ", through W_o"
     layer = f", layer {run.result.layer}" if m.layers > 1 else ""
     width = run.result.output.shape[-1]
-    title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {width})")
     d_v = m.value_dim
-    captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if m.heads > 1 and not m.out_proj else []
-    return vector_table(run, title, run.result.output, precision, captions)
+    dims = None
+    captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if n_heads > 1 and not m.out_proj else []
+    if some and m.out_proj:
+        captions.append(_note(
+            f"W_o mixes every head's dims into each output dim: this is the output of all {n_heads} heads, "
+            f"not of head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))} alone (--head)"
+        ))
+    elif some:
+        dims = [h * d_v + d for h in heads for d in range(d_v)]  # the chosen heads' slices of the concat
+        which = f"head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))}"
+        how = f"{which} of the heads side by side"
+        captions.append(_note(f"--head chose {which} of {n_heads}: the other heads' dims are left out (--format json has every one)"))
+    size = f"{len(dims)} of {width}" if dims is not None else str(width)
+    title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {size})")
+    return vector_table(run, title, run.result.output, precision, captions, dims)
 
 
 # -- statistics --------------------------------------------------------------
@@ -776,8 +807,9 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             parts.append(context_table(run, h, p))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
-    if "output" in show and (view.explicit or multi or run.model.out_proj):
-        parts.append(output_table(run, p))
+    # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
+    if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
+        parts.append(output_table(run, p, heads))
     return parts
 
 
