@@ -142,6 +142,8 @@ def test_weight_colours_run_from_dark_to_bright() -> None:
     assert low.bgcolor.get_truecolor() == (68, 1, 84)
     assert high.bgcolor.get_truecolor() == (253, 231, 37)
     assert low.color.name == "white" and high.color.name == "black"
+    sixteen = [tables.weight_style(w / 10, "standard").bgcolor for w in range(11)]
+    assert all(c.is_system_defined for c in sixteen) and len(set(sixteen)) == 6  # each sixth its own colour
 
 
 @pytest.mark.parametrize(
@@ -301,6 +303,26 @@ def test_weights_cells_are_coloured_and_the_row_max_is_bold() -> None:
     bold = [value for codes, value in cells if codes.split(";")[0] == "1"]
     assert bold == ["0.7000"]
     assert render(tables.weights_table(run, 0)).count("\x1b") == 0
+
+
+def weight_codes(run: Run, color_system: str) -> list[str]:
+    """The SGR codes of each weight cell in the table's first row, drawn for ``color_system``."""
+    console = Console(file=io.StringIO(), width=WIDTH, color_system=color_system, force_terminal=True, no_color=False, highlight=False)
+    console.print(tables.weights_table(run, 0))
+    row = next(line for line in console.file.getvalue().splitlines() if line.startswith("  I "))
+    return [codes for codes, _ in re.findall(r"\x1b\[([0-9;]*)m([0-9.]+)\x1b\[0m", row)]
+
+
+def test_a_16_colour_terminal_tells_low_weights_from_high_ones() -> None:
+    # rich's nearest 16-colour match for viridis is the same grey for every weight under 0.35
+    run = make_run(SAW, weights=[[0.05, 0.25, 0.45, 0.25]] * 4)
+    codes = weight_codes(run, "standard")
+    assert len(codes) == 4 and not any("48;2;" in c or "48;5;" in c for c in codes)  # only the 16 colours
+    low, mid, high, mid_again = codes
+    assert len({low, mid, high}) == 3 and mid == mid_again
+    assert codes == weight_codes(run, "windows")
+    assert all(c.split(";")[0] != "1" for c in codes[:2])  # the row's largest (0.45) is bold, the others are not
+    assert codes[2].startswith("1;4;")
 
 
 def test_scores_scaled_and_masking() -> None:
@@ -604,10 +626,10 @@ def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.Mon
     styled = 0
     original = tables.weight_style
 
-    def counting(weight: float):
+    def counting(weight: float, color_system: str | None = "truecolor"):
         nonlocal styled
         styled += 1
-        return original(weight)
+        return original(weight, color_system)
 
     monkeypatch.setattr(tables, "weight_style", counting)
     n = 2000

@@ -51,6 +51,13 @@ ROW_HINT = "--query N shows one row in full"
 
 # viridis, from low to high: readable on dark and light terminals alike
 _RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+# 16-colour terminals: the nearest of their colours to viridis is one grey for every weight
+# under 0.35, so they get viridis' order in colours of their own, one per sixth of [0, 1]
+# (background, text on it)
+_RAMP_16 = (
+    ("magenta", "white"), ("blue", "white"), ("cyan", "black"),
+    ("green", "black"), ("bright_green", "black"), ("bright_yellow", "black"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +83,31 @@ def fmt(value: float, precision: int) -> str:
     return text
 
 
-def weight_style(weight: float) -> Style:
-    """Background from the viridis ramp by value in [0, 1], text readable on it."""
+def weight_style(weight: float, color_system: str | None = "truecolor") -> Style:
+    """Background from the viridis ramp by value in [0, 1], text readable on it, in the
+    colours ``color_system`` (rich's name: truecolor, 256, standard, windows) can show."""
+    if color_system in ("standard", "windows"):
+        background, text = _RAMP_16[min(int(min(max(weight, 0.0), 1.0) * len(_RAMP_16)), len(_RAMP_16) - 1)]
+        return Style(bgcolor=background, color=text)
+    # 256 colours: rich's nearest colour to each viridis step is a different one
     t = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
     i = min(int(t), len(_RAMP) - 2)
     f = t - i
     rgb = tuple(round(a + (b - a) * f) for a, b in zip(_RAMP[i], _RAMP[i + 1]))
     return Style(bgcolor=Color.from_rgb(*rgb), color="black" if weight >= 0.55 else "white")
+
+
+class WeightCell(Text):
+    """A weight's text, coloured when it is drawn: only then is the terminal's colour system known."""
+
+    def __init__(self, text: str, weight: float, *, best: bool = False) -> None:
+        super().__init__(text, style=Style(bold=best, underline=best))
+        self.weight = weight
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        drawn = self.copy()
+        drawn.style = weight_style(self.weight, console.color_system) + self.style
+        yield from drawn.__rich_console__(console, options)
 
 
 def bar(weight: float, width: int = BAR_WIDTH) -> str:
@@ -475,7 +500,7 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
         w = weights[i, j].item()
         if math.isnan(w):
             return Text("—", style="dim")
-        return Text(fmt(w, precision), style=weight_style(w) + Style(bold=j == best[i], underline=j == best[i]))
+        return WeightCell(fmt(w, precision), w, best=j == best[i])
 
     formula, _ = scaling(run)
     hiding = run.hiding if run.renormalized else None
