@@ -6,6 +6,7 @@ from attn_cli.attention import causal_mask
 
 import dataclasses
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -608,6 +609,61 @@ def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPa
         assert blocked[h].self_mass == pytest.approx(w.diagonal().mean().item(), abs=1e-15)
         assert blocked[h].previous_mass == pytest.approx(w.diagonal(-1).mean().item(), abs=1e-15)
         assert blocked[h].first_mass == pytest.approx(w[1:, 0].mean().item(), abs=1e-15)
+
+
+@pytest.mark.parametrize("chunk", [3, 256])
+def test_stats_of_some_rows_are_those_rows_of_every_rows_stats(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    from attn_cli import stats as stats_module
+
+    generator = torch.Generator().manual_seed(9)
+    n = 300
+    mask = causal_mask(n)
+    weights = torch.softmax(torch.randn(2, n, n, generator=generator).masked_fill(mask, -math.inf), dim=-1)  # (H, T, T)
+    monkeypatch.setattr(stats_module, "CHUNK_ROWS", chunk)
+    every = attention_stats(weights, mask=mask)
+    rows = [0, 1, 7, 150, 298, 299]
+    some = attention_stats(weights, mask=mask, rows=rows)
+    for full, part in zip(every, some):
+        assert part.rows == tuple(rows) and [part.row(i) for i in rows] == list(range(len(rows)))
+        for field in ("most_attended", "top_weight", "entropy_bits", "effective_tokens", "visible_keys"):
+            assert getattr(part, field) == [getattr(full, field)[i] for i in rows], field  # exactly, not approximately
+        assert (part.self_mass, part.previous_mass, part.first_mass) == (full.self_mass, full.previous_mass, full.first_mass)
+        with pytest.raises(ValueError, match="needs every row"):
+            part.mean_entropy_bits  # noqa: B018
+
+
+def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli import stats as stats_module
+    from attn_cli.cli import app
+
+    rows_done = 0
+    original = stats_module.entropy_bits
+
+    def counting(weights: torch.Tensor) -> torch.Tensor:
+        nonlocal rows_done
+        rows_done += weights.shape[0] if weights.dim() > 1 else 1
+        return original(weights)
+
+    monkeypatch.setattr(stats_module, "entropy_bits", counting)
+    n = 600
+    text = " ".join(f"w{i % 50}" for i in range(n))
+    args = ["run", "-t", "words", "--causal", "--", text]
+    table = CliRunner().invoke(app, [*args[:-2], "-F", "table", "--query", "100", "--show", "stats", *args[-2:]], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.stderr
+    assert rows_done == tables.ROW_LIMIT + 2  # the rows shown and the followed query, not 600
+    data = json.loads(CliRunner().invoke(app, [*args[:-2], "-F", "json", *args[-2:]]).stdout)
+    stats, labels = data["layers"][0]["heads"][0]["stats"], [t["label"] for t in data["tokens"]]
+    shown = [*range(tables.ROW_LIMIT), n - 1]
+    body = [row for row in section(table.stdout, "Statistics") if row[0] != "⋮"]
+    assert body == [
+        [labels[i], labels[stats["most_attended"][i]], *(fmt(stats[k][i], 4) for k in ("top_weight", "entropy_bits", "effective_tokens")), str(i + 1)]
+        for i in shown
+    ]
+    out = " ".join(table.stdout.split())
+    assert f"entropy {fmt(stats['entropy_bits'][100], 4)} bits, {fmt(stats['effective_tokens'][100], 4)} effective tokens of 101" in out
+    assert f"self (diagonal) mass {fmt(stats['self_mass'], 4)} previous-token mass {fmt(stats['previous_mass'], 4)}" in out
 
 
 def test_one_heads_stats_are_that_heads() -> None:

@@ -490,9 +490,9 @@ def square_table(
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     weights = run.result.weights[head]  # (T, T); NaN: a renormalized row with no weight left
     labels = run.tokens.labels
-    best = weights.nan_to_num(-1.0).argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
     result = run.result
     causal = result.causal
+    best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
 
     def cell(i: int, j: int) -> Text:
         if causal and result.masked(i, j):
@@ -500,6 +500,8 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
         w = weights[i, j].item()
         if math.isnan(w):
             return Text("—", style="dim")
+        if i not in best:
+            best[i] = int(weights[i].nan_to_num(-1.0).argmax())  # (T,) -> () the first of equal maxima
         return WeightCell(fmt(w, precision), w, best=j == best[i])
 
     formula, _ = scaling(run)
@@ -629,13 +631,14 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
         if i is None:
             table.add_row(*(Text(VDOTS, style="dim") for _ in range(6)))
             continue
+        k = stats.row(i)
         table.add_row(
             Text(labels[i]),
-            Text(labels[stats.most_attended[i]]),
-            fmt(stats.top_weight[i], precision),
-            fmt(stats.entropy_bits[i], precision),
-            fmt(stats.effective_tokens[i], precision),
-            str(stats.visible_keys[i]),
+            Text(labels[stats.most_attended[k]]),
+            fmt(stats.top_weight[k], precision),
+            fmt(stats.entropy_bits[k], precision),
+            fmt(stats.effective_tokens[k], precision),
+            str(stats.visible_keys[k]),
         )
     title = _title("Statistics", f"  of the attention weights{_head_suffix(run, stats.head)}")
     masses = Pairs(
@@ -703,10 +706,11 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     if len(order) < len(row):
         after = f"key {query + 1} is" if query + 2 == len(row) else f"keys {query + 1}..{len(row) - 1} are"
         parts.append(_note(f"{after} after the query: masked, weight 0"))
+    k = stats.row(query)
     parts.append(
         _note(
-            f"entropy {fmt(stats.entropy_bits[query], precision)} bits, "
-            f"{fmt(stats.effective_tokens[query], precision)} effective tokens of {stats.visible_keys[query]}"
+            f"entropy {fmt(stats.entropy_bits[k], precision)} bits, "
+            f"{fmt(stats.effective_tokens[k], precision)} effective tokens of {stats.visible_keys[k]}"
         )
     )
     parts.append(Text(""))
@@ -799,10 +803,16 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     show = view.show
     heads = view.heads if view.heads is not None else run.shown_heads
     stats: dict[int, HeadStats] = {}
-    if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
+    if "stats" in show or view.query is not None:  # only for the heads drawn
+        # Heads compared means every row's entropy: O(T^2) a head; else only the rows drawn
+        compared = "stats" in show and len(heads) > 1
+        shown = [i for i in rows_to_show(len(run.tokens)) if i is not None] if "stats" in show else []
+        rows = None if compared else sorted({*shown, *([view.query] if view.query is not None else [])})
         for h in heads:
-            # a renormalized row with no weight left (NaN) counts as all zeros
-            (one,) = attention_stats(run.result.weights[h : h + 1].nan_to_num(0.0), mask=run.result.mask)  # (1, T, T)
+            weights = run.result.weights[h : h + 1]  # (1, T, T)
+            if run.renormalized:  # a renormalized row with no weight left (NaN) counts as all zeros
+                weights = weights.nan_to_num(0.0)
+            (one,) = attention_stats(weights, mask=run.result.mask, rows=rows)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:
