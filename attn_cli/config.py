@@ -140,6 +140,23 @@ class Config:
         ]
         return parts + [phrase for on, phrase in optional if on]
 
+    def weights_origin(self) -> str:
+        """Where the numbers come from, as the sentence under the headers (run's, explain's, the
+        page's): what the seed draws and what the user gave, never random weights where there are none."""
+        drawn = (["W_q", "W_k", "W_v"] if self.projections else []) + (["W_o"] if self.out_proj else [])
+        meaning = ": the patterns show the mechanics, not meaning."
+        if self.embeddings is None and self.projections:
+            return "Random weights drawn from the seed, not a trained model's" + meaning
+        if self.embeddings is None:  # --no-projections: the seeded table is all there is (and W_o)
+            also = f", {drawn[0]} drawn from the seed too" if drawn else ""
+            return f"Seeded random embeddings (not a trained model's), no projections (Q = K = V = X){also}" + meaning
+        x = f"X from your file {self.embeddings.name}"
+        if self.projections:
+            return f"{x}; {', '.join(drawn)} drawn from the seed, not a trained model's" + meaning
+        if drawn:
+            return f"{x}, no projections (Q = K = V = X); only {drawn[0]} is drawn from the seed."
+        return f"{x}, no projections (Q = K = V = X): no random weights at all, the weights come from your vectors' dot products."
+
     def as_dict(self) -> dict[str, object]:
         """The documented ``config`` object of the JSON output."""
         return {

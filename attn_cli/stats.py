@@ -22,12 +22,18 @@ CSV and the tables (which all call this) show the same numbers. The float64
 copies are made a block of rows at a time (``CHUNK_ROWS``), never of the whole
 (H, T, T): at 10,000 tokens one head's copy alone would be 800 MB. Each row's
 sum is the same whichever block it is in.
+
+The per-row numbers can be asked for some rows only (``rows=``): a table shows 41
+of a long text's rows, and the entropy of all 10,000 costs seconds. The head
+masses read a diagonal and a column, so they always cover every row; the means
+over rows (``mean_entropy_bits``) need every row and are not there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -36,26 +42,39 @@ CHUNK_ROWS = 256  # query rows converted to float64 at a time
 
 @dataclasses.dataclass(frozen=True)
 class HeadStats:
+    """One head's statistics; the per-row lists hold ``rows`` (R of them), every row (T) by default."""
+
     head: int
-    most_attended: list[int]  # (T,) key position per query
-    top_weight: list[float]  # (T,) that key's weight
-    entropy_bits: list[float]  # (T,)
-    effective_tokens: list[float]  # (T,) 2 ** entropy_bits
-    visible_keys: list[int]  # (T,) keys the row may attend to: T, or fewer under a mask (i + 1 when causal)
+    most_attended: list[int]  # (R,) key position per query
+    top_weight: list[float]  # (R,) that key's weight
+    entropy_bits: list[float]  # (R,)
+    effective_tokens: list[float]  # (R,) 2 ** entropy_bits
+    visible_keys: list[int]  # (R,) keys the row may attend to: T, or fewer under a mask (i + 1 when causal)
     self_mass: float
     previous_mass: float | None
     first_mass: float | None
+    rows: tuple[int, ...] | None = None  # the query rows the lists hold, in order; None: 0 .. T-1
+
+    def row(self, query: int) -> int:
+        """Where query ``query``'s numbers are in the per-row lists."""
+        return query if self.rows is None else self.rows.index(query)
 
     @property
     def mean_entropy_bits(self) -> float:
-        return math.fsum(self.entropy_bits) / len(self.entropy_bits)
+        return math.fsum(self._every_row(self.entropy_bits)) / len(self.entropy_bits)
 
     @property
     def mean_effective_tokens(self) -> float:
-        return math.fsum(self.effective_tokens) / len(self.effective_tokens)
+        return math.fsum(self._every_row(self.effective_tokens)) / len(self.effective_tokens)
+
+    def _every_row(self, values: list[float]) -> list[float]:
+        if self.rows is not None:
+            raise ValueError("a mean over the query rows needs every row: call attention_stats without rows=")
+        return values
 
     def as_dict(self) -> dict[str, object]:
         """The ``stats`` object of a head in the JSON output."""
+        self._every_row(self.entropy_bits)
         return {
             "most_attended": self.most_attended,
             "top_weight": self.top_weight,
@@ -92,23 +111,28 @@ def head_masses(weights: torch.Tensor) -> tuple[float, float | None, float | Non
 
 
 def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
-    """(H, T, T) -> (H, T) entropy in bits, CHUNK_ROWS query rows at a time."""
+    """(H, R, T) -> (H, R) entropy in bits, CHUNK_ROWS query rows at a time."""
     return torch.stack(
         [
-            torch.cat([entropy_bits(head[i : i + CHUNK_ROWS]) for i in range(0, head.shape[0], CHUNK_ROWS)])  # (T,)
+            torch.cat([entropy_bits(head[i : i + CHUNK_ROWS]) for i in range(0, head.shape[0], CHUNK_ROWS)])  # (R,)
             for head in weights
         ]
-    )  # (H, T)
+    )  # (H, R)
 
 
-def attention_stats(weights: torch.Tensor, *, mask: torch.Tensor | None = None) -> list[HeadStats]:
-    """(H, T, T) weights -> one HeadStats per head; ``mask`` (T, T) True = hidden key."""
+def attention_stats(
+    weights: torch.Tensor, *, mask: torch.Tensor | None = None, rows: Sequence[int] | None = None
+) -> list[HeadStats]:
+    """(H, T, T) weights -> one HeadStats per head; ``mask`` (T, T) True = hidden key;
+    ``rows``: the query rows to give per-row numbers for (None: every row)."""
     n_tokens = weights.shape[-1]
-    top_key = weights.argmax(dim=-1)  # (H, T) argmax picks the first of equal maxima
-    top_weight = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, T, 1) -> (H, T)
-    bits = _row_entropy_bits(weights)  # (H, T)
-    effective = effective_tokens(bits)  # (H, T)
-    visible = [n_tokens] * n_tokens if mask is None else (~mask).sum(dim=-1).tolist()  # (T, T) -> (T,)
+    picked = weights if rows is None else weights[:, list(rows)]  # (H, T, T), or (H, R, T): a copy of those rows
+    top_key = picked.argmax(dim=-1)  # (H, R) argmax picks the first of equal maxima
+    top_weight = picked.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, R, 1) -> (H, R)
+    bits = _row_entropy_bits(picked)  # (H, R)
+    effective = effective_tokens(bits)  # (H, R)
+    n_rows = picked.shape[-2]
+    visible = [n_tokens] * n_rows if mask is None else (~(mask if rows is None else mask[list(rows)])).sum(dim=-1).tolist()  # (R,)
     stats = []
     for h in range(weights.shape[0]):
         self_mass, previous, first = head_masses(weights[h])
@@ -123,6 +147,7 @@ def attention_stats(weights: torch.Tensor, *, mask: torch.Tensor | None = None) 
                 self_mass=self_mass,
                 previous_mass=previous,
                 first_mass=first,
+                rows=None if rows is None else tuple(rows),
             )
         )
     return stats

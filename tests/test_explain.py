@@ -431,6 +431,10 @@ def test_user_embeddings_are_named_as_the_source(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert f"X = the rows of {path}, one per token, as given; d_model = the file's width = 2." in result.stdout
     assert "nn.Embedding" not in result.stdout
+    assert "X from your file vectors.json; W_q, W_k, W_v drawn from the seed" in result.stdout
+    bare = cli("one two three", "-t", "words", "--embeddings", str(path), "--no-projections")
+    assert bare.exit_code == 0, bare.stderr
+    assert "no random weights at all" in bare.stdout and "random (drawn from the seed)" not in bare.stdout
 
 
 # -- output --------------------------------------------------------------------------

@@ -42,10 +42,10 @@ def test_json_has_the_issue_keys_and_shapes() -> None:
     assert ISSUE_CONFIG_KEYS <= set(data["model"]["config"])
     assert data["text"] == "I saw a saw" and data["tokenizer"] == "words"
     assert data["tokens"] == [
-        {"position": 0, "id": 0, "text": "I", "label": "I", "special": False, "hidden": False},
-        {"position": 1, "id": 2, "text": "saw", "label": "saw#1", "special": False, "hidden": False},
-        {"position": 2, "id": 1, "text": "a", "label": "a", "special": False, "hidden": False},
-        {"position": 3, "id": 2, "text": "saw", "label": "saw#3", "special": False, "hidden": False},
+        {"position": 0, "id": 0, "text": "I", "label": "I", "special": False, "hidden": False, "partial": False},
+        {"position": 1, "id": 2, "text": "saw", "label": "saw#1", "special": False, "hidden": False, "partial": False},
+        {"position": 2, "id": 1, "text": "a", "label": "a", "special": False, "hidden": False, "partial": False},
+        {"position": 3, "id": 2, "text": "saw", "label": "saw#3", "special": False, "hidden": False, "partial": False},
     ]
     c = data["model"]["config"]
     assert (c["d_model"], c["heads"], c["d_k"], c["d_v"], c["causal"]) == (16, 2, 3, 5, True)
@@ -155,6 +155,25 @@ def test_csv_is_tidy_and_loads_with_the_csv_module() -> None:
             assert counts[(table, h)] == 1
     assert len(rows) == len(csv_rows(run)) == sum(counts.values())
     assert ("concat", "") not in counts  # without --out-proj it would repeat the output
+
+
+@pytest.mark.integration
+def test_pieces_of_a_character_carry_their_bytes_in_json_and_csv(rank_dir) -> None:
+    text = "猫 sat \\xe7"  # a real character split over tokens, then text that reads like one of its pieces
+    run = Pipeline(Config(tokenizer="gpt2")).run(text)
+    tokens = json.loads(to_json(run))["tokens"]
+    pieces = [t for t in tokens if t["partial"]]
+    assert pieces and all(t["text"].startswith("\\x") and bytes.fromhex(t["bytes"]) for t in pieces)
+    assert all("bytes" not in t for t in tokens if not t["partial"])
+    assert [t["partial"] for t in tokens] == [True] * 3 + [False] * (len(tokens) - 3)  # the literal \xe7 is text
+    raw = b"".join(bytes.fromhex(t["bytes"]) if t["partial"] else t["text"].encode() for t in tokens)
+    assert raw == text.encode()
+    rows = [row for row in read_csv(to_csv(run)) if row["table"] == "token_bytes"]
+    by_token: dict[int, bytes] = defaultdict(bytes)
+    for row in rows:
+        assert row["col"] == str(len(by_token[int(row["row"])]))  # the byte's place in its token
+        by_token[int(row["row"])] += bytes([int(row["value"])])
+    assert by_token == {t["position"]: bytes.fromhex(t["bytes"]) for t in pieces}
 
 
 def test_csv_has_concat_when_the_output_is_projected() -> None:

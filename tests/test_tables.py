@@ -6,8 +6,10 @@ from attn_cli.attention import causal_mask
 
 import dataclasses
 import io
+import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,6 +143,8 @@ def test_weight_colours_run_from_dark_to_bright() -> None:
     assert low.bgcolor.get_truecolor() == (68, 1, 84)
     assert high.bgcolor.get_truecolor() == (253, 231, 37)
     assert low.color.name == "white" and high.color.name == "black"
+    sixteen = [tables.weight_style(w / 10, "standard").bgcolor for w in range(11)]
+    assert all(c.is_system_defined for c in sixteen) and len(set(sixteen)) == 6  # each sixth its own colour
 
 
 @pytest.mark.parametrize(
@@ -222,6 +226,24 @@ def test_header_shows_the_scale_factor(options: dict, factor: str) -> None:
     assert "Random weights drawn from the seed, not a trained model's" in out
 
 
+@pytest.mark.parametrize(
+    ("options", "said", "untrue"),
+    [
+        ({}, "Random weights drawn from the seed, not a trained model's", ()),
+        ({"embeddings": Path("vectors.npy")}, "X from your file vectors.npy; W_q, W_k, W_v drawn from the seed", ("Random weights",)),
+        ({"projections": False}, "Seeded random embeddings (not a trained model's), no projections", ("Random weights", "W_q")),
+        ({"projections": False, "out_proj": True}, "no projections (Q = K = V = X), W_o drawn from the seed too", ("W_q",)),
+        ({"embeddings": Path("vectors.npy"), "projections": False}, "no random weights at all", ("seed,", "drawn", "Random")),
+        ({"embeddings": Path("vectors.npy"), "projections": False, "out_proj": True}, "only W_o is drawn from the seed", ("W_q", "Random")),
+    ],
+)
+def test_header_says_where_the_numbers_come_from(options: dict, said: str, untrue: tuple[str, ...]) -> None:
+    pairs, reminder = tables.config_header(make_run(SAW, **options)).renderables
+    assert said in reminder.plain
+    for words in untrue:
+        assert words not in reminder.plain, words
+
+
 def test_header_wraps_between_pairs_not_inside_them() -> None:
     out = render(human_view(make_run(SAW, causal=True), View(show=frozenset())), width=40)
     header = out.splitlines()[1:8]
@@ -237,6 +259,19 @@ def test_tokens_table_makes_spaces_visible_and_labels_repeats() -> None:
     assert "␣ is a space" in out and "use the label with --query/--key" in out
     plain = render(tables.tokens_table(make_run(("one", "two"))))
     assert "label" not in plain and "␣ is a space" not in plain
+
+
+def test_pieces_of_a_character_get_their_bytes_and_one_note() -> None:
+    run = make_run(("\\xe7", "\\x8c", "\\xab", " sat", "\\xe7"))
+    partial = ("e7", "8c", "ab", "", "")  # the last reads \xe7 but is that text: a backslash, x, e, 7
+    run = dataclasses.replace(run, tokens=dataclasses.replace(run.tokens, partial=partial))
+    out = render(tables.tokens_table(run))
+    rows = section(out, "Tokens")
+    assert [row[-1] for row in rows] == ["e7", "8c", "ab", "␣sat", "\\xe7#4"]  # the text \xe7 has no bytes cell
+    assert out.count("of a character the tokenizer split over several tokens") == 1
+    assert "\\xe7: one byte of a character" in out
+    whole = render(tables.tokens_table(make_run(("\\xe7", "sat"))))
+    assert "bytes" not in whole and "of a character" not in whole
 
 
 def test_token_text_is_never_markup() -> None:
@@ -269,6 +304,26 @@ def test_weights_cells_are_coloured_and_the_row_max_is_bold() -> None:
     bold = [value for codes, value in cells if codes.split(";")[0] == "1"]
     assert bold == ["0.7000"]
     assert render(tables.weights_table(run, 0)).count("\x1b") == 0
+
+
+def weight_codes(run: Run, color_system: str) -> list[str]:
+    """The SGR codes of each weight cell in the table's first row, drawn for ``color_system``."""
+    console = Console(file=io.StringIO(), width=WIDTH, color_system=color_system, force_terminal=True, no_color=False, highlight=False)
+    console.print(tables.weights_table(run, 0))
+    row = next(line for line in console.file.getvalue().splitlines() if line.startswith("  I "))
+    return [codes for codes, _ in re.findall(r"\x1b\[([0-9;]*)m([0-9.]+)\x1b\[0m", row)]
+
+
+def test_a_16_colour_terminal_tells_low_weights_from_high_ones() -> None:
+    # rich's nearest 16-colour match for viridis is the same grey for every weight under 0.35
+    run = make_run(SAW, weights=[[0.05, 0.25, 0.45, 0.25]] * 4)
+    codes = weight_codes(run, "standard")
+    assert len(codes) == 4 and not any("48;2;" in c or "48;5;" in c for c in codes)  # only the 16 colours
+    low, mid, high, mid_again = codes
+    assert len({low, mid, high}) == 3 and mid == mid_again
+    assert codes == weight_codes(run, "windows")
+    assert all(c.split(";")[0] != "1" for c in codes[:2])  # the row's largest (0.45) is bold, the others are not
+    assert codes[2].startswith("1;4;")
 
 
 def test_scores_scaled_and_masking() -> None:
@@ -311,6 +366,27 @@ def test_output_is_shown_by_default_only_when_it_differs_from_context() -> None:
     assert "Output" in render(human_view(make_run(SAW, heads=2)))
     assert "Output" in render(human_view(make_run(SAW, out_proj=True)))
     assert "Output" in render(human_view(make_run(SAW), View(show=frozenset({"output"}), explicit=True)))
+    one_of_two = dataclasses.replace(make_run(SAW, heads=2), heads=(1,))  # --head 1: the output is its context
+    assert "Output" not in render(human_view(one_of_two))
+
+
+def test_output_under_head_shows_the_chosen_heads_or_says_w_o_mixes_them() -> None:
+    run = dataclasses.replace(make_run(SAW, heads=2), heads=(1,))  # d_v 4: head 1 owns dims 4..7 of the concat
+    out = render(human_view(run, View(show=frozenset({"output"}), explicit=True)))
+    assert "Output  head 1 of the heads side by side (4 x heads*d_v 4 of 8)" in out
+    lines = out.splitlines()
+    header = lines[next(i for i, line in enumerate(lines) if line.startswith("Output")) + 2]  # title, edge, header
+    assert header.split()[-4:] == ["4", "5", "6", "7"]
+    assert [row[1:] for row in section(out, "Output")] == [[fmt(v, 4) for v in row] for row in run.result.context[1].tolist()]
+    assert "--head chose head 1 of 2: the other heads' dims are left out" in " ".join(out.split())
+    mixed = dataclasses.replace(make_run(SAW, heads=2, out_proj=True), heads=(1,))
+    out = " ".join(render(human_view(mixed, View(show=frozenset({"output"}), explicit=True))).split())
+    assert "through W_o (4 x heads*d_v 8)" in out and "the output of all 2 heads, not of head 1 alone" in out
+
+
+def test_cut_columns_are_named_by_their_numbers() -> None:
+    assert tables.spans([0, 1, 2, 3, 8, 11]) == "0-3, 8, 11"
+    assert tables.spans([0, 1, 2, 39]) == "0-2, 39" and tables.spans([5]) == "5"
 
 
 def test_stats_table_and_heads_compared() -> None:
@@ -535,6 +611,61 @@ def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPa
         assert blocked[h].first_mass == pytest.approx(w[1:, 0].mean().item(), abs=1e-15)
 
 
+@pytest.mark.parametrize("chunk", [3, 256])
+def test_stats_of_some_rows_are_those_rows_of_every_rows_stats(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    from attn_cli import stats as stats_module
+
+    generator = torch.Generator().manual_seed(9)
+    n = 300
+    mask = causal_mask(n)
+    weights = torch.softmax(torch.randn(2, n, n, generator=generator).masked_fill(mask, -math.inf), dim=-1)  # (H, T, T)
+    monkeypatch.setattr(stats_module, "CHUNK_ROWS", chunk)
+    every = attention_stats(weights, mask=mask)
+    rows = [0, 1, 7, 150, 298, 299]
+    some = attention_stats(weights, mask=mask, rows=rows)
+    for full, part in zip(every, some):
+        assert part.rows == tuple(rows) and [part.row(i) for i in rows] == list(range(len(rows)))
+        for field in ("most_attended", "top_weight", "entropy_bits", "effective_tokens", "visible_keys"):
+            assert getattr(part, field) == [getattr(full, field)[i] for i in rows], field  # exactly, not approximately
+        assert (part.self_mass, part.previous_mass, part.first_mass) == (full.self_mass, full.previous_mass, full.first_mass)
+        with pytest.raises(ValueError, match="needs every row"):
+            part.mean_entropy_bits  # noqa: B018
+
+
+def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli import stats as stats_module
+    from attn_cli.cli import app
+
+    rows_done = 0
+    original = stats_module.entropy_bits
+
+    def counting(weights: torch.Tensor) -> torch.Tensor:
+        nonlocal rows_done
+        rows_done += weights.shape[0] if weights.dim() > 1 else 1
+        return original(weights)
+
+    monkeypatch.setattr(stats_module, "entropy_bits", counting)
+    n = 600
+    text = " ".join(f"w{i % 50}" for i in range(n))
+    args = ["run", "-t", "words", "--causal", "--", text]
+    table = CliRunner().invoke(app, [*args[:-2], "-F", "table", "--query", "100", "--show", "stats", *args[-2:]], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.stderr
+    assert rows_done == tables.ROW_LIMIT + 2  # the rows shown and the followed query, not 600
+    data = json.loads(CliRunner().invoke(app, [*args[:-2], "-F", "json", *args[-2:]]).stdout)
+    stats, labels = data["layers"][0]["heads"][0]["stats"], [t["label"] for t in data["tokens"]]
+    shown = [*range(tables.ROW_LIMIT), n - 1]
+    body = [row for row in section(table.stdout, "Statistics") if row[0] != "⋮"]
+    assert body == [
+        [labels[i], labels[stats["most_attended"][i]], *(fmt(stats[k][i], 4) for k in ("top_weight", "entropy_bits", "effective_tokens")), str(i + 1)]
+        for i in shown
+    ]
+    out = " ".join(table.stdout.split())
+    assert f"entropy {fmt(stats['entropy_bits'][100], 4)} bits, {fmt(stats['effective_tokens'][100], 4)} effective tokens of 101" in out
+    assert f"self (diagonal) mass {fmt(stats['self_mass'], 4)} previous-token mass {fmt(stats['previous_mass'], 4)}" in out
+
+
 def test_one_heads_stats_are_that_heads() -> None:
     run = make_run(SAW, heads=2)
     out = render(human_view(run, View(show=frozenset({"stats"}), heads=(1,))))
@@ -551,10 +682,10 @@ def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.Mon
     styled = 0
     original = tables.weight_style
 
-    def counting(weight: float):
+    def counting(weight: float, color_system: str | None = "truecolor"):
         nonlocal styled
         styled += 1
-        return original(weight)
+        return original(weight, color_system)
 
     monkeypatch.setattr(tables, "weight_style", counting)
     n = 2000

@@ -60,14 +60,18 @@ def check_export_size(run: Trace) -> None:
 
 
 def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, Any]]:
-    """The documented ``tokens`` array: position, id, text, label, special, hidden (and segment for pairs)."""
+    """The documented ``tokens`` array: position, id, text, label, special, hidden, partial (and
+    bytes for a piece of a character, segment for pairs)."""
     pair = any(tokens.type_ids)
     hidden = set(hidden)
     out = []
     for i, (tid, text, label) in enumerate(zip(tokens.ids, tokens.texts, tokens.labels)):
         entry: dict[str, Any] = {
             "position": i, "id": tid, "text": text, "label": label, "special": tokens.is_special(i), "hidden": i in hidden,
+            "partial": bool(tokens.partial_bytes(i)),
         }
+        if entry["partial"]:  # its text shows these bytes as \xNN escapes, which real text can also read as
+            entry["bytes"] = tokens.partial_bytes(i)
         if pair:
             entry["segment"] = tokens.type_ids[i]
         out.append(entry)
@@ -151,7 +155,8 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
     """Tidy rows (``CSV_COLUMNS``): one per head/query/key for matrices, per
     token/dimension for vectors, per query for the row statistics, one per head
     for the head statistics, and first one per token with its id (and, for a
-    checkpoint's added tokens, ``special``). ``index`` is the text's place in a
+    checkpoint's added tokens, ``special``; for a piece of a character, one per byte in
+    ``token_bytes``). ``index`` is the text's place in a
     --lines batch; every row names the tokenizer actually used and the layer."""
     data = run_dict(run)
     labels = [t["label"] for t in data["tokens"]]
@@ -161,6 +166,11 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
     ]
     rows += [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["special"]]
     rows += [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["hidden"]]
+    rows += [
+        (index, tokenizer, "token_bytes", "", "", i, b, labels[i], "", byte)
+        for i, t in enumerate(data["tokens"]) if t["partial"]
+        for b, byte in enumerate(bytes.fromhex(t["bytes"]))
+    ]
 
     def vectors(table: str, head: Any, layer: int, matrix: list[list[float]]) -> None:
         for i, vec in enumerate(matrix):

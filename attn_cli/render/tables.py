@@ -51,6 +51,13 @@ ROW_HINT = "--query N shows one row in full"
 
 # viridis, from low to high: readable on dark and light terminals alike
 _RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+# 16-colour terminals: the nearest of their colours to viridis is one grey for every weight
+# under 0.35, so they get viridis' order in colours of their own, one per sixth of [0, 1]
+# (background, text on it)
+_RAMP_16 = (
+    ("magenta", "white"), ("blue", "white"), ("cyan", "black"),
+    ("green", "black"), ("bright_green", "black"), ("bright_yellow", "black"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +83,31 @@ def fmt(value: float, precision: int) -> str:
     return text
 
 
-def weight_style(weight: float) -> Style:
-    """Background from the viridis ramp by value in [0, 1], text readable on it."""
+def weight_style(weight: float, color_system: str | None = "truecolor") -> Style:
+    """Background from the viridis ramp by value in [0, 1], text readable on it, in the
+    colours ``color_system`` (rich's name: truecolor, 256, standard, windows) can show."""
+    if color_system in ("standard", "windows"):
+        background, text = _RAMP_16[min(int(min(max(weight, 0.0), 1.0) * len(_RAMP_16)), len(_RAMP_16) - 1)]
+        return Style(bgcolor=background, color=text)
+    # 256 colours: rich's nearest colour to each viridis step is a different one
     t = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
     i = min(int(t), len(_RAMP) - 2)
     f = t - i
     rgb = tuple(round(a + (b - a) * f) for a, b in zip(_RAMP[i], _RAMP[i + 1]))
     return Style(bgcolor=Color.from_rgb(*rgb), color="black" if weight >= 0.55 else "white")
+
+
+class WeightCell(Text):
+    """A weight's text, coloured when it is drawn: only then is the terminal's colour system known."""
+
+    def __init__(self, text: str, weight: float, *, best: bool = False) -> None:
+        super().__init__(text, style=Style(bold=best, underline=best))
+        self.weight = weight
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        drawn = self.copy()
+        drawn.style = weight_style(self.weight, console.color_system) + self.style
+        yield from drawn.__rich_console__(console, options)
 
 
 def bar(weight: float, width: int = BAR_WIDTH) -> str:
@@ -138,6 +163,17 @@ def rows_note(
     )
 
 
+def spans(numbers: Sequence[int]) -> str:
+    """Sorted numbers as runs: [0, 1, 2, 3, 8, 11] -> '0-3, 8, 11'."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
 Cell = Callable[[int, int], Text]
 
 
@@ -163,6 +199,7 @@ class FittedTable:
         captions: Sequence[Text] = (),
         hint: str = "",
         row_hint: str = "",
+        numbers: Sequence[int] = (),
     ) -> None:
         self.title = title
         self.corner = corner
@@ -174,6 +211,7 @@ class FittedTable:
         self.captions = captions
         self.hint = hint
         self.row_hint = row_hint
+        self.numbers = numbers or range(len(col_labels))  # what the cut note calls the columns
         self.rows = rows_to_show(len(row_labels))
         self._cells: dict[tuple[int, int], Text] = {}
         self._widths: dict[int, int] = {}
@@ -228,10 +266,9 @@ class FittedTable:
         cut_columns = len(shown) < len(self.col_labels)
         if cut_columns:
             n = len(self.col_labels)
-            first = f"0-{len(shown) - 2}, " if len(shown) > 1 else ""
             hint = f"; {self.hint}" if self.hint else ""
             yield Text(
-                f"{ELLIPSIS} {len(shown)} of {n} {self.what} shown ({first}{n - 1}) to fit "
+                f"{ELLIPSIS} {len(shown)} of {n} {self.what} shown ({spans([self.numbers[j] for j in shown])}) to fit "
                 f"{options.max_width} columns{hint}; {SEE_ALL}",
                 style="yellow",
             )
@@ -276,8 +313,8 @@ class Pairs:
 
 
 def config_header(run: Run) -> RenderableType:
-    """What ran: the toy model's configuration (and the reminder that its weights are
-    random), or the checkpoint's."""
+    """What ran: the toy model's configuration (and where its numbers come from: the
+    seed, the user's file), or the checkpoint's."""
     m = run.model
     c = m.config
     _, factor = scaling(run)
@@ -326,11 +363,7 @@ def config_header(run: Run) -> RenderableType:
         ("dropout", f"{c.dropout:g}"),
         ("embeddings", source),
     ]
-    reminder = Text(
-        "Random weights drawn from the seed, not a trained model's: the patterns show the mechanics, not meaning.",
-        style="dim italic",
-    )
-    return Group(Pairs(pairs), reminder)
+    return Group(Pairs(pairs), Text(c.weights_origin(), style="dim italic"))
 
 
 def described(chosen: Sequence[int], total: int) -> str:
@@ -361,6 +394,7 @@ def tokens_table(run: Run) -> RenderableType:
     special = any(tokens.special)
     pair = any(tokens.type_ids)
     hidden = set(run.hiding.hidden) if run.hiding is not None else set()
+    pieces = {i: tokens.partial_bytes(i) for i in shown if tokens.partial_bytes(i)}  # hex of a piece of a character
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
@@ -373,9 +407,11 @@ def tokens_table(run: Run) -> RenderableType:
         table.add_column("segment", justify="right")
     if hidden:
         table.add_column("hidden")
+    if pieces:
+        table.add_column("bytes")
     for i in rows:
         if i is None:
-            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden))))
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden) + bool(pieces))))
             continue
         row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
         if with_labels:
@@ -386,8 +422,16 @@ def tokens_table(run: Run) -> RenderableType:
             row.append("AB"[tokens.type_ids[i]] if tokens.type_ids[i] < 2 else str(tokens.type_ids[i]))
         if hidden:
             row.append(Text("hidden", style="yellow") if i in hidden else "")
+        if pieces:
+            row.append(pieces.get(i, ""))
         table.add_row(*row)
     notes = []
+    if pieces:
+        one = next((i for i, hexed in pieces.items() if len(hexed) == 2), min(pieces))  # a one-byte piece reads best
+        notes.append(
+            f"{shown[one]}: {'one byte' if len(pieces[one]) == 2 else 'a piece'} of a character the tokenizer split over "
+            f"several tokens, not the text {shown[one]}; the bytes column has each such token's bytes in hex (JSON: tokens[].bytes)"
+        )
     if special:
         notes.append("special: added by the model's tokenizer, not in the text")
     if any(mark in text for text in shown.values() for mark in "␣↵⇥␍"):
@@ -406,13 +450,15 @@ def _head_suffix(run: Run, head: int) -> str:
     return f"{layer}, head {head}" if run.result.n_heads > 1 else layer
 
 
-def vector_table(run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = ()) -> FittedTable:
-    """A (T, d) table: a row per token, a column per dimension."""
-    n_dims = matrix.shape[-1]  # matrix: (T, d)
+def vector_table(
+    run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None
+) -> FittedTable:
+    """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all)."""
+    dims = range(matrix.shape[-1]) if dims is None else dims  # matrix: (T, d)
     return FittedTable(
-        title, "token \\ dim", run.tokens.labels, [str(d) for d in range(n_dims)],
-        lambda i, j: Text(fmt(matrix[i, j].item(), precision)),
-        what="dims", rows_what="tokens", captions=captions,
+        title, "token \\ dim", run.tokens.labels, [str(d) for d in dims],
+        lambda i, j: Text(fmt(matrix[i, dims[j]].item(), precision)),
+        what="dims", rows_what="tokens", captions=captions, numbers=dims,
     )
 
 
@@ -444,9 +490,9 @@ def square_table(
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     weights = run.result.weights[head]  # (T, T); NaN: a renormalized row with no weight left
     labels = run.tokens.labels
-    best = weights.nan_to_num(-1.0).argmax(dim=-1).tolist()  # (T,) argmax picks the first of equal maxima
     result = run.result
     causal = result.causal
+    best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
 
     def cell(i: int, j: int) -> Text:
         if causal and result.masked(i, j):
@@ -454,7 +500,9 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
         w = weights[i, j].item()
         if math.isnan(w):
             return Text("—", style="dim")
-        return Text(fmt(w, precision), style=weight_style(w) + Style(bold=j == best[i], underline=j == best[i]))
+        if i not in best:
+            best[i] = int(weights[i].nan_to_num(-1.0).argmax())  # (T,) -> () the first of equal maxima
+        return WeightCell(fmt(w, precision), w, best=j == best[i])
 
     formula, _ = scaling(run)
     hiding = run.hiding if run.renormalized else None
@@ -532,17 +580,34 @@ def embeddings_table(run: Run, precision: int) -> FittedTable:
     return vector_table(run, title, x, precision)
 
 
-def output_table(run: Run, precision: int) -> FittedTable:
+def output_table(run: Run, precision: int, heads: Sequence[int] | None = None) -> FittedTable:
+    """The layer's output; ``heads`` (--head) chosen from several: without a W_o only their
+    dims of the concat, with one the whole output and a caption saying it mixes every head."""
     m = run.model
-    how = "the heads' context vectors side by side" if m.heads > 1 else "the context vectors"
+    n_heads = run.result.n_heads
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    some = len(heads) < n_heads
+    how = "the heads' context vectors side by side" if n_heads > 1 else "the context vectors"
     if m.out_proj:
         how += ", through W_o"
     layer = f", layer {run.result.layer}" if m.layers > 1 else ""
     width = run.result.output.shape[-1]
-    title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {width})")
     d_v = m.value_dim
-    captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if m.heads > 1 and not m.out_proj else []
-    return vector_table(run, title, run.result.output, precision, captions)
+    dims = None
+    captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if n_heads > 1 and not m.out_proj else []
+    if some and m.out_proj:
+        captions.append(_note(
+            f"W_o mixes every head's dims into each output dim: this is the output of all {n_heads} heads, "
+            f"not of head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))} alone (--head)"
+        ))
+    elif some:
+        dims = [h * d_v + d for h in heads for d in range(d_v)]  # the chosen heads' slices of the concat
+        which = f"head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))}"
+        how = f"{which} of the heads side by side"
+        captions.append(_note(f"--head chose {which} of {n_heads}: the other heads' dims are left out (--format json has every one)"))
+    size = f"{len(dims)} of {width}" if dims is not None else str(width)
+    title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {size})")
+    return vector_table(run, title, run.result.output, precision, captions, dims)
 
 
 # -- statistics --------------------------------------------------------------
@@ -566,13 +631,14 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
         if i is None:
             table.add_row(*(Text(VDOTS, style="dim") for _ in range(6)))
             continue
+        k = stats.row(i)
         table.add_row(
             Text(labels[i]),
-            Text(labels[stats.most_attended[i]]),
-            fmt(stats.top_weight[i], precision),
-            fmt(stats.entropy_bits[i], precision),
-            fmt(stats.effective_tokens[i], precision),
-            str(stats.visible_keys[i]),
+            Text(labels[stats.most_attended[k]]),
+            fmt(stats.top_weight[k], precision),
+            fmt(stats.entropy_bits[k], precision),
+            fmt(stats.effective_tokens[k], precision),
+            str(stats.visible_keys[k]),
         )
     title = _title("Statistics", f"  of the attention weights{_head_suffix(run, stats.head)}")
     masses = Pairs(
@@ -640,10 +706,11 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     if len(order) < len(row):
         after = f"key {query + 1} is" if query + 2 == len(row) else f"keys {query + 1}..{len(row) - 1} are"
         parts.append(_note(f"{after} after the query: masked, weight 0"))
+    k = stats.row(query)
     parts.append(
         _note(
-            f"entropy {fmt(stats.entropy_bits[query], precision)} bits, "
-            f"{fmt(stats.effective_tokens[query], precision)} effective tokens of {stats.visible_keys[query]}"
+            f"entropy {fmt(stats.entropy_bits[k], precision)} bits, "
+            f"{fmt(stats.effective_tokens[k], precision)} effective tokens of {stats.visible_keys[k]}"
         )
     )
     parts.append(Text(""))
@@ -736,10 +803,16 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     show = view.show
     heads = view.heads if view.heads is not None else run.shown_heads
     stats: dict[int, HeadStats] = {}
-    if "stats" in show or view.query is not None:  # O(T^2) each: only for the heads drawn
+    if "stats" in show or view.query is not None:  # only for the heads drawn
+        # Heads compared means every row's entropy: O(T^2) a head; else only the rows drawn
+        compared = "stats" in show and len(heads) > 1
+        shown = [i for i in rows_to_show(len(run.tokens)) if i is not None] if "stats" in show else []
+        rows = None if compared else sorted({*shown, *([view.query] if view.query is not None else [])})
         for h in heads:
-            # a renormalized row with no weight left (NaN) counts as all zeros
-            (one,) = attention_stats(run.result.weights[h : h + 1].nan_to_num(0.0), mask=run.result.mask)  # (1, T, T)
+            weights = run.result.weights[h : h + 1]  # (1, T, T)
+            if run.renormalized:  # a renormalized row with no weight left (NaN) counts as all zeros
+                weights = weights.nan_to_num(0.0)
+            (one,) = attention_stats(weights, mask=run.result.mask, rows=rows)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:
@@ -769,8 +842,9 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             parts.append(context_table(run, h, p))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
-    if "output" in show and (view.explicit or multi or run.model.out_proj):
-        parts.append(output_table(run, p))
+    # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
+    if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
+        parts.append(output_table(run, p, heads))
     return parts
 
 

@@ -74,7 +74,7 @@ class ToyWalkthrough(Walkthrough):
         blocks: list[Block] = [
             Line(f"Self-attention, step by step, for {self.run.text!r}" if len(self.run.text) <= 80 else f"Self-attention, step by step, for a text of {len(self.run.text)} characters"),
             Line("  ".join(parts), "note"),
-            Line("The weights are random (drawn from the seed), not a trained model's: the numbers show the mechanics, not meaning.", "note"),
+            Line(self.c.weights_origin(), "note"),
         ]
         if self.H > 1:
             blocks.append(Line(f"Steps 4 to 8 are shown for head {self.h} of {self.H} (--head N shows another); step 9 puts the heads together.", "note"))

@@ -333,7 +333,7 @@ def _header_rows(trace: Trace) -> list[list[str]]:
             f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
         ])
     if model.config is not None:
-        rows.append(["model", "toy: one layer of random weights drawn from the seed, not a trained model's"])
+        rows.append(["model", f"toy, one layer. {model.config.weights_origin()}"])
         rows += [phrase.split(" ", 1) if " " in phrase else [phrase, ""] for phrase in model.config.describe(tokens.tokenizer)[1:]]
         rows.append(["scale factor", f"{1 / trace.layers[0].divisor:.6g}" + (f" = 1/{trace.layers[0].divisor_text}" if trace.layers[0].divisor_text else "")])
         rows.append(["input", model.input_text])
