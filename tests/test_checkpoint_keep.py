@@ -30,9 +30,13 @@ TEXT = "The cat sat on the mat, and the dog sat on the log."
 VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")
 
 
-@pytest.fixture(scope="module", params=["gpt2", "bert", "llama"])
+@pytest.fixture(scope="module", params=["gpt2", "bert", "mistral"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    builder = {"gpt2": checkpoints.build_gpt2, "bert": checkpoints.build_bert, "llama": checkpoints.build_llama}[request.param]
+    if request.param == "mistral":  # grouped-query heads and a sliding window in the mask
+        return checkpoints.built(
+            tmp_path_factory, "keep-mistral", checkpoints.build_llama, model_type="mistral", sliding_window=4, num_key_value_heads=2
+        )
+    builder = checkpoints.build_gpt2 if request.param == "gpt2" else checkpoints.build_bert
     return checkpoints.built(tmp_path_factory, request.param, builder)
 
 
