@@ -43,3 +43,12 @@ def test_help_does_not_import_torch() -> None:
            "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('torch','matplotlib')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_json_output_does_not_import_rich() -> None:
+    """JSON is written as bytes: the tables module, and rich with it, load only for tables."""
+    code = "import sys; from attn_cli.cli import app; sys.argv=['attn-cli','run','I saw a saw','-t','words','-F','json'];\n" \
+           "try:\n app()\nexcept SystemExit as e: assert not e.code, e.code\n" \
+           "assert 'rich' not in sys.modules, sorted(m for m in sys.modules if m.startswith('rich'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
