@@ -160,10 +160,15 @@ def run_layers(
             layer = multi_head(
                 x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads, family.rotate
             )
+            output = layer.output  # (T, D)
             if index in wanted:
                 kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
+            # What is not kept goes now, before the MLP and the next layer allocate theirs:
+            # held until the next assignment, this layer's (H, T, T) weights would be a
+            # second one in flight beside the next layer's.
+            del layer, x
             if index < last:
-                hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
+                hidden = family.finish_layer(t, hidden, output)  # (T, D)
     return [kept[index] for index in layers]
 
 
