@@ -73,28 +73,17 @@ class HeadResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerAttention:
-    """One attention layer's tensors, whatever made them (the seeded toy model or a
-    trained checkpoint): what every renderer reads.
+class LayerWeights:
+    """One attention layer's weights and what reading them needs: the record a trace
+    keeps at ``keep="weights"``, for commands that draw or score the weights only
+    (`heads`, `heatmap --what weights`). It holds no per-head vectors: a renderer
+    that needs queries, keys, values or the context takes a ``LayerAttention``,
+    and reading one of them here raises AttributeError."""
 
-    Head h's queries, keys and values are what its scores were computed from:
-    after RoPE where the family has it, and for grouped-query attention the
-    key/value head the query head shares (repeated, so index h always works).
-    """
-
-    queries: torch.Tensor  # (H, T, Dk)
-    keys: torch.Tensor  # (H, T, Dk)
-    values: torch.Tensor  # (H, T, Dv)
     weights: torch.Tensor  # (H, T, T) softmax of the scaled, masked scores
-    dropped_weights: torch.Tensor | None  # (H, T, T) weights after dropout, when dropout > 0
-    context: torch.Tensor  # (H, T, Dv)
-    concat: torch.Tensor  # (T, H*Dv) heads side by side
-    output: torch.Tensor  # (T, Dout) concat, through W_o when there is one
-    divisor: float  # scaled_scores = scores / divisor
     mask: torch.Tensor | None  # (T, T) True = the query may not see the key (causal, window); None: nothing hidden
-    projections: Projections  # the layer's W_q, W_k, W_v (all heads' rows) and W_o; query None: Q = K = V = X
+    divisor: float  # scaled_scores = scores / divisor
     layer: int = 0  # 0-based index in the model
-    x: torch.Tensor | None = None  # (T, D) what the projections read: the toy's X, a checkpoint layer's normed input
     divisor_text: str = ""  # the divisor as a formula, e.g. "sqrt(64)"; "" when it is 1
 
     @property
@@ -115,6 +104,35 @@ class LayerAttention:
         if self.mask is None:
             return [n_tokens] * n_tokens
         return (~self.mask).sum(dim=-1).tolist()  # (T, T) -> (T,)
+
+    def weights_only(self) -> LayerWeights:
+        """This layer as the lighter record (itself when it is one): the weights, the
+        mask and the divisor, without the vectors that made them."""
+        if type(self) is LayerWeights:
+            return self
+        return LayerWeights(self.weights, self.mask, self.divisor, self.layer, self.divisor_text)
+
+
+# kw_only: the vectors follow LayerWeights' fields, some of which have defaults.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayerAttention(LayerWeights):
+    """One attention layer's tensors, whatever made them (the seeded toy model or a
+    trained checkpoint): what every renderer reads (``keep="all"``).
+
+    Head h's queries, keys and values are what its scores were computed from:
+    after RoPE where the family has it, and for grouped-query attention the
+    key/value head the query head shares (repeated, so index h always works).
+    """
+
+    queries: torch.Tensor  # (H, T, Dk)
+    keys: torch.Tensor  # (H, T, Dk)
+    values: torch.Tensor  # (H, T, Dv)
+    dropped_weights: torch.Tensor | None  # (H, T, T) weights after dropout, when dropout > 0
+    context: torch.Tensor  # (H, T, Dv)
+    concat: torch.Tensor  # (T, H*Dv) heads side by side
+    output: torch.Tensor  # (T, Dout) concat, through W_o when there is one
+    projections: Projections  # the layer's W_q, W_k, W_v (all heads' rows) and W_o; query None: Q = K = V = X
+    x: torch.Tensor | None = None  # (T, D) what the projections read: the toy's X, a checkpoint layer's normed input
 
     # The raw and scaled scores are derived, not stored: a run keeps one T x T
     # tensor per head (the weights), like torch's own attention, and recomputing

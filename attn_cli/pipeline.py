@@ -30,7 +30,9 @@ __all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_sourc
 
 
 class Source(Protocol):
-    """A source of attention: the toy model or a checkpoint."""
+    """A source of attention: the toy model or a checkpoint. A selection's ``keep`` is
+    the least its caller reads: a checkpoint at "weights" keeps LayerWeights; the toy
+    (one small layer) always keeps a LayerAttention, which is one too."""
 
     notes: list[str]
     n_layers: int
@@ -217,14 +219,14 @@ class CheckpointSource:
                 f"the text has {len(tokens)} tokens, over --max-tokens {spec.config.max_tokens}; "
                 f"shorten it or raise --max-tokens"
             )
-        parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers)
+        parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers, selection.keep)
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
         # Threads follow the size of one layer's operations, not the whole model's:
         # a sentence through 12 small layers is still small work for each matmul.
         info = self.info
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
         with using_threads(threads_for(per_layer)):
-            layers = self.checkpoint.trace(tokens, selection.layers)
+            layers = self.checkpoint.trace(tokens, selection.layers, selection.keep)
         return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=pair)
 
 

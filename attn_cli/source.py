@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from attn_cli.config import Config
 from attn_cli.hiding import HideSpec
-from attn_cli.trace import IndexSpec, Selection
+from attn_cli.trace import IndexSpec, Keep, Selection
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
@@ -44,15 +44,17 @@ class SourceSpec:
 
         return open_source(self)
 
-    def select(self, source: Source, *, everything: bool) -> Selection:
+    def select(self, source: Source, *, everything: bool, keep: Keep = "all") -> Selection:
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
-        shows its last layer and first ``TABLE_HEADS`` heads by default."""
+        shows its last layer and first ``TABLE_HEADS`` heads by default. ``keep``:
+        "weights" for a command that reads nothing but the weights (a kept layer then
+        holds no per-head vectors, and the memory budget counts none)."""
         n_layers, n_heads = source.n_layers, source.n_heads
         few = not everything and self.trained
         layers = self.layers.resolve(n_layers, "layer", default=[n_layers - 1] if few else None)
         heads = self.heads.resolve(n_heads, "head", default=range(min(n_heads, TABLE_HEADS)) if few else None)
-        return Selection(layers, heads)
+        return Selection(layers, heads, keep)
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:
         """The single layer and head a walk-through follows (default: the last layer, head 0)."""

@@ -2,8 +2,10 @@
 
 A source (the seeded toy model in ``attn_cli.pipeline``, a trained checkpoint in
 ``attn_cli.checkpoint``) turns ``Tokens`` into a ``Trace``: the tokens, what ran
-(``ModelInfo``) and the kept layers' ``LayerAttention`` (``attn_cli.attention``).
-Renderers (tables, heatmap, explain, export) never look at what made it.
+(``ModelInfo``) and the kept layers: ``LayerAttention`` (every tensor), or the
+lighter ``LayerWeights`` when the selection keeps the weights only
+(``attn_cli.attention``). Renderers (tables, heatmap, explain, export) never
+look at what made it.
 
 No torch at import time: the CLI parses ``--layer``/``--head`` with ``Selection``
 before anything heavy loads.
@@ -14,18 +16,26 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerWeights
     from attn_cli.config import Config
     from attn_cli.hiding import Hiding
     from attn_cli.tokens import Tokens
 
 TOY = "toy"
 SHORT_NAME = 40  # characters of a source shown whole in titles
+
+# What a trace keeps of each selected layer: "all" (LayerAttention: weights, queries,
+# keys, values, context, output, what every renderer reads) or "weights"
+# (LayerWeights: weights, mask, divisor; what `heads` and weight pictures read).
+Keep = Literal["all", "weights"]
+KEEP_LEVELS: tuple[Keep, ...] = ("all", "weights")
+
+LayerT = TypeVar("LayerT", bound="LayerWeights", covariant=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,13 +101,15 @@ class ModelInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Trace:
-    """One text through one source: its tokens and the kept layers, in order."""
+class Trace(Generic[LayerT]):
+    """One text through one source: its tokens and the kept layers, in order.
+    ``Trace[LayerAttention]`` holds every tensor; ``Trace[LayerWeights]`` (a
+    ``keep="weights"`` selection) the weights only."""
 
     text: str
     tokens: Tokens
     model: ModelInfo
-    layers: tuple[LayerAttention, ...]
+    layers: tuple[LayerT, ...]
     heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
     pair: str | None = None  # the second segment (--pair), when there is one
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
@@ -114,7 +126,7 @@ class Trace:
     def shown_heads(self) -> tuple[int, ...]:
         return self.heads if self.heads is not None else tuple(range(self.model.heads))
 
-    def layer(self, index: int) -> LayerAttention:
+    def layer(self, index: int) -> LayerT:
         """The kept layer with model index ``index``."""
         for layer in self.layers:
             if layer.layer == index:
@@ -129,7 +141,7 @@ class Trace:
 
     # The toy source's API before layers: one layer, its config and input.
     @property
-    def result(self) -> LayerAttention:
+    def result(self) -> LayerT:
         return self.layers[0]
 
     @property
@@ -140,7 +152,7 @@ class Trace:
 
     @property
     def x(self) -> Any:
-        return self.layers[0].x
+        return self.layers[0].x  # the toy's trace, whose layer is a LayerAttention
 
 
 Run = Trace  # the name before layers (the Python API keeps it)
@@ -213,10 +225,12 @@ class IndexSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """The layers to run and keep, and the heads to show, decided before computing."""
+    """The layers to run and keep, the heads to show and how much of each kept layer
+    to hold, decided before computing."""
 
     layers: tuple[int, ...]
     heads: tuple[int, ...]
+    keep: Keep = "all"  # "weights": a checkpoint's kept layers hold their weights only (see Keep)
 
     @property
     def last_layer(self) -> int:

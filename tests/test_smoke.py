@@ -37,9 +37,24 @@ def test_headline_sentence_with_gpt2(rank_dir) -> None:
     assert proc.stderr == ""
 
 
-def test_help_does_not_import_torch() -> None:
-    code = "import sys; from attn_cli.cli import app; sys.argv=['attn-cli','--help'];\n" \
-           "try:\n app()\nexcept SystemExit: pass\n" \
-           "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('torch','matplotlib')))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+def imported_by(*argv: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``attn-cli ARGV``."""
+    code = (
+        f"import sys; from attn_cli.cli import app; sys.argv = {['attn-cli', *argv]!r}\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(' '.join(sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.splitlines()[-1].split())  # the last line: the JSON (or help) comes before it
+
+
+def test_help_does_not_import_torch() -> None:
+    heavy = {m for m in imported_by("--help") if m.split(".")[0] in ("torch", "matplotlib")}
+    assert not heavy, sorted(heavy)
+
+
+def test_json_output_does_not_import_rich() -> None:
+    """JSON is written as bytes: the tables module, and rich with it, load only for tables."""
+    loaded = {m for m in imported_by("run", "I saw a saw", "-t", "words", "-F", "json") if m.split(".")[0] == "rich"}
+    assert not loaded, sorted(loaded)

@@ -4,6 +4,7 @@
     ckpt = open_checkpoint("sentence-transformers/all-MiniLM-L6-v2")  # or a folder
     tokens = ckpt.tokenizer.encode("The cat sat.")
     layers = ckpt.trace(tokens, [0, 5])  # list[LayerAttention]
+    weights = ckpt.trace(tokens, [0, 5], keep="weights")  # list[LayerWeights]: the (H, T, T) weights only
 
 Layout: files.py finds the folder (or the Hugging Face cache snapshot) and reads
 config.json and safetensors; tokenizer.py is the checkpoint's own tokenizer;

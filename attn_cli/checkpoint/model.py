@@ -7,23 +7,27 @@ Shapes: T tokens, D d_model, H heads, F the MLP's inner size.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 from attn_cli.errors import UsageError
-from attn_cli.trace import ModelInfo
+from attn_cli.trace import Keep, ModelInfo
 
 if TYPE_CHECKING:
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerAttention, LayerWeights
     from attn_cli.checkpoint.families import Family
     from attn_cli.tokens import Tokens
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
 DEVICES = ("cpu", "cuda")
-KEPT_TABLES = 2  # T x T tensors a kept layer may hold per head: the weights, and the scores renderers derive
-KEPT_VECTORS = 6  # (T, D)-sized tensors a kept layer holds: x, queries, keys, values, concat (the context views it), output
+# What a kept layer holds, by keep level (trace.Keep). T x T tensors per head: the
+# weights, and at "all" the scores renderers derive from the queries and keys.
+# (T, D)-sized tensors: x, queries, keys, values, concat (the context views it) and
+# output at "all"; none at "weights".
+KEPT_TABLES = {"all": 2, "weights": 1}
+KEPT_VECTORS = {"all": 6, "weights": 0}
 
 
 class Checkpoint:
@@ -36,11 +40,11 @@ class Checkpoint:
         self._family = family
         self._weights = weights
 
-    def estimate_bytes(self, n_tokens: int, layers: Sequence[int]) -> dict[str, int]:
-        """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` needs, by part:
-        weights (copies in the run's dtype of every tensor of layers 0 .. max(layers),
-        and the embedding rows read), tables (the kept layers' T x T tensors) and
-        activations (the kept layers' (T, D) tensors, and one layer in flight).
+    def estimate_bytes(self, n_tokens: int, layers: Sequence[int], keep: Keep = "all") -> dict[str, int]:
+        """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` at level ``keep``
+        needs, by part: weights (copies in the run's dtype of every tensor of layers
+        0 .. max(layers), and the embedding rows read), tables (the kept layers' T x T
+        tensors) and activations (the kept layers' (T, D) tensors, and one layer in flight).
         From config.json and the weights' index or headers only: with an index,
         the tensors' sizes come from config.json, so absent shards cost nothing."""
         kept = self._check_layers(layers)
@@ -54,8 +58,8 @@ class Checkpoint:
         in_flight = (7 * t * width + 2 * t * family.d_ffn + family.heads * t * t) * size + FLOAT32 * t * t + t * t
         return {
             "weights": layer_weights + embedding_rows,
-            "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES,
-            "activations": len(kept) * KEPT_VECTORS * t * width * FLOAT32 + in_flight,
+            "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES[keep],
+            "activations": len(kept) * KEPT_VECTORS[keep] * t * width * FLOAT32 + in_flight,
         }
 
     def _layer_elements(self, layer: int) -> int:
@@ -68,9 +72,16 @@ class Checkpoint:
             return from_config
         return sum(self._weights.entry(name).numel for name in names)
 
-    def trace(self, tokens: Tokens, layers: Sequence[int]) -> list[LayerAttention]:
-        """One LayerAttention per requested layer, in order; runs layers 0 .. max(layers)
-        only, and never reads a later layer's weights."""
+    @overload
+    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Literal["all"] = "all") -> list[LayerAttention]: ...
+
+    @overload
+    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Keep) -> list[LayerWeights]: ...
+
+    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all") -> list[LayerWeights]:
+        """One record per requested layer, in order: a LayerAttention (every tensor) at
+        ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights".
+        Runs layers 0 .. max(layers) only, and never reads a later layer's weights."""
         from attn_cli.checkpoint.families import run_layers
 
         self._check_layers(layers)
@@ -79,7 +90,7 @@ class Checkpoint:
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return run_layers(self._family, self._weights, tokens, layers, self._weights.device)
+        return run_layers(self._family, self._weights, tokens, layers, self._weights.device, keep)
 
     def _check_layers(self, layers: Sequence[int]) -> list[int]:
         kept = list(layers)

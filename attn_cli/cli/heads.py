@@ -78,7 +78,7 @@ def heads(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=True)
+    selection = spec.select(source, everything=True, keep="weights")  # the scores read nothing else
     probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)

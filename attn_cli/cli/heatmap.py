@@ -147,7 +147,7 @@ def heatmap(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=False)
+    selection = spec.select(source, everything=False, keep="weights" if kind is What.weights else "all")
     model_view = len(selection.layers) > 1
     if model_view and not spec.heads.given:
         # The model view compares every head at a glance; --head still chooses.

@@ -41,11 +41,19 @@ class Format(str, enum.Enum):
 SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
 
 
-def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
+def _parse_show(values: Optional[list[str]]) -> Optional[frozenset[str]]:
+    """--show's table names, None when not given: the tables module (and rich with it)
+    loads only when --show is given, not on the way to JSON or CSV."""
+    if values is None:
+        return None
     from attn_cli.render.tables import parse_show
 
+    return parse_show(values)
+
+
+def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
     try:
-        parse_show(values)
+        _parse_show(values)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     return values
@@ -98,11 +106,9 @@ def run(
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
       attn-cli run "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 0-3
     """
-    from attn_cli.render.tables import parse_show
-
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
     chosen = _choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
-    shown = parse_show(show)
+    shown = _parse_show(show)
     if chosen is not Format.table and shaping:
         typer.echo(
             f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "

@@ -18,13 +18,14 @@ import abc
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from attn_cli.attention import LayerAttention, Linear, Projections, attend
+from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
+from attn_cli.trace import Keep
 
 
 class Weights(Protocol):
@@ -129,18 +130,24 @@ class Family(abc.ABC):
 
 
 def run_layers(
-    family: Family, weights: Weights, tokens: Tokens, layers: Sequence[int], device: torch.device | str = "cpu"
-) -> list[LayerAttention]:
-    """Layers 0 .. max(layers) over ``tokens``; one LayerAttention per requested layer,
-    in the order asked. Later layers are never read; a layer not kept is dropped
-    once the next one has its input.
+    family: Family,
+    weights: Weights,
+    tokens: Tokens,
+    layers: Sequence[int],
+    device: torch.device | str = "cpu",
+    keep: Keep = "all",
+) -> list[LayerWeights]:
+    """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
+    order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
+    divisor) at "weights". Later layers are never read; a layer not kept, and a kept
+    layer's vectors at "weights", are dropped once the next layer has its input.
 
     The layers run in the dtype the ``weights`` come in, on ``device``; what is
     kept is handed back as float32 on the CPU, the way every renderer reads it.
     """
     wanted = set(layers)
     last = max(wanted)
-    kept: dict[int, LayerAttention] = {}
+    kept: dict[int, LayerWeights] = {}
     with torch.inference_mode():
         hidden = family.embed(weights, tokens)  # (T, D)
         shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
@@ -153,15 +160,23 @@ def run_layers(
             layer = multi_head(
                 x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads, family.rotate
             )
+            output = layer.output  # (T, D)
             if index in wanted:
-                kept[index] = as_float32(layer)
+                kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
+            # What is not kept goes now, before the MLP and the next layer allocate theirs:
+            # held until the next assignment, this layer's (H, T, T) weights would be a
+            # second one in flight beside the next layer's.
+            del layer, x
             if index < last:
-                hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
+                hidden = family.finish_layer(t, hidden, output)  # (T, D)
     return [kept[index] for index in layers]
 
 
-def as_float32(layer: LayerAttention) -> LayerAttention:
-    """The layer with every tensor float32 on the CPU (itself when it already is)."""
+AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)
+
+
+def as_float32(layer: AnyLayer) -> AnyLayer:
+    """The layer (either record) with every tensor float32 on the CPU (itself when it already is)."""
     if layer.weights.dtype == torch.float32 and layer.weights.device.type == "cpu":
         return layer
 

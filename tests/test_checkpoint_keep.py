@@ -1,0 +1,159 @@
+"""keep="weights": a trace that holds each selected layer's weights only.
+
+The weights are the keep="all" trace's bit for bit, the per-head vectors are not
+there (and a renderer asking for one fails), the memory estimate counts less, and
+the commands that read only the weights (`heads`, `heatmap --what weights`) ask for
+it and print exactly what they printed with every tensor kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import checkpoints
+from attn_cli.attention import LayerAttention, LayerWeights
+from attn_cli.checkpoint import open_checkpoint
+from attn_cli.checkpoint.model import Checkpoint
+from attn_cli.cli import app
+from attn_cli.config import Config
+from attn_cli.errors import TooLargeError
+from attn_cli.source import SourceSpec
+from attn_cli.trace import IndexSpec, Selection
+
+TEXT = "The cat sat on the mat, and the dog sat on the log."
+VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")
+
+
+@pytest.fixture(scope="module", params=["gpt2", "bert", "mistral"])
+def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if request.param == "mistral":  # grouped-query heads and a sliding window in the mask
+        return checkpoints.built(
+            tmp_path_factory, "keep-mistral", checkpoints.build_llama, model_type="mistral", sliding_window=4, num_key_value_heads=2
+        )
+    builder = checkpoints.build_gpt2 if request.param == "gpt2" else checkpoints.build_bert
+    return checkpoints.built(tmp_path_factory, request.param, builder)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_weights_are_the_full_traces_bit_for_bit_and_nothing_else_is_kept(folder: Path, dtype: str) -> None:
+    ckpt = open_checkpoint(str(folder), dtype=dtype)
+    tokens = ckpt.tokenizer.encode(TEXT)
+    layers = [2, 0]
+    full = ckpt.trace(tokens, layers)
+    light = ckpt.trace(tokens, layers, "weights")
+    assert [layer.layer for layer in light] == layers
+    for a, b in zip(full, light):
+        assert type(a) is LayerAttention and type(b) is LayerWeights
+        assert b.weights.dtype == torch.float32 and torch.equal(a.weights, b.weights)
+        assert (a.mask is None and b.mask is None) or torch.equal(a.mask, b.mask)
+        assert (a.divisor, a.divisor_text, a.layer) == (b.divisor, b.divisor_text, b.layer)
+        for name in VECTORS:
+            assert not hasattr(b, name), name
+
+
+def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace(folder: Path) -> None:
+    from attn_cli.render.export import layer_dict
+    from attn_cli.render.heatmap import What, layer_matrix
+
+    ckpt = open_checkpoint(str(folder))
+    (layer,) = ckpt.trace(ckpt.tokenizer.encode(TEXT), [1], "weights")
+    layer_matrix(layer, What.weights, 0)  # the weights alone draw
+    with pytest.raises(AttributeError, match="scores"):
+        layer_matrix(layer, What.scores, 0)
+    with pytest.raises(AttributeError):
+        layer_dict(layer, [0])
+
+
+def test_the_estimate_counts_only_what_is_kept(folder: Path) -> None:
+    ckpt = open_checkpoint(str(folder))
+    full, light = ckpt.estimate_bytes(100, [0, 1, 2]), ckpt.estimate_bytes(100, [0, 1, 2], "weights")
+    assert light["weights"] == full["weights"]
+    assert light["tables"] == full["tables"] // 2 == 3 * ckpt.info.heads * 100 * 100 * 4  # the weights alone
+    in_flight = ckpt.estimate_bytes(100, [0])["activations"] - (
+        ckpt.estimate_bytes(100, [0, 1])["activations"] - ckpt.estimate_bytes(100, [0])["activations"]
+    )
+    assert light["activations"] == in_flight  # no kept vectors, one layer still being computed
+
+
+def test_a_run_refused_keeping_everything_goes_through_keeping_the_weights(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget, pipeline
+
+    spec = SourceSpec(Config(), model=str(folder))
+    source = spec.open()
+    n_tokens = len(source.checkpoint.tokenizer.encode(TEXT))
+    everything = Selection(tuple(range(source.n_layers)), tuple(range(source.n_heads)))
+    need = {keep: sum(source.checkpoint.estimate_bytes(n_tokens, everything.layers, keep).values()) for keep in ("all", "weights")}
+    # room for the lighter trace only (the budget uses a share of what is free)
+    monkeypatch.setattr(pipeline, "available_memory", lambda: int((need["weights"] + need["all"]) / 2 / budget.SHARE))
+    with pytest.raises(TooLargeError):
+        source.run(TEXT, everything)
+    trace = source.run(TEXT, dataclasses.replace(everything, keep="weights"))
+    assert all(type(layer) is LayerWeights for layer in trace.layers)
+
+
+# -- the commands that read the weights only -----------------------------------------
+
+
+def keeping_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SourceSpec.select as it was before keep levels: every command keeps every tensor."""
+    select = SourceSpec.select
+    monkeypatch.setattr(SourceSpec, "select", lambda self, source, *, everything, keep="all": select(self, source, everything=everything))
+
+
+def spy_keep(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    trace = Checkpoint.trace
+
+    def spy(self, tokens, layers, keep="all"):
+        seen.append(keep)
+        return trace(self, tokens, layers, keep)
+
+    monkeypatch.setattr(Checkpoint, "trace", spy)
+    return seen
+
+
+def invoke(*args: str) -> bytes:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.stderr
+    return result.stdout_bytes
+
+
+def test_heads_keeps_the_weights_and_prints_the_same(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ("heads", TEXT, "--model", str(folder), "--probe-length", "8")
+    seen = spy_keep(monkeypatch)
+    light = {fmt: invoke(*args, "--format", fmt) for fmt in ("json", "csv")}
+    assert set(seen) == {"weights"} and len(seen) == 4  # the text and the probe, per format
+    keeping_everything(monkeypatch)
+    assert {fmt: invoke(*args, "--format", fmt) for fmt in ("json", "csv")} == light
+    assert json.loads(light["json"])["heads"]
+
+
+@pytest.mark.parametrize(
+    ("what", "layers", "keep"),
+    [("weights", "-1", "weights"), ("weights", "all", "weights"), ("scores", "-1", "all"), ("all", "-1", "all")],
+)
+def test_heatmap_keeps_the_weights_only_when_it_draws_only_them(
+    folder: Path, what: str, layers: str, keep: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("heatmap", TEXT, "--model", str(folder), "--what", what, "--layer", layers, "--head", "0-1")
+    seen = spy_keep(monkeypatch)
+    invoke(*args, "-o", str(tmp_path / "light.png"))
+    assert seen == [keep]
+    keeping_everything(monkeypatch)
+    invoke(*args, "-o", str(tmp_path / "full.png"))
+    assert (tmp_path / "light.png").read_bytes() == (tmp_path / "full.png").read_bytes()
+
+
+def test_select_passes_the_keep_level_on() -> None:
+    from attn_cli.pipeline import Pipeline
+
+    spec = SourceSpec(Config(tokenizer="words"), layers=IndexSpec.parse("all", "--layer"))
+    source = Pipeline(spec.config)
+    assert spec.select(source, everything=True).keep == "all"
+    assert spec.select(source, everything=True, keep="weights") == Selection((0,), tuple(range(source.n_heads)), "weights")
