@@ -7,6 +7,7 @@ and the PNG header rather than trusting the extension.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import struct
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
@@ -23,11 +26,13 @@ from attn_cli.cli import heatmap as heatmap_cli
 from attn_cli.config import Config
 from attn_cli.errors import UsageError
 from attn_cli.pipeline import Pipeline, Run
+from attn_cli.render.titles import fit_title, text_width
 from attn_cli.render.heatmap import (
     MASKED_COLOR,
     MAX_ANNOTATED_CELLS,
     HeatmapOptions,
     What,
+    annotate_refusal,
     grid_shape,
     heatmap_figure,
     shorten,
@@ -189,6 +194,92 @@ def test_title_names_the_configuration() -> None:
     for part in ("Attention weights", FOX, "tokenizer words", "seed 7", "heads 4", "d_k 4", "causal"):
         assert part in title
     assert "not causal" in heatmap_figure(make_run(FOX))._suptitle.get_text()
+
+
+LONG_MODEL = "/home/someone/experiments/checkpoints/2024-06-runs/gpt2-medium-finetuned-on-support-tickets-v3"
+
+
+def trained_looking(run: Run, name: str = LONG_MODEL) -> Run:
+    """A toy run titled as a trained model's (no toy config, a long --model path)."""
+    return dataclasses.replace(run, model=dataclasses.replace(run.model, config=None, source=name, family="gpt2"))
+
+
+def title_extent(fig) -> tuple[float, float, float]:
+    """(left, right, figure width) of the drawn title, in pixels."""
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent()
+    return box.x0, box.x1, fig.bbox.width
+
+
+@pytest.mark.parametrize(
+    ("run_config", "options"),
+    [
+        ({"causal": True}, HeatmapOptions(size=(4, 3))),
+        ({"heads": 4}, HeatmapOptions(heads=(1,), size=(4, 3))),
+        ({"heads": 4, "causal": True}, HeatmapOptions(heads=(2,))),  # what --split-heads draws per file
+        ({"causal": True, "scale": False}, HeatmapOptions(what=What.scaled, size=(4, 3))),
+        ({"heads": 2}, HeatmapOptions(what=What.all, size=(5, 6))),
+        ({"heads": 4, "trained": True}, HeatmapOptions()),
+        ({"heads": 4, "trained": True}, HeatmapOptions(heads=(3,), size=(4, 3))),
+    ],
+)
+def test_the_title_fits_the_figure(run_config: dict, options: HeatmapOptions) -> None:
+    config = dict(run_config)
+    trained = config.pop("trained", False)
+    run = make_run("The quick brown fox jumps", **config)
+    fig = heatmap_figure(trained_looking(run) if trained else run, options)
+    left, right, width = title_extent(fig)
+    assert 0 <= left and right <= width, fig._suptitle.get_text()
+    if trained:  # a path too long for the width keeps its end, the model's name
+        assert "support-tickets-v3" in fig._suptitle.get_text()
+
+
+def test_no_scale_is_named_in_the_title() -> None:
+    assert "unscaled" in heatmap_figure(make_run(LIFE, scale=False))._suptitle.get_text()
+    assert "unscaled" not in heatmap_figure(make_run(LIFE))._suptitle.get_text()
+
+
+def test_a_small_figure_labels_every_token_at_a_smaller_font() -> None:
+    run = make_run("one two three four five six")
+    (ax,) = image_axes(heatmap_figure(run, HeatmapOptions(size=(4, 3))))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["one", "two", "three", "four", "five", "six"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == labels
+    assert ax.get_yticklabels()[0].get_fontsize() < 10  # the default at this length
+
+
+@pytest.mark.parametrize(
+    ("lines", "width", "expected"),
+    [
+        ([["Attention weights: “The quick brown fox jumps over the lazy dog”"]], 150, "…”"),  # the quote stays closed
+        ([["a/long/path/to/the/model-name", "heads 4"]], 90, "…"),
+        ([["nearly one colour: 99% of the weights are under 0.05; --log shows their differences"]], 120, "--log"),
+    ],
+)
+def test_fit_title_wraps_between_parts_and_shortens_only_what_cannot_wrap(lines: list, width: float, expected: str) -> None:
+    fitted = fit_title(lines, width, 10)
+    assert all(text_width(line, 10) <= width for line in fitted.split("\n"))
+    assert expected in fitted
+    if "path" in lines[0][0]:
+        assert fitted.split("\n")[0].endswith("model-name") and fitted.split("\n")[1] == "heads 4"
+    if "--log" in lines[0][0]:  # prose wraps: every word is kept
+        assert fitted.replace("\n", " ") == lines[0][0]
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "n_panels", "n_kinds", "fix"),
+    [
+        (60, 1, 1, "at most 50 tokens (this one has 60)"),  # one head already: --head cannot help
+        (30, 4, 1, "--head N"),
+        (30, 6, 3, "--what weights"),  # --what all of two heads: one matrix of one head fits
+        (30, 3, 3, "--what weights"),  # --what all of one head
+    ],
+)
+def test_the_annotate_refusal_names_what_would_fit(n_tokens: int, n_panels: int, n_kinds: int, fix: str) -> None:
+    message = annotate_refusal(n_tokens, n_panels, n_kinds)
+    assert fix in message and "drop --annotate" in message
+    if n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
+        assert "--head" not in message
 
 
 @pytest.mark.parametrize(
@@ -481,3 +572,63 @@ def test_gpt2_labels_show_the_leading_spaces(rank_dir: Path) -> None:
     run = Pipeline(Config(tokenizer="gpt2")).run(LIFE)
     (ax,) = image_axes(heatmap_figure(run))
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Life", "␣is", "␣short", ",", "␣eat", "␣dessert", "␣first"]
+
+
+# -- fonts: CJK and emoji tokens --------------------------------------------------------------
+
+CJK_EMOJI = "猫 🦊 cat"
+
+
+def font_with(chars: str) -> bool:
+    from attn_cli.render import fonts
+
+    return all(any(ord(c) in fonts._charmap(path) for _name, path in fonts._candidates()) for c in chars)
+
+
+@pytest.mark.skipif(not font_with("猫🦊"), reason="no installed font has 猫 and 🦊 (Debian: fonts-wqy-microhei, fonts-symbola)")
+def test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them(recwarn: pytest.WarningsRecorder) -> None:
+    fig = heatmap_figure(make_run(CJK_EMOJI))
+    (ax,) = image_axes(fig)
+    family = ax.get_yticklabels()[0].get_fontfamily()
+    notes = write_figure(fig, io.BytesIO(), "png")
+    assert notes == []  # matplotlib warns for every glyph no font in the chain has: none
+    assert not [w for w in recwarn if "missing from font" in str(w.message)]
+
+    # Two different characters drawn the same are two boxes (a last-resort font "has" every glyph).
+    def drawn(text: str) -> np.ndarray:
+        figure = Figure(figsize=(0.6, 0.6), dpi=100)
+        FigureCanvasAgg(figure)
+        figure.text(0.1, 0.2, text, fontfamily=family, fontsize=30)
+        figure.canvas.draw()
+        return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+
+    for one, other in (("猫", "犬"), ("🦊", "🍰")):
+        assert not np.array_equal(drawn(one), drawn(other)), (one, other, family)
+
+
+def test_without_a_font_for_them_one_note_names_the_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render import fonts
+
+    monkeypatch.setattr(fonts, "_candidates", lambda: [])
+    fonts._covering.cache_clear()
+    try:
+        notes = write_figure(heatmap_figure(make_run(CJK_EMOJI)), io.BytesIO(), "png")
+    finally:
+        fonts._covering.cache_clear()
+    assert len(notes) == 1
+    assert notes[0].startswith("note: no installed font has ") and "U+732B" in notes[0] and "U+1F98A" in notes[0]
+
+
+def test_a_batch_says_the_missing_font_note_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render import fonts
+
+    monkeypatch.setattr(fonts, "_candidates", lambda: [])
+    fonts._covering.cache_clear()
+    try:
+        result = invoke("--lines", "--tokenizer", "words", "-o", str(tmp_path / "cats.png"), input="猫 cat\n🦊 fox\n")
+    finally:
+        fonts._covering.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("no installed font has") == 1
+    assert "U+732B" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cats-001.png", "cats-002.png"]

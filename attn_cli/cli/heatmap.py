@@ -176,6 +176,7 @@ def heatmap(
     numbered = len(texts) > 1 or lines
     width = max(3, len(str(len(texts))))
     traces = run_texts(spec, source, texts, selection)
+    said: set[str] = set()  # notes already on stderr: a batch says each once
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
     for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
         stem = fixed_name or slug(trace.text)
@@ -188,7 +189,7 @@ def heatmap(
             head_part = f".head{split_head}" if split_head is not None else ""
             name = f"{stem}{head_part}.{suffix}"
             path = folder / name if str(folder) not in ("", ".") else Path(name)
-            _save(fig, path, fmt)
+            _save(fig, path, fmt, said)
             _report(path, fig, fmt)
             if not show:
                 fig.clear()  # a batch keeps one figure alive at a time
@@ -230,14 +231,19 @@ def _output_target(output: Optional[Path]) -> tuple[Path, Optional[str], str]:
     return folder, output.stem, output.suffix.lstrip(".")
 
 
-def _save(fig: Figure, path: Path, fmt: str) -> None:
+def _save(fig: Figure, path: Path, fmt: str, said: set[str]) -> None:
     from attn_cli.files import atomic_writer
+    from attn_cli.render.fonts import MISSING_GLYPHS
     from attn_cli.render.heatmap import write_figure
 
     with atomic_writer(path) as f:
         notes = write_figure(fig, f, fmt)
     for note in notes:
-        typer.echo(note, err=True)
+        # The missing-font note names the first picture's characters; the advice is the same for all.
+        key = MISSING_GLYPHS if note.startswith(MISSING_GLYPHS) else note
+        if key not in said:
+            said.add(key)
+            typer.echo(note, err=True)
 
 
 def _report(path: Path, fig: Figure, fmt: str) -> None:
