@@ -30,11 +30,13 @@ from attn_cli.render.titles import fit_title, text_width
 from attn_cli.render.heatmap import (
     MASKED_COLOR,
     MAX_ANNOTATED_CELLS,
+    FIXED_DRAW_BYTES,
     HeatmapOptions,
     What,
     annotate_refusal,
     grid_shape,
     heatmap_figure,
+    picture_bytes,
     shorten,
     tick_step,
     write_figure,
@@ -632,3 +634,77 @@ def test_a_batch_says_the_missing_font_note_once(tmp_path: Path, monkeypatch: py
     assert result.stderr.count("no installed font has") == 1
     assert "U+732B" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cats-001.png", "cats-002.png"]
+
+
+# -- memory: a picture that would not fit is refused before it is drawn ------------------------
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("n_words", "heads", "options", "between", "fix"),
+    [
+        # ``between``: where the free memory sits, from what any picture takes (0) to this one (1)
+        (1000, 1, HeatmapOptions(), 0.5, "use a shorter text (about"),
+        (1000, 4, HeatmapOptions(), "one head", "draw one head with --head N, or one file per head with --split-heads"),
+        (1000, 4, HeatmapOptions(), 0.1, "use a shorter text (about"),  # not even one head fits
+        (20, 1, HeatmapOptions(size=(12, 12), dpi=1200), 0.5, "lower --dpi or give a smaller --size"),
+    ],
+)
+def test_a_picture_too_big_for_free_memory_is_refused_naming_what_fits(
+    monkeypatch: pytest.MonkeyPatch, n_words: int, heads: int, options: HeatmapOptions, between: float | str, fix: str
+) -> None:
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+
+    run = make_run(long_text(n_words), heads=heads)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 64 * 2**30)
+    size = tuple(heatmap_figure(run, options).get_size_inches())  # with room, it draws
+    need = sum(picture_bytes(n_words, heads, size, options.dpi).values())
+    if between == "one head":
+        one = sum(picture_bytes(n_words, 1, size, options.dpi).values())
+        free = (one + need) / 2 / budget.SHARE
+    else:
+        base = FIXED_DRAW_BYTES + picture_bytes(0, heads, size, options.dpi)["canvas"]
+        free = (base + between * (need - base)) / budget.SHARE
+        if "dpi" in fix:
+            free = need / 2 / budget.SHARE
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(free))
+    with pytest.raises(TooLargeError, match="this picture needs about") as info:
+        heatmap_figure(run, options)
+    assert fix in str(info.value)
+    if "about" in fix:  # the suggested length really fits
+        fits = int(str(info.value).split("about ")[-1].split(" tokens")[0].replace(",", ""))
+        assert 0 < fits < n_words
+        heatmap_figure(make_run(long_text(fits), heads=heads), options)
+
+
+def test_the_command_refuses_with_exit_4_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+
+    monkeypatch.setattr(budget, "available_bytes", lambda: 270 * MiB)  # 216 MiB to spend: about 700 tokens
+    result = invoke(long_text(1000), "-t", "words", "-o", str(tmp_path / "big.png"))
+    assert result.exit_code == 4, result.output
+    assert "this picture needs about" in result.stderr and "shorter text" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_under_an_address_space_limit_a_big_picture_is_exit_4_not_a_memory_error(tmp_path: Path) -> None:
+    """Before the check, 3,000 tokens under this limit died in matplotlib with a MemoryError traceback."""
+    picture = tmp_path / "big.png"
+    code = f"""
+import resource
+import torch, matplotlib.figure, matplotlib.backends.backend_agg  # mapped before the limit, as in a real run
+from attn_cli import budget
+from attn_cli.cli import app
+text = " ".join(f"w{{i}}" for i in range(3000))
+limit = budget._mapped_bytes() + 600 * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)!r}], prog_name="attn-cli")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 4, result.stderr
+    assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
+    assert "this picture needs about" in result.stderr and "tokens fit" in result.stderr
+    assert not picture.exists()

@@ -221,3 +221,13 @@ def test_the_title_fits_the_figure_even_with_a_long_model_name(size: tuple[float
     box = fig.texts[0].get_window_extent()
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, title(fig)
     assert "studies-v2" in title(fig)  # a name too long for the width keeps its end
+
+
+def test_a_model_view_too_big_for_free_memory_names_layer_and_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+
+    trace = synthetic(long_text(1000), layers=4, heads=4)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 450 * 2**20)  # one panel would fit
+    with pytest.raises(TooLargeError, match="choose fewer layers and heads with --layer and --head"):
+        model_view_figure(trace)

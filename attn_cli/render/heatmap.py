@@ -47,6 +47,13 @@ MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
 MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
 MAX_PIXELS_PER_SIDE = 16000  # well under Agg's 2**16 limit, and under a minute to draw
 MIN_TICK_FONT = 5.5  # points: token labels smaller than this are thinned instead
+# What a picture allocates, measured with tracemalloc around heatmap_figure + write_figure
+# (PNG, SVG and PDF alike) at T = 500 to 6,000 and 1 to 4 heads (bench/heatmap_memory.py);
+# the sum is 1.1x-1.4x the measured peaks, never under them:
+HELD_BYTES_PER_CELL = 12  # each panel's masked (T, T) array, kept until the figure is saved
+DRAW_BYTES_PER_CELL = 40  # resampling one panel onto the canvas (float RGBA copies); panels draw one at a time
+CANVAS_BYTES_PER_PIXEL = 16  # the Agg buffer, its copies and the encoder
+FIXED_DRAW_BYTES = 150 * 2**20  # the renderer, fonts, colour bars and text, whatever T
 FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
 FAINT_SHARE = 0.95  # a weights picture with this share of faint cells reads as one colour
 
@@ -116,22 +123,23 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
 
     n_tokens = len(run.tokens)
-    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    n_panels = len(heads) * len(kinds)
     # --what all: one column per matrix, in the order attention computes them, one row per head.
-    if len(kinds) > 1:
-        rows, cols = len(heads), len(kinds)
-        grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
-    else:
-        rows, cols = grid_shape(len(heads))
-        flat = panels[0]
-        grid = [flat[r * cols : (r + 1) * cols] for r in range(rows)]
-
+    rows, cols = (len(heads), len(kinds)) if len(kinds) > 1 else grid_shape(len(heads))
     # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
     colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
     layout = _Layout.plan(n_tokens, rows, cols, run.tokens.labels, options, colorbars_across=colorbars_across)
-    n_panels = sum(len(r) for r in grid)
     if layout.annotate and options.annotate and n_panels * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
         raise UsageError(annotate_refusal(n_tokens, n_panels, len(kinds)))
+    check_pixels(layout.figsize, options.dpi)
+    check_picture_memory(n_tokens, n_panels, layout.figsize, options.dpi, one_panel=len(kinds),
+                         fewer="draw one head with --head N, or one file per head with --split-heads")
+
+    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    if len(kinds) > 1:
+        grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
+    else:
+        grid = [panels[0][r * cols : (r + 1) * cols] for r in range(rows)]
 
     make = new_figure or Figure
     fig = make(figsize=layout.figsize, dpi=options.dpi, layout="constrained")
@@ -157,13 +165,17 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     font = title_font(fig_width, layout.title_font)
     # Centred over the whole figure: its width less a margin each side is the room.
     fig.suptitle(fit_title(title, (fig_width - 0.2) * 72, font), fontsize=font, parse_math=False)
-    width, height = (round(v * options.dpi) for v in fig.get_size_inches())
+    return fig
+
+
+def check_pixels(figsize: tuple[float, float], dpi: float) -> None:
+    """UsageError for a canvas over MAX_PIXELS_PER_SIDE a side (Agg's limit is 2**16)."""
+    width, height = (round(v * dpi) for v in figsize)
     if max(width, height) > MAX_PIXELS_PER_SIDE:
         raise UsageError(
             f"the picture would be {width}x{height} pixels, over {MAX_PIXELS_PER_SIDE} a side; "
             f"lower --dpi or give a smaller --size"
         )
-    return fig
 
 
 def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
@@ -185,6 +197,56 @@ def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
         else:
             notes.append(f"note: matplotlib: {' '.join(message.split())}")
     return list(dict.fromkeys(notes))
+
+
+def picture_bytes(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float) -> dict[str, int]:
+    """What drawing and saving a picture allocates, by part, in bytes (see the constants)."""
+    cells = n_tokens * n_tokens
+    pixels = round(figsize[0] * dpi) * round(figsize[1] * dpi)
+    return {
+        "panels": n_panels * cells * HELD_BYTES_PER_CELL,
+        "drawing": cells * DRAW_BYTES_PER_CELL + FIXED_DRAW_BYTES,
+        "canvas": pixels * CANVAS_BYTES_PER_PIXEL,
+    }
+
+
+def check_picture_memory(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float, *, one_panel: int, fewer: str) -> None:
+    """TooLargeError, before any panel is built, when the picture would not fit in free
+    memory (``attn_cli.budget``); the message names what would: ``fewer`` panels (when
+    ``one_panel`` of them would fit), a text short enough, or a smaller canvas."""
+    from attn_cli import budget
+
+    have = budget.available_bytes()
+    if have is None:
+        return
+    parts = picture_bytes(n_tokens, n_panels, figsize, dpi)
+
+    def fitting_tokens(panels: int) -> int:
+        """The longest text whose picture of ``panels`` panels fits beside this canvas."""
+        room = have * budget.SHARE - FIXED_DRAW_BYTES - parts["canvas"]
+        return math.isqrt(max(0, int(room / (panels * HELD_BYTES_PER_CELL + DRAW_BYTES_PER_CELL))))
+
+    smaller_canvas = "lower --dpi or give a smaller --size"
+    if n_panels > one_panel and fitting_tokens(one_panel) >= n_tokens:
+        cells_fix = fewer
+    elif fitting_tokens(n_panels) >= 2:
+        cells_fix = f"use a shorter text (about {fitting_tokens(n_panels):,} tokens fit)"
+    elif parts["canvas"] > FIXED_DRAW_BYTES:  # the canvas alone nearly fills the budget
+        cells_fix = smaller_canvas
+    else:
+        cells_fix = f"free some memory: drawing any picture takes about {budget.gib(FIXED_DRAW_BYTES)}"
+    wide, tall = round(figsize[0] * dpi), round(figsize[1] * dpi)
+    budget.check(
+        parts,
+        {
+            "panels": f"{n_panels} panel{'s' if n_panels > 1 else ''} of {n_tokens:,} x {n_tokens:,} cells",
+            "drawing": f"drawing {n_tokens:,} x {n_tokens:,} cells",
+            "canvas": f"a {wide:,} x {tall:,}-pixel canvas",
+        },
+        {"panels": cells_fix, "drawing": cells_fix, "canvas": smaller_canvas},
+        doing="this picture",
+        available=have,
+    )
 
 
 def annotate_refusal(n_tokens: int, n_panels: int, n_kinds: int) -> str:

@@ -27,11 +27,12 @@ from matplotlib.figure import Figure
 from attn_cli.errors import UsageError
 from attn_cli.render.heatmap import (
     DEFAULT_CMAPS,
-    MAX_PIXELS_PER_SIDE,
     SPECIAL_COLOR,
     HeatmapOptions,
     What,
     _limits,
+    check_picture_memory,
+    check_pixels,
     colour_map,
     drawn_text,
     faint_hint,
@@ -102,6 +103,10 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
             raise UsageError(f"--head {h} is out of range: the model has {n_heads} heads, numbered 0 to {n_heads - 1}")
     layers = trace.layers
     check_model_view(options, len(layers), len(heads))
+    if options.size is not None:
+        check_pixels(options.size, options.dpi)
+    check_picture_memory(len(trace.tokens), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
+                         options.dpi, one_panel=1, fewer="choose fewer layers and heads with --layer and --head")
     drawn = [[layer_matrix(layer, What.weights, h) for h in heads] for layer in layers]  # L x H of (T, T)
     flat = [m for row in drawn for m in row]
     limits = _limits(What.weights, flat, options)
@@ -151,9 +156,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     bar.set_label("weight (log scale)" if options.log else "weight", fontsize=9)
     bar.ax.tick_params(labelsize=8)
     fig.text(_title_left(plan) / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=font, parse_math=False)
-    wide, tall = (round(v * options.dpi) for v in fig.get_size_inches())
-    if max(wide, tall) > MAX_PIXELS_PER_SIDE:
-        raise UsageError(f"the picture would be {wide}x{tall} pixels, over {MAX_PIXELS_PER_SIDE} a side; lower --dpi or give a smaller --size")
+    check_pixels(tuple(fig.get_size_inches()), options.dpi)
     return fig
 
 
