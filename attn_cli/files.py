@@ -2,6 +2,13 @@
 
 An interrupted or failed write (Ctrl-C, a full disk, an exception in the
 writer) leaves no partial file behind, and an existing file untouched.
+
+``clobber=False`` (the commands' --no-clobber) publishes the finished file with
+``os.link`` instead of a rename: the kernel creates the name only if it does not
+exist, so of two writers racing for one name exactly one wins and the other is
+refused. Where the file system has no hard links (FAT, some network mounts) it
+falls back to checking and then renaming, which leaves a window of microseconds
+in which a file created by someone else could still be replaced.
 """
 
 from __future__ import annotations
@@ -22,17 +29,20 @@ _temporaries: set[str] = set()
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+def atomic_writer(path: Path, *, clobber: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on a clean exit it replaces ``path`` in one step.
 
     A path that is not a regular file (a named pipe, /dev/stdout, a terminal) is
     written straight through: renaming over it would replace the pipe, not feed
     it. A symbolic link is followed, so the link stays and its target is replaced.
+    With ``clobber=False`` an existing file (or link) is never replaced: OutputError.
     """
     if _is_stream(path):
         with _direct_writer(path) as f:
             yield f
         return
+    if not clobber and os.path.lexists(path):
+        raise _exists(path)  # early, before the work of writing; the publish below decides races
     given, path = path, Path(os.path.realpath(path))
     folder = path.parent
     if not folder.is_dir():
@@ -48,7 +58,10 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if clobber:
+            os.replace(tmp, path)
+        else:
+            _publish_new(tmp, path, given)
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -57,6 +70,24 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         raise
     finally:
         _temporaries.discard(tmp)
+
+
+def _publish_new(tmp: str, path: Path, given: Path) -> None:
+    """Give ``tmp`` the name ``path`` only if nothing has it: refused atomically by link(2)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _exists(given) from None
+    except OSError:  # no hard links here: check, then rename (the caveat in the module docstring)
+        if os.path.lexists(path):
+            raise _exists(given) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _exists(path: Path) -> OutputError:
+    return OutputError(f"{path} already exists and --no-clobber keeps it: remove it, give another -o, or drop --no-clobber")
 
 
 def remove_temporaries() -> None:
@@ -149,6 +180,6 @@ def _writable_folder(folder: Path) -> bool:
         return False
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    with atomic_writer(path) as f:
+def write_atomic(path: Path, data: bytes, *, clobber: bool = True) -> None:
+    with atomic_writer(path, clobber=clobber) as f:
         f.write(data)

@@ -7,6 +7,7 @@ and the PNG header rather than trusting the extension.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import struct
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
@@ -23,13 +26,17 @@ from attn_cli.cli import heatmap as heatmap_cli
 from attn_cli.config import Config
 from attn_cli.errors import UsageError
 from attn_cli.pipeline import Pipeline, Run
+from attn_cli.render.titles import fit_title, text_width
 from attn_cli.render.heatmap import (
     MASKED_COLOR,
     MAX_ANNOTATED_CELLS,
+    FIXED_DRAW_BYTES,
     HeatmapOptions,
     What,
+    annotate_refusal,
     grid_shape,
     heatmap_figure,
+    picture_bytes,
     shorten,
     tick_step,
     write_figure,
@@ -189,6 +196,92 @@ def test_title_names_the_configuration() -> None:
     for part in ("Attention weights", FOX, "tokenizer words", "seed 7", "heads 4", "d_k 4", "causal"):
         assert part in title
     assert "not causal" in heatmap_figure(make_run(FOX))._suptitle.get_text()
+
+
+LONG_MODEL = "/home/someone/experiments/checkpoints/2024-06-runs/gpt2-medium-finetuned-on-support-tickets-v3"
+
+
+def trained_looking(run: Run, name: str = LONG_MODEL) -> Run:
+    """A toy run titled as a trained model's (no toy config, a long --model path)."""
+    return dataclasses.replace(run, model=dataclasses.replace(run.model, config=None, source=name, family="gpt2"))
+
+
+def title_extent(fig) -> tuple[float, float, float]:
+    """(left, right, figure width) of the drawn title, in pixels."""
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent()
+    return box.x0, box.x1, fig.bbox.width
+
+
+@pytest.mark.parametrize(
+    ("run_config", "options"),
+    [
+        ({"causal": True}, HeatmapOptions(size=(4, 3))),
+        ({"heads": 4}, HeatmapOptions(heads=(1,), size=(4, 3))),
+        ({"heads": 4, "causal": True}, HeatmapOptions(heads=(2,))),  # what --split-heads draws per file
+        ({"causal": True, "scale": False}, HeatmapOptions(what=What.scaled, size=(4, 3))),
+        ({"heads": 2}, HeatmapOptions(what=What.all, size=(5, 6))),
+        ({"heads": 4, "trained": True}, HeatmapOptions()),
+        ({"heads": 4, "trained": True}, HeatmapOptions(heads=(3,), size=(4, 3))),
+    ],
+)
+def test_the_title_fits_the_figure(run_config: dict, options: HeatmapOptions) -> None:
+    config = dict(run_config)
+    trained = config.pop("trained", False)
+    run = make_run("The quick brown fox jumps", **config)
+    fig = heatmap_figure(trained_looking(run) if trained else run, options)
+    left, right, width = title_extent(fig)
+    assert 0 <= left and right <= width, fig._suptitle.get_text()
+    if trained:  # a path too long for the width keeps its end, the model's name
+        assert "support-tickets-v3" in fig._suptitle.get_text()
+
+
+def test_no_scale_is_named_in_the_title() -> None:
+    assert "unscaled" in heatmap_figure(make_run(LIFE, scale=False))._suptitle.get_text()
+    assert "unscaled" not in heatmap_figure(make_run(LIFE))._suptitle.get_text()
+
+
+def test_a_small_figure_labels_every_token_at_a_smaller_font() -> None:
+    run = make_run("one two three four five six")
+    (ax,) = image_axes(heatmap_figure(run, HeatmapOptions(size=(4, 3))))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["one", "two", "three", "four", "five", "six"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == labels
+    assert ax.get_yticklabels()[0].get_fontsize() < 10  # the default at this length
+
+
+@pytest.mark.parametrize(
+    ("lines", "width", "expected"),
+    [
+        ([["Attention weights: “The quick brown fox jumps over the lazy dog”"]], 150, "…”"),  # the quote stays closed
+        ([["a/long/path/to/the/model-name", "heads 4"]], 90, "…"),
+        ([["nearly one colour: 99% of the weights are under 0.05; --log shows their differences"]], 120, "--log"),
+    ],
+)
+def test_fit_title_wraps_between_parts_and_shortens_only_what_cannot_wrap(lines: list, width: float, expected: str) -> None:
+    fitted = fit_title(lines, width, 10)
+    assert all(text_width(line, 10) <= width for line in fitted.split("\n"))
+    assert expected in fitted
+    if "path" in lines[0][0]:
+        assert fitted.split("\n")[0].endswith("model-name") and fitted.split("\n")[1] == "heads 4"
+    if "--log" in lines[0][0]:  # prose wraps: every word is kept
+        assert fitted.replace("\n", " ") == lines[0][0]
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "n_panels", "n_kinds", "fix"),
+    [
+        (60, 1, 1, "at most 50 tokens (this one has 60)"),  # one head already: --head cannot help
+        (30, 4, 1, "--head N"),
+        (30, 6, 3, "--what weights"),  # --what all of two heads: one matrix of one head fits
+        (30, 3, 3, "--what weights"),  # --what all of one head
+    ],
+)
+def test_the_annotate_refusal_names_what_would_fit(n_tokens: int, n_panels: int, n_kinds: int, fix: str) -> None:
+    message = annotate_refusal(n_tokens, n_panels, n_kinds)
+    assert fix in message and "drop --annotate" in message
+    if n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
+        assert "--head" not in message
 
 
 @pytest.mark.parametrize(
@@ -481,3 +574,137 @@ def test_gpt2_labels_show_the_leading_spaces(rank_dir: Path) -> None:
     run = Pipeline(Config(tokenizer="gpt2")).run(LIFE)
     (ax,) = image_axes(heatmap_figure(run))
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Life", "␣is", "␣short", ",", "␣eat", "␣dessert", "␣first"]
+
+
+# -- fonts: CJK and emoji tokens --------------------------------------------------------------
+
+CJK_EMOJI = "猫 🦊 cat"
+
+
+def font_with(chars: str) -> bool:
+    from attn_cli.render import fonts
+
+    return all(any(ord(c) in fonts._charmap(path) for _name, path in fonts._candidates()) for c in chars)
+
+
+@pytest.mark.skipif(not font_with("猫🦊"), reason="no installed font has 猫 and 🦊 (Debian: fonts-wqy-microhei, fonts-symbola)")
+def test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them(recwarn: pytest.WarningsRecorder) -> None:
+    fig = heatmap_figure(make_run(CJK_EMOJI))
+    (ax,) = image_axes(fig)
+    family = ax.get_yticklabels()[0].get_fontfamily()
+    notes = write_figure(fig, io.BytesIO(), "png")
+    assert notes == []  # matplotlib warns for every glyph no font in the chain has: none
+    assert not [w for w in recwarn if "missing from font" in str(w.message)]
+
+    # Two different characters drawn the same are two boxes (a last-resort font "has" every glyph).
+    def drawn(text: str) -> np.ndarray:
+        figure = Figure(figsize=(0.6, 0.6), dpi=100)
+        FigureCanvasAgg(figure)
+        figure.text(0.1, 0.2, text, fontfamily=family, fontsize=30)
+        figure.canvas.draw()
+        return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+
+    for one, other in (("猫", "犬"), ("🦊", "🍰")):
+        assert not np.array_equal(drawn(one), drawn(other)), (one, other, family)
+
+
+def test_without_a_font_for_them_one_note_names_the_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render import fonts
+
+    monkeypatch.setattr(fonts, "_candidates", lambda: [])
+    fonts._covering.cache_clear()
+    try:
+        notes = write_figure(heatmap_figure(make_run(CJK_EMOJI)), io.BytesIO(), "png")
+    finally:
+        fonts._covering.cache_clear()
+    assert len(notes) == 1
+    assert notes[0].startswith("note: no installed font has ") and "U+732B" in notes[0] and "U+1F98A" in notes[0]
+
+
+def test_a_batch_says_the_missing_font_note_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render import fonts
+
+    monkeypatch.setattr(fonts, "_candidates", lambda: [])
+    fonts._covering.cache_clear()
+    try:
+        result = invoke("--lines", "--tokenizer", "words", "-o", str(tmp_path / "cats.png"), input="猫 cat\n🦊 fox\n")
+    finally:
+        fonts._covering.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("no installed font has") == 1
+    assert "U+732B" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cats-001.png", "cats-002.png"]
+
+
+# -- memory: a picture that would not fit is refused before it is drawn ------------------------
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("n_words", "heads", "options", "between", "fix"),
+    [
+        # ``between``: where the free memory sits, from what any picture takes (0) to this one (1)
+        (1000, 1, HeatmapOptions(), 0.5, "use a shorter text (about"),
+        (1000, 4, HeatmapOptions(), "one head", "draw one head with --head N, or one file per head with --split-heads"),
+        (1000, 4, HeatmapOptions(), 0.1, "use a shorter text (about"),  # not even one head fits
+        (20, 1, HeatmapOptions(size=(12, 12), dpi=1200), 0.5, "lower --dpi or give a smaller --size"),
+    ],
+)
+def test_a_picture_too_big_for_free_memory_is_refused_naming_what_fits(
+    monkeypatch: pytest.MonkeyPatch, n_words: int, heads: int, options: HeatmapOptions, between: float | str, fix: str
+) -> None:
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+
+    run = make_run(long_text(n_words), heads=heads)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 64 * 2**30)
+    size = tuple(heatmap_figure(run, options).get_size_inches())  # with room, it draws
+    need = sum(picture_bytes(n_words, heads, size, options.dpi).values())
+    if between == "one head":
+        one = sum(picture_bytes(n_words, 1, size, options.dpi).values())
+        free = (one + need) / 2 / budget.SHARE
+    else:
+        base = FIXED_DRAW_BYTES + picture_bytes(0, heads, size, options.dpi)["canvas"]
+        free = (base + between * (need - base)) / budget.SHARE
+        if "dpi" in fix:
+            free = need / 2 / budget.SHARE
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(free))
+    with pytest.raises(TooLargeError, match="this picture needs about") as info:
+        heatmap_figure(run, options)
+    assert fix in str(info.value)
+    if "about" in fix:  # the suggested length really fits
+        fits = int(str(info.value).split("about ")[-1].split(" tokens")[0].replace(",", ""))
+        assert 0 < fits < n_words
+        heatmap_figure(make_run(long_text(fits), heads=heads), options)
+
+
+def test_the_command_refuses_with_exit_4_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+
+    monkeypatch.setattr(budget, "available_bytes", lambda: 270 * MiB)  # 216 MiB to spend: about 700 tokens
+    result = invoke(long_text(1000), "-t", "words", "-o", str(tmp_path / "big.png"))
+    assert result.exit_code == 4, result.output
+    assert "this picture needs about" in result.stderr and "shorter text" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_under_an_address_space_limit_a_big_picture_is_exit_4_not_a_memory_error(tmp_path: Path) -> None:
+    """Before the check, 3,000 tokens under this limit died in matplotlib with a MemoryError traceback."""
+    picture = tmp_path / "big.png"
+    code = f"""
+import resource
+import torch, matplotlib.figure, matplotlib.backends.backend_agg  # mapped before the limit, as in a real run
+from attn_cli import budget
+from attn_cli.cli import app
+text = " ".join(f"w{{i}}" for i in range(3000))
+limit = budget._mapped_bytes() + 600 * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)!r}], prog_name="attn-cli")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 4, result.stderr
+    assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
+    assert "this picture needs about" in result.stderr and "tokens fit" in result.stderr
+    assert not picture.exists()

@@ -209,3 +209,25 @@ def test_several_layers_refuse_what_they_cannot_draw(bert: Path, tmp_path: Path,
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [None, (4.0, 3.0), (6.0, 9.0)])
+def test_the_title_fits_the_figure_even_with_a_long_model_name(size: tuple[float, float] | None) -> None:
+    trace = synthetic(layers=3, heads=4)
+    long_name = "some-organisation/a-rather-long-model-name-finetuned-for-attention-studies-v2"
+    trace = dataclasses.replace(trace, model=dataclasses.replace(trace.model, source=long_name, config=None, family="gpt2"))
+    fig = model_view_figure(trace, HeatmapOptions(size=size))
+    fig.canvas.draw()
+    box = fig.texts[0].get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, title(fig)
+    assert "studies-v2" in title(fig)  # a name too long for the width keeps its end
+
+
+def test_a_model_view_too_big_for_free_memory_names_layer_and_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+
+    trace = synthetic(long_text(1000), layers=4, heads=4)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 450 * 2**20)  # one panel would fit
+    with pytest.raises(TooLargeError, match="choose fewer layers and heads with --layer and --head"):
+        model_view_figure(trace)

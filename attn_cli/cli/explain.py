@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.errors import UsageError, in_batch
 from attn_cli.source import SourceSpec
@@ -38,6 +38,7 @@ def explain(
         ),
     ] = Style.auto,
     output: OutputOption = None,
+    no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
     no_color: NoColorOption = False,
 ) -> None:
@@ -78,7 +79,7 @@ def explain(
         explanation = build(run, head=head, query=position, precision=precision)
         parts.append(to_rich(explanation) if rich else to_text(explanation))
     if rich:
-        emit_rich(parts, output, no_color=no_color)
+        emit_rich(parts, output, no_color=no_color, clobber=not no_clobber)
         return
-    with binary_output(output) as out:
+    with binary_output(output, clobber=not no_clobber) as out:
         out.write("\n".join(parts).encode("utf-8"))

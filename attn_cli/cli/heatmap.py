@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, run_texts, shared_options
-from attn_cli.cli.output import progress, stdout_errors, stdout_is_terminal
+from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
+from attn_cli.cli.output import progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.errors import OutputError, UsageError
 from attn_cli.render.kinds import FORMATS, What
 from attn_cli.files import output_path
@@ -67,6 +67,7 @@ def heatmap(
             metavar="PATH",
         ),
     ] = None,
+    no_clobber: NoClobberOption = False,
     what: Annotated[
         What,
         typer.Option(
@@ -176,6 +177,7 @@ def heatmap(
     numbered = len(texts) > 1 or lines
     width = max(3, len(str(len(texts))))
     traces = run_texts(spec, source, texts, selection)
+    said: set[str] = set()  # notes already on stderr: a batch says each once
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
     for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
         stem = fixed_name or slug(trace.text)
@@ -188,7 +190,10 @@ def heatmap(
             head_part = f".head{split_head}" if split_head is not None else ""
             name = f"{stem}{head_part}.{suffix}"
             path = folder / name if str(folder) not in ("", ".") else Path(name)
-            _save(fig, path, fmt)
+            replacing = replaces_unnamed(path, output)
+            _save(fig, path, fmt, said, clobber=not no_clobber)
+            if replacing:
+                typer.echo(replaced_note(path), err=True)
             _report(path, fig, fmt)
             if not show:
                 fig.clear()  # a batch keeps one figure alive at a time
@@ -230,14 +235,19 @@ def _output_target(output: Optional[Path]) -> tuple[Path, Optional[str], str]:
     return folder, output.stem, output.suffix.lstrip(".")
 
 
-def _save(fig: Figure, path: Path, fmt: str) -> None:
+def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -> None:
     from attn_cli.files import atomic_writer
+    from attn_cli.render.fonts import MISSING_GLYPHS
     from attn_cli.render.heatmap import write_figure
 
-    with atomic_writer(path) as f:
+    with atomic_writer(path, clobber=clobber) as f:
         notes = write_figure(fig, f, fmt)
     for note in notes:
-        typer.echo(note, err=True)
+        # The missing-font note names the first picture's characters; the advice is the same for all.
+        key = MISSING_GLYPHS if note.startswith(MISSING_GLYPHS) else note
+        if key not in said:
+            said.add(key)
+            typer.echo(note, err=True)
 
 
 def _report(path: Path, fig: Figure, fmt: str) -> None:

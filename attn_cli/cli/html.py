@@ -18,14 +18,14 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, run_texts, shared_options
-from attn_cli.cli.output import stdout_errors, stdout_is_terminal
+from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
+from attn_cli.cli.output import replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 from attn_cli.errors import OutputError, UsageError
 
 SUFFIXES = (".html", ".htm")
 DEFAULT_MAX_MB = 20.0
-NOT_REPRODUCED = {"output", "open", "debug", "emit_python"}  # options that do not change the page
+NOT_REPRODUCED = {"output", "no_clobber", "open", "debug", "emit_python"}  # options that do not change the page
 
 
 @app.command(cls=AttnCommand)
@@ -46,6 +46,7 @@ def html(
             show_default=False,
         ),
     ] = None,
+    no_clobber: NoClobberOption = False,
     open_page: Annotated[
         bool,
         typer.Option("--open", help="Open the page in the system's web browser once written.", rich_help_panel=OUTPUT),
@@ -88,7 +89,10 @@ def html(
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic
 
-    write_atomic(path, data)
+    replacing = replaces_unnamed(path, output)
+    write_atomic(path, data, clobber=not no_clobber)
+    if replacing:
+        typer.echo(replaced_note(path), err=True)
     for note in page.left_out:
         typer.echo(f"note: {note}", err=True)
     with stdout_errors():

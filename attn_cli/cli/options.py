@@ -423,3 +423,12 @@ OutputOption = Annotated[
     Optional[Path],
     typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.", rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
 ]
+NoClobberOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-clobber",
+        help="Never replace an existing file: stop with exit 1 naming it. Checked as the file is created, "
+        "so two runs writing one name cannot both pass.",
+        rich_help_panel=OUTPUT,
+    ),
+]

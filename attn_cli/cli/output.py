@@ -60,10 +60,11 @@ def stdout_errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def binary_output(path: Path | None) -> Iterator[IO[bytes]]:
-    """A binary stream to ``path`` (replaced atomically when the block ends cleanly) or stdout."""
+def binary_output(path: Path | None, *, clobber: bool = True) -> Iterator[IO[bytes]]:
+    """A binary stream to ``path`` (replaced atomically when the block ends cleanly,
+    or refused when it exists and not ``clobber``) or stdout."""
     if path is not None:
-        with atomic_writer(path) as f:
+        with atomic_writer(path, clobber=clobber) as f:
             yield f
         return
     with stdout_errors():
@@ -85,7 +86,17 @@ class _Utf8Writer:
         return len(data)
 
 
-def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False) -> None:
+def replaces_unnamed(path: Path, given: Path | None) -> bool:
+    """Whether writing ``path`` will replace an existing file under a name the command made
+    up (from the text, a batch number, a head) rather than one the user gave with -o."""
+    return path != given and os.path.isfile(path)
+
+
+def replaced_note(path: Path) -> str:
+    return f"note: replaced {path}, which already existed (--no-clobber keeps existing files)"
+
+
+def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False, clobber: bool = True) -> None:
     """Print rich renderables to stdout, or as plain text to ``path`` (atomically)."""
     from rich.console import Console
 
@@ -102,7 +113,7 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
     console = Console(file=buffer, width=_file_width(), color_system=None, force_terminal=False, **common)
     for part in parts:
         console.print(part)
-    with binary_output(path) as out:
+    with binary_output(path, clobber=clobber) as out:
         out.write(buffer.getvalue().encode("utf-8"))
 
 

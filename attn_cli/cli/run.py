@@ -13,6 +13,7 @@ from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
     KeyOption,
+    NoClobberOption,
     NoColorOption,
     OutputOption,
     PrecisionOption,
@@ -91,6 +92,7 @@ def run(
     query: QueryOption = None,
     key: KeyOption = None,
     output: OutputOption = None,
+    no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
     no_color: NoColorOption = False,
 ) -> None:
@@ -122,12 +124,12 @@ def run(
     selection = spec.select(source, everything=chosen is not Format.table)
 
     if chosen is Format.table:
-        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color)
+        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
     from attn_cli.render.export import to_csv, to_json
 
     live = output is None and stdout_is_terminal()
-    with binary_output(output) as out:
+    with binary_output(output, clobber=not no_clobber) as out:
         for i, result in enumerate(progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live)):
             if chosen is Format.json:
                 out.write(to_json(result).encode("utf-8") + b"\n")
@@ -168,6 +170,8 @@ def _tables(
     output: Path | None,
     precision: int,
     no_color: bool,
+    *,
+    clobber: bool,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
@@ -196,5 +200,5 @@ def _tables(
         parts.append(human_view(result, view, index=i, total=len(runs)))
     if shown is None and not focused:
         parts.append(more_hint(base))
-    emit_rich(parts, output, no_color=no_color)
+    emit_rich(parts, output, no_color=no_color, clobber=clobber)
 

@@ -28,7 +28,9 @@ from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from attn_cli.errors import UsageError
+from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, What
+from attn_cli.render.titles import fit_title, title_font
 from attn_cli.trace import Trace as Run
 from attn_cli.tokens import visible
 
@@ -44,6 +46,14 @@ MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads
 MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
 MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
 MAX_PIXELS_PER_SIDE = 16000  # well under Agg's 2**16 limit, and under a minute to draw
+MIN_TICK_FONT = 5.5  # points: token labels smaller than this are thinned instead
+# What a picture allocates, measured with tracemalloc around heatmap_figure + write_figure
+# (PNG, SVG and PDF alike) at T = 500 to 6,000 and 1 to 4 heads (bench/heatmap_memory.py);
+# the sum is 1.1x-1.4x the measured peaks, never under them:
+HELD_BYTES_PER_CELL = 12  # each panel's masked (T, T) array, kept until the figure is saved
+DRAW_BYTES_PER_CELL = 40  # resampling one panel onto the canvas (float RGBA copies); panels draw one at a time
+CANVAS_BYTES_PER_PIXEL = 16  # the Agg buffer, its copies and the encoder
+FIXED_DRAW_BYTES = 150 * 2**20  # the renderer, fonts, colour bars and text, whatever T
 FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
 FAINT_SHARE = 0.95  # a weights picture with this share of faint cells reads as one colour
 
@@ -92,6 +102,17 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     with --hide-tokens are left out, rows renormalized (``Trace.shown``).
     """
     run = run.shown()
+    # Each glyph from the first family that has it: CJK and emoji tokens are not boxes.
+    with rc_context({"font.family": font_families(drawn_text(run))}):
+        return _heatmap_figure(run, options, new_figure)
+
+
+def drawn_text(trace: Run) -> str:
+    """Every character a picture of ``trace`` may draw: the text and the token labels."""
+    return trace.text + "".join(trace.tokens.labels) + "".join(visible(t) for t in trace.tokens.texts)
+
+
+def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
     n_heads = run.result.n_heads
     heads = run.shown_heads if options.heads is None else options.heads
     for h in heads:
@@ -102,24 +123,23 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
 
     n_tokens = len(run.tokens)
-    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    n_panels = len(heads) * len(kinds)
     # --what all: one column per matrix, in the order attention computes them, one row per head.
-    if len(kinds) > 1:
-        rows, cols = len(heads), len(kinds)
-        grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
-    else:
-        rows, cols = grid_shape(len(heads))
-        flat = panels[0]
-        grid = [flat[r * cols : (r + 1) * cols] for r in range(rows)]
-
+    rows, cols = (len(heads), len(kinds)) if len(kinds) > 1 else grid_shape(len(heads))
     # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
     colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
     layout = _Layout.plan(n_tokens, rows, cols, run.tokens.labels, options, colorbars_across=colorbars_across)
-    if layout.annotate and options.annotate and sum(len(r) for r in grid) * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
-        raise UsageError(
-            f"--annotate would write {sum(len(r) for r in grid) * n_tokens * n_tokens} numbers, over "
-            f"{MAX_ANNOTATED_CELLS}; drop --annotate, or pick one head with --head N"
-        )
+    if layout.annotate and options.annotate and n_panels * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
+        raise UsageError(annotate_refusal(n_tokens, n_panels, len(kinds)))
+    check_pixels(layout.figsize, options.dpi)
+    check_picture_memory(n_tokens, n_panels, layout.figsize, options.dpi, one_panel=len(kinds),
+                         fewer="draw one head with --head N, or one file per head with --split-heads")
+
+    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    if len(kinds) > 1:
+        grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
+    else:
+        grid = [panels[0][r * cols : (r + 1) * cols] for r in range(rows)]
 
     make = new_figure or Figure
     fig = make(figsize=layout.figsize, dpi=options.dpi, layout="constrained")
@@ -140,15 +160,22 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     _colorbars(fig, axes, grid, options)
     title = _title(run, options.what, heads)
     if What.weights in kinds:
-        title += faint_hint([p.matrix for p in panels[kinds.index(What.weights)]], options)
-    fig.suptitle(title, fontsize=layout.title_font, parse_math=False)
-    width, height = (round(v * options.dpi) for v in fig.get_size_inches())
+        title += hint_lines(faint_hint([p.matrix for p in panels[kinds.index(What.weights)]], options))
+    fig_width = layout.figsize[0]
+    font = title_font(fig_width, layout.title_font)
+    # Centred over the whole figure: its width less a margin each side is the room.
+    fig.suptitle(fit_title(title, (fig_width - 0.2) * 72, font), fontsize=font, parse_math=False)
+    return fig
+
+
+def check_pixels(figsize: tuple[float, float], dpi: float) -> None:
+    """UsageError for a canvas over MAX_PIXELS_PER_SIDE a side (Agg's limit is 2**16)."""
+    width, height = (round(v * dpi) for v in figsize)
     if max(width, height) > MAX_PIXELS_PER_SIDE:
         raise UsageError(
             f"the picture would be {width}x{height} pixels, over {MAX_PIXELS_PER_SIDE} a side; "
             f"lower --dpi or give a smaller --size"
         )
-    return fig
 
 
 def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
@@ -158,15 +185,85 @@ def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
     with warnings.catch_warnings(record=True) as caught, rc_context({"svg.hashsalt": "attn-cli"}):
         warnings.simplefilter("always")
         fig.savefig(file, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
-    for warning in caught:
-        message = str(warning.message)
-        if re.search(r"Glyph \d+ .*missing from font|does not support .* natively", message):
-            continue  # a token in a script the font lacks draws as a box; a warning per glyph is noise
+    messages = [str(warning.message) for warning in caught]
+    missing = missing_glyphs(messages)
+    if missing:  # one note for the characters no installed font has, not a warning per glyph
+        notes.append(missing_glyph_note(missing))
+    for message in messages:
+        if missing_glyphs([message]) or re.search(r"does not support .* natively", message):
+            continue
         if "constrained_layout not applied" in message:
             notes.append("note: the picture is too small for its labels, so they may overlap; give a larger --size")
         else:
             notes.append(f"note: matplotlib: {' '.join(message.split())}")
     return list(dict.fromkeys(notes))
+
+
+def picture_bytes(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float) -> dict[str, int]:
+    """What drawing and saving a picture allocates, by part, in bytes (see the constants)."""
+    cells = n_tokens * n_tokens
+    pixels = round(figsize[0] * dpi) * round(figsize[1] * dpi)
+    return {
+        "panels": n_panels * cells * HELD_BYTES_PER_CELL,
+        "drawing": cells * DRAW_BYTES_PER_CELL + FIXED_DRAW_BYTES,
+        "canvas": pixels * CANVAS_BYTES_PER_PIXEL,
+    }
+
+
+def check_picture_memory(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float, *, one_panel: int, fewer: str) -> None:
+    """TooLargeError, before any panel is built, when the picture would not fit in free
+    memory (``attn_cli.budget``); the message names what would: ``fewer`` panels (when
+    ``one_panel`` of them would fit), a text short enough, or a smaller canvas."""
+    from attn_cli import budget
+
+    have = budget.available_bytes()
+    if have is None:
+        return
+    parts = picture_bytes(n_tokens, n_panels, figsize, dpi)
+
+    def fitting_tokens(panels: int) -> int:
+        """The longest text whose picture of ``panels`` panels fits beside this canvas."""
+        room = have * budget.SHARE - FIXED_DRAW_BYTES - parts["canvas"]
+        return math.isqrt(max(0, int(room / (panels * HELD_BYTES_PER_CELL + DRAW_BYTES_PER_CELL))))
+
+    smaller_canvas = "lower --dpi or give a smaller --size"
+    if n_panels > one_panel and fitting_tokens(one_panel) >= n_tokens:
+        cells_fix = fewer
+    elif fitting_tokens(n_panels) >= 2:
+        cells_fix = f"use a shorter text (about {fitting_tokens(n_panels):,} tokens fit)"
+    elif parts["canvas"] > FIXED_DRAW_BYTES:  # the canvas alone nearly fills the budget
+        cells_fix = smaller_canvas
+    else:
+        cells_fix = f"free some memory: drawing any picture takes about {budget.gib(FIXED_DRAW_BYTES)}"
+    wide, tall = round(figsize[0] * dpi), round(figsize[1] * dpi)
+    budget.check(
+        parts,
+        {
+            "panels": f"{n_panels} panel{'s' if n_panels > 1 else ''} of {n_tokens:,} x {n_tokens:,} cells",
+            "drawing": f"drawing {n_tokens:,} x {n_tokens:,} cells",
+            "canvas": f"a {wide:,} x {tall:,}-pixel canvas",
+        },
+        {"panels": cells_fix, "drawing": cells_fix, "canvas": smaller_canvas},
+        doing="this picture",
+        available=have,
+    )
+
+
+def annotate_refusal(n_tokens: int, n_panels: int, n_kinds: int) -> str:
+    """Why --annotate is refused, naming what would make it fit: fewer heads, one
+    matrix, or a shorter text (when even one panel has too many cells)."""
+    cells = n_panels * n_tokens * n_tokens
+    one_panel = n_tokens * n_tokens
+    several_heads = n_panels > n_kinds
+    if one_panel > MAX_ANNOTATED_CELLS:  # no choice of heads or matrices helps
+        fix = f"a shorter text: at most {math.isqrt(MAX_ANNOTATED_CELLS)} tokens (this one has {n_tokens})"
+    elif n_kinds * one_panel <= MAX_ANNOTATED_CELLS:
+        fix = "one head with --head N, or one file per head with --split-heads"
+    elif several_heads:
+        fix = "one head (--head N) of one matrix (--what weights, scores or scaled)"
+    else:
+        fix = "one matrix with --what weights, scores or scaled"
+    return f"--annotate would write {cells:,} numbers, over {MAX_ANNOTATED_CELLS:,}; drop --annotate, or draw {fix}"
 
 
 def grid_shape(n: int) -> tuple[int, int]:
@@ -308,25 +405,43 @@ class _Layout:
         tick_font = 10.0 if n_tokens <= 16 else 8.0 if n_tokens <= 48 else 7.0
         label_limit = 14 if n_tokens <= 16 else 10
         longest = min(label_limit, max((len(s) for s in labels), default=1))
-        label_in = (longest + (4 if n_tokens > 48 else 0)) * 0.62 * tick_font / 72 + 0.45
+
+        def label_room(font: float) -> float:
+            """Inches the query labels take left of a panel (the key labels as much below)."""
+            return (longest + (4 if n_tokens > 48 else 0)) * 0.62 * font / 72 + 0.45
+
+        def chosen_size_panel(font: float) -> float:
+            """Room per panel in the size the user chose, for thinning and annotations."""
+            label_in = label_room(font)
+            return max(0.5, min((options.size[0] - label_in - colorbar_in) / cols, (options.size[1] - 1.2 - label_in) / rows) - 0.3)
+
+        label_in = label_room(tick_font)
         colorbar_in = 0.9 * colorbars_across
         panel = min(panel, (MAX_FIGURE_INCHES - label_in - colorbar_in) / cols - 0.3, (MAX_FIGURE_INCHES - 1.2 - label_in) / rows - 0.45)
         panel = max(panel, 1.4)
         if cols > 1 or rows > 1:
-            tick_font = min(tick_font, max(5.5, panel * 72 / max(n_tokens, 1) * 0.7))
+            tick_font = min(tick_font, max(MIN_TICK_FONT, panel * 72 / max(n_tokens, 1) * 0.7))
         title_font = 12.0 if cols * rows == 1 else 13.0
 
         if options.size is not None:
             figsize = options.size
-            # Room per panel in the size the user chose, for thinning and annotations.
-            panel = max(0.5, min((figsize[0] - label_in - colorbar_in) / cols, (figsize[1] - 1.2 - label_in) / rows) - 0.3)
+            panel = chosen_size_panel(tick_font)
         else:
             width = label_in + cols * (panel + 0.3) + colorbar_in + 0.3
             height = 0.95 + label_in + rows * (panel + (0.45 if rows * cols > 1 else 0.05))
             figsize = (round(width, 2), round(height, 2))
 
-        room = int(panel * 72 / (tick_font * 1.45))
-        step = tick_step(n_tokens, room)
+        def fits_every_label(font: float, side: float) -> bool:
+            return int(side * 72 / (font * 1.45)) >= n_tokens
+
+        step = tick_step(n_tokens, int(panel * 72 / (tick_font * 1.45)))
+        # Every token labelled at a smaller font, when that fits, rather than every n-th.
+        font = tick_font
+        while step > 1 and font - 0.5 >= MIN_TICK_FONT:
+            font -= 0.5
+            side = chosen_size_panel(font) if options.size is not None else panel
+            if fits_every_label(font, side):
+                tick_font, panel, step = font, side, 1
         cell_pt = panel * 72 / max(n_tokens, 1)
         annotate_font = min(9.0, cell_pt * 0.85 / (0.62 * 4.5))
         cells = rows * cols * n_tokens * n_tokens
@@ -441,7 +556,8 @@ def _is_bottom(grid: list[list[_Panel]], r: int, c: int) -> bool:
     return r == len(grid) - 1 or c >= len(grid[r + 1])
 
 
-def _title(run: Run, what: What, heads: Sequence[int]) -> str:
+def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
+    """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
     m = run.model
     result = run.result
     text = " ".join(run.text.split())
@@ -461,16 +577,22 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> str:
         else "not causal"
     )
     if m.config is None:
-        source = f"{m.name} · layer {result.layer} of {m.layers}" if m.layers > 1 else m.name
-        config = f"{source} · heads {shown} · head_dim {m.head_dim} · " + masked
+        source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
+        config = [*source, f"heads {shown}", f"head_dim {m.head_dim}", masked]
     else:
         c = m.config
-        config = (
-            f"tokenizer {run.tokens.tokenizer} · seed {c.seed} · heads {shown} · d_k {c.d_k} · "
-            + masked
-            + (f" · dropout {c.dropout:g} (weights shown before it)" if c.dropout and what in (What.weights, What.all) else "")
-        )
-    return f"{headline}: “{text}”\n{config}" + hidden_line(run)
+        config = [f"tokenizer {run.tokens.tokenizer}", f"seed {c.seed}", f"heads {shown}", f"d_k {c.d_k}"]
+        if not c.scale:
+            config.append("unscaled (--no-scale: scores not divided by √d_k)")
+        config.append(masked)
+        if c.dropout and what in (What.weights, What.all):
+            config.append(f"dropout {c.dropout:g} (weights shown before it)")
+    return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run))]
+
+
+def hint_lines(text: str) -> list[list[str]]:
+    """A title addition written as "\\nline\\nline" (``hidden_line``, ``faint_hint``) as title lines."""
+    return [[line] for line in text.split("\n") if line]
 
 
 def hidden_line(run: Run) -> str:

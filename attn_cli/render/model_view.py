@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm, Normalize
@@ -26,17 +27,22 @@ from matplotlib.figure import Figure
 from attn_cli.errors import UsageError
 from attn_cli.render.heatmap import (
     DEFAULT_CMAPS,
-    MAX_PIXELS_PER_SIDE,
     SPECIAL_COLOR,
     HeatmapOptions,
     What,
     _limits,
+    check_picture_memory,
+    check_pixels,
     colour_map,
+    drawn_text,
     faint_hint,
     hidden_line,
+    hint_lines,
     layer_matrix,
     shorten,
 )
+from attn_cli.render.fonts import font_families
+from attn_cli.render.titles import fit_title, title_font
 from attn_cli.trace import Trace
 from attn_cli.tokens import visible
 
@@ -46,6 +52,7 @@ MIN_PANEL_INCHES = 0.45  # below this a panel is a smudge, whatever the dpi
 LABEL_CELL_POINTS = 6.5  # token labels go on the edges only when a cell is at least this tall
 LABEL_CHARS = 8
 TITLE_CHARS = 70
+TITLE_FONT = 10.0  # points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +91,11 @@ def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), 
     shown heads (columns) into a new Figure and return it. Tokens hidden with
     --hide-tokens are left out, rows renormalized (``Trace.shown``)."""
     trace = trace.shown()
+    with rc_context({"font.family": font_families(drawn_text(trace))}):
+        return _model_view_figure(trace, options, new_figure)
+
+
+def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
     heads = tuple(trace.shown_heads if options.heads is None else options.heads)
     n_heads = trace.model.heads
     for h in heads:
@@ -91,6 +103,10 @@ def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), 
             raise UsageError(f"--head {h} is out of range: the model has {n_heads} heads, numbered 0 to {n_heads - 1}")
     layers = trace.layers
     check_model_view(options, len(layers), len(heads))
+    if options.size is not None:
+        check_pixels(options.size, options.dpi)
+    check_picture_memory(len(trace.tokens), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
+                         options.dpi, one_panel=1, fewer="choose fewer layers and heads with --layer and --head")
     drawn = [[layer_matrix(layer, What.weights, h) for h in heads] for layer in layers]  # L x H of (T, T)
     flat = [m for row in drawn for m in row]
     limits = _limits(What.weights, flat, options)
@@ -98,8 +114,17 @@ def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), 
     cmap = colour_map(options.cmap or DEFAULT_CMAPS[What.weights])
 
     n_tokens = len(trace.tokens)
-    title = _title(trace, heads) + faint_hint(flat, options)
-    plan = _plan(n_tokens, len(layers), len(heads), trace.tokens.labels, title.count("\n") + 1, options)
+    title_lines = _title(trace, heads) + hint_lines(faint_hint(flat, options))
+    # The title wraps to the figure's width, and its lines take height from the panels:
+    # plan, wrap, plan again until the width the title was wrapped for stays put.
+    font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
+    title = fit_title(title_lines, MAX_MODEL_INCHES * 72, font)
+    for _ in range(4):
+        plan = _plan(n_tokens, len(layers), len(heads), trace.tokens.labels, (title.count("\n") + 1) * font / 72, options)
+        wrapped = fit_title(title_lines, (plan.figsize[0] - _title_left(plan) - 0.1) * 72, font)
+        if wrapped == title:
+            break
+        title = wrapped
     make = new_figure or Figure
     fig = make(figsize=plan.figsize, dpi=options.dpi)
     if new_figure is None:
@@ -130,17 +155,20 @@ def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), 
     bar = fig.colorbar(image, cax=bar_ax)
     bar.set_label("weight (log scale)" if options.log else "weight", fontsize=9)
     bar.ax.tick_params(labelsize=8)
-    fig.text(0.5 / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=10, parse_math=False)
-    wide, tall = (round(v * options.dpi) for v in fig.get_size_inches())
-    if max(wide, tall) > MAX_PIXELS_PER_SIDE:
-        raise UsageError(f"the picture would be {wide}x{tall} pixels, over {MAX_PIXELS_PER_SIDE} a side; lower --dpi or give a smaller --size")
+    fig.text(_title_left(plan) / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=font, parse_math=False)
+    check_pixels(tuple(fig.get_size_inches()), options.dpi)
     return fig
 
 
-def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_lines: int, options: HeatmapOptions) -> _Plan:
+def _title_left(plan: _Plan) -> float:
+    """Inches from the left edge to the title: over the layer labels, less on a narrow figure."""
+    return min(0.5, 0.04 * plan.figsize[0])
+
+
+def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_height: float, options: HeatmapOptions) -> _Plan:
     gap = 0.08
     layer_label = 0.45
-    top = 0.2 + 0.19 * title_lines + 0.3  # the title, then the head labels over the first row
+    top = 0.2 + 1.3 * title_height + 0.3  # lines 1.3 font sizes apart  # the title, then the head labels over the first row
     colorbar = 0.9
     room_w, room_h = options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES)
 
@@ -198,7 +226,8 @@ def _edges(ax: Axes, trace: Trace, plan: _Plan, *, left: bool, bottom: bool) -> 
         spine.set_visible(False)
 
 
-def _title(trace: Trace, heads: Sequence[int]) -> str:
+def _title(trace: Trace, heads: Sequence[int]) -> list[list[str]]:
+    """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
     text = " ".join(trace.text.split())
     if len(text) > TITLE_CHARS:
         text = text[: TITLE_CHARS - 1] + "…"
@@ -208,12 +237,11 @@ def _title(trace: Trace, heads: Sequence[int]) -> str:
     shown_heads = f"all {m.heads} heads" if len(heads) == m.heads else f"heads {', '.join(map(str, heads))} of {m.heads}"
     masked = "causal (grey: masked)" if any(layer.causal for layer in trace.layers) else "not causal"
     lines = [
-        f"Attention weights, layers x heads: “{text}”",
-        f"{m.name} · {shown_layers} · {shown_heads} · "
-        f"{len(trace.tokens)} tokens · each panel: query rows, key columns · {masked}",
+        [f"Attention weights, layers x heads: “{text}”"],
+        [m.name, shown_layers, shown_heads, f"{len(trace.tokens)} tokens", "each panel: query rows, key columns", masked],
     ]
     special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]
     if special:
         names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))
-        lines.append(f"special tokens ({names}) in purple on the edges")
-    return "\n".join(lines) + hidden_line(trace)
+        lines.append([f"special tokens ({names}) in purple on the edges"])
+    return lines + hint_lines(hidden_line(trace))
