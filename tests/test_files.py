@@ -65,6 +65,8 @@ COMMANDS = [
     (["heatmap", "a b", "-t", "words"], "out.png"),
     (["explain", "a b", "-t", "words"], "out.txt"),
     (["html", "a b", "-t", "words"], "out.html"),
+    (["heads", "a b", "-t", "words", "--format", "json"], "out.json"),
+    (["heads", "a b", "-t", "words", "--format", "table"], "out.txt"),
 ]
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoColorOption, OutputOption, PrecisionOption, run_texts, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, NoColorOption, OutputOption, PrecisionOption, run_texts, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.cli.run import Format, _choose_format as choose_format  # run's formats and their auto rule
 from attn_cli.errors import UsageError
@@ -56,6 +56,7 @@ def heads(
     ] = 50,
     top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
     output: OutputOption = None,
+    no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 3,
     no_color: NoColorOption = False,
 ) -> None:
@@ -100,9 +101,9 @@ def heads(
     if chosen is Format.table:
         done = list(reports())  # computed under the progress bar, then printed in one go
         parts = [render.heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
-        emit_rich(parts, output, no_color=no_color)
+        emit_rich(parts, output, no_color=no_color, clobber=not no_clobber)
         return
-    with binary_output(output) as out:
+    with binary_output(output, clobber=not no_clobber) as out:
         for i, report in enumerate(reports()):
             if chosen is Format.json:
                 out.write(render.to_json(report, i if numbered else None).encode("utf-8") + b"\n")
