@@ -19,8 +19,8 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
-from attn_cli.cli.output import progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
-from attn_cli.errors import OutputError, UsageError
+from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
+from attn_cli.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
 from attn_cli.files import output_path
 from attn_cli.source import SourceSpec
@@ -135,7 +135,7 @@ def heatmap(
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
-    folder, fixed_name, suffix = _output_target(output)
+    folder, fixed_name, suffix = output_target(output, FORMATS, "a picture format")
     fmt = suffix.lower()
     if show:
         _check_display()
@@ -216,23 +216,6 @@ def slug(text: str) -> str:
     if not stem and words:
         stem = words[0][:SLUG_CHARS]
     return stem or FALLBACK_STEM
-
-
-def _output_target(output: Optional[Path]) -> tuple[Path, Optional[str], str]:
-    """(folder, fixed stem or None for a name from the text, extension as written) for ``-o``."""
-    if output is None:
-        return Path("."), None, DEFAULT_FORMAT
-    if output.is_dir():
-        return output, None, DEFAULT_FORMAT
-    ext = output.suffix.lower().lstrip(".")
-    if ext not in FORMATS:
-        found = f"'{output.suffix}' is not a picture format" if output.suffix else "has no extension"
-        raise UsageError(f"-o {output}: {found}; end the name in .png, .svg or .pdf")
-    folder = output.parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise OutputError(f"cannot write {output}: {folder} {what}; create the folder first")
-    return folder, output.stem, output.suffix.lstrip(".")
 
 
 def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -> None:

@@ -19,9 +19,8 @@ import typer
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
-from attn_cli.cli.output import replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
+from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
-from attn_cli.errors import OutputError, UsageError
 
 SUFFIXES = (".html", ".htm")
 DEFAULT_MAX_MB = 20.0
@@ -104,19 +103,8 @@ def html(
 
 def _target(output: Optional[Path], first_text: str) -> Path:
     """The file to write; every problem with -o is found before anything runs."""
-    name = slug(first_text) + SUFFIXES[0]
-    if output is None:
-        return Path(name)
-    if output.is_dir():
-        return output / name
-    if output.suffix.lower() not in SUFFIXES:
-        found = f"'{output.suffix}' is not .html" if output.suffix else "has no extension"
-        raise UsageError(f"-o {output}: {found}; end the name in .html")
-    folder = output.parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise OutputError(f"cannot write {output}: {folder} {what}; create the folder first")
-    return output
+    folder, stem, suffix = output_target(output, tuple(s.lstrip(".") for s in SUFFIXES), "a page (.html)")
+    return folder / f"{stem or slug(first_text)}.{suffix}"
 
 
 def _command_line(ctx: typer.Context, texts: list[str], lines: bool) -> str:

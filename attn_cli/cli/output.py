@@ -86,6 +86,29 @@ class _Utf8Writer:
         return len(data)
 
 
+def output_target(output: Path | None, extensions: tuple[str, ...], kind: str) -> tuple[Path, str | None, str]:
+    """Where a command that names its own files (heatmap, html) writes, from ``-o``:
+    (folder, the stem -o fixes or None for a name made from the text, the extension
+    as written, without its dot). ``extensions`` (lower case, no dot) are the ones
+    taken, the first the default; ``kind`` names them in the error ("a picture
+    format"). Every problem is found here, before anything runs."""
+    if output is None:
+        return Path("."), None, extensions[0]
+    if output.is_dir():
+        return output, None, extensions[0]
+    if output.suffix.lower().lstrip(".") not in extensions:
+        from attn_cli.errors import UsageError
+
+        found = f"'{output.suffix}' is not {kind}" if output.suffix else "has no extension"
+        listed = ", ".join(f".{e}" for e in extensions[:-1]) + f" or .{extensions[-1]}" if len(extensions) > 1 else f".{extensions[0]}"
+        raise UsageError(f"-o {output}: {found}; end the name in {listed}")
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"cannot write {output}: {folder} {what}; create the folder first")
+    return folder, output.stem, output.suffix.lstrip(".")
+
+
 def replaces_unnamed(path: Path, given: Path | None) -> bool:
     """Whether writing ``path`` will replace an existing file under a name the command made
     up (from the text, a batch number, a head) rather than one the user gave with -o."""
