@@ -30,7 +30,7 @@ from attn_cli.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerWeights
     from attn_cli.tokens import Tokens
     from attn_cli.trace import Trace
 
@@ -135,12 +135,6 @@ def renormalize(weights: torch.Tensor, kept: Sequence[int]) -> torch.Tensor:
     return shown.to(weights.dtype)
 
 
-def empty_rows(shown_weights: torch.Tensor) -> list[tuple[int, int]]:
-    """(head, row) of the rows with no weight left to renormalize (NaN) in (H, K, K) weights."""
-    found = shown_weights[..., 0].isnan().nonzero().tolist()  # (H, K) -> (n, 2)
-    return [(h, i) for h, i in found]
-
-
 def shown(trace: Trace) -> Trace:
     """The trace the tables and pictures draw: without its hidden tokens (rows and
     columns), each kept row renormalized. A trace with nothing hidden is returned as is."""
@@ -152,10 +146,17 @@ def shown(trace: Trace) -> Trace:
     return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True)
 
 
-def _layer(layer: LayerAttention, kept: Sequence[int]) -> LayerAttention:
+def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
+    """The layer without the hidden tokens: its weights renormalized over the kept keys,
+    its mask (and, for a full LayerAttention, its per-token vectors) cut to the kept rows."""
     import torch
 
+    from attn_cli.attention import LayerAttention
+
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
+    mask = None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index)  # (K, K)
+    if not isinstance(layer, LayerAttention):  # keep="weights": there is nothing else to cut
+        return dataclasses.replace(layer, weights=renormalize(layer.weights, kept), mask=mask)
     rows = lambda t: t.index_select(-2, index)  # noqa: E731  (H, T, d) -> (H, K, d), (T, d) -> (K, d)
     return dataclasses.replace(
         layer,
@@ -167,6 +168,6 @@ def _layer(layer: LayerAttention, kept: Sequence[int]) -> LayerAttention:
         context=rows(layer.context),
         concat=rows(layer.concat),
         output=rows(layer.output),
-        mask=None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index),  # (K, K)
+        mask=mask,
         x=None if layer.x is None else rows(layer.x),
     )

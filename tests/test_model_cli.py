@@ -167,3 +167,12 @@ def test_batch_errors_name_the_text(gpt2: Path, tmp_path: Path) -> None:
 def test_the_same_run_gives_the_same_bytes(gpt2: Path) -> None:
     first = invoke("run", TEXT, "--model", str(gpt2), "-F", "json").stdout
     assert first == invoke("run", TEXT, "--model", str(gpt2), "-F", "json").stdout
+
+
+@pytest.mark.parametrize("layers", ["-1", "all"])
+def test_hidden_special_tokens_in_a_checkpoints_picture(bert: Path, tmp_path: Path, layers: str) -> None:
+    """heatmap keeps only the weights of a checkpoint's layers; hiding tokens must work on those too."""
+    target = tmp_path / "hidden.png"
+    result = invoke("heatmap", "the cat sat on the mat", "--model", str(bert), "--layer", layers, "--hide-tokens", "special", "-o", str(target))
+    assert result.exit_code == 0, result.output
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
