@@ -52,6 +52,19 @@ def open_source(spec: SourceSpec) -> Source:
     return CheckpointSource(spec) if spec.model is not None else Pipeline(spec.config)
 
 
+def check_text(text: str) -> None:
+    if not text.strip():
+        raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
+
+
+def check_length(tokens: Tokens, max_tokens: int) -> Tokens:
+    """``tokens``, unless the user's text is over --max-tokens (a probe the command
+    builds checks its own length)."""
+    if len(tokens) > max_tokens:
+        raise TooLargeError(f"the text has {len(tokens)} tokens, over --max-tokens {max_tokens}; shorten it or raise --max-tokens")
+    return tokens
+
+
 def run_each(source: Source, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
     """Each text's trace, in order; in a batch, an error names the text it came from."""
     for i, text in enumerate(texts):
@@ -104,15 +117,8 @@ class Pipeline:
             return get_tokenizer(WORDS)
 
     def tokenize(self, text: str) -> Tokens:
-        if not text.strip():
-            raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
-        tokens = self.tokenizer.encode(text)
-        if len(tokens) > self.config.max_tokens:
-            raise TooLargeError(
-                f"the text has {len(tokens)} tokens, over --max-tokens {self.config.max_tokens}; "
-                f"shorten it or raise --max-tokens"
-            )
-        return tokens
+        check_text(text)
+        return check_length(self.tokenizer.encode(text), self.config.max_tokens)
 
     n_layers = 1
 
@@ -193,12 +199,14 @@ class CheckpointSource:
         return run_each(self, texts, selection)
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
-        if not text.strip():
-            raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
+        check_text(text)
         spec = self.spec
         max_length = self.info.max_positions if spec.truncate else None
-        tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
-        return self._trace(text, tokens, selection, spec.pair)
+        try:
+            tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
+        except TooLargeError as err:  # over the model's positions: the flag that helps is ours
+            raise TooLargeError(f"{err}; or add --truncate") from None
+        return self._trace(text, check_length(tokens, spec.config.max_tokens), selection, spec.pair)
 
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]]:
         tokenizer = self.checkpoint.tokenizer
@@ -214,11 +222,6 @@ class CheckpointSource:
         spec = self.spec
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
-        if len(tokens) > spec.config.max_tokens:
-            raise TooLargeError(
-                f"the text has {len(tokens)} tokens, over --max-tokens {spec.config.max_tokens}; "
-                f"shorten it or raise --max-tokens"
-            )
         parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers, selection.keep)
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
         # Threads follow the size of one layer's operations, not the whole model's:

@@ -242,3 +242,18 @@ def test_probe_longer_than_the_model_is_a_usage_error(folder: Path) -> None:
     result = cli(TEXT, "--model", str(folder), "--probe-length", "40")
     assert result.exit_code == 2
     assert "--probe-length 40" in result.stderr and "or less" in result.stderr
+
+
+def test_max_tokens_is_the_texts_limit_not_the_probes(tmp_path_factory) -> None:
+    """A 2-token text with a 40-token probe under --max-tokens 20: the text is within it."""
+    from typer.testing import CliRunner
+
+    import checkpoints
+    from attn_cli.cli import app
+
+    gpt2 = checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
+    args = ["heads", "hi there", "--model", str(gpt2), "--probe-length", "20", "-F", "json"]
+    result = CliRunner().invoke(app, [*args, "--max-tokens", "20"])
+    assert result.exit_code == 0, result.output
+    too_long = CliRunner().invoke(app, [*args, "--max-tokens", "1"])
+    assert too_long.exit_code == 4 and "the text has" in too_long.stderr

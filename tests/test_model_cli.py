@@ -141,7 +141,7 @@ def test_missing_and_pickled_models_exit_3(tmp_path: Path) -> None:
 
 def test_text_longer_than_the_positions_is_4_unless_truncated(gpt2: Path) -> None:
     long_text = " ".join(["cat"] * 100)  # over n_positions 64
-    one_line_error(invoke("run", long_text, "--model", str(gpt2), "-F", "json"), ExitStatus.TOO_LARGE)
+    assert "--truncate" in one_line_error(invoke("run", long_text, "--model", str(gpt2), "-F", "json"), ExitStatus.TOO_LARGE)
     result = invoke("run", long_text, "--model", str(gpt2), "-F", "json", "--truncate", "--layer", "0", "--head", "0")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["tokens"]) == 64
