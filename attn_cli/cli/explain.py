@@ -22,7 +22,7 @@ class Style(str, enum.Enum):
 
 
 @app.command(cls=AttnCommand)
-@shared_options
+@shared_options(hide_tokens=False)
 def explain(
     spec: SourceSpec,
     texts: list[str],
@@ -60,11 +60,6 @@ def explain(
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
-    if spec.hide is not None:
-        raise UsageError(
-            "--hide-tokens: explain walks through the model's own softmax, which hiding would change; "
-            "drop it (run, heatmap, heads and html take it)"
-        )
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
     source = spec.open()
     for note in source.notes:

@@ -25,7 +25,7 @@ PROBE = "Probe"
 
 
 @app.command(cls=AttnCommand)
-@shared_options
+@shared_options(emit_python=False)
 def heads(
     spec: SourceSpec,
     texts: list[str],

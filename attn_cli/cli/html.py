@@ -28,7 +28,7 @@ NOT_REPRODUCED = {"output", "no_clobber", "open", "debug", "emit_python"}  # opt
 
 
 @app.command(cls=AttnCommand)
-@shared_options
+@shared_options(emit_python=False)
 def html(
     ctx: typer.Context,
     spec: SourceSpec,

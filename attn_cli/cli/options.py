@@ -334,12 +334,21 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
     )
 
 
-def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def shared_options(
+    command: Callable[..., Any] | None = None, *, emit_python: bool = True, hide_tokens: bool = True
+) -> Any:
     """Give ``command(spec=..., texts=..., **own)`` the shared options.
 
     A command that also declares ``lines: bool`` is told whether --lines was given,
-    and one that declares ``ctx`` gets the click context.
+    and one that declares ``ctx`` gets the click context. ``@shared_options(
+    emit_python=False)`` leaves --emit-python off a command that has no script to
+    emit (heads, html); ``hide_tokens=False`` leaves --hide-tokens off one that
+    cannot honour it (explain): an option a command lists, it takes.
     """
+    if command is None:
+        return functools.partial(shared_options, emit_python=emit_python, hide_tokens=hide_tokens)
+    left_out = ({"emit_python"} if not emit_python else set()) | ({"hide_tokens"} if not hide_tokens else set())
+    defaults = {"emit_python": False, "hide_tokens": None}
     signature = inspect.signature(command, eval_str=True)
     given = {"spec", "texts", "lines", "ctx"}
     own = [p for name, p in signature.parameters.items() if name not in given]
@@ -349,6 +358,7 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
         shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
+        shared.update({name: defaults[name] for name in left_out})
         ctx.meta["debug"] = shared["debug"]
         spec = build_spec(ctx, shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
@@ -365,6 +375,7 @@ def shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS, *HIDE_PARAMS]
+    params = [p for p in params if p.name not in left_out]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
