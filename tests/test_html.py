@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from attn_cli.cli import app
 from attn_cli.render import html as page_module
 from attn_cli.render.html import MASKED, build, notebook_html, page, reproduce_command
-from attn_cli.render.html import _ranges as ranges
+from attn_cli.render.fit import spans as ranges
 from attn_cli.render.export import run_dict
 from html_support import chunk, hand_trace, manifest, toy
 

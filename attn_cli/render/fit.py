@@ -6,7 +6,7 @@ columns, are stacked in blocks instead, so that no number of the walk-through is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def fit_columns(
@@ -38,3 +38,15 @@ def fit_columns(
     if used > room and keep_first == 0:
         return [None]
     return [*range(keep), None, *tail]
+
+
+def spans(numbers: Sequence[int], dash: str = "-") -> str:
+    """Sorted numbers as runs, for notes that say which columns, heads or rows:
+    [0, 1, 2, 3, 8, 11] -> '0-3, 8, 11'."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}{dash}{run[-1]}" for run in runs)

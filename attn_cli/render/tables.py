@@ -28,7 +28,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.render.fit import fit_columns
+from attn_cli.render.fit import fit_columns, spans
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
@@ -161,17 +161,6 @@ def rows_note(
         f"long tables show their first {ROW_LIMIT} rows and the last{tail}",
         style="yellow",
     )
-
-
-def spans(numbers: Sequence[int]) -> str:
-    """Sorted numbers as runs: [0, 1, 2, 3, 8, 11] -> '0-3, 8, 11'."""
-    runs: list[list[int]] = []
-    for n in numbers:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 Cell = Callable[[int, int], Text]

@@ -22,6 +22,7 @@ import torch
 from attn_cli.attention import _softmax_input
 from attn_cli.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
+from attn_cli.render.fit import spans
 from attn_cli.stats import HeadStats, attention_stats
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Trace
@@ -129,7 +130,7 @@ class Walkthrough:
     @property
     def query_keys_note(self) -> Line:
         return Line(
-            f"Summarised (T = {self.T} > {FULL_T} tokens): keys {_ranges(self.query_keys)} shown, the {CORNER} this "
+            f"Summarised (T = {self.T} > {FULL_T} tokens): keys {spans(self.query_keys, dash='–')} shown, the {CORNER} this "
             f"query weights most; the sums run over all {self.T} keys.",
             "note",
         )
@@ -199,9 +200,9 @@ class Walkthrough:
         if len(row_idx) < n_rows or cut_cols:
             shown = []
             if len(row_idx) < n_rows:
-                shown.append(f"rows {_ranges(row_idx)}")
+                shown.append(f"rows {spans(row_idx, dash='–')}")
             if cut_cols:
-                shown.append(f"columns {_ranges(col_idx)}")
+                shown.append(f"columns {spans(col_idx, dash='–')}")
             reasons = []
             if len(row_idx) < n_rows or (cut_cols and cols == "tokens"):
                 reasons.append(f"T = {self.T} > {FULL_T} tokens")
@@ -309,9 +310,9 @@ class Walkthrough:
         if len(row_idx) < n_rows or len(col_idx) < n_cols:
             shown = []
             if len(row_idx) < n_rows:
-                shown.append(f"rows {_ranges([lo + d for d in row_idx])}")
+                shown.append(f"rows {spans([lo + d for d in row_idx], dash='–')}")
             if len(col_idx) < n_cols:
-                shown.append(f"columns {_ranges(col_idx)}")
+                shown.append(f"columns {spans(col_idx, dash='–')}")
             wide = max(n_rows, n_cols)
             blocks.append(
                 Line(
@@ -621,18 +622,6 @@ def _corner_rows(query: int | None) -> list[int]:
     if query is not None and query >= CORNER:
         rows.append(query)
     return rows
-
-
-def _ranges(idx: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> '0–2, 5'."""
-    parts, start = [], None
-    for k, i in enumerate(idx):
-        if start is None:
-            start = i
-        if k + 1 == len(idx) or idx[k + 1] != i + 1:
-            parts.append(str(start) if start == i else f"{start}–{i}")
-            start = None
-    return ", ".join(parts)
 
 
 def _repeats(tokens: Tokens) -> list[tuple[str, list[int]]]:

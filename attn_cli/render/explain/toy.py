@@ -12,7 +12,8 @@ import torch
 
 from attn_cli.config import Config, Init, Positional
 from attn_cli.render.explain.document import CORNER, FULL_T, Block, Grid, Line, Step
-from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _ranges, _repeats, _softmax
+from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _repeats, _softmax
+from attn_cli.render.fit import spans
 from attn_cli.tokens import WORDS, visible
 
 
@@ -222,7 +223,7 @@ class ToyWalkthrough(Walkthrough):
             ),
             Line(legend, "formula"),
             Grid("", tuple(header), tuple(rows)),
-            *([Line(f"Summarised (T = {self.T} > {FULL_T} tokens): queries {_ranges(list(keys))} shown; the mean is over all {self.T}.", "note")] if self.T > FULL_T else []),
+            *([Line(f"Summarised (T = {self.T} > {FULL_T} tokens): queries {spans(list(keys), dash='–')} shown; the mean is over all {self.T}.", "note")] if self.T > FULL_T else []),
         ]
 
     def outro(self) -> tuple[Block, ...]:

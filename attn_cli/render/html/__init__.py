@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.render.fit import spans
+
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
     from attn_cli.config import Config
@@ -329,7 +331,7 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
         rows.append([
             "hidden",
-            f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {_ranges(hiding.hidden)}): "
+            f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {spans(hiding.hidden)}): "
             f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
         ])
     if model.config is not None:
@@ -341,7 +343,7 @@ def _header_rows(trace: Trace) -> list[list[str]]:
     rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])  # the full path here; titles use the short name
     rows.append(["architecture", f"{model.architecture} ({model.family})"])
     kept = [layer.layer for layer in trace.layers]
-    rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {_ranges(kept)}")])
+    rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {spans(kept)}")])
     heads = f"{model.heads}" + (f" (key/value heads {model.kv_heads})" if model.kv_heads != model.heads else "")
     rows += [["heads", heads], ["head size", str(model.head_dim)], ["d_model", str(model.d_model)], ["dtype", model.dtype]]
     if trace.pair is not None:
@@ -414,10 +416,10 @@ class _Budget:
         for i, trace in enumerate(traces):
             which = f"text {i + 1}: " if len(traces) > 1 else ""
             if weights[i]:
-                notes.append(f"{which}layers {_ranges(weights[i])} are left out to keep the page under {limit}; {fix}")
+                notes.append(f"{which}layers {spans(weights[i])} are left out to keep the page under {limit}; {fix}")
             if scores[i]:
                 notes.append(
-                    f"{which}the raw and scaled scores of layer{'s' if len(scores[i]) > 1 else ''} {_ranges(scores[i])} "
+                    f"{which}the raw and scaled scores of layer{'s' if len(scores[i]) > 1 else ''} {spans(scores[i])} "
                     f"are left out (the weights are there) to keep the page under {limit}; {fix}"
                 )
             if manifests[i].get("toy") and manifests[i]["vectors"] is None:
@@ -425,20 +427,6 @@ class _Budget:
         if self.used > self.max_bytes:
             notes.append(f"the page is {self.used / 2**20:.1f} MB, over {limit}: one layer of this text is that large")
         return notes
-
-
-def _ranges(indexes: Sequence[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
-    parts: list[str] = []
-    start = prev = None
-    for i in [*indexes, None]:
-        if i is not None and prev is not None and i == prev + 1:
-            prev = i
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = i
-    return ", ".join(parts)
 
 
 # -- the file ------------------------------------------------------------------
