@@ -198,9 +198,9 @@ def self_attention(x: torch.Tensor, config: Config, projections: Projections | N
     else:
         q = k = v = x  # (T, D), D = H*Dk = H*Dv
     _check_finite((q, k, v), "the queries, keys or values", "use smaller embeddings or another --init")
-    queries = _split_heads(q, heads)  # (T, H*Dk) -> (H, T, Dk)
-    keys = _split_heads(k, heads)  # (T, H*Dk) -> (H, T, Dk)
-    values = _split_heads(v, heads)  # (T, H*Dv) -> (H, T, Dv)
+    queries = split_heads(q, heads)  # (T, H*Dk) -> (H, T, Dk)
+    keys = split_heads(k, heads)  # (T, H*Dk) -> (H, T, Dk)
+    values = split_heads(v, heads)  # (T, H*Dv) -> (H, T, Dv)
 
     d_k = queries.shape[-1]
     divisor = (math.sqrt(d_k) if config.scale else 1.0) * config.temperature
@@ -310,7 +310,8 @@ def _check_finite(tensors: tuple[torch.Tensor, ...], what: str, fix: str) -> Non
         raise ConfigError(f"{what}: a value overflows float32 (beyond +-3.4e38); {fix}")
 
 
-def _split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
+def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
+    """Head h's columns of a (T, H*d) projection, heads first."""
     n_tokens = m.shape[0]
     return m.reshape(n_tokens, heads, -1).transpose(0, 1)  # (T, H*d) -> (T, H, d) -> (H, T, d)
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend
+from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Keep
@@ -247,11 +247,6 @@ def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:
     """(Hkv, T, d) -> (H, T, d), each key/value head repeated for the ``groups``
     query heads beside each other that share it (0, 0, 1, 1, not 0, 1, 0, 1)."""
     return m if groups == 1 else m.repeat_interleave(groups, dim=0)  # (Hkv, T, d) -> (Hkv*groups, T, d)
-
-
-def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
-    n_tokens = m.shape[0]
-    return m.reshape(n_tokens, heads, -1).transpose(0, 1)  # (T, H*d) -> (T, H, d) -> (H, T, d)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
