@@ -40,6 +40,8 @@ class Source(Protocol):
 
     def run(self, text: str, selection: Selection | None = None) -> Trace: ...
 
+    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]: ...
+
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str: ...
 
     def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace: ...
@@ -65,13 +67,19 @@ def check_length(tokens: Tokens, max_tokens: int) -> Tokens:
     return tokens
 
 
-def run_each(source: Source, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
-    """Each text's trace, in order; in a batch, an error names the text it came from."""
-    for i, text in enumerate(texts):
-        try:
-            yield source.run(text, selection)
-        except AttnCliError as err:
-            raise in_batch(err, i, len(texts))
+class _Batches:
+    """What every source does with a batch of texts, given its ``run``."""
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        raise NotImplementedError
+
+    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
+        """Each text's trace, in order; in a batch, an error names the text it came from."""
+        for i, text in enumerate(texts):
+            try:
+                yield self.run(text, selection)
+            except AttnCliError as err:
+                raise in_batch(err, i, len(texts))
 
 
 def toy_info(config: Config) -> ModelInfo:
@@ -95,7 +103,7 @@ def toy_info(config: Config) -> ModelInfo:
     )
 
 
-class Pipeline:
+class Pipeline(_Batches):
     def __init__(self, config: Config) -> None:
         self.config = config
         self.notes: list[str] = []
@@ -125,9 +133,6 @@ class Pipeline:
     @property
     def n_heads(self) -> int:
         return self.config.heads
-
-    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
-        return run_each(self, texts, selection)
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         return self._trace(text, self.tokenize(text), selection)
@@ -180,7 +185,7 @@ class Pipeline:
         return projections
 
 
-class CheckpointSource:
+class CheckpointSource(_Batches):
     """A trained checkpoint (``--model``): its tokenizer, then every layer up to the
     last selected one, computed by ``attn_cli.checkpoint``."""
 
@@ -194,9 +199,6 @@ class CheckpointSource:
         self.info = self.checkpoint.info
         self.n_layers = self.info.layers
         self.n_heads = self.info.heads
-
-    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
-        return run_each(self, texts, selection)
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         check_text(text)
