@@ -9,9 +9,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoClobberOption, NoColorOption, OutputOption, PrecisionOption, run_texts, shared_options
+from attn_cli.cli.options import (
+    OUTPUT,
+    Format,
+    FormatOption,
+    NoClobberOption,
+    NoColorOption,
+    OutputOption,
+    PrecisionOption,
+    choose_format,
+    run_texts,
+    shared_options,
+)
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
-from attn_cli.cli.run import Format, _choose_format as choose_format  # run's formats and their auto rule
 from attn_cli.errors import UsageError
 from attn_cli.source import SourceSpec
 
@@ -29,17 +39,7 @@ PROBE = "Probe"
 def heads(
     spec: SourceSpec,
     texts: list[str],
-    format: Annotated[
-        Format,
-        typer.Option(
-            "--format",
-            "-F",
-            help="table for people; json (JSON Lines with --lines) or csv for scripts. auto: the -o file's suffix, "
-            "else table on a terminal, else json.",
-            rich_help_panel=OUTPUT,
-            case_sensitive=False,
-        ),
-    ] = Format.auto,
+    format: FormatOption = Format.auto,
     no_probe: Annotated[
         bool,
         typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),

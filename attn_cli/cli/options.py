@@ -9,6 +9,7 @@ the command with ``spec`` and ``texts``. Commands declare only what is theirs
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 from pathlib import Path
@@ -443,3 +444,44 @@ NoClobberOption = Annotated[
         rich_help_panel=OUTPUT,
     ),
 ]
+
+
+class Format(str, enum.Enum):
+    """The output formats of the commands that print results (run, heads)."""
+
+    auto = "auto"
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"  # what people type for JSON Lines: the same output as json (one object per line)
+    csv = "csv"
+
+
+# -o FILE with --format auto: the format its name says, JSON otherwise
+SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
+
+FormatOption = Annotated[
+    Format,
+    typer.Option(
+        "--format",
+        "-F",
+        help="table for people; json (JSON Lines with --lines; jsonl says the same) or csv for scripts. "
+        "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
+        "(or with an option only tables use, such as run's --show/--head/--query/--key), else json.",
+        rich_help_panel=OUTPUT,
+        case_sensitive=False,
+    ),
+]
+
+
+def choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
+    """auto: what the -o file's suffix says; else a table on a terminal or when a
+    table-only option is given (``table_asked``); else JSON. jsonl is json."""
+    from attn_cli.cli.output import stdout_is_terminal
+
+    if format is Format.jsonl:
+        return Format.json
+    if format is not Format.auto:
+        return format
+    if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
+        return SUFFIX_FORMATS[output.suffix.lower()]
+    return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -12,12 +11,15 @@ import typer
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
+    Format,
+    FormatOption,
     KeyOption,
     NoClobberOption,
     NoColorOption,
     OutputOption,
     PrecisionOption,
     QueryOption,
+    choose_format,
     run_texts,
     shared_options,
 )
@@ -28,18 +30,6 @@ from attn_cli.source import SourceSpec
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
     from attn_cli.trace import Selection, Trace
-
-
-class Format(str, enum.Enum):
-    auto = "auto"
-    table = "table"
-    json = "json"
-    jsonl = "jsonl"  # what people type for JSON Lines: the same output as json (one object per line)
-    csv = "csv"
-
-
-# -o FILE with --format auto: the format its name says, JSON otherwise
-SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
 
 
 def _parse_show(values: Optional[list[str]]) -> Optional[frozenset[str]]:
@@ -65,18 +55,7 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
 def run(
     spec: SourceSpec,
     texts: list[str],
-    format: Annotated[
-        Format,
-        typer.Option(
-            "--format",
-            "-F",
-            help="table for people; json (JSON Lines with --lines; jsonl says the same) or csv for scripts. "
-            "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
-            "or with --show/--head/--query/--key, else json.",
-            rich_help_panel=OUTPUT,
-            case_sensitive=False,
-        ),
-    ] = Format.auto,
+    format: FormatOption = Format.auto,
     show: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -109,7 +88,7 @@ def run(
       attn-cli run "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 0-3
     """
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
-    chosen = _choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
+    chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
     if chosen is not Format.table and shaping:
         typer.echo(
@@ -135,18 +114,6 @@ def run(
                 out.write(to_json(result).encode("utf-8") + b"\n")
             else:
                 out.write(to_csv(result, header=i == 0, index=i).encode("utf-8"))
-
-
-def _choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
-    """auto: what the -o file's suffix says; else a table on a terminal or when a
-    table-only option (--show, --head, --query, --key) is given; else JSON."""
-    if format is Format.jsonl:
-        return Format.json
-    if format is not Format.auto:
-        return format
-    if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
-        return SUFFIX_FORMATS[output.suffix.lower()]
-    return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
 
 
 def _shown_position(trace: Trace, position: int, flag: str) -> int:
