@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from attn_cli.pipeline import Source
     from attn_cli.trace import Selection, Trace
 
+class DType(str, enum.Enum):
+    """--dtype: what a checkpoint is computed in (``attn_cli.checkpoint.model.DTYPES``)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class Device(str, enum.Enum):
+    """--device: where a checkpoint runs."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+
+
 INPUT = "Input"
 MODEL = "Toy model (seeded weights)"
 TRAINED = "Trained model"
@@ -189,20 +204,24 @@ TRAINED_PARAMS = [
     _param(
         "dtype",
         Annotated[
-            str,
+            DType,
             typer.Option(
                 "--dtype",
                 help="With --model: compute in float32, bfloat16 or float16 (as transformers does for that dtype; "
                 "the numbers shown are float32 either way).",
                 rich_help_panel=TRAINED,
+                case_sensitive=False,
             ),
         ],
-        "float32",
+        DType.float32,
     ),
     _param(
         "device",
-        Annotated[str, typer.Option("--device", help="With --model: cpu, or cuda when torch sees a GPU.", rich_help_panel=TRAINED)],
-        "cpu",
+        Annotated[
+            Device,
+            typer.Option("--device", help="With --model: cpu, or cuda when torch sees a GPU.", rich_help_panel=TRAINED, case_sensitive=False),
+        ],
+        Device.cpu,
     ),
     _param(
         "layer",
@@ -327,8 +346,8 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
         revision=shared["revision"],
         pair=shared["pair"],
         truncate=shared["truncate"],
-        dtype=shared["dtype"],
-        device=shared["device"],
+        dtype=DType(shared["dtype"]).value,
+        device=Device(shared["device"]).value,
         layers=IndexSpec.parse(shared["layer"], "--layer"),
         heads=IndexSpec.parse(shared["head"], "--head"),
         hide=HideSpec.parse(shared["hide_tokens"]),
