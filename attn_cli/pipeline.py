@@ -258,7 +258,7 @@ def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) ->
 
     describe = {name: what for name, (what, _) in culprits.items()}
     fixes = {name: fix for name, (_, fix) in culprits.items()}
-    budget.check(parts, describe, fixes, available=available_memory())
+    budget.check(parts, describe, fixes)
 
 
 def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
@@ -288,14 +288,6 @@ _MEMORY_FIX = {
     "weights": "lower --d-model, --d-k, --d-v or --heads",
     "table": "lower --d-model or use a smaller tokenizer",
 }
-
-
-def available_memory() -> int | None:
-    """The memory this process may still use: ``attn_cli.budget.available_bytes`` (the
-    smallest of MemAvailable, RLIMIT_AS and the cgroup's limit)."""
-    from attn_cli import budget
-
-    return budget.available_bytes()
 
 
 def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:

@@ -352,14 +352,14 @@ def test_memory_estimate_counts_the_projection_weights_and_the_table() -> None:
     ],
 )
 def test_check_memory_names_the_biggest_part(monkeypatch, options: dict, n_tokens: int, vocab_size: int, fix: str) -> None:
-    from attn_cli import pipeline
+    from attn_cli import budget, pipeline
     from attn_cli.errors import TooLargeError
 
     config = Config(**options).resolved(options["d_model"])
     need = pipeline.estimate_bytes(config, n_tokens, vocab_size)
-    monkeypatch.setattr(pipeline, "available_memory", lambda: need)  # 80% of it is usable: too little
+    monkeypatch.setattr(budget, "available_bytes", lambda: need)  # 80% of it is usable: too little
     with pytest.raises(TooLargeError) as info:
         pipeline.check_memory(config, n_tokens, vocab_size)
     assert str(info.value).endswith(fix)
-    monkeypatch.setattr(pipeline, "available_memory", lambda: 2 * need)
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * need)
     pipeline.check_memory(config, n_tokens, vocab_size)

@@ -90,7 +90,7 @@ def test_a_run_refused_keeping_everything_goes_through_keeping_the_weights(folde
     everything = Selection(tuple(range(source.n_layers)), tuple(range(source.n_heads)))
     need = {keep: sum(source.checkpoint.estimate_bytes(n_tokens, everything.layers, keep).values()) for keep in ("all", "weights")}
     # room for the lighter trace only (the budget uses a share of what is free)
-    monkeypatch.setattr(pipeline, "available_memory", lambda: int((need["weights"] + need["all"]) / 2 / budget.SHARE))
+    monkeypatch.setattr(budget, "available_bytes", lambda: int((need["weights"] + need["all"]) / 2 / budget.SHARE))
     with pytest.raises(TooLargeError):
         source.run(TEXT, everything)
     trace = source.run(TEXT, dataclasses.replace(everything, keep="weights"))

@@ -255,7 +255,7 @@ def seven_b(folders, tmp_path: Path) -> Path:
 def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     seven_b: Path, dtype: str, layers, refused: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from attn_cli import pipeline
+    from attn_cli import budget, pipeline
     from attn_cli.errors import TooLargeError
     from attn_cli.trace import Selection
 
@@ -265,7 +265,7 @@ def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     size = 4 if dtype == "float32" else 2
     assert parts["weights"] == (max(layers) + 1) * LAYER_ELEMENTS * size + 2048 * 4096 * size
     assert parts["tables"] == len(layers) * 32 * 2048 * 2048 * 4 * 2
-    monkeypatch.setattr(pipeline, "available_memory", lambda: 24 * 2**30)  # this machine's 24 GiB
+    monkeypatch.setattr(budget, "available_bytes", lambda: 24 * 2**30)  # this machine's 24 GiB
     culprits = pipeline._checkpoint_culprits(2048, Selection(tuple(layers), tuple(range(32))), ckpt.info)
     if refused is None:
         pipeline.check_budget(parts, culprits)

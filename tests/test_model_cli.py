@@ -148,9 +148,9 @@ def test_text_longer_than_the_positions_is_4_unless_truncated(gpt2: Path) -> Non
 
 
 def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import pipeline
+    from attn_cli import budget
 
-    monkeypatch.setattr(pipeline, "available_memory", lambda: 10_000)  # bytes
+    monkeypatch.setattr(budget, "available_bytes", lambda: 10_000)  # bytes
     line = one_line_error(invoke("run", TEXT, "--model", str(gpt2), "-F", "json"), ExitStatus.TOO_LARGE)
     assert "--layer" in line or "shorter text" in line
 
