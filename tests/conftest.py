@@ -50,3 +50,18 @@ def rank_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(source, target)
     monkeypatch.setenv("ATTN_CLI_TIKTOKEN_DIR", str(target))
     return target
+
+
+# The tiny sharpened checkpoints every trained-model test shares, built once a session.
+@pytest.fixture(scope="session")
+def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import checkpoints
+
+    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
+
+
+@pytest.fixture(scope="session")
+def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import checkpoints
+
+    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)

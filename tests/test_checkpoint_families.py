@@ -19,10 +19,6 @@ TEXT = "The cat sat on the mat, and the dog sat on the log."
 PAIR = "Attention weights sum to one!"
 
 
-@pytest.fixture(scope="session")
-def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
-
 
 @pytest.fixture(scope="session")
 def gpt2_scaled_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -38,10 +34,6 @@ def gpt2_scaled_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         n_inner=48,
     )
 
-
-@pytest.fixture(scope="session")
-def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
 
 
 def assert_matches(layers, ref: checkpoints.Reference, indexes) -> None:

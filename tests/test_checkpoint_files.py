@@ -27,14 +27,6 @@ COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
 
 
-@pytest.fixture(scope="session")
-def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
-
-
-@pytest.fixture(scope="session")
-def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
 
 
 @pytest.fixture

@@ -16,14 +16,6 @@ from attn_cli.errors import ExitStatus, InputError, TooLargeError, UsageError
 LONG = " ".join(["the cat sat on the mat"] * 6)  # 36 words: past tokenizer.json's 24, under the model's 64
 
 
-@pytest.fixture(scope="session")
-def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
-
-
-@pytest.fixture(scope="session")
-def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
 
 
 def without(folder: Path, target: Path, *names: str) -> Path:

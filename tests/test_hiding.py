@@ -326,13 +326,9 @@ def test_heatmap_and_html_take_it(tmp_path: Path) -> None:
     assert "--hide-tokens 0" in text and '"positions":[1,2,3]' in text
 
 
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
 
-
-def test_heads_flags_the_tokens_and_scores_the_model_weights(bert: Path) -> None:
-    args = ["heads", "the cat sat", "--model", str(bert), "-F", "json", "--no-probe"]
+def test_heads_flags_the_tokens_and_scores_the_model_weights(bert_folder: Path) -> None:
+    args = ["heads", "the cat sat", "--model", str(bert_folder), "-F", "json", "--no-probe"]
     plain = json.loads(invoke(*args).stdout)
     hidden = json.loads(invoke(*args, "--hide-tokens", "special").stdout)
     assert [t["hidden"] for t in hidden["tokens"]] == [t["special"] for t in hidden["tokens"]]

@@ -21,14 +21,6 @@ import checkpoints
 TEXT = "The cat sat on the mat"
 
 
-@pytest.fixture(scope="session")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
-
-
-@pytest.fixture(scope="session")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
 
 
 def invoke(*args: str):
@@ -43,16 +35,16 @@ def one_line_error(result, code: int) -> str:
     return lines[0]
 
 
-def test_json_schema_2_every_layer_and_head_equals_transformers(gpt2: Path) -> None:
-    result = invoke("run", TEXT, "--model", str(gpt2), "-F", "json")
+def test_json_schema_2_every_layer_and_head_equals_transformers(gpt2_folder: Path) -> None:
+    result = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["schema_version"] == 2
     model = data["model"]
     assert (model["family"], model["layers"], model["heads"], model["kv_heads"], model["head_dim"], model["d_model"]) == ("gpt2", 3, 4, 4, 8, 32)
-    assert model["source"] == str(gpt2) and "config" not in model
+    assert model["source"] == str(gpt2_folder) and "config" not in model
     ids = tuple(t["id"] for t in data["tokens"])
-    ref = checkpoints.reference(gpt2, ids)
+    ref = checkpoints.reference(gpt2_folder, ids)
     assert [layer["layer"] for layer in data["layers"]] == [0, 1, 2]  # JSON: every layer and head by default
     for layer in data["layers"]:
         got = torch.tensor([h["weights"] for h in layer["heads"]])  # (H, T, T)
@@ -62,49 +54,49 @@ def test_json_schema_2_every_layer_and_head_equals_transformers(gpt2: Path) -> N
         assert len(layer["input"]) == len(ids) and len(layer["input"][0]) == 32
 
 
-def test_head_and_layer_choose_what_json_and_csv_hold(gpt2: Path) -> None:
-    data = json.loads(invoke("run", TEXT, "--model", str(gpt2), "-F", "json", "--layer", "-1", "--head", "1,3").stdout)
+def test_head_and_layer_choose_what_json_and_csv_hold(gpt2_folder: Path) -> None:
+    data = json.loads(invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json", "--layer", "-1", "--head", "1,3").stdout)
     assert [layer["layer"] for layer in data["layers"]] == [2]
     assert [h["head"] for h in data["layers"][0]["heads"]] == [1, 3]
-    text = invoke("run", TEXT, "--model", str(gpt2), "-F", "csv", "--layer", "0-1", "--head", "0").stdout
+    text = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "csv", "--layer", "0-1", "--head", "0").stdout
     rows = list(csv.DictReader(io.StringIO(text)))
     weights = [r for r in rows if r["table"] == "weights"]
     assert {(r["layer"], r["head"]) for r in weights} == {("0", "0"), ("1", "0")}
     assert list(rows[0]) == ["text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value"]
 
 
-def test_bert_pair_and_special_tokens(bert: Path) -> None:
-    result = invoke("run", "the cat sat", "--model", str(bert), "--pair", "on the mat", "-F", "json", "--layer", "1")
+def test_bert_pair_and_special_tokens(bert_folder: Path) -> None:
+    result = invoke("run", "the cat sat", "--model", str(bert_folder), "--pair", "on the mat", "-F", "json", "--layer", "1")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     tokens = data["tokens"]
     assert tokens[0]["special"] and tokens[-1]["special"] and not tokens[1]["special"]
     assert {t["segment"] for t in tokens} == {0, 1} and data["pair"] == "on the mat"
     ids = tuple(t["id"] for t in tokens)
-    ref = checkpoints.reference(bert, ids, tuple(t["segment"] for t in tokens))
+    ref = checkpoints.reference(bert_folder, ids, tuple(t["segment"] for t in tokens))
     got = torch.tensor([h["weights"] for h in data["layers"][0]["heads"]])
     torch.testing.assert_close(got, ref.weights[1], atol=1e-5, rtol=0)
 
 
-def test_tables_default_to_the_last_layer_and_first_heads(gpt2: Path) -> None:
-    out = invoke("run", TEXT, "--model", str(gpt2), "-F", "table").stdout
+def test_tables_default_to_the_last_layer_and_first_heads(gpt2_folder: Path) -> None:
+    out = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "table").stdout
     assert "architecture GPT2LMHeadModel" in out and "layers 3" in out
     assert "Attention weights  softmax(Q K^T / sqrt(8)) over each row, layer 2, head 0" in out
     assert "layer 1," not in out
-    out = invoke("run", TEXT, "--model", str(gpt2), "-F", "table", "--layer", "0,1", "--head", "2", "--show", "weights").stdout
+    out = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "table", "--layer", "0,1", "--head", "2", "--show", "weights").stdout
     assert "layer 0 of 3" in out and "layer 1 of 3" in out
     assert "layer 0, head 2" in out and "layer 1, head 2" in out and "head 0" not in out
 
 
-def test_table_query_finds_a_token_by_its_label(bert: Path) -> None:
-    result = invoke("run", "the cat sat on the mat", "--model", str(bert), "--query", "[CLS]", "--layer", "0", "--head", "0")
+def test_table_query_finds_a_token_by_its_label(bert_folder: Path) -> None:
+    result = invoke("run", "the cat sat on the mat", "--model", str(bert_folder), "--query", "[CLS]", "--layer", "0", "--head", "0")
     assert result.exit_code == 0, result.output
     assert "Query [CLS] (position 0)" in result.stdout
 
 
-def test_heatmap_runs_on_a_checkpoint(gpt2: Path, tmp_path: Path) -> None:
+def test_heatmap_runs_on_a_checkpoint(gpt2_folder: Path, tmp_path: Path) -> None:
     target = tmp_path / "pic.png"
-    result = invoke("heatmap", TEXT, "--model", str(gpt2), "-o", str(target))
+    result = invoke("heatmap", TEXT, "--model", str(gpt2_folder), "-o", str(target))
     assert result.exit_code == 0, result.output
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -119,13 +111,13 @@ def test_heatmap_runs_on_a_checkpoint(gpt2: Path, tmp_path: Path) -> None:
         (["--head", "0-9"], "--head 9 is out of range: this model has 4 heads"),
     ],
 )
-def test_conflicts_and_ranges_are_usage_errors(gpt2: Path, args: list[str], words: str) -> None:
-    line = one_line_error(invoke("run", TEXT, "--model", str(gpt2), *args), ExitStatus.USAGE)
+def test_conflicts_and_ranges_are_usage_errors(gpt2_folder: Path, args: list[str], words: str) -> None:
+    line = one_line_error(invoke("run", TEXT, "--model", str(gpt2_folder), *args), ExitStatus.USAGE)
     assert words in line
 
 
-def test_gpt2_takes_no_pair(gpt2: Path) -> None:
-    assert "pair" in one_line_error(invoke("run", TEXT, "--model", str(gpt2), "--pair", "x", "-F", "json"), ExitStatus.USAGE)
+def test_gpt2_takes_no_pair(gpt2_folder: Path) -> None:
+    assert "pair" in one_line_error(invoke("run", TEXT, "--model", str(gpt2_folder), "--pair", "x", "-F", "json"), ExitStatus.USAGE)
 
 
 def test_missing_and_pickled_models_exit_3(tmp_path: Path) -> None:
@@ -139,40 +131,40 @@ def test_missing_and_pickled_models_exit_3(tmp_path: Path) -> None:
     assert "pickle" in line and "safetensors" in line
 
 
-def test_text_longer_than_the_positions_is_4_unless_truncated(gpt2: Path) -> None:
+def test_text_longer_than_the_positions_is_4_unless_truncated(gpt2_folder: Path) -> None:
     long_text = " ".join(["cat"] * 100)  # over n_positions 64
-    assert "--truncate" in one_line_error(invoke("run", long_text, "--model", str(gpt2), "-F", "json"), ExitStatus.TOO_LARGE)
-    result = invoke("run", long_text, "--model", str(gpt2), "-F", "json", "--truncate", "--layer", "0", "--head", "0")
+    assert "--truncate" in one_line_error(invoke("run", long_text, "--model", str(gpt2_folder), "-F", "json"), ExitStatus.TOO_LARGE)
+    result = invoke("run", long_text, "--model", str(gpt2_folder), "-F", "json", "--truncate", "--layer", "0", "--head", "0")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["tokens"]) == 64
 
 
-def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli import budget
 
     monkeypatch.setattr(budget, "available_bytes", lambda: 10_000)  # bytes
-    line = one_line_error(invoke("run", TEXT, "--model", str(gpt2), "-F", "json"), ExitStatus.TOO_LARGE)
+    line = one_line_error(invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json"), ExitStatus.TOO_LARGE)
     assert "--layer" in line or "shorter text" in line
 
 
-def test_batch_errors_name_the_text(gpt2: Path, tmp_path: Path) -> None:
+def test_batch_errors_name_the_text(gpt2_folder: Path, tmp_path: Path) -> None:
     texts = tmp_path / "texts.txt"
     texts.write_text("short one\n" + " ".join(["cat"] * 100) + "\n")
     target = tmp_path / "out.jsonl"
-    line = one_line_error(invoke("run", "--file", str(texts), "--lines", "--model", str(gpt2), "-o", str(target)), ExitStatus.TOO_LARGE)
+    line = one_line_error(invoke("run", "--file", str(texts), "--lines", "--model", str(gpt2_folder), "-o", str(target)), ExitStatus.TOO_LARGE)
     assert "text 2 of 2:" in line
     assert not target.exists()  # nothing half-written
 
 
-def test_the_same_run_gives_the_same_bytes(gpt2: Path) -> None:
-    first = invoke("run", TEXT, "--model", str(gpt2), "-F", "json").stdout
-    assert first == invoke("run", TEXT, "--model", str(gpt2), "-F", "json").stdout
+def test_the_same_run_gives_the_same_bytes(gpt2_folder: Path) -> None:
+    first = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json").stdout
+    assert first == invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json").stdout
 
 
 @pytest.mark.parametrize("layers", ["-1", "all"])
-def test_hidden_special_tokens_in_a_checkpoints_picture(bert: Path, tmp_path: Path, layers: str) -> None:
+def test_hidden_special_tokens_in_a_checkpoints_picture(bert_folder: Path, tmp_path: Path, layers: str) -> None:
     """heatmap keeps only the weights of a checkpoint's layers; hiding tokens must work on those too."""
     target = tmp_path / "hidden.png"
-    result = invoke("heatmap", "the cat sat on the mat", "--model", str(bert), "--layer", layers, "--hide-tokens", "special", "-o", str(target))
+    result = invoke("heatmap", "the cat sat on the mat", "--model", str(bert_folder), "--layer", layers, "--hide-tokens", "special", "-o", str(target))
     assert result.exit_code == 0, result.output
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

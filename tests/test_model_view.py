@@ -31,10 +31,6 @@ FOX = "The quick brown fox jumps over the lazy dog"
 TEXT = "the cat sat on the mat"
 
 
-@pytest.fixture(scope="session")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
-
 
 def synthetic(text: str = FOX, layers: int = 12, heads: int = 12, causal: bool = False) -> Trace:
     """A layers x heads trace from toy layers with different seeds: a 12 x 12 model in a second."""
@@ -100,12 +96,12 @@ def test_panels_too_small_for_labels_have_none_and_the_text_in_the_title() -> No
     assert "w0 w1 w2" in title(fig) and "60 tokens" in title(fig)
 
 
-def test_a_checkpoints_panels_equal_transformers_and_special_tokens_are_marked(bert: Path) -> None:
-    trace = checkpoint_trace(bert, TEXT)
+def test_a_checkpoints_panels_equal_transformers_and_special_tokens_are_marked(bert_folder: Path) -> None:
+    trace = checkpoint_trace(bert_folder, TEXT)
     fig = model_view_figure(trace)
     axes = panels(fig)
     assert len(axes) == 3 * 4
-    ref = checkpoints.reference(bert, tuple(trace.tokens.ids))
+    ref = checkpoints.reference(bert_folder, tuple(trace.tokens.ids))
     for ax in axes:
         layer, head = (int(part.removeprefix("layer").removeprefix("head")) for part in ax.get_label().split("/"))
         torch.testing.assert_close(torch.from_numpy(np.ma.getdata(ax.images[0].get_array())), ref.weights[layer][head], atol=1e-5, rtol=0)
@@ -117,8 +113,8 @@ def test_a_checkpoints_panels_equal_transformers_and_special_tokens_are_marked(b
     assert "special tokens ([CLS], [SEP])" in title(fig)
 
 
-def test_without_labels_special_tokens_keep_a_purple_tick(bert: Path) -> None:
-    trace = checkpoint_trace(bert, TEXT)
+def test_without_labels_special_tokens_keep_a_purple_tick(bert_folder: Path) -> None:
+    trace = checkpoint_trace(bert_folder, TEXT)
     fig = model_view_figure(trace, HeatmapOptions(size=(4.0, 3.0)))
     first = panels(fig)[0]
     assert all(not t.get_text() for t in first.get_yticklabels())
@@ -185,18 +181,18 @@ def invoke(*args: str):
 
 
 @pytest.mark.parametrize(("ext", "magic"), [("png", b"\x89PNG"), ("svg", b"<?xml"), ("pdf", b"%PDF-")])
-def test_layer_all_writes_one_picture_of_every_head(bert: Path, tmp_path: Path, ext: str, magic: bytes) -> None:
+def test_layer_all_writes_one_picture_of_every_head(bert_folder: Path, tmp_path: Path, ext: str, magic: bytes) -> None:
     out = tmp_path / f"model.{ext}"
-    result = invoke(TEXT, "--model", str(bert), "--layer", "all", "-o", str(out))
+    result = invoke(TEXT, "--model", str(bert_folder), "--layer", "all", "-o", str(out))
     assert result.exit_code == 0, result.output
     assert result.stdout == f"{out}\n"
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
     assert out.read_bytes().startswith(magic)
 
 
-def test_split_heads_with_several_layers_writes_a_column_per_head(bert: Path, tmp_path: Path) -> None:
+def test_split_heads_with_several_layers_writes_a_column_per_head(bert_folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "model.png"
-    result = invoke(TEXT, "--model", str(bert), "--layer", "0-1", "--head", "0,2", "--split-heads", "-o", str(out))
+    result = invoke(TEXT, "--model", str(bert_folder), "--layer", "0-1", "--head", "0,2", "--split-heads", "-o", str(out))
     assert result.exit_code == 0, result.output
     names = [tmp_path / "model.head0.png", tmp_path / "model.head2.png"]
     assert result.stdout.splitlines() == [str(p) for p in names]
@@ -204,8 +200,8 @@ def test_split_heads_with_several_layers_writes_a_column_per_head(bert: Path, tm
 
 
 @pytest.mark.parametrize(("args", "message"), [(["--what", "scores"], "draws the weights"), (["--per-head-scale"], "shares one colour scale")])
-def test_several_layers_refuse_what_they_cannot_draw(bert: Path, tmp_path: Path, args: list[str], message: str) -> None:
-    result = invoke(TEXT, "--model", str(bert), "--layer", "all", *args, "-o", str(tmp_path / "x.png"))
+def test_several_layers_refuse_what_they_cannot_draw(bert_folder: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    result = invoke(TEXT, "--model", str(bert_folder), "--layer", "all", *args, "-o", str(tmp_path / "x.png"))
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
