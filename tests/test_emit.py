@@ -26,7 +26,7 @@ from attn_cli.cli import app
 from attn_cli.config import Config, Init, Positional
 from attn_cli.emit import _float32, script_for, script_for_run
 from attn_cli.pipeline import Pipeline
-from attn_cli.render.export import run_dict
+from attn_cli.render.export import run_dict, to_json
 
 LIFE = "Life is short, eat dessert first"
 ODD_TEXT = 'He said "stop" \\ and\nleft; it\'s fine — or not 😀 ' * 4  # quotes, backslash, newline, emoji, long
@@ -130,6 +130,19 @@ def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
     assert any(v is None for row in wants["naive"]["layers"][0]["heads"][0]["scaled_scores"] for v in row)
     assert len(wants["normal-outproj-temperature"]["layers"][0]["heads"]) == 4
     assert len(wants["uniform-bias-book-sizes"]["layers"][0]["heads"][0]["values"][0]) == 28
+
+
+def test_the_script_writes_the_numbers_as_attn_cli_does(tmp_path: Path) -> None:
+    """The README's example: `python attention.py --json` and `run --format json` give the same text."""
+    run = Pipeline(Config(tokenizer="words", heads=2, causal=True)).run(LIFE)
+    script = tmp_path / "attention.py"
+    script.write_text(script_for_run(run), encoding="utf-8")
+    proc = _python(str(script), "--json")
+    assert proc.returncode == 0, proc.stderr
+    got, want = json.loads(proc.stdout)["layers"][0], json.loads(to_json(run))["layers"][0]
+    for table in ("queries", "scores", "scaled_scores", "weights", "context"):
+        assert json.dumps(got["heads"][1][table]) == json.dumps(want["heads"][1][table]), table
+    assert json.dumps(got["output"]) == json.dumps(want["output"])
 
 
 def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections import defaultdict
 
 import pytest
@@ -15,7 +16,7 @@ import torch
 
 from attn_cli.config import Config
 from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
-from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, csv_rows, run_dict, to_csv, to_json
+from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, JsonTable, csv_rows, run_dict, to_csv, to_json
 from attn_cli.stats import attention_stats
 
 ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
@@ -85,20 +86,38 @@ def test_json_numbers_match_an_independent_attention() -> None:
     assert data["layers"][0]["output"] == concat  # no --out-proj: the output is the heads side by side
 
 
-def test_json_floats_are_the_float32_values_exactly() -> None:
+def test_json_floats_give_back_the_float32_values_exactly() -> None:
     run = run_of()
     data = json.loads(to_json(run))
-    assert data["layers"][0]["heads"][0]["weights"] == run.result.weights[0].tolist()
-    assert data["layers"][0]["input"] == run.x.tolist()
-    for value in data["layers"][0]["heads"][0]["weights"][1]:
-        assert torch.tensor(value, dtype=torch.float32).item() == value  # nothing rounded away
+    weights = torch.tensor(data["layers"][0]["heads"][0]["weights"], dtype=torch.float32)
+    assert torch.equal(weights, run.result.weights[0])  # bit for bit once read as float32
+    assert torch.equal(torch.tensor(data["layers"][0]["input"], dtype=torch.float32), run.x)
+
+
+def test_json_table_writes_every_float32_in_nine_digits_that_give_it_back() -> None:
+    bits = torch.randint(-(2**31), 2**31 - 1, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    values = bits.view(torch.float32)
+    special = torch.tensor([0.0, -0.0, 1.0, -2.0, 0.1, 1e-45, -1e-45, 1.17549435e-38, 3.4028235e38, 16777217.0, 123456789.0])
+    values = torch.cat([values[torch.isfinite(values)], special]).reshape(-1, 1)  # (N, 1): a table of rows
+    text = JsonTable(values).json()
+    assert torch.equal(torch.tensor(json.loads(text), dtype=torch.float32).view(torch.int32), values.view(torch.int32))  # -0.0 too
+    assert text == json.dumps([[float(format(v, ".9"))] for v in values.flatten().tolist()])  # as json.dumps writes them
+    digits = [re.sub(r"e.*|[-.]", "", n).strip("0") for n in re.findall(r"[-0-9.e+]+", text)]
+    assert max(len(d) for d in digits) == 9  # significant digits
+    assert all(isinstance(v, float) for row in json.loads(text) for v in row)  # "1.0", never "1"
+    big = torch.randn(3, 70, 70)  # over the inline size: written a row at a time, the same text
+    assert json.loads(JsonTable(big).json()) == json.loads(f"[{', '.join(JsonTable(m).json() for m in big)}]")
+    assert torch.equal(torch.tensor(json.loads(JsonTable(big).json())), big)
 
 
 def test_json_stats_are_the_stats_module() -> None:
     run = run_of(heads=2, causal=True)
     data = run_dict(run)
     for head, stats in zip(data["layers"][0]["heads"], attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))):
-        assert head["stats"] == stats.as_dict()
+        want = stats.as_dict()
+        top = torch.tensor(head["stats"].pop("top_weight"), dtype=torch.float32)
+        assert torch.equal(top, torch.tensor(want.pop("top_weight"), dtype=torch.float32))  # float32 weights, 9 digits
+        assert head["stats"] == want
     one = run_dict(run_of("alone"))
     assert one["layers"][0]["heads"][0]["stats"]["previous_mass"] is None and one["layers"][0]["heads"][0]["stats"]["first_mass"] is None
 
@@ -180,12 +199,14 @@ def test_csv_has_concat_when_the_output_is_projected() -> None:
     run = run_of(heads=2, out_proj=True)
     rows = read_csv(to_csv(run))
     concat = {(int(r["row"]), int(r["col"])): float(r["value"]) for r in rows if r["table"] == "concat"}
-    assert concat == {(i, j): v for i, row in enumerate(run.result.concat.tolist()) for j, v in enumerate(row)}
+    rebuilt = [[concat[(i, j)] for j in range(run.result.concat.shape[1])] for i in range(run.result.concat.shape[0])]
+    assert len(concat) == run.result.concat.numel()
+    assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.result.concat)
 
 
 def test_csv_numbers_equal_the_json_numbers() -> None:
     run = run_of("The cat sat on the mat", heads=2, causal=True)
-    data = run_dict(run)
+    data = json.loads(to_json(run))
     rows = read_csv(to_csv(run))
     seen = 0
     for row in rows:
@@ -214,7 +235,7 @@ def test_csv_rebuilds_the_matrices() -> None:
             matrices[row["head"]][(int(row["row"]), int(row["col"]))] = float(row["value"])
     for h in (0, 1):
         rebuilt = [[matrices[str(h)][(i, j)] for j in range(4)] for i in range(4)]
-        assert rebuilt == run.result.weights[h].tolist()
+        assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.result.weights[h])
 
 
 def test_csv_tokens_with_commas_and_quotes_survive() -> None:

@@ -26,7 +26,7 @@ from attn_cli.cli import app
 from attn_cli.config import Config, Init, Positional
 from attn_cli.errors import AttnCliError, ExitStatus, InputError
 from attn_cli.pipeline import Pipeline, Run
-from attn_cli.render.export import to_csv, to_json
+from attn_cli.render.export import run_dict, to_csv, to_json
 from attn_cli.tokens import WordTokenizer, get_tokenizer
 
 # No deadlines: the machine is shared and torch's first calls are slow; the
@@ -227,15 +227,19 @@ def test_output_numbers_do_not_depend_on_the_format(config: Config, text: str) -
     from_json = json_numbers(json.loads(to_json(run)))
     from_csv = csv_numbers(to_csv(run))
     assert from_json == from_csv  # the same cells, bit for bit
-    # ... and both are the engine's float32 values, not rounded copies.
+    assert json.loads(to_json(run)) == run_dict(run)  # the Python API's dict is what the JSON says
+    # ... and both give back the engine's float32 values, not rounded copies.
     h = run.config.heads - 1
     n = len(run.tokens)
-    assert [from_json[("weights", str(h), i, j)] for i in range(n) for j in range(n)] == run.result.weights[h].flatten().tolist()
+
+    def table(name: str) -> torch.Tensor:
+        return torch.tensor([from_json[(name, str(h), i, j)] for i in range(n) for j in range(n)], dtype=torch.float32)
+
+    assert torch.equal(table("weights"), run.result.weights[h].flatten())
     has_dropped = any(key[0] == "dropped_weights" for key in from_json)
     assert has_dropped == (run.config.dropout > 0)
     if has_dropped:
-        assert [from_json[("dropped_weights", str(h), i, j)] for i in range(n) for j in range(n)] == \
-            run.result.dropped_weights[h].flatten().tolist()
+        assert torch.equal(table("dropped_weights"), run.result.dropped_weights[h].flatten())
 
 
 # --------------------------------------------------------------------------- odd texts

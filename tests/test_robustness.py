@@ -341,7 +341,7 @@ def test_good_embeddings_file_in_each_format_gives_the_same_weights(tmp_path: Pa
     else:
         np.save(path, np.array(GOOD_ROWS))
     data = run_json(["--embeddings", str(path), "--", TEXT])
-    assert data["layers"][0]["input"] == np.array(GOOD_ROWS, dtype=np.float32).tolist()
+    assert np.array_equal(np.array(data["layers"][0]["input"], dtype=np.float32), np.array(GOOD_ROWS, dtype=np.float32))
 
 
 # --------------------------------------------------------------------------- input files and -o

@@ -1,21 +1,29 @@
 """Machine formats: JSON (one object per text) and tidy long CSV.
 
 Both are built from the same ``run_dict``, so the numbers cannot depend on the
-format. Floats are the float32 values written at full precision (Python's
-shortest repr of the exact value); masked softmax inputs are ``null`` in JSON
-and ``-inf`` in CSV. The schema is documented in the README ("JSON schema");
+format. A table's float32 values are written rounded to 9 significant digits
+(``float32_value``), exactly enough for every float32 to come back bit for bit
+when read as float32, and half the text of the float64 repr (JSON is written
+about twice as fast); the statistics, computed in float64, are at Python's
+shortest repr, except ``top_weight``, a float32 weight written as in its table.
+``run_dict`` holds the same numbers the JSON has (``json.loads(to_json(run)) ==
+run_dict(run)``). Masked softmax inputs are ``null`` in JSON and ``-inf`` in CSV. The schema is documented in the README ("JSON schema");
 ``SCHEMA_VERSION`` changes when a key is renamed or removed, not when one is added.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
-from typing import Any
+import re
+from typing import Any, Callable
 
 from collections.abc import Sequence
+
+import torch
 
 from attn_cli.attention import LayerAttention
 from attn_cli.stats import attention_stats
@@ -78,60 +86,125 @@ def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, An
     return out
 
 
-def layer_dict(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None) -> dict[str, Any]:
+FLOAT32 = "{:.9}"  # 9 significant digits give back every float32; floats stay floats ("1.0", not "1")
+_LARGE = re.compile(r"-?[0-9.]+e\+[0-9]+")
+
+
+def float32_value(value: float) -> float:
+    """A float32 value as the JSON and CSV write it: rounded to 9 significant digits, which
+    reads back as the same float32 (``json.dumps`` of the result is the text ``to_json`` writes)."""
+    return float(FLOAT32.format(value))
+_INLINE = 4096  # tables up to this many numbers are written with one template of their shape
+
+
+def as_lists(tensor: torch.Tensor, nulls: bool = False) -> list[Any]:
+    """A 2-D table as the lists of floats that ``to_json`` writes (``float32_value``);
+    ``nulls``: NaN and infinities become None."""
+    if nulls:
+        return [[float32_value(v) if math.isfinite(v) else None for v in row] for row in tensor.tolist()]
+    return [[float32_value(v) for v in row] for row in tensor.tolist()]
+
+
+class JsonTable:
+    """A float32 table in ``run_dict(table=JsonTable)``, which ``to_json`` writes with
+    ``FLOAT32`` in one ``str.format`` call per table (or per row of a large one) instead of
+    one float repr per number through ``json``; ``nulls``: NaN and infinities are written ``null``."""
+
+    __slots__ = ("tensor", "nulls")
+
+    def __init__(self, tensor: torch.Tensor, nulls: bool = False) -> None:
+        self.tensor, self.nulls = tensor, nulls
+
+    def json(self) -> str:
+        t = self.tensor
+        if t.numel() <= _INLINE:
+            text = _template(tuple(t.shape)).format(*t.reshape(-1).tolist())
+        else:
+            row = _template(tuple(t.shape[-1:]))
+            text = _nest([row.format(*values) for values in t.reshape(-1, t.shape[-1]).tolist()], tuple(t.shape[:-1]))
+        if "e+" in text:  # 1e9 and up: the notation of repr ("1234567890.0"), as json.dumps writes the same value
+            text = _LARGE.sub(lambda m: repr(float(m[0])), text)
+        if "n" in text:  # "inf", "-inf" or "nan": no finite number's text has an n
+            if not self.nulls:
+                raise ValueError("Out of range float values are not JSON compliant")
+            text = text.replace("-inf", "null").replace("inf", "null").replace("nan", "null")
+        return text
+
+
+@functools.lru_cache(maxsize=512)
+def _template(shape: tuple[int, ...]) -> str:
+    """The str.format template of a table of this shape: nested JSON arrays of FLOAT32 fields."""
+    if not shape:
+        return FLOAT32
+    inner = _template(shape[1:])
+    return "[" + ", ".join([inner] * shape[0]) + "]"
+
+
+def _nest(rows: list[str], shape: tuple[int, ...]) -> str:
+    """Written rows (the last dimension) -> the nested JSON arrays of ``shape`` around them."""
+    if not shape:
+        return rows[0]
+    if len(shape) == 1:
+        return "[" + ", ".join(rows) + "]"
+    step = len(rows) // shape[0]
+    return "[" + ", ".join(_nest(rows[i : i + step], shape[1:]) for i in range(0, len(rows), step)) + "]"
+
+
+Table = Callable[..., Any]  # as_lists or JsonTable: what run_dict makes of each float32 table
+
+
+def layer_dict(
+    layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists
+) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
     ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``."""
     scaled = layer.scaled_scores
     shown = None if kept is None else _weights_shown(layer, heads, kept)
     stats = attention_stats(layer.weights[list(heads)], mask=layer.mask)
     entries = []
-    for h, head_stats in zip(heads, stats):
+    for k, (h, head_stats) in enumerate(zip(heads, stats)):
         head = layer.head(h)
         entry: dict[str, Any] = {
             "head": h,
-            "queries": head.queries.tolist(),
-            "keys": head.keys.tolist(),
-            "values": head.values.tolist(),
-            "scores": head.scores.tolist(),
-            "scaled_scores": [[v if math.isfinite(v) else None for v in row] for row in scaled[h].tolist()],
-            "weights": head.weights.tolist(),
-            "context": head.context.tolist(),
+            "queries": table(head.queries),
+            "keys": table(head.keys),
+            "values": table(head.values),
+            "scores": table(head.scores),
+            "scaled_scores": table(scaled[h], nulls=True),
+            "weights": table(head.weights),
+            "context": table(head.context),
         }
         if layer.dropped_weights is not None:
-            entry["dropped_weights"] = layer.dropped_weights[h].tolist()
+            entry["dropped_weights"] = table(layer.dropped_weights[h])
         if shown is not None:
-            entry["weights_shown"] = shown[h]
+            entry["weights_shown"] = table(shown[k], nulls=True)
         entry["stats"] = head_stats.as_dict()
+        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]  # float32 weights, as in the table
         entries.append(entry)
     return {
         "layer": layer.layer,
-        "input": layer.x.tolist() if layer.x is not None else None,
+        "input": table(layer.x) if layer.x is not None else None,
         "heads": entries,
-        "concat": layer.concat.tolist(),
-        "output": layer.output.tolist(),
+        "concat": table(layer.concat),
+        "output": table(layer.output),
     }
 
 
-def _weights_shown(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int]) -> dict[int, list[list[float | None]]]:
-    """Per head, the (T, T) renormalized weights (``attn_cli.hiding``) at the model's positions:
-    ``null`` in the hidden tokens' rows and columns, and in a row with no weight left."""
+def _weights_shown(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int]) -> torch.Tensor:
+    """(H', T, T): per chosen head, the renormalized weights (``attn_cli.hiding``) at the model's
+    positions; NaN (``null``) in the hidden tokens' rows and columns, and in a row with no weight left."""
     from attn_cli.hiding import renormalize
 
     n = layer.weights.shape[-1]
-    shown = renormalize(layer.weights[list(heads)], kept).tolist()  # (H', K, K)
-    out = {}
-    for h, matrix in zip(heads, shown):
-        full: list[list[float | None]] = [[None] * n for _ in range(n)]
-        for row, i in zip(matrix, kept):
-            if not math.isnan(row[0]):
-                for value, j in zip(row, kept):
-                    full[i][j] = value
-        out[h] = full
-    return out
+    index = torch.tensor(list(kept))
+    full = torch.full((len(heads), n, n), math.nan, dtype=layer.weights.dtype)
+    full[:, index[:, None], index[None, :]] = renormalize(layer.weights[list(heads)], kept)  # (H', K, K)
+    return full
 
 
-def run_dict(run: Trace) -> dict[str, Any]:
-    """The documented JSON object (README, "JSON schema")."""
+def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
+    """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
+    becomes (nested lists of floats, or ``JsonTable`` for ``to_json``)."""
     check_export_size(run)
     tokens = run.tokens
     hiding = run.hiding if run.hiding is not None and run.hiding.active else None
@@ -143,12 +216,32 @@ def run_dict(run: Trace) -> dict[str, Any]:
         "vocab_size": tokens.vocab_size,
         "tokens": token_dicts(tokens, hiding.hidden if hiding else ()),
         "model": run.model.as_dict(),
-        "layers": [layer_dict(layer, run.shown_heads, hiding.kept if hiding else None) for layer in run.layers],
+        "layers": [layer_dict(layer, run.shown_heads, hiding.kept if hiding else None, table=table) for layer in run.layers],
     }
 
 
-def to_json(run: Trace, *, indent: int | None = None) -> str:
-    return json.dumps(run_dict(run), allow_nan=False, ensure_ascii=False, indent=indent)
+_dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
+
+
+def _encode(value: Any) -> str:
+    """JSON text of a value of run_dict(table=JsonTable), as json.dumps writes it (", " and ": "):
+    tables and the layers' and heads' objects around them here, the rest through json."""
+    if type(value) is JsonTable:
+        return value.json()
+    if type(value) is list and value and type(value[0]) is dict:  # layers, a layer's heads
+        return "[" + ", ".join(
+            "{" + ", ".join(f'"{key}": {_encode(v)}' for key, v in entry.items()) + "}" for entry in value
+        ) + "]"
+    if type(value) is int:
+        return str(value)
+    return _dumps(value)
+
+
+def to_json(run: Trace) -> str:
+    """The run as one line of JSON (the schema of ``run_dict``)."""
+    data = run_dict(run, table=JsonTable)
+    layers = data.pop("layers")  # the rest (tokens, model) has no tables: json writes it in one call
+    return _dumps(data)[:-1] + ', "layers": ' + _encode(layers) + "}"
 
 
 def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
