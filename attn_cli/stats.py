@@ -112,6 +112,8 @@ def head_masses(weights: torch.Tensor) -> tuple[float, float | None, float | Non
 
 def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     """(H, R, T) -> (H, R) entropy in bits, CHUNK_ROWS query rows at a time."""
+    if weights.shape[-2] <= CHUNK_ROWS:  # one block: every row's sum as the blocks would give it
+        return entropy_bits(weights)
     return torch.stack(
         [
             torch.cat([entropy_bits(head[i : i + CHUNK_ROWS]) for i in range(0, head.shape[0], CHUNK_ROWS)])  # (R,)

@@ -170,6 +170,8 @@ _ESCAPED = {"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"}  # Zs: every space b
 
 def visible(text: str) -> str:
     """Token text for a label: spaces and line breaks shown, control characters escaped."""
+    if text.isascii() and text.isprintable():  # most tokens: only the spaces change
+        return text.replace(" ", "␣") or "∅"
     out = []
     for c in text:
         if c in _VISIBLE:
