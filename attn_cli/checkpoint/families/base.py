@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
+from attn_cli.allocator import return_freed_memory
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
@@ -145,6 +146,7 @@ def run_layers(
     The layers run in the dtype the ``weights`` come in, on ``device``; what is
     kept is handed back as float32 on the CPU, the way every renderer reads it.
     """
+    return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
     wanted = set(layers)
     last = max(wanted)
     kept: dict[int, LayerWeights] = {}
