@@ -272,12 +272,14 @@ def attention_weights(
 def _softmax_(x: torch.Tensor) -> None:
     """Softmax over the last dimension, written back into x one (T, T) block at a
     time: torch.softmax's own numbers (public API) with one block of extra memory,
-    not a second (H, T, T). A masked cell (-inf) becomes exactly 0. Half-precision
-    scores are exponentiated in float32 and rounded back, as transformers' eager
-    attention does."""
+    not a second (H, T, T), and that block allocated once for every head. A masked
+    cell (-inf) becomes exactly 0. Half-precision scores are exponentiated in
+    float32 and rounded back, as transformers' eager attention does."""
     blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
+    scratch = torch.empty(blocks.shape[-2:], dtype=torch.float32, device=x.device)  # (T, T)
     for block in blocks:
-        block.copy_(torch.softmax(block, dim=-1, dtype=torch.float32))  # (T, T), cast back to x's dtype
+        torch.softmax(block, dim=-1, dtype=torch.float32, out=scratch)  # (T, T)
+        block.copy_(scratch)  # cast back to x's dtype
 
 
 def _explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:

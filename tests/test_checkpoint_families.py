@@ -194,3 +194,15 @@ def test_minilm_token_texts_and_special_flags(minilm: Path) -> None:
     assert tokens.special == tuple(t in ("[CLS]", "[SEP]") for t in tokens.texts)
     assert tokens.type_ids == (0,) * 11 + (1,) * 4
     assert tokens.vocab_size == 30522
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gpt2_gelu_in_one_buffer_is_transformers_gelu_bit_for_bit(dtype: torch.dtype) -> None:
+    from transformers.activations import NewGELUActivation
+
+    from attn_cli.checkpoint.families.base import ACTIVATIONS
+
+    x = (torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)  # (T, F)
+    before = x.clone()
+    assert torch.equal(ACTIVATIONS["gelu_new"](x), NewGELUActivation()(x))
+    assert torch.equal(x, before)  # its input is left alone

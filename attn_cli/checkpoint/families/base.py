@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from attn_cli.allocator import return_freed_memory
+from attn_cli.allocator import LARGE_TRACE_BYTES, return_freed_memory
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
@@ -146,8 +146,9 @@ def run_layers(
     The layers run in the dtype the ``weights`` come in, on ``device``; what is
     kept is handed back as float32 on the CPU, the way every renderer reads it.
     """
-    return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
     wanted = set(layers)
+    if len(wanted) * family.heads * len(tokens) ** 2 * 4 >= LARGE_TRACE_BYTES:
+        return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
     last = max(wanted)
     kept: dict[int, LayerWeights] = {}
     with torch.inference_mode():
@@ -278,8 +279,13 @@ def scaled_divisor(head_dim: int, scale: bool, layer_factor: int) -> tuple[float
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    # GPT-2's own formula ("gelu_new"), written out as OpenAI and transformers do.
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))  # (T, F)
+    """GPT-2's own formula ("gelu_new"), as OpenAI and transformers write it,
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), in one (T, F) buffer
+    instead of six: the same operations on the same operands (the halving is exact
+    wherever it comes), so the same bits in every dtype."""
+    out = torch.pow(x, 3.0)  # (T, F)
+    out.mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0).mul_(x).mul_(0.5)
+    return out  # (T, F)
 
 
 def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
