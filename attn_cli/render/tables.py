@@ -25,9 +25,9 @@ from rich.color import Color
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.rule import Rule
 from rich.style import Style
-from rich.table import Table
 from rich.text import Text
 
+from attn_cli.render.fasttable import Table
 from attn_cli.render.fit import fit_columns, spans
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
@@ -104,10 +104,14 @@ class WeightCell(Text):
         super().__init__(text, style=Style(bold=best, underline=best))
         self.weight = weight
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+    def drawn(self, console: Console) -> Text:
+        """The text as it is drawn on ``console``: its background from the weight."""
         drawn = self.copy()
         drawn.style = weight_style(self.weight, console.color_system) + self.style
-        yield from drawn.__rich_console__(console, options)
+        return drawn
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from Text.__rich_console__(self.drawn(console), console, options)
 
 
 def bar(weight: float, width: int = BAR_WIDTH) -> str:
@@ -236,11 +240,13 @@ class FittedTable:
         chosen = self.columns_that_fit(options.max_width)
         table = Table(box=box.SIMPLE_HEAD, show_edge=True, pad_edge=True, expand=False)
         label = self.label_width()
-        table.add_column(label_text(self.corner), no_wrap=True, overflow="ellipsis", max_width=label)
+        # The widths are what rich would measure (the widest shown cell, the header cut to
+        # LABEL_WIDTH): given, rich does not measure every cell again.
+        table.add_column(label_text(self.corner), no_wrap=True, overflow="ellipsis", max_width=label, width=label)
         for j in chosen:
             header = Text(ELLIPSIS) if j is None else label_text(self.col_labels[j])
             width = cell_len(ELLIPSIS) if j is None else self.column_width(j)
-            table.add_column(header, justify="right", no_wrap=True, overflow="ellipsis", max_width=width)
+            table.add_column(header, justify="right", no_wrap=True, overflow="ellipsis", max_width=width, width=width)
         for i in self.rows:
             if i is None:
                 table.add_row(*(Text(VDOTS, style="dim") for _ in range(len(chosen) + 1)))
