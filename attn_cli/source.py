@@ -40,6 +40,10 @@ class SourceSpec:
 
     def open(self) -> Source:
         """The source itself (imports torch; a checkpoint reads its config and tokenizer)."""
+        if self.model is not None:  # a checkpoint that is not there says so before torch loads (1-2 s)
+            from attn_cli.checkpoint.files import locate
+
+            locate(self.model, self.revision)
         from attn_cli.pipeline import open_source
 
         return open_source(self)

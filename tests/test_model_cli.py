@@ -168,3 +168,19 @@ def test_hidden_special_tokens_in_a_checkpoints_picture(bert_folder: Path, tmp_p
     result = invoke("heatmap", "the cat sat on the mat", "--model", str(bert_folder), "--layer", layers, "--hide-tokens", "special", "-o", str(target))
     assert result.exit_code == 0, result.output
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missing_model_is_refused_before_torch_loads(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom attn_cli.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    print(exit.code, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "run", "x", "--model", str(tmp_path / "missing"), "-F", "json"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.stdout.split() == [str(int(ExitStatus.TOKENIZER_UNAVAILABLE)), "False"], out.stderr
+    assert "no folder" in out.stderr
