@@ -233,30 +233,39 @@ def test_add_into_a_data_folder_that_is_a_file_is_exit_1_naming_the_folder(tmp_p
     assert "data folder" in line and str(blocker) in line and "ATTN_CLI_DATA_DIR" in line
 
 
-def drop_privileges() -> None:
-    os.setgid(65534)
-    os.setuid(65534)
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2  # linux/prctl.h, linux/capability.h
+
+
+def drop_permission_override() -> None:
+    """In the child, before exec: root without the two capabilities that let it ignore
+    permission bits (dropped from the bounding set, so the exec'd Python never has them).
+    Its own files (the venv, the checkout) stay readable, wherever they live."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
 def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Path) -> None:
-    """As root, permission bits do not stop writes: the child drops to nobody."""
+    """As root, permission bits do not stop writes: the child runs without the capabilities
+    that override them."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to drop privileges (as a user, the folder below is unwritable already)")
+        pytest.skip("needs root (as a user, the folder below is unwritable already, and other tests cover that)")
     data = tmp_path / "data"
     (data / "tiktoken").mkdir(parents=True)
     os.chmod(data / "tiktoken", 0o555)
-    os.chmod(tmp_path, 0o755)
-    os.chmod(tmp_path.parent, 0o755)
     rank = tmp_path / "r50k.tiktoken"
-    shutil.copy(Path(tiktoken.__file__), rank)  # readable by nobody; not a rank file
+    shutil.copy(Path(tiktoken.__file__), rank)  # not a rank file; its hash is made to match
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", "import attn_cli"], env=child_env(), preexec_fn=drop_privileges, capture_output=True, text=True
+            [sys.executable, "-c", "import os; os.mkdir(os.path.join(os.environ['DATA'], 'tiktoken', 'x'))"],
+            env=child_env(DATA=str(data)), preexec_fn=drop_permission_override, capture_output=True, text=True,
         )
-    except PermissionError:
-        pytest.skip("nobody cannot run this Python here (it lives in a private folder)")
-    if probe.returncode != 0:
-        pytest.skip(f"nobody cannot import attn_cli here: {probe.stderr[-200:]}")
+    except subprocess.SubprocessError as err:  # prctl refused: no CAP_SETPCAP in this container
+        pytest.skip(f"cannot drop capabilities here: {err}")
+    assert probe.returncode != 0 and "PermissionError" in probe.stderr  # the folder really is unwritable to the child
     source = rankfiles.ENCODING_FILES["r50k_base"][0]
     script = textwrap.dedent(f"""
         import sys
@@ -267,7 +276,7 @@ def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Pat
     """)
     result = subprocess.run(
         [sys.executable, "-c", script, str(rank)], env=child_env(ATTN_CLI_DATA_DIR=str(data), HOME=str(tmp_path)),
-        preexec_fn=drop_privileges, capture_output=True, text=True, timeout=60,
+        preexec_fn=drop_permission_override, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == ExitStatus.ERROR, result.stderr
     line = one_error_line(result.stderr)
