@@ -227,3 +227,32 @@ def test_a_model_view_too_big_for_free_memory_names_layer_and_head(monkeypatch: 
     monkeypatch.setattr(budget, "available_bytes", lambda: 450 * 2**20)  # one panel would fit
     with pytest.raises(TooLargeError, match="choose fewer layers and heads with --layer and --head"):
         model_view_figure(trace)
+
+
+def _overlapping(boxes: list) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+
+
+@pytest.mark.parametrize("size", [None, (4.0, 3.0), (3.0, 2.5)])
+def test_head_and_layer_labels_never_overlap(size: tuple[float, float] | None) -> None:
+    """Where "head 11" and "layer 5" do not fit the panels' spacing, numbers do, with
+    "head →" and "layer ↓" said once."""
+    fig = model_view_figure(synthetic(layers=6, heads=12), HeatmapOptions(size=size))
+    fig.canvas.draw()
+    axes = panels(fig)
+    heads = [ax.title for ax in axes[:12] if ax.get_title()]
+    layers = [ax.yaxis.label for ax in axes[::12] if ax.get_ylabel()]
+    assert not _overlapping([t.get_window_extent() for t in heads])
+    assert not _overlapping([t.get_window_extent() for t in layers])
+    captions = [t.get_text() for t in fig.texts[1:]]
+    if size is None:
+        assert [t.get_text() for t in heads] == [f"head {h}" for h in range(12)] and layers[5].get_text() == "layer 5"
+        assert captions == []
+    else:
+        assert heads[0].get_text() == "0" and layers[0].get_text() == "0" and captions == ["head →", "layer ↓"]
+        assert len(heads) >= 6 and len(layers) >= 3  # thinned when even the numbers crowd, never gone
+    if size == (4.0, 3.0):
+        assert [t.get_text() for t in heads] == [str(h) for h in range(12)]  # the numbers fit: all of them
+    for text in fig.texts:  # every caption inside the figure
+        box = text.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text.get_text()

@@ -15,6 +15,7 @@ its parts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -53,6 +54,7 @@ LABEL_CELL_POINTS = 6.5  # token labels go on the edges only when a cell is at l
 LABEL_CHARS = 8
 TITLE_CHARS = 70
 TITLE_FONT = 10.0  # points
+LABEL_FONT = 9.0  # points: the head and layer labels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +134,8 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     width, height = plan.figsize
     pixels = plan.panel * options.dpi
     image = None
+    named = _names_fit(plan, [layer.layer for layer in layers], heads)
+    every = 1 if named else _label_step(plan, [layer.layer for layer in layers], heads)  # numbers: every k-th, if tight
     for r, (layer, row) in enumerate(zip(layers, drawn)):
         for c, (h, matrix) in enumerate(zip(heads, row)):
             x = plan.left + c * (plan.panel + plan.gap)
@@ -142,10 +146,13 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
             image.set_label(f"weights layer {layer.layer} head {h}")
             ax.set_label(f"layer{layer.layer}/head{h}")
             _edges(ax, trace, plan, left=c == 0, bottom=r == len(layers) - 1)
-            if r == 0:
-                ax.set_title(f"head {h}", fontsize=9, pad=3)
-            if c == 0:
-                ax.set_ylabel(f"layer {layer.layer}", fontsize=9, labelpad=4)
+            if r == 0 and c % every == 0:
+                ax.set_title(f"head {h}" if named else str(h), fontsize=LABEL_FONT, pad=3)
+            if c == 0 and r % every == 0:
+                if named:
+                    ax.set_ylabel(f"layer {layer.layer}", fontsize=LABEL_FONT, labelpad=4)
+                else:
+                    ax.set_ylabel(str(layer.layer), fontsize=LABEL_FONT, labelpad=4, rotation=0, ha="right", va="center")
     assert image is not None  # at least one layer and one head: Selection never gives fewer
     bar_x = plan.left + len(heads) * (plan.panel + plan.gap) + 0.1
     grid_height = len(layers) * plan.panel + (len(layers) - 1) * plan.gap
@@ -156,6 +163,11 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     bar.set_label("weight (log scale)" if options.log else "weight", fontsize=9)
     bar.ax.tick_params(labelsize=8)
     fig.text(_title_left(plan) / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=font, parse_math=False)
+    if not named:  # numbers over the columns and beside the rows; what they count, said once
+        grid_top = height - plan.top
+        fig.text(0.04 / width, (grid_top + 3 / 72) / height, "head →", ha="left", va="bottom", fontsize=LABEL_FONT)
+        grid_middle = grid_top - (len(layers) * (plan.panel + plan.gap) - plan.gap) / 2
+        fig.text(0.06 / width, grid_middle / height, "layer ↓", ha="left", va="center", rotation=90, fontsize=LABEL_FONT)
     check_pixels(tuple(fig.get_size_inches()), options.dpi)
     return fig
 
@@ -163,6 +175,21 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
 def _title_left(plan: _Plan) -> float:
     """Inches from the left edge to the title: over the layer labels, less on a narrow figure."""
     return min(0.5, 0.04 * plan.figsize[0])
+
+
+def _names_fit(plan: _Plan, layers: Sequence[int], heads: Sequence[int]) -> bool:
+    """Whether "head 11" over each column and "layer 5" beside each row fit the panels'
+    spacing at LABEL_FONT (DejaVu Sans averages about 0.6 em a character); else numbers."""
+    step = (plan.panel + plan.gap) * 72  # points from one panel to the next
+    longest = max(len(f"layer {max(layers)}"), len(f"head {max(heads)}"))
+    return longest * 0.6 * LABEL_FONT <= step - 2
+
+
+def _label_step(plan: _Plan, layers: Sequence[int], heads: Sequence[int]) -> int:
+    """Label every k-th column and row with its number: the smallest k whose numbers do not touch."""
+    step = (plan.panel + plan.gap) * 72
+    widest = max(len(str(max(layers))), len(str(max(heads)))) * 0.6 * LABEL_FONT + 2
+    return max(1, math.ceil(widest / step))
 
 
 def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_height: float, options: HeatmapOptions) -> _Plan:
