@@ -105,6 +105,8 @@ def test_json_table_writes_every_float32_in_nine_digits_that_give_it_back() -> N
     digits = [re.sub(r"e.*|[-.]", "", n).strip("0") for n in re.findall(r"[-0-9.e+]+", text)]
     assert max(len(d) for d in digits) == 9  # significant digits
     assert all(isinstance(v, float) for row in json.loads(text) for v in row)  # "1.0", never "1"
+    wide = torch.tensor([[0.1, 1 / 3]], dtype=torch.float64)  # a float64 table keeps every digit
+    assert json.loads(JsonTable(wide).json()) == wide.tolist()
     big = torch.randn(3, 70, 70)  # over the inline size: written a row at a time, the same text
     assert json.loads(JsonTable(big).json()) == json.loads(f"[{', '.join(JsonTable(m).json() for m in big)}]")
     assert torch.equal(torch.tensor(json.loads(JsonTable(big).json())), big)

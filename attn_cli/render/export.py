@@ -95,14 +95,16 @@ def float32_value(value: float) -> float:
     reads back as the same float32 (``json.dumps`` of the result is the text ``to_json`` writes)."""
     return float(FLOAT32.format(value))
 _INLINE = 4096  # tables up to this many numbers are written with one template of their shape
+_FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
 
 
 def as_lists(tensor: torch.Tensor, nulls: bool = False) -> list[Any]:
     """A 2-D table as the lists of floats that ``to_json`` writes (``float32_value``);
     ``nulls``: NaN and infinities become None."""
+    written = float32_value if tensor.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
     if nulls:
-        return [[float32_value(v) if math.isfinite(v) else None for v in row] for row in tensor.tolist()]
-    return [[float32_value(v) for v in row] for row in tensor.tolist()]
+        return [[written(v) if math.isfinite(v) else None for v in row] for row in tensor.tolist()]
+    return [[written(v) for v in row] for row in tensor.tolist()]
 
 
 class JsonTable:
@@ -117,10 +119,11 @@ class JsonTable:
 
     def json(self) -> str:
         t = self.tensor
+        field = FLOAT32 if t.dtype in _FLOAT32_EXACT else "{!r}"  # a float64 table keeps all its digits
         if t.numel() <= _INLINE:
-            text = _template(tuple(t.shape)).format(*t.reshape(-1).tolist())
+            text = _template(tuple(t.shape), field).format(*t.reshape(-1).tolist())
         else:
-            row = _template(tuple(t.shape[-1:]))
+            row = _template(tuple(t.shape[-1:]), field)
             text = _nest([row.format(*values) for values in t.reshape(-1, t.shape[-1]).tolist()], tuple(t.shape[:-1]))
         if "e+" in text:  # 1e9 and up: the notation of repr ("1234567890.0"), as json.dumps writes the same value
             text = _LARGE.sub(lambda m: repr(float(m[0])), text)
@@ -132,11 +135,11 @@ class JsonTable:
 
 
 @functools.lru_cache(maxsize=512)
-def _template(shape: tuple[int, ...]) -> str:
-    """The str.format template of a table of this shape: nested JSON arrays of FLOAT32 fields."""
+def _template(shape: tuple[int, ...], field: str = FLOAT32) -> str:
+    """The str.format template of a table of this shape: nested JSON arrays of ``field``s."""
     if not shape:
-        return FLOAT32
-    inner = _template(shape[1:])
+        return field
+    inner = _template(shape[1:], field)
     return "[" + ", ".join([inner] * shape[0]) + "]"
 
 
