@@ -97,8 +97,9 @@ class Table(rich.table.Table):
             (Segment(box.mid_left, border_style), Segment(box.mid_right, border_style), Segment(box.mid_vertical, border_style)),
             (Segment(box.foot_left, border_style), Segment(box.foot_right, border_style), Segment(box.foot_vertical, border_style)),
         ]
-        column_options = [
-            options.update(width=width, justify=c.justify, no_wrap=c.no_wrap, overflow=c.overflow, height=None, highlight=c.highlight)
+        column_options = [  # as rich's _render makes them (later rich releases give a column its own highlight)
+            options.update(width=width, justify=c.justify, no_wrap=c.no_wrap, overflow=c.overflow, height=None,
+                           **({"highlight": c.highlight} if hasattr(c, "highlight") else {}))
             for width, c in zip(widths, columns)
         ]
         new_line = Segment.line()
