@@ -7,8 +7,9 @@ when read as float32, and half the text of the float64 repr (JSON is written
 about twice as fast); the statistics, computed in float64, are at Python's
 shortest repr, except ``top_weight``, a float32 weight written as in its table.
 ``run_dict`` holds the same numbers the JSON has (``json.loads(to_json(run)) ==
-run_dict(run)``). Masked softmax inputs are ``null`` in JSON and ``-inf`` in CSV. The schema is documented in the README ("JSON schema");
-``SCHEMA_VERSION`` changes when a key is renamed or removed, not when one is added.
+run_dict(run)``). Masked softmax inputs are ``null`` in JSON and ``-inf`` in CSV.
+The schema is documented in the README ("JSON schema"); ``SCHEMA_VERSION``
+changes when a key is renamed or removed, not when one is added.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def float32_value(value: float) -> float:
     """A float32 value as the JSON and CSV write it: rounded to 9 significant digits, which
     reads back as the same float32 (``json.dumps`` of the result is the text ``to_json`` writes)."""
     return float(FLOAT32.format(value))
+
+
 _INLINE = 4096  # tables up to this many numbers are written with one template of their shape
 _FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
 
