@@ -176,7 +176,7 @@ def test_a_signal_is_prompt_even_inside_a_long_tensor_operation(tmp_path: Path, 
 # --------------------------------------------------------------------------- 5. output folders
 
 
-@pytest.mark.parametrize("command", ["run", "heatmap", "explain"])
+@pytest.mark.parametrize("command", ["run", "heatmap", "explain", "html", "heads"])
 def test_an_output_folder_that_does_not_exist_is_exit_1_naming_it(tmp_path: Path, command: str) -> None:
     target = f"{tmp_path / 'missing-dir'}/"
     result = invoke([command, "I saw a saw", *WORDS, "-o", target])

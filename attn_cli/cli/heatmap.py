@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
-from attn_cli.files import output_path
 from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
@@ -54,19 +53,10 @@ def heatmap(
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
-    output: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the picture here; the extension picks the format (.png, .svg, .pdf). An existing folder "
-            "gets the default name inside it. [default: a name made from the text's first words, .png]",
-            rich_help_panel=OUTPUT,
-            show_default=False,
-            parser=output_path,
-            metavar="PATH",
-        ),
-    ] = None,
+    output: output_option(
+        "Write the picture here; the extension picks the format (.png, .svg, .pdf). An existing folder "
+        "gets the default name inside it. [default: a name made from the text's first words, .png]"
+    ) = None,
     no_clobber: NoClobberOption = False,
     what: Annotated[
         What,

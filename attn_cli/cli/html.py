@@ -18,7 +18,7 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, NoClobberOption, run_texts, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 
@@ -34,17 +34,10 @@ def html(
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
-    output: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the page here (.html). An existing folder gets the default name inside it. "
-            "[default: a name made from the text's first words, .html]",
-            rich_help_panel=OUTPUT,
-            show_default=False,
-        ),
-    ] = None,
+    output: output_option(
+        "Write the page here (.html). An existing folder gets the default name inside it. "
+        "[default: a name made from the text's first words, .html]"
+    ) = None,
     no_clobber: NoClobberOption = False,
     open_page: Annotated[
         bool,

@@ -456,10 +456,16 @@ NoColorOption = Annotated[
     bool,
     typer.Option("--no-color", help="No colour (also when NO_COLOR is set or stdout is not a terminal).", rich_help_panel=OUTPUT),
 ]
-OutputOption = Annotated[
-    Optional[Path],
-    typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.", rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
-]
+def output_option(help: str = "Write here (atomically) instead of stdout.") -> Any:
+    """The one ``-o/--output`` option, with the help of the command that takes it: a PATH read
+    by ``output_path`` (a name ending in '/' that is not a folder is refused)."""
+    return Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help=help, rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
+    ]
+
+
+OutputOption = output_option()
 NoClobberOption = Annotated[
     bool,
     typer.Option(
