@@ -17,6 +17,7 @@ rows ``h*Dk .. (h+1)*Dk - 1`` of W_q and W_k and rows ``h*Dv ..`` of W_v.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -25,6 +26,7 @@ import torch
 
 from attn_cli.config import Config, Init
 from attn_cli.errors import ConfigError
+from attn_cli.threads import using_threads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +87,7 @@ class LayerWeights:
     divisor: float  # scaled_scores = scores / divisor
     layer: int = 0  # 0-based index in the model
     divisor_text: str = ""  # the divisor as a formula, e.g. "sqrt(64)"; "" when it is 1
+    threads: int = 0  # torch's intra-op threads the layer was computed with (0: not recorded)
 
     @property
     def n_heads(self) -> int:
@@ -110,7 +113,7 @@ class LayerWeights:
         mask and the divisor, without the vectors that made them."""
         if type(self) is LayerWeights:
             return self
-        return LayerWeights(self.weights, self.mask, self.divisor, self.layer, self.divisor_text)
+        return LayerWeights(self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads)
 
 
 # kw_only: the vectors follow LayerWeights' fields, some of which have defaults.
@@ -136,11 +139,13 @@ class LayerAttention(LayerWeights):
 
     # The raw and scaled scores are derived, not stored: a run keeps one T x T
     # tensor per head (the weights), like torch's own attention, and recomputing
-    # them repeats the very operations that made the weights, so the numbers agree.
+    # them repeats the very operations that made the weights, on as many threads
+    # (a BLAS may sum in another order on another count), so the numbers agree.
     @functools.cached_property
     def scores(self) -> torch.Tensor:
         """(H, T, T) raw Q K^T (computed on first use)."""
-        return self.queries @ self.keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
+        with using_threads(self.threads) if self.threads else contextlib.nullcontext():
+            return self.queries @ self.keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T)
 
     @property
     def scaled_scores(self) -> torch.Tensor:

@@ -124,7 +124,12 @@ def _header(r: _Run) -> list[str]:
     out.add("", "import torch")
     if r.tokens.tokenizer != WORDS:
         out.add("import tiktoken")
-    out.add("", "torch.set_grad_enabled(False)  # nothing is trained here: no autograd graph needed", "")
+    out.add(
+        "",
+        "torch.set_grad_enabled(False)  # nothing is trained here: no autograd graph needed",
+        "torch.set_num_threads(1)  # as attn-cli: on more threads a BLAS may sum in another order (last bits)",
+        "",
+    )
     return out.lines
 
 

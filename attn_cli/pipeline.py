@@ -16,14 +16,15 @@ from typing import Protocol
 
 import torch
 
-from attn_cli.attention import Projections, make_projections, self_attention
+from attn_cli.attention import LayerWeights, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, in_batch
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
 from attn_cli.source import SourceSpec
-from attn_cli.threads import attention_flops, threads_for, using_threads
+from attn_cli import threads
+from attn_cli.threads import attention_flops, using_threads
 from attn_cli.trace import TOY, ModelInfo, Run, Selection, Trace
 
 __all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
@@ -159,10 +160,11 @@ class Pipeline(_Batches):
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
-        flops = attention_flops(len(tokens), config.d_model, config.heads, config.d_k, config.d_v)
-        with using_threads(threads_for(flops)):  # the same numbers whatever the count
+        n_threads = threads.toy_threads()  # one: the same bytes on every machine (attn_cli.threads)
+        with using_threads(n_threads):
             layer = self_attention(x, config, self._projections(config, x.shape[1]))
-        return Trace(text, tokens, toy_info(config), (layer,), heads=selection.heads if selection else None)
+        info, layers = _with_threads(toy_info(config), (layer,), n_threads)
+        return Trace(text, tokens, info, layers, heads=selection.heads if selection else None)
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are
@@ -230,9 +232,17 @@ class CheckpointSource(_Batches):
         # a sentence through 12 small layers is still small work for each matmul.
         info = self.info
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
-        with using_threads(threads_for(per_layer)):
+        n_threads = threads.threads_for(per_layer)
+        with using_threads(n_threads):
             layers = self.checkpoint.trace(tokens, selection.layers, selection.keep)
-        return Trace(text, tokens, self.info, tuple(layers), heads=selection.heads, pair=pair)
+        info, layers = _with_threads(self.info, layers, n_threads)
+        return Trace(text, tokens, info, layers, heads=selection.heads, pair=pair)
+
+
+def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:
+    """The trace's model and layers marked with the thread count that computed them:
+    JSON says it, and the raw scores a renderer derives later use it too."""
+    return dataclasses.replace(info, threads=n_threads), tuple(dataclasses.replace(layer, threads=n_threads) for layer in layers)
 
 
 def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:

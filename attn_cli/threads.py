@@ -1,16 +1,24 @@
-"""How many threads torch's CPU operations use, chosen from the size of the work.
+"""How many threads torch's CPU operations use.
 
-torch starts one intra-op thread per core. On the small tensors of a sentence
-(a few thousand multiply-adds) handing work to another thread costs more than
-the work, and when the other cores are busy it costs far more: bench/threads.py
-measures both. So small work runs on one thread, and only work big enough to
-pay for the hand-off gets the default count.
+The toy model always computes on one thread. A BLAS may sum a matrix product in
+another order when it has more threads (MKL's AVX2 code path does, for products
+as small as a sentence's: scores moved by up to 3e-4 between 1 and 2 threads),
+and the toy promises the same bytes everywhere, and numbers that its emitted
+script, which also sets one thread, reproduces exactly. Its work is a sentence's
+few thousand multiply-adds, where a second thread costs more than it saves.
 
-The count never changes the numbers: attn-cli's outputs are the same bytes
-whatever it is (tests/test_threads.py checks JSON at 1 and 2 threads).
+A checkpoint's layers run on a count chosen from the size of one layer's work:
+on the small tensors of a sentence handing work to another thread costs more
+than the work, and when the other cores are busy it costs far more
+(bench/threads.py measures both), so small work runs on one thread and only
+work big enough to pay for the hand-off gets the default count. One thread for
+every text would cost a 500-token MiniLM run 1.8x the time on two cores, so a
+checkpoint's numbers are the same bytes for the same count (JSON's
+``model.threads`` records it), and may differ in the last bits across counts
+(bench/determinism.py measures by how much).
 
-An explicit choice wins: ``OMP_NUM_THREADS`` or ``ATTN_CLI_THREADS`` (a whole
-number >= 1) is used as it is, for all work.
+An explicit choice for checkpoints: ``ATTN_CLI_THREADS`` or ``OMP_NUM_THREADS``
+(a whole number >= 1), used as it is.
 """
 
 from __future__ import annotations
@@ -42,8 +50,16 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+TOY_THREADS = 1  # the toy's count, whatever the settings (see the module docstring)
+
+
+def toy_threads() -> int:
+    """The intra-op thread count for the toy model's work: always TOY_THREADS."""
+    return TOY_THREADS
+
+
 def threads_for(flops: int) -> int:
-    """The intra-op thread count for work of ``flops`` floating-point operations."""
+    """The intra-op thread count for a checkpoint's work of ``flops`` floating-point operations."""
     explicit = explicit_threads()
     if explicit is not None:
         return explicit

@@ -60,6 +60,7 @@ class ModelInfo:
     projections: bool = True  # False: Q = K = V = X (the toy's --no-projections)
     config: Config | None = None  # the toy's resolved config; None for checkpoints
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
+    threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
 
     @property
     def name(self) -> str:
@@ -94,6 +95,7 @@ class ModelInfo:
             "head_dim": self.head_dim,
             "d_model": self.d_model,
             "dtype": self.dtype,
+            "threads": self.threads,
         }
         if self.config is not None:
             data["config"] = self.config.as_dict()

@@ -12,6 +12,14 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip, saying why; under CI (``CI`` set), fail instead: CI has everything installed,
+    so a missing piece there is a broken set-up, not a reason to pass quietly."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set, so this does not skip: {reason}")
+    pytest.skip(reason)
+
+
 def real_rank_dir() -> Path | None:
     """The folder of real tiktoken rank files, when this machine has one."""
     named = os.environ.get("ATTN_CLI_TEST_TIKTOKEN_DIR")

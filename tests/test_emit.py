@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import struct
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import skip_or_fail
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
@@ -29,6 +29,7 @@ from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import run_dict, to_json
 
 LIFE = "Life is short, eat dessert first"
+LONG = " ".join(f"w{i % 97}" for i in range(400))  # long enough for a BLAS to split its sums across threads
 ODD_TEXT = 'He said "stop" \\ and\nleft; it\'s fine — or not 😀 ' * 4  # quotes, backslash, newline, emoji, long
 
 # (id, text, config): every option the script has to reproduce.
@@ -37,6 +38,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("causal-multihead-outproj", "I saw a saw", {"causal": True, "heads": 2, "out_proj": True}),
     ("naive", "I saw a saw and a saw", {"projections": False, "heads": 2, "causal": True}),
     ("uniform-bias-book-sizes", LIFE, {"init": Init.uniform, "qkv_bias": True, "d_k": 24, "d_v": 28}),
+    # issue 18's two reports: numbers that moved between 1 and 2 threads
+    ("long-uniform-bias-book-sizes", LONG, {"init": Init.uniform, "qkv_bias": True, "d_k": 24, "d_v": 28, "max_tokens": 1000}),
+    ("long-normal-wide", LONG, {"init": Init.normal, "d_model": 64, "max_tokens": 1000}),
     ("normal-outproj-temperature", "Hello shiny sun", {"init": Init.normal, "out_proj": True, "temperature": 0.7, "heads": 4}),
     ("noscale-temperature-seed", "The cat sat on the mat", {"scale": False, "temperature": 2.0, "seed": 7, "d_model": 12, "heads": 3}),
     ("dropout-bias-positional", ODD_TEXT, {"dropout": 0.25, "qkv_bias": True, "heads": 2, "positional": Positional.sinusoidal}),
@@ -51,12 +55,14 @@ DROPOUT_CASES = [name for name, _, options in CASES if options.get("dropout")]
 # Drives each script as `python script.py --json` would, in one interpreter.
 # Each starts from a differently seeded global generator, as a fresh process
 # would from its own: a script that forgets to seed cannot pass by inheriting
-# the state the previous one left.
+# the state the previous one left. Each starts on two threads too, torch's
+# default on a 2-core machine, whatever the script before it set.
 DRIVER = """
 import contextlib, io, runpy, sys
 import torch
 for k, (script, out) in enumerate(zip(sys.argv[1::2], sys.argv[2::2])):
     torch.manual_seed(7919 * (k + 1))
+    torch.set_num_threads(2)
     sys.argv = [script, "--json"]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -64,6 +70,24 @@ for k, (script, out) in enumerate(zip(sys.argv[1::2], sys.argv[2::2])):
     with open(out, "w", encoding="utf-8") as f:
         f.write(buffer.getvalue())
 """
+
+# attn-cli's own numbers for every case, computed in a process with the same
+# environment as the scripts' (the BLAS code path is chosen per process).
+EXPECT = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_emit
+from attn_cli.pipeline import Pipeline
+tmp = Path(sys.argv[2])
+wants = {name: test_emit.expected(Pipeline(test_emit._config(options, tmp)).run(text)) for name, text, options in test_emit.CASES}
+Path(sys.argv[3]).write_text(json.dumps(wants), encoding="utf-8")
+"""
+
+# MKL's AVX2 code path sums some small matrix products in an order that depends on
+# the thread count (the machine issue 18 was found on took it by default); asking
+# for it makes a thread-count difference show on an AVX-512 machine too.
+THREAD_SENSITIVE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"}
 
 
 def _config(options: dict[str, Any], tmp_path: Path) -> Config:
@@ -82,18 +106,20 @@ def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-def assert_close(got: Any, want: Any, where: str = "") -> None:
-    """Same structure; numbers within 1e-6; None (masked) exactly where attn-cli has None."""
+def assert_same(got: Any, want: Any, where: str = "") -> None:
+    """Same structure; every number the same float32 (JSON carries 9 significant
+    digits, which read back as exactly the float32 written); None (masked)
+    exactly where attn-cli has None."""
     if isinstance(want, dict):
         for key, value in want.items():
             assert key in got, f"{where}: the script has no {key!r}"
-            assert_close(got[key], value, f"{where}.{key}")
+            assert_same(got[key], value, f"{where}.{key}")
     elif isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want), f"{where}: length {len(got)} != {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
-            assert_close(g, w, f"{where}[{i}]")
+            assert_same(g, w, f"{where}[{i}]")
     elif isinstance(want, float) and not isinstance(want, bool):
-        assert isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=0, abs_tol=1e-6), f"{where}: {got} != {want}"
+        assert isinstance(got, (int, float)) and struct.pack("<f", got) == struct.pack("<f", want), f"{where}: {got!r} != {want!r}"
     else:
         assert got == want, f"{where}: {got!r} != {want!r}"
 
@@ -110,19 +136,34 @@ def expected(run) -> dict[str, Any]:
     return out
 
 
-def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
-    args, wants = [], {}
+def _scripts_and_wants(tmp_path: Path, strip: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every case's script run as a user runs it, and attn-cli's numbers, both in a
+    THREAD_SENSITIVE environment: (what the scripts printed, what attn-cli computed).
+    ``strip``: a line to leave out of every script (for the negative control)."""
+    env = dict(os.environ, **THREAD_SENSITIVE)
+    args = []
     for name, text, options in CASES:
-        run = Pipeline(_config(options, tmp_path)).run(text)
         script = tmp_path / f"{name}.py"
-        script.write_text(script_for_run(run), encoding="utf-8")
+        source = script_for_run(Pipeline(_config(options, tmp_path)).run(text))
+        if strip is not None:
+            assert strip in source
+            source = source.replace(strip, "")
+        script.write_text(source, encoding="utf-8")
         args += [str(script), str(tmp_path / f"{name}.json")]
-        wants[name] = expected(run)
-    proc = _python("-c", DRIVER, *args)
+    proc = _python("-c", DRIVER, *args, env=env)
     assert proc.returncode == 0, proc.stderr
+    proc = _python("-c", EXPECT, str(Path(__file__).parent), str(tmp_path), str(tmp_path / "wants.json"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = {name: json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name, _, _ in CASES}
+    return got, json.loads((tmp_path / "wants.json").read_text(encoding="utf-8"))
+
+
+def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
+    """Every number of every case, the same float32 as attn-cli's: the scripts start
+    on two threads, in the environment where the thread count changes sums."""
+    got, wants = _scripts_and_wants(tmp_path)
     for name, want in wants.items():
-        got = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
-        assert_close(got, want, name)
+        assert_same(got[name], want, name)
     # the cases really exercise what they claim
     for name in DROPOUT_CASES:  # dropout zeroed some weights that the softmax made positive
         heads = wants[name]["layers"][0]["heads"]
@@ -130,6 +171,22 @@ def test_emitted_scripts_reproduce_every_configuration(tmp_path: Path) -> None:
     assert any(v is None for row in wants["naive"]["layers"][0]["heads"][0]["scaled_scores"] for v in row)
     assert len(wants["normal-outproj-temperature"]["layers"][0]["heads"]) == 4
     assert len(wants["uniform-bias-book-sizes"]["layers"][0]["heads"][0]["values"][0]) == 28
+
+
+def test_without_one_thread_the_scripts_would_disagree(tmp_path: Path) -> None:
+    """The negative control: the same scripts without their set_num_threads(1) line run
+    on two threads, and some number comes out other than attn-cli's. Without it the
+    test above could pass only because this machine's BLAS never reorders a sum."""
+    got, wants = _scripts_and_wants(tmp_path, strip="torch.set_num_threads(1)")
+    differ = []
+    for name, want in wants.items():
+        try:
+            assert_same(got[name], want, name)
+        except AssertionError:
+            differ.append(name)
+    if not differ:
+        skip_or_fail("this machine's BLAS sums the same on 1 and 2 threads (MKL's AVX2 path not available): the control shows nothing")
+    assert {"long-uniform-bias-book-sizes", "long-normal-wide"} <= set(differ), differ  # the cases issue 18 reported
 
 
 def test_the_script_writes_the_numbers_as_attn_cli_does(tmp_path: Path) -> None:
@@ -269,5 +326,5 @@ def test_tiktoken_script_reproduces_gpt2_tokens(rank_dir: Path, tmp_path: Path) 
     proc = _python(str(script), "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert_close(got, expected(run), "gpt2")
+    assert_same(got, expected(run), "gpt2")
     assert got["vocab_size"] == 50257

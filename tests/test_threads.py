@@ -1,9 +1,17 @@
-"""attn_cli.threads: the count follows the work and the user's setting, never the numbers."""
+"""attn_cli.threads: the toy on one thread, the same bytes whatever the user sets; a checkpoint's
+count follows the work and the user's setting, and JSON records it."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+from conftest import skip_or_fail
 from typer.testing import CliRunner
 
 from attn_cli import threads
@@ -47,14 +55,85 @@ def test_attention_flops_grow_with_the_square_of_the_text() -> None:
     assert 50 < large / small < 100
 
 
-@pytest.mark.skipif(threads.default_threads() < 2, reason="one core: nothing to compare")
-@pytest.mark.parametrize("args", [["--heads", "4", "--causal"], ["--d-model", "64", "--heads", "2", "--out-proj"]])
-def test_json_bytes_are_the_same_at_one_and_two_threads(args: list[str]) -> None:
-    text = " ".join(f"word{i % 97}" for i in range(400))
-    outputs = []
-    for n in (1, 2):
-        with threads.using_threads(n):
-            result = CliRunner().invoke(app, ["run", text, "-t", "words", "-F", "json", "--max-tokens", "1000", *args])
+# MKL's AVX2 code path sums some small matrix products in an order that depends on the
+# thread count (the machine issue 18 was found on took it by default); asking for it
+# makes a thread-count difference show on an AVX-512 machine too.
+THREAD_SENSITIVE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+LONG = " ".join(f"w{i % 97}" for i in range(400))
+# issue 18's two reports, and a causal multi-head one with every table
+TOY_CASES = [
+    ["-t", "words", "--init", "normal", "--d-model", "64"],
+    ["-t", "words", "--init", "uniform", "--qkv-bias", "--d-k", "24", "--d-v", "28"],
+    ["-t", "words", "--heads", "4", "--causal", "--out-proj", "--d-model", "32"],
+]
+# The old rule, for the negative control: the toy on whatever count the user set.
+FOLLOW_THE_SETTING = "import attn_cli.threads as t\nt.toy_threads = lambda: t.explicit_threads() or 1\n"
+
+
+# Runs each command line through the CLI in one process (a fresh process per thread
+# setting, as a user's would be) and prints what each wrote to stdout.
+DRIVER = """
+import json, sys
+from typer.testing import CliRunner
+from attn_cli.cli import app
+outputs = []
+for args in json.loads(sys.argv[1]):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    outputs.append(result.stdout)
+print(json.dumps(outputs))
+"""
+
+
+def attn_cli_outputs(commands: list[list[str]], env: dict[str, str], patch: str = "") -> list[str]:
+    """What `attn-cli ARGS` writes to stdout for each of ``commands``, in a process with
+    ``env`` on top of THREAD_SENSITIVE, ``patch`` executed first."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", threads.THREADS_ENV)}
+    proc = subprocess.run(
+        [sys.executable, "-c", patch + DRIVER, json.dumps(commands)],
+        capture_output=True, text=True, env=dict(base, **THREAD_SENSITIVE, **env), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+COMMANDS = [["run", LONG, "--max-tokens", "1000", *case, "-F", "json"] for case in TOY_CASES] + [
+    ["run", LONG, "--max-tokens", "1000", *TOY_CASES[1], "-F", "csv"],
+    ["run", LONG, "--max-tokens", "1000", *TOY_CASES[0], "-F", "table", "--show", "scaled,context", "--precision", "8"],
+]
+
+
+@pytest.mark.parametrize("variable", [threads.THREADS_ENV, "OMP_NUM_THREADS"])
+def test_toy_bytes_are_the_same_at_one_and_two_threads(variable: str) -> None:
+    """JSON, CSV and the tables, byte for byte, whichever count the user sets and however
+    it is set."""
+    one, two = (attn_cli_outputs(COMMANDS + [["run", "I saw a saw", "-t", "words", "-F", "json"]], {variable: n}) for n in ("1", "2"))
+    for command, a, b in zip(COMMANDS, one, two):
+        assert a == b, command[3:]
+    assert json.loads(two[-1])["model"]["threads"] == 1
+
+
+def test_the_thread_test_would_catch_a_toy_that_follows_the_setting() -> None:
+    """The negative control: with the toy on the count the user set (the old rule), the
+    same comparison finds different bytes."""
+    commands = [COMMANDS[0], COMMANDS[1], COMMANDS[-1]]  # JSON of issue 18's two cases, and the table
+    one, two = (attn_cli_outputs(commands, {threads.THREADS_ENV: n}, FOLLOW_THE_SETTING) for n in ("1", "2"))
+    if one == two:
+        skip_or_fail("this machine's BLAS sums the same on 1 and 2 threads (MKL's AVX2 path not available): the control shows nothing")
+    assert [a != b for a, b in zip(one, two)] == [True, True, True]
+
+
+def test_a_checkpoint_records_its_thread_count(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint runs on the count chosen for its work, or the user's, and JSON says which:
+    the same count gives the same bytes."""
+    outputs = {}
+    for n in ("1", "2", "2"):
+        monkeypatch.setenv(threads.THREADS_ENV, n)
+        result = CliRunner().invoke(app, ["run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json"])
         assert result.exit_code == 0, result.stderr
-        outputs.append(result.stdout)
-    assert outputs[0] == outputs[1]
+        assert json.loads(result.stdout)["model"]["threads"] == int(n)
+        outputs.setdefault(n, set()).add(result.stdout)
+    assert len(outputs["2"]) == 1
+    monkeypatch.delenv(threads.THREADS_ENV)
+    result = CliRunner().invoke(app, ["run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json"])
+    assert json.loads(result.stdout)["model"]["threads"] == 1  # a sentence through a tiny model: small work
