@@ -1,3 +1,3 @@
-from attn_cli.cli import main
+from attn_cli.entry import main
 
 main()

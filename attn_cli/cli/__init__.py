@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from attn_cli.cli.interrupts import handled_signals
+from attn_cli import interrupts
 from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
 
 from attn_cli import __version__
@@ -48,11 +48,22 @@ class _OutputSafeParsing:
                 return super().make_context(*args, **kwargs)  # type: ignore[misc]
         except BrokenPipeError:
             _silence_stdout()
-            raise _click_exceptions.Exit(0) from None
+            raise typer.Exit(0) from None
+
+
+# Commands whose results are files they name (never standard output): a reader of
+# stdout going away must not stop them.
+_WRITE_FILES = ("heatmap", "html", "add")
 
 
 class AttnCommand(_OutputSafeParsing, _PlainHelp, TyperCommand):
-    """Every attn-cli command: plain --help."""
+    """Every attn-cli command: plain --help; a command whose results go to standard
+    output stops at once, with success, when the reader goes away."""
+
+    def invoke(self, ctx: Any) -> Any:
+        if self.name not in _WRITE_FILES and ctx.params.get("output") is None:
+            interrupts.results_to_stdout()
+        return super().invoke(ctx)
 
 
 class AttnSubgroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
@@ -84,21 +95,20 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
         _open_closed_stdout()
         settle_matplotlib_dirs()
         _completion_command.answer_completion_requests()
-        with handled_signals():
-            try:
-                rv = super().main(args=args, prog_name=prog_name or "attn-cli", complete_var=complete_var, standalone_mode=False, **extra)
-                code = rv if isinstance(rv, int) else ExitStatus.OK
-            except NoArgsIsHelpError as err:
-                typer.echo(err.ctx.get_help())
-                code = ExitStatus.USAGE
-            except ClickException as err:
-                _fail(err.format_message())
-                code = err.exit_code
-            except (AttnCliError, KeyboardInterrupt, Terminated) as err:
-                code = _report(err, debug=False)
-            except typer.Abort:
-                code = _report(KeyboardInterrupt(), debug=False)
-            code = _flush_stdout(code)
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "attn-cli", complete_var=complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else ExitStatus.OK
+        except NoArgsIsHelpError as err:
+            typer.echo(err.ctx.get_help())
+            code = ExitStatus.USAGE
+        except ClickException as err:
+            _fail(err.format_message())
+            code = err.exit_code
+        except (AttnCliError, KeyboardInterrupt, Terminated) as err:
+            code = _report(err, debug=False)
+        except typer.Abort:
+            code = _report(KeyboardInterrupt(), debug=False)
+        code = _flush_stdout(code)
         if standalone_mode:
             sys.exit(int(code))
         return int(code)
@@ -216,4 +226,5 @@ from attn_cli.cli import completion as _completion_command  # noqa: E402,F401
 
 
 def main() -> None:
+    interrupts.install()  # done already when started through attn_cli.entry; here for callers of main()
     app()

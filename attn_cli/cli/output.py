@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from attn_cli import interrupts
 from attn_cli.errors import OutputError
 from attn_cli.files import atomic_writer
 
@@ -126,7 +127,7 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
     common = {"highlight": False, "markup": False, "emoji": False, "soft_wrap": False}
     if path is None:
         _escape_what_stdout_cannot_encode()
-        console = Console(no_color=not color_allowed(no_color), **common)
+        console = _stdout_console(Console)(no_color=not color_allowed(no_color), **common)
         with stdout_errors():
             for part in parts:
                 console.print(part)
@@ -138,6 +139,18 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
         console.print(part)
     with binary_output(path, clobber=clobber) as out:
         out.write(buffer.getvalue().encode("utf-8"))
+
+
+def _stdout_console(console_class: type) -> type:
+    """rich's Console, but a reader that goes away raises BrokenPipeError (which the
+    command turns into a quiet success) instead of rich's own exit 1."""
+
+    class StdoutConsole(console_class):  # type: ignore[misc, valid-type]
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return StdoutConsole
 
 
 def _escape_what_stdout_cannot_encode() -> None:
@@ -165,8 +178,10 @@ def progress(items: Iterable[T], total: int, *, stdout_is_live: bool = False) ->
 
     console = Console(stderr=True)
     columns = (TextColumn("texts"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    # redirect_stdout off: results must stay on stdout, never pass through the stderr console
-    with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
+    # redirect_stdout off: results must stay on stdout, never pass through the stderr console.
+    # A signal ends the process without unwinding: the bar's line is cleared and the cursor shown.
+    undo = interrupts.undo_on_exit(b"\r\x1b[2K\x1b[?25h")
+    with undo, Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task("texts", total=total)
         for item in items:
             yield item
