@@ -163,17 +163,29 @@ def test_bos_comes_first_flagged_special_with_transformers_ids(style: str, tmp_p
 # -- dtype ---------------------------------------------------------------------------------
 
 
-def test_bfloat16_matches_transformers_in_bfloat16(folders) -> None:
-    folder = folders("llama")
+@pytest.mark.parametrize("name", ["llama", "qwen2"])  # Dk 16 and 8 (a divisor sqrt(8) that is not a power of two), biases
+def test_bfloat16_matches_transformers_in_bfloat16_bit_for_bit(name: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same operations in the same order on the same bfloat16 operands: the same bits."""
+    folder = folders(name)
     ckpt, tokens, layers = traced(folder, TEXT, dtype="bfloat16")
     assert ckpt.info.dtype == "bfloat16"
     assert all(layer.weights.dtype == torch.float32 and layer.queries.dtype == torch.float32 for layer in layers)
     ref = checkpoints.reference(folder, tokens.ids, dtype=torch.bfloat16)
-    for layer in layers:
-        torch.testing.assert_close(layer.weights, ref.weights[layer.layer].float(), atol=1e-2, rtol=0)
-    # and bfloat16 is not float32: the comparison would see the difference
+    assert_matches(layers, ref, tol=0)
+    # float32 is not bfloat16: the exact comparison sees the difference
     _, _, wide = traced(folder, TEXT)
-    assert not torch.allclose(wide[-1].weights, layers[-1].weights, atol=1e-4)
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(wide, ref, tol=0)
+    # nor does it take a norm that applies its gain before rounding back to bfloat16
+    # (LlamaRMSNorm rounds the normed rows first, then multiplies)
+    def gain_before_rounding(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        wide = x.float()  # (T, D)
+        return (weight.float() * wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)  # (T, D)
+
+    monkeypatch.setattr(llama, "rms_norm", gain_before_rounding)
+    _, _, rounded_late = traced(folder, TEXT, dtype="bfloat16")
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(rounded_late, ref, tol=0)
 
 
 def test_a_dtype_or_device_that_is_not_there_is_a_usage_error(folders) -> None:
