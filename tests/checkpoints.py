@@ -235,6 +235,16 @@ def reference(
     return Reference([a[0] for a in result.attentions], x, concat, output)
 
 
+def with_reference(folder: Path, text: str, pair: str | None = None) -> tuple[Any, Any, Reference]:
+    """attn-cli's checkpoint opened on ``folder``, its tokens for ``text`` (and ``pair``),
+    and transformers' reference run over those tokens."""
+    from attn_cli.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(text, pair)
+    return ckpt, tokens, reference(folder, tokens.ids, tokens.type_ids if pair is not None else None)
+
+
 def shard(folder: Path, target: Path, groups: list[list[str]]) -> Path:
     """Copy ``folder`` to ``target`` with its model.safetensors split into shards: one
     per group of name fragments (a tensor goes to the first group with a fragment in
@@ -267,3 +277,73 @@ def built(factory: Any, name: str, builder: Any, **kwargs: Any) -> Path:
     if not (folder / "config.json").is_file():
         builder(folder, **kwargs)
     return folder
+
+
+# -- bugs for the negative controls: each changes one thing the comparison must catch
+
+
+def patch_layers(monkeypatch: Any, change: Any) -> None:
+    """Every layer the engine computes is replaced by ``change(layer)``'s fields, before
+    its output feeds the next layer (as a bug in the layer step itself would)."""
+    from attn_cli.checkpoint.families import base
+
+    original = base.multi_head
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        layer = original(*args, **kwargs)
+        return dataclasses.replace(layer, **change(layer))
+
+    monkeypatch.setattr(base, "multi_head", patched)
+
+
+def x_of_the_layer_before(monkeypatch: Any) -> None:
+    """x recorded from the block before (a hook on the wrong block); the weights stay right."""
+    before: list[torch.Tensor] = []
+
+    def change(layer: Any) -> dict[str, Any]:
+        shown = before[-1] if before else layer.x
+        before.append(layer.x)
+        return {"x": shown}
+
+    patch_layers(monkeypatch, change)
+
+
+def heads_joined_without_the_transpose(monkeypatch: Any) -> None:
+    """(H, T, Dv) flattened straight to (T, H*Dv): every row mixes tokens; W_o reads that."""
+
+    def change(layer: Any) -> dict[str, Any]:
+        concat = layer.context.reshape(layer.x.shape[0], -1)  # (H, T, Dv) -> (T, H*Dv), tokens mixed
+        return {"concat": concat, "output": layer.projections.out(concat)}
+
+    patch_layers(monkeypatch, change)
+
+
+def w_o_untransposed(monkeypatch: Any) -> None:
+    """W_o (D, H*Dv) applied as if stored (in, out): concat @ W_o instead of concat @ W_o^T."""
+
+    def change(layer: Any) -> dict[str, Any]:
+        out = layer.projections.out
+        output = layer.concat @ out.weight  # (T, H*Dv) @ (D, H*Dv), square here
+        return {"output": output + out.bias if out.bias is not None else output}
+
+    patch_layers(monkeypatch, change)
+
+
+def without_bias(monkeypatch: Any, family: type, role: str) -> None:
+    """``family``'s projections lose one bias (role: query, key, value or out)."""
+    original = family.projections
+
+    def projections(self: Any, t: Any) -> Any:
+        made = original(self, t)
+        linear = getattr(made, role)
+        return dataclasses.replace(made, **{role: type(linear)(linear.weight, None)})
+
+    monkeypatch.setattr(family, "projections", projections)
+
+
+LAYER_BUGS = {
+    # name: (the bug, the first field and layer the comparison must flag)
+    "x-of-the-layer-before": (x_of_the_layer_before, "layer 1 x"),
+    "heads-joined-without-transpose": (heads_joined_without_the_transpose, "layer 0 concat"),
+    "w_o-untransposed": (w_o_untransposed, "layer 0 output"),
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -12,11 +13,14 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 
 
-def skip_or_fail(reason: str) -> None:
-    """Skip, saying why; under CI (``CI`` set), fail instead: CI has everything installed,
-    so a missing piece there is a broken set-up, not a reason to pass quietly."""
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip a test this machine cannot run, saying why; fail it instead when ``CI`` is
+    set (and not empty). .ci/run installs everything such tests need (the rank files,
+    chromium, the CJK and emoji fonts, MiniLM, root), so there a missing one is a
+    broken CI, and a green run must not hide it."""
+    __tracebackhide__ = True  # the report names the test's line, not this one
     if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so this does not skip: {reason}")
+        pytest.fail(f"{reason}; CI is set, so this test must run (.ci/run provides what it needs)", pytrace=False)
     pytest.skip(reason)
 
 
@@ -50,10 +54,11 @@ def offline_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 @pytest.fixture
 def rank_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the real rank files, named by ATTN_CLI_TIKTOKEN_DIR; skips without them."""
+    """A copy of the real rank files, named by ATTN_CLI_TIKTOKEN_DIR; skips without them
+    (fails under CI)."""
     source = real_rank_dir()
     if source is None:
-        pytest.skip("the real tiktoken rank files are not on this machine (set ATTN_CLI_TEST_TIKTOKEN_DIR)")
+        skip_or_fail("the real tiktoken rank files are not on this machine (set ATTN_CLI_TEST_TIKTOKEN_DIR)")
     target = tmp_path / "ranks"
     shutil.copytree(source, target)
     monkeypatch.setenv("ATTN_CLI_TIKTOKEN_DIR", str(target))

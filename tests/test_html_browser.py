@@ -5,7 +5,7 @@ exception or request other than the page itself fails the test. Screenshots go
 to a temporary folder (``ATTN_CLI_SCREENSHOTS`` names a folder to keep them).
 
 Without playwright or chromium these tests skip and say why; with ``CI`` set
-they fail instead, so a CI machine cannot pass them by accident.
+they fail instead (conftest.skip_or_fail), so a CI machine cannot pass them by accident.
 """
 
 from __future__ import annotations
@@ -21,15 +21,10 @@ import pytest
 
 from attn_cli.render.export import run_dict
 from attn_cli.render.html import build, notebook_html, page
+from conftest import skip_or_fail
 from html_support import fixed, hand_trace, toy
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI is set, so the browser tests must run (.ci/run installs chromium and playwright)")
-    pytest.skip(f"browser tests: {reason}")
 
 
 def chromium_path() -> str | None:
@@ -44,10 +39,10 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _unavailable("playwright is not installed (pip install -e '.[test]')")
+        skip_or_fail("browser tests: playwright is not installed (pip install -e '.[test]')")
     executable = chromium_path()
     if executable is None:
-        _unavailable("no chromium on this machine (apt-get install chromium)")
+        skip_or_fail("browser tests: no chromium on this machine (apt-get install chromium)")
     with sync_playwright() as p:
         launched = p.chromium.launch(executable_path=executable, args=ARGS)
         yield launched
