@@ -3,6 +3,8 @@ taken care of before anything else is imported, so Ctrl-C at any moment of start
 ends the process in one line (``attn_cli.interrupts``), and the process ends through
 ``interrupts.finish``, so a signal that comes while it exits is handled too."""
 
+import sys
+
 from attn_cli import interrupts
 
 interrupts.install()
@@ -16,4 +18,6 @@ def main() -> None:
         cli_main()
     except SystemExit as done:
         code = done.code
+    if code is not None and not isinstance(code, int):  # as Python does with SystemExit("message")
+        print(code, file=sys.stderr)
     interrupts.finish(code if isinstance(code, int) else 0 if code is None else 1)

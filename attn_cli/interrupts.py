@@ -35,12 +35,14 @@ from collections.abc import Iterator
 
 INTERRUPTED, TERMINATED = 130, 143  # attn_cli.errors.ExitStatus, without importing it this early
 _WAKE = 0  # a byte on the wakeup pipe that is no signal: look at standard output again
+_EXIT = 255  # nor this: the main thread is done, exit with _exit_code
 _GONE = select.POLLERR | select.POLLHUP  # a pipe or socket whose reader has closed it
 
 _write_end: int | None = None
 _watch_stdout = False
 _last_words: list[bytes] = []  # written to stderr before the error line, newest last
 _remove_temporaries = None  # attn_cli.files.remove_temporaries, once imported
+_exit_code = 0
 
 
 def install() -> None:
@@ -107,15 +109,22 @@ def undo_on_exit(data: bytes) -> Iterator[None]:
 def finish(code: int) -> None:
     """End the process with ``code``: flush, run the atexit functions, and exit without
     the interpreter's finalization, during which a signal would find Python's handlers
-    gone and kill the process without a word."""
+    gone and kill the process without a word. The watcher makes the exit, after any
+    signal that came first: a signal while the process ends is still its line and code."""
     import atexit
     import sys
 
+    global _exit_code
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             if stream is not None:
                 stream.flush()
     atexit._run_exitfuncs()
+    _exit_code = code
+    if _write_end is not None:
+        with contextlib.suppress(OSError):
+            os.write(_write_end, bytes([_EXIT]))
+            threading.Event().wait(5)  # the watcher exits the process; the timeout only guards against it being gone
     os._exit(code)
 
 
@@ -136,9 +145,11 @@ def _watch(read_end: int) -> None:
         for fd, events in poller.poll():
             if fd == read_end:
                 received = os.read(read_end, 64)
-                for signum in received:
-                    if signum in (signal.SIGINT, signal.SIGTERM):
-                        _exit_now(signum)
+                for byte in received:  # in the order they came
+                    if byte in (signal.SIGINT, signal.SIGTERM):
+                        _exit_now(byte)
+                    elif byte == _EXIT:
+                        os._exit(_exit_code)
             elif events & select.POLLNVAL:
                 poller.unregister(fd)
             elif events & _GONE:

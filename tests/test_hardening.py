@@ -140,17 +140,19 @@ def test_sigterm_mid_write_exits_143_and_leaves_no_part_file(tmp_path: Path) -> 
 STUCK_IN_TORCH = """
 import os, sys, torch
 import attn_cli.pipeline
+ready = int(sys.argv[1])
 
 def stuck(self, text, selection=None):
     n = 8192
     a = torch.full((n, n), 1.0 / n)  # (n, n); a @ a == a, so the numbers stay finite
-    os.write(int(sys.argv[1]), b"!")  # now: the parent sends its signal when it reads this
+    os.write(ready, b"!")  # now: the parent sends its signal when it reads this
     torch.matrix_power(a, 2**63 - 1)  # one C++ call, the GIL released: over a hundred matmuls, minutes
     raise SystemExit("the long operation finished before the signal was handled")
 
 attn_cli.pipeline.Pipeline.run = stuck
-from attn_cli.cli import app
-app(sys.argv[2:], prog_name="attn-cli")
+from attn_cli.entry import main  # the process's entry, as the attn-cli script's
+sys.argv = ["attn-cli", *sys.argv[2:]]
+main()
 """
 HANG = 120  # seconds: only a process that never ends takes this long (the operation above takes minutes)
 

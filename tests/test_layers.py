@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "attn_cli"
 # What the renderers may not import: the sources and what loads their data.
 SOURCES = ("attn_cli.pipeline", "attn_cli.checkpoint", "attn_cli.source", "attn_cli.rankfiles")
 # Computation: everything outside render/ and cli/ (and the package's entry points).
-ENTRY_POINTS = {"__init__.py", "__main__.py"}
+ENTRY_POINTS = {"__init__.py", "__main__.py", "entry.py"}
 # One deliberate exception: a Trace shows itself in a notebook through the page
 # renderer, imported lazily inside _repr_html_.
 ALLOWED = {("trace.py", "attn_cli.render.html")}
