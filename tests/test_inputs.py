@@ -30,6 +30,9 @@ def fake_stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
     [
         (b"The cat sat\n", False, ["The cat sat"]),  # echo's newline is not part of the text
         (b"The cat sat\r\n", False, ["The cat sat"]),
+        (b"The cat sat\n\n", False, ["The cat sat\n"]),  # exactly one terminator is dropped
+        (b"The cat sat\r", False, ["The cat sat"]),
+        (b"The cat sat \n", False, ["The cat sat "]),  # spaces are the text's
         (b"two\nlines\n", False, ["two\nlines"]),  # without --lines, one text with its inner newline
         (b"one\n\n  \ntwo\r\nthree", True, ["one", "two", "three"]),  # blank and whitespace lines skipped
         (b"\xef\xbb\xbfwith a BOM\n", False, ["with a BOM"]),
@@ -56,6 +59,8 @@ def test_file_and_file_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_argument_is_used_as_is() -> None:
     assert read_texts(None, "  I saw a saw  ", None, lines=False) == ["  I saw a saw  "]  # type: ignore[arg-type]
+    assert read_texts(None, "two lines\n", None, lines=False) == ["two lines\n"]  # type: ignore[arg-type]
+    assert read_texts(None, "\ufeffmarked\r\n", None, lines=False) == ["\ufeffmarked\r\n"]  # type: ignore[arg-type]
     assert read_texts(None, "a\nb", None, lines=True) == ["a", "b"]  # type: ignore[arg-type]
 
 
@@ -215,3 +220,20 @@ def test_long_texts_list_only_the_first_tokens_in_the_error() -> None:
     with pytest.raises(UsageError) as err:
         resolve_position("zzz", texts, texts, "--key")
     assert "w11, ..." in str(err.value) and "w12" not in str(err.value)
+
+
+def test_a_checkpoint_sees_the_argument_as_transformers_would(gpt2_folder: Path) -> None:
+    """`run --model M $'two lines\\n'`: the tokens of the whole string, its newline too, as
+    the model's tokenizer gives them for the same string (the negative control: the
+    newline really is a token of its own here, so dropping it would change the ids)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    text = "two lines\n"
+    result = runner.invoke(app, ["run", "--model", str(gpt2_folder), text, "-F", "json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    want = Tokenizer.from_file(str(gpt2_folder / "tokenizer.json")).encode(text).ids
+    assert data["text"] == text and [t["id"] for t in data["tokens"]] == want
+    assert want != Tokenizer.from_file(str(gpt2_folder / "tokenizer.json")).encode(text.rstrip("\n")).ids

@@ -42,16 +42,28 @@ def read_texts(ctx: typer.Context, text: str | None, file: Path | None, *, lines
     else:
         raw = text.encode("utf-8", errors="surrogateescape")
     decoded = decode(raw, str(file) if file is not None and not from_stdin else "the input")
-    decoded = decoded.removeprefix(BOM)  # a byte-order mark is not part of the text
+    from_argument = text is not None and text != "-"
+    if not from_argument:  # an argument is the text exactly as given
+        decoded = decoded.removeprefix(BOM)  # a byte-order mark is not part of a file's text
     if lines:
         texts = [line for line in decoded.splitlines() if line.strip()]
         if not texts:
             raise InputError("the input has no non-empty lines; give at least one line of text")
         return texts
-    decoded = decoded.rstrip("\r\n")  # the newline echo and files end with is not part of the text
+    if not from_argument:
+        decoded = drop_final_newline(decoded)
     if not decoded.strip():
         raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
     return [decoded]
+
+
+def drop_final_newline(text: str) -> str:
+    """``text`` without the one line terminator that echo and text files end with (a
+    second one, or a blank line, is part of the text)."""
+    for ending in ("\r\n", "\n", "\r"):
+        if text.endswith(ending):
+            return text[: -len(ending)]
+    return text
 
 
 def decode(raw: bytes, where: str) -> str:
