@@ -196,7 +196,7 @@ def test_auto_is_json_off_a_terminal() -> None:
     assert data["tokens"][3]["label"] == "saw#3"
 
 
-@pytest.mark.parametrize(("name", "kind"), [("x.json", "json"), ("x.JSONL", "json"), ("x.csv", "csv"), ("x.txt", "table"), ("x.out", "json")])
+@pytest.mark.parametrize(("name", "kind"), [("x.json", "json"), ("x.JSONL", "json"), ("x.csv", "csv"), ("x.txt", "table"), ("x", "json")])
 def test_auto_follows_the_output_suffix(tmp_path: Path, name: str, kind: str) -> None:
     path = tmp_path / name
     result = invoke(*SAW, "-o", str(path))
@@ -381,3 +381,29 @@ def test_jsonl_is_accepted_as_json_lines(tmp_path: Path) -> None:
     as_jsonl = invoke("run", "--file", str(lines), "--lines", "-t", "words", "-F", "jsonl")
     assert as_jsonl.exit_code == 0 and as_jsonl.stdout == as_json.stdout
     assert [json.loads(line)["text"] for line in as_jsonl.stdout.splitlines()] == ["I saw a saw", "Hello shiny sun"]
+
+
+@pytest.mark.parametrize("command", ["run", "heads"])
+@pytest.mark.parametrize("name", ["x.tsv", "x.md", "x.xlsx", "x.json.gz"])
+def test_an_output_name_of_another_format_is_refused_and_nothing_written(tmp_path: Path, command: str, name: str) -> None:
+    result = CliRunner().invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / name)])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith("attn-cli: error: -o ") and ".json, .jsonl, .ndjson, .csv, .txt" in line and "\n" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["run", "heads"])
+def test_output_names_and_formats(tmp_path: Path, command: str) -> None:
+    """No suffix: JSON; a known one: its format; an explicit --format that the name
+    contradicts wins, with one note (the negative control of the refusal above: these
+    names are written)."""
+    runner = CliRunner()
+    plain = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "noext")])
+    assert plain.exit_code == 0 and (tmp_path / "noext").read_text().startswith("{")
+    csv = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "x.CSV")])
+    assert csv.exit_code == 0 and not (tmp_path / "x.CSV").read_text().startswith("{")
+    forced = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-F", "csv", "-o", str(tmp_path / "x.json")])
+    assert forced.exit_code == 0 and not (tmp_path / "x.json").read_text().startswith("{")
+    notes = [line for line in forced.stderr.splitlines() if line.startswith("note: -o")]
+    assert notes == [f"note: -o {tmp_path / 'x.json'}: writing CSV as --format says, though the name says JSON"]

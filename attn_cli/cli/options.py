@@ -506,13 +506,25 @@ FormatOption = Annotated[
 
 def choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
     """auto: what the -o file's suffix says; else a table on a terminal or when a
-    table-only option is given (``table_asked``); else JSON. jsonl is json."""
+    table-only option is given (``table_asked``); else JSON. jsonl is json.
+
+    An -o name must end in one of SUFFIX_FORMATS' suffixes, or in none (JSON): a .tsv or
+    .xlsx would get JSON under a name that promises something else. With an explicit
+    format that the name contradicts, the format wins and a note says so."""
     from attn_cli.cli.output import stdout_is_terminal
 
+    named = None
+    if output is not None and output.suffix:
+        named = SUFFIX_FORMATS.get(output.suffix.lower())
+        if named is None:
+            listed = ", ".join(SUFFIX_FORMATS)
+            raise UsageError(f"-o {output}: '{output.suffix}' is not a format run and heads write; end the name in {listed}, or in none for JSON")
     if format is Format.jsonl:
-        return Format.json
+        format = Format.json
     if format is not Format.auto:
+        if named is not None and named is not format:
+            typer.echo(f"note: -o {output}: writing {format.value.upper()} as --format says, though the name says {named.value.upper()}", err=True)
         return format
-    if output is not None and output.suffix.lower() in SUFFIX_FORMATS:
-        return SUFFIX_FORMATS[output.suffix.lower()]
+    if named is not None:
+        return named
     return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
