@@ -43,6 +43,7 @@ _watch_stdout = False
 _last_words: list[bytes] = []  # written to stderr before the error line, newest last
 _remove_temporaries = None  # attn_cli.files.remove_temporaries, once imported
 _exit_code = 0
+_handled: set[int] = set()  # the signals install() took (another's handler also wakes the watcher)
 
 
 def install() -> None:
@@ -63,8 +64,10 @@ def install() -> None:
     _write_end = write_end
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _handle)
+        _handled.add(signal.SIGINT)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _handle)
+        _handled.add(signal.SIGTERM)
     threading.Thread(target=_watch, args=(read_end,), name="attn-cli-signals", daemon=True).start()
     # Imported here, after the handlers (no write can be under way before it is), and not at
     # exit: a watcher must not import while the main thread may hold the import lock.
@@ -146,7 +149,7 @@ def _watch(read_end: int) -> None:
             if fd == read_end:
                 received = os.read(read_end, 64)
                 for byte in received:  # in the order they came
-                    if byte in (signal.SIGINT, signal.SIGTERM):
+                    if byte in _handled:
                         _exit_now(byte)
                     elif byte == _EXIT:
                         os._exit(_exit_code)
