@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,3 +131,52 @@ def test_a_stack_of_tables_and_a_vector_are_written_as_json_dumps_writes_them() 
     stack = torch.randn(3, 70, 70)  # over a block: row blocks inside each table
     assert export.StreamedTable(stack).json() == json.dumps([[[float(format(v, ".9")) for v in row] for row in m] for m in stack.tolist()])
     assert export.StreamedTable(torch.tensor([1.5, -2.0])).json() == "[1.5, -2.0]"
+
+
+# -- the memory a streamed export holds ------------------------------------------------
+
+PEAK_SCRIPT = """
+import json, sys, tracemalloc
+sys.path.insert(0, {tests!r})
+from attn_cli.config import Config
+from attn_cli.pipeline import Pipeline
+from attn_cli.render import export
+import export_reference
+
+how, fmt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+run = Pipeline(Config(tokenizer="words", max_tokens=n)).run(" ".join(f"w{{i}}" for i in range(n)))
+
+class Sink:
+    size = 0
+    def write(self, data):
+        self.size += len(data)
+        return len(data)
+
+sink = Sink()
+tracemalloc.start()
+if how == "streamed":
+    (export.write_json if fmt == "json" else export.write_csv)(run, sink)
+else:  # the writer before streaming: the whole text, then one write
+    sink.write((export_reference.to_json(run) if fmt == "json" else export_reference.to_csv(run)).encode("utf-8"))
+print(json.dumps({{"peak": tracemalloc.get_traced_memory()[1], "size": sink.size}}))
+"""
+
+
+def traced_peak(how: str, fmt: str, n_tokens: int) -> tuple[int, int]:
+    """(tracemalloc's peak while the export is written into a sink that keeps nothing,
+    the bytes written), in a fresh interpreter. tracemalloc sees Python's objects (the
+    text, the floats, the rows), not torch's tensors, which the trace holds either way."""
+    script = PEAK_SCRIPT.format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script, how, fmt, str(n_tokens)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    return result["peak"], result["size"]
+
+
+@pytest.mark.parametrize(("fmt", "n_tokens"), [("json", 700), ("csv", 350)])  # about 20 MB of text each
+def test_a_streamed_export_holds_a_block_not_the_text(fmt: str, n_tokens: int) -> None:
+    peak, size = traced_peak("streamed", fmt, n_tokens)
+    old_peak, old_size = traced_peak("whole", fmt, n_tokens)
+    assert size == old_size > 18 * 2**20
+    assert peak < 6 * 2**20 and peak < size / 3  # a few WRITE_CHARS of text, whatever the size
+    assert old_peak > size  # the control: the whole text (and its pieces) at once

@@ -57,7 +57,7 @@ CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col"
 EXPORT_BYTES_PER_NUMBER = 160
 # What a streamed export holds whatever the size of its tables: the text gathered
 # for one write and its UTF-8 bytes (WRITE_CHARS each), one block's floats, text and
-# CSV rows, the csv module's buffer; tracemalloc measured under 7 MiB
+# CSV rows, the csv module's buffer; tracemalloc measured under 5 MiB
 # (bench/json_memory.py), this leaves room for allocator slack.
 STREAM_BYTES = 16 * 2**20
 
@@ -526,7 +526,7 @@ def csv_pieces(run: Trace, *, header: bool = True, index: int = 0) -> Iterator[s
         writer.writerow(CSV_COLUMNS)
     for rows in _csv_batches(run, index):
         writer.writerows(rows)
-        if buffer.tell() >= WRITE_CHARS:
+        if buffer.tell() >= WRITE_CHARS // 4:  # a StringIO holds 4 bytes a character
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
