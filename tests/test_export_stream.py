@@ -180,3 +180,16 @@ def test_a_streamed_export_holds_a_block_not_the_text(fmt: str, n_tokens: int) -
     assert size == old_size > 18 * 2**20
     assert peak < 6 * 2**20 and peak < size / 3  # a few WRITE_CHARS of text, whatever the size
     assert old_peak > size  # the control: the whole text (and its pieces) at once
+
+
+def test_a_large_streamed_export_gives_freed_blocks_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import allocator
+
+    calls: list[int] = []
+    monkeypatch.setattr(allocator, "return_freed_memory", lambda: calls.append(1) or True)
+    run = toy(words(50))
+    export.write_json(run, io.BytesIO())
+    assert calls == []  # a small export keeps glibc's faster default
+    monkeypatch.setattr(export, "LARGE_EXPORT_BYTES", export.export_bytes(run) - export.STREAM_BYTES)
+    export.write_csv(run, io.BytesIO())
+    assert calls == [1]

@@ -60,6 +60,10 @@ EXPORT_BYTES_PER_NUMBER = 160
 # CSV rows, the csv module's buffer; tracemalloc measured under 5 MiB
 # (bench/json_memory.py), this leaves room for allocator slack.
 STREAM_BYTES = 16 * 2**20
+# From this much derived beside the trace (the raw scores, the entropy's float64 rows), a
+# streamed export has glibc give freed blocks back (attn_cli.allocator): otherwise the
+# heap keeps the entropy's blocks: a 5,000-token JSON peaked 60 MB higher, a 3,000-token one 20.
+LARGE_EXPORT_BYTES = 32 * 2**20
 
 
 def export_numbers(run: Trace) -> int:
@@ -223,7 +227,8 @@ def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:
             return
         yield "["
         for i in range(shape[0]):
-            yield from ((", ",) if i else ())
+            if i:
+                yield ", "
             yield from _table_pieces(source[i], field, nulls)
         yield "]"
         return
@@ -422,8 +427,16 @@ def _pieces(value: Any) -> Iterator[str]:
 def write_json(run: Trace, out: IO[bytes]) -> None:
     """Write the run's JSON line (no newline) to ``out`` as UTF-8, streamed: what it
     holds is one layer's derived tables and a block of text, not the text."""
-    check_export_size(run, whole=False)
+    _before_streaming(run)
     _write(json_pieces(run), out)
+
+
+def _before_streaming(run: Trace) -> None:
+    check_export_size(run, whole=False)
+    if export_bytes(run) - STREAM_BYTES >= LARGE_EXPORT_BYTES:
+        from attn_cli.allocator import return_freed_memory
+
+        return_freed_memory()
 
 
 def to_json(run: Trace) -> str:
@@ -536,7 +549,7 @@ def csv_pieces(run: Trace, *, header: bool = True, index: int = 0) -> Iterator[s
 def write_csv(run: Trace, out: IO[bytes], *, header: bool = True, index: int = 0) -> None:
     """Write the run's CSV rows (after the header line when ``header``) to ``out`` as
     UTF-8, streamed like ``write_json``."""
-    check_export_size(run, whole=False)
+    _before_streaming(run)
     _write(csv_pieces(run, header=header, index=index), out)
 
 
