@@ -62,8 +62,8 @@ EXPORT_BYTES_PER_NUMBER = 160
 STREAM_BYTES = 16 * 2**20
 # From this much derived beside the trace (the raw scores, the entropy's float64 rows), a
 # streamed export has glibc give freed blocks back (attn_cli.allocator): otherwise the
-# heap keeps the entropy's blocks: a 5,000-token JSON peaked 60 MB higher, a 3,000-token one 20.
-LARGE_EXPORT_BYTES = 32 * 2**20
+# heap keeps the entropy's blocks: 5,000 tokens of JSON peaked 60 MB higher, 2,000 tokens 20.
+LARGE_EXPORT_BYTES = 16 * 2**20
 
 
 def export_numbers(run: Trace) -> int:
