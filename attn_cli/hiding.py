@@ -123,15 +123,18 @@ def hide(trace: Trace, spec: HideSpec | None) -> Trace:
     return dataclasses.replace(trace, hiding=Hiding(hidden, kept, labels, note))
 
 
-def renormalize(weights: torch.Tensor, kept: Sequence[int]) -> torch.Tensor:
+def renormalize(weights: torch.Tensor, kept: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
     """(H, T, T) weights -> (H, K, K): the kept rows and columns, each row divided by its
-    sum over the kept keys (in float64, returned as float32); NaN rows where that sum is 0."""
+    sum over the kept keys (in float64, returned as float32); NaN rows where that sum is 0.
+    ``rows``: only these query rows (R of them, -> (H, R, K)); each row's numbers are the
+    same whichever rows come with it (the JSON makes them a block of rows at a time)."""
     import torch
 
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
-    part = weights.index_select(-2, index).index_select(-1, index).double()  # (H, T, T) -> (H, K, K)
-    mass = part.sum(dim=-1, keepdim=True)  # (H, K, 1)
-    shown = torch.where(mass > 0, part / mass, torch.full_like(part, float("nan")))  # (H, K, K)
+    queries = index if rows is None else torch.tensor(list(rows), dtype=torch.long)  # (R,)
+    part = weights.index_select(-2, queries).index_select(-1, index).double()  # (H, T, T) -> (H, R, K)
+    mass = part.sum(dim=-1, keepdim=True)  # (H, R, 1)
+    shown = torch.where(mass > 0, part / mass, torch.full_like(part, float("nan")))  # (H, R, K)
     return shown.to(weights.dtype)
 
 

@@ -69,3 +69,79 @@ def test_a_reader_that_goes_away_ends_the_batch_quietly(tmp_path) -> None:
 def test_cli_runner_still_sees_normal_output() -> None:
     result = CliRunner().invoke(app, ["run", "I saw a saw", "-t", "words", "-F", "json"])
     assert result.exit_code == 0 and result.stdout.startswith("{")
+
+
+# -- a long text is streamed (render.export.write_json): failures in the middle of it --
+
+LONG = ["run", " ".join(["attention"] * 400), "-t", "words", "--max-tokens", "1000"]  # JSON ~7 MB, CSV ~25 MB
+
+
+class FillsUp:
+    """A binary file that takes ``room`` bytes, then fails as a full disk does."""
+
+    def __init__(self, inner, room: int) -> None:
+        self.inner, self.room, self.taken = inner, room, 0
+
+    def write(self, data: bytes) -> int:
+        if self.taken + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.taken += len(data)
+        return self.inner.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.inner.close()
+
+
+class StdoutFillsUp(io.StringIO):
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.buffer = FillsUp(io.BytesIO(), room)
+
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_stdout_filling_up_mid_table_is_one_line_and_exit_1(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stdout, stderr = StdoutFillsUp(3 * 2**20), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert app([*LONG, "-F", fmt], standalone_mode=False) == 1
+    assert stdout.buffer.taken > 2**20  # it failed part way, after writing
+    assert stderr.getvalue() == "attn-cli: error: cannot write standard output: No space left on device\n"
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_file_filling_up_mid_table_is_one_line_and_leaves_the_old_file(fmt: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / f"out.{fmt}"
+    target.write_text("before\n")
+    real = os.fdopen
+    opened: list[FillsUp] = []
+
+    def fdopen(fd, *args, **kwargs):
+        opened.append(FillsUp(real(fd, *args, **kwargs), 3 * 2**20))
+        return opened[-1]
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    result = CliRunner().invoke(app, [*LONG, "-o", str(target)])
+    assert result.exit_code == 1, result.output
+    assert opened and opened[0].taken > 2**20
+    assert result.stderr == f"attn-cli: error: cannot write {target}: No space left on device\n"
+    assert target.read_text() == "before\n" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # no .part
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_reader_that_goes_away_mid_table_ends_quietly(fmt: str) -> None:
+    pipe = subprocess.run(
+        f"{sys.executable} -m attn_cli {' '.join(LONG[:1])} \"$TEXT\" {' '.join(LONG[2:])} -F {fmt} | head -c 100 > /dev/null; "
+        "echo ${PIPESTATUS[0]}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120, env={**os.environ, "TEXT": LONG[1]},
+    )
+    assert pipe.stdout.strip() == "0", pipe.stderr
+    assert pipe.stderr == ""

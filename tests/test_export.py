@@ -269,3 +269,30 @@ def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch)
     monkeypatch.setattr(budget, "available_bytes", lambda: 1000)  # bytes
     with pytest.raises(TooLargeError, match="--format table"):
         export.to_json(run)
+
+
+def test_a_streamed_export_is_budgeted_for_what_it_holds(monkeypatch) -> None:
+    """write_json and write_csv hold one layer's raw scores and a block of text, not the
+    text: a budget the whole text would not fit passes, a smaller one is refused before
+    anything is written."""
+    import io
+
+    from attn_cli import budget
+    from attn_cli.errors import TooLargeError
+    from attn_cli.render import export
+
+    run = run_of(" ".join(["word"] * 200), heads=2)
+    streamed, whole = export.export_bytes(run), export.export_bytes(run, whole=True)
+    assert streamed == 2 * 200 * 200 * 4 + (2 * 4 * 32 * 200 + 2 * 8 * 200 * 200 * 2) + export.STREAM_BYTES  # scores, stats
+    assert whole > 2 * streamed
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(streamed / budget.SHARE) + 1)
+    for write in (export.write_json, export.write_csv):
+        write(run, io.BytesIO())
+    with pytest.raises(TooLargeError, match="--format table"):
+        export.to_json(run)
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(streamed / budget.SHARE) - 1)
+    for write in (export.write_json, export.write_csv):
+        out = io.BytesIO()
+        with pytest.raises(TooLargeError, match="raw scores and statistics of 200 tokens x 2 heads"):
+            write(run, out)
+        assert out.getvalue() == b""

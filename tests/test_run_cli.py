@@ -291,6 +291,30 @@ def test_lines_csv_has_one_header_and_a_text_index(tmp_path: Path) -> None:
     assert {r["row_token"] for r in rows if r["text_index"] == "2"} >= {"saw#1", "saw#3"}
 
 
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_lines_write_the_whole_text_writers_bytes(fmt: str, tmp_path: Path) -> None:
+    """run streams each text's tables (render.export.write_json/write_csv): the file and
+    stdout hold the bytes the whole-text writer made, text after text."""
+    import export_reference
+
+    from attn_cli.config import Config
+    from attn_cli.pipeline import Pipeline
+
+    texts = [line for line in BATCH.splitlines() if line] + [" ".join(["long"] * 150)]
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    options = ["-t", "words", "--heads", "2", "--causal", "--out-proj", "-F", fmt]
+    runs = [Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(text) for text in texts]
+    if fmt == "json":
+        expected = "".join(export_reference.to_json(run) + "\n" for run in runs)
+    else:
+        expected = "".join(export_reference.to_csv(run, header=i == 0, index=i) for i, run in enumerate(runs))
+    target = tmp_path / f"out.{fmt}"
+    invoke("run", "--file", str(source), "--lines", *options, "-o", str(target))
+    assert target.read_bytes() == expected.encode("utf-8")
+    assert invoke("run", "--file", str(source), "--lines", *options).stdout_bytes == expected.encode("utf-8")
+
+
 def test_lines_table_labels_each_text() -> None:
     out = invoke("run", "--lines", "-", "-t", "words", "-F", "table", input=BATCH).stdout
     assert "text 1 of 3: Life is short, eat dessert first" in out and "text 3 of 3: I saw a saw" in out

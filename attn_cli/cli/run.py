@@ -105,15 +105,16 @@ def run(
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
-    from attn_cli.render.export import to_csv, to_json
+    from attn_cli.render.export import write_csv, write_json
 
     live = output is None and stdout_is_terminal()
     with binary_output(output, clobber=not no_clobber) as out:
         for i, result in enumerate(progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live)):
-            if chosen is Format.json:
-                out.write(to_json(result).encode("utf-8") + b"\n")
+            if chosen is Format.json:  # streamed: a table at a time, never the whole text (render.export)
+                write_json(result, out)
+                out.write(b"\n")
             else:
-                out.write(to_csv(result, header=i == 0, index=i).encode("utf-8"))
+                write_csv(result, out, header=i == 0, index=i)
 
 
 def _shown_position(trace: Trace, position: int, flag: str) -> int:

@@ -1,6 +1,6 @@
 """Machine formats: JSON (one object per text) and tidy long CSV.
 
-Both are built from the same ``run_dict``, so the numbers cannot depend on the
+Both are built from the same ``layer_dict``, so the numbers cannot depend on the
 format. A table's float32 values are written rounded to 9 significant digits
 (``float32_value``), exactly enough for every float32 to come back bit for bit
 when read as float32, and half the text of the float64 repr (JSON is written
@@ -10,6 +10,16 @@ shortest repr, except ``top_weight``, a float32 weight written as in its table.
 run_dict(run)``). Masked softmax inputs are ``null`` in JSON and ``-inf`` in CSV.
 The schema is documented in the README ("JSON schema"); ``SCHEMA_VERSION``
 changes when a key is renamed or removed, not when one is added.
+
+``write_json`` and ``write_csv`` stream: each table is formatted a block of rows
+at a time (``BLOCK_NUMBERS``) and the text is written about ``WRITE_CHARS`` at a
+time, so what they hold beyond the trace is one layer's derived tables, never the
+text: a 3,000-token JSON of 390 MB is written in the memory of its T x T tables.
+The tables a trace does not keep (the raw scores, the softmax input,
+``weights_shown``) are made one layer, or one block of rows, at a time, with the
+same operations as the whole tensors, so the bytes are the same. ``to_json``,
+``to_csv``, ``csv_rows`` and ``run_dict`` return the whole text or data, for the
+Python API and the tests.
 """
 
 from __future__ import annotations
@@ -20,16 +30,18 @@ import io
 import json
 import math
 import re
-from typing import Any, Callable
-
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
-from attn_cli.attention import LayerAttention
-from attn_cli.stats import attention_stats
+from attn_cli.attention import LayerAttention, _softmax_input
+from attn_cli.stats import CHUNK_ROWS, attention_stats
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Trace
+
+if TYPE_CHECKING:
+    from attn_cli.hiding import Hiding
 
 SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 
@@ -39,9 +51,19 @@ HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one numbe
 CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
 
-# Bytes of memory per number while a run is exported: a Python float in a nested
-# list (~32), its text (~20), and for CSV a row tuple around it (~100).
+# Bytes of memory per number while a run is held whole (``run_dict``, ``to_json``,
+# ``to_csv``): a Python float in a nested list (~32), its text (~20), and for CSV a
+# row tuple around it (~100).
 EXPORT_BYTES_PER_NUMBER = 160
+# What a streamed export holds whatever the size of its tables: the text gathered
+# for one write and its UTF-8 bytes (WRITE_CHARS each), one block's floats, text and
+# CSV rows, the csv module's buffer; tracemalloc measured under 5 MiB
+# (bench/json_memory.py), this leaves room for allocator slack.
+STREAM_BYTES = 16 * 2**20
+# From this much derived beside the trace (the raw scores, the entropy's float64 rows), a
+# streamed export has glibc give freed blocks back (attn_cli.allocator): otherwise the
+# heap keeps the entropy's blocks: 5,000 tokens of JSON peaked 60 MB higher, 2,000 tokens 20.
+LARGE_EXPORT_BYTES = 16 * 2**20
 
 
 def export_numbers(run: Trace) -> int:
@@ -57,15 +79,43 @@ def export_numbers(run: Trace) -> int:
     return total
 
 
-def check_export_size(run: Trace) -> None:
-    """Refuse an export that would not fit in memory, before building it."""
+def export_bytes(run: Trace, *, whole: bool = False) -> int:
+    """Bytes of memory exporting ``run`` needs beyond the trace itself. Streamed
+    (``write_json``, ``write_csv``): the raw scores of one layer, when the layer has
+    not kept its own (H x T x T); the statistics of one layer's heads (four lists of T
+    Python numbers per head, the float64 rows the entropy is summed in, and a copy of
+    the chosen heads' weights when --head chose some); and ``STREAM_BYTES``.
+    ``whole``: also every number as Python objects and text."""
+    n, heads = len(run.tokens), len(run.shown_heads)
+    scores = max((_derived_scores_bytes(layer) for layer in run.layers), default=0)
+    every_head = heads == run.model.heads
+    stats = (
+        heads * 4 * 32 * n  # the per-row lists
+        + 2 * 8 * n * (heads * n if n <= CHUNK_ROWS else CHUNK_ROWS)  # entropy's float64 rows and their x log x
+        + (0 if every_head else heads * n * n * 4)  # the chosen heads' weights, copied
+    )
+    need = scores + stats + STREAM_BYTES
+    return need + export_numbers(run) * EXPORT_BYTES_PER_NUMBER if whole else need
+
+
+def _derived_scores_bytes(layer: LayerAttention) -> int:
+    if "scores" in vars(layer):  # derived already and kept on the layer (a table drew them)
+        return 0
+    return layer.weights.numel() * layer.queries.element_size()  # (H, T, T) in the queries' dtype
+
+
+def check_export_size(run: Trace, *, whole: bool = True) -> None:
+    """Refuse an export that would not fit in memory, before building it (``whole``:
+    held in memory, as ``run_dict`` or ``to_json``; otherwise streamed)."""
     from attn_cli import budget
 
-    numbers = export_numbers(run)
     layers = f"{len(run.layers)} layer{'s' if len(run.layers) != 1 else ''} x " if run.model.layers > 1 else ""
-    what = f"the {numbers:,} numbers of the JSON/CSV of {len(run.tokens)} tokens x {layers}{len(run.shown_heads)} heads"
+    if whole:
+        what = f"the {export_numbers(run):,} numbers of the JSON/CSV of {len(run.tokens)} tokens x {layers}{len(run.shown_heads)} heads"
+    else:
+        what = f"the raw scores and statistics of {len(run.tokens)} tokens x {layers}{len(run.shown_heads)} heads, one layer at a time"
     fix = "use a shorter text, fewer layers or heads (--layer, --head), or --format table (which summarises)"
-    budget.check({"export": numbers * EXPORT_BYTES_PER_NUMBER}, {"export": what}, {"export": fix}, doing="this export")
+    budget.check({"export": export_bytes(run, whole=whole)}, {"export": what}, {"export": fix}, doing="this export")
 
 
 def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, Any]]:
@@ -97,44 +147,114 @@ def float32_value(value: float) -> float:
     return float(FLOAT32.format(value))
 
 
-_INLINE = 4096  # tables up to this many numbers are written with one template of their shape
+BLOCK_NUMBERS = 4096  # numbers formatted at a time: a block of a table's rows (at least one), one cached template
+WRITE_CHARS = 2**20  # text gathered before one write
 _FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
 
 
-def as_lists(tensor: torch.Tensor, nulls: bool = False) -> list[Any]:
+class Rows:
+    """A (T, C) table that is not kept whole but made a block of rows at a time,
+    ``rows[a:b]`` giving rows a .. b-1 (a head's softmax input, its ``weights_shown``)."""
+
+    __slots__ = ("shape", "dtype", "_make")
+
+    def __init__(self, shape: tuple[int, int], dtype: torch.dtype, make: Callable[[int, int], torch.Tensor]) -> None:
+        self.shape, self.dtype, self._make = torch.Size(shape), dtype, make
+
+    def __getitem__(self, rows: slice) -> torch.Tensor:
+        start, stop, _ = rows.indices(self.shape[0])
+        return self._make(start, stop)
+
+
+Source = Union[torch.Tensor, Rows]  # a table as layer_dict hands it over
+
+
+def blocks(source: Source) -> Iterator[torch.Tensor]:
+    """A 2-D table a block of rows at a time: ``BLOCK_NUMBERS`` numbers, at least one row."""
+    step = _block_rows(source)
+    for start in range(0, source.shape[0], step):
+        yield source[start : start + step]
+
+
+def _block_rows(source: Source) -> int:
+    return max(1, BLOCK_NUMBERS // max(1, source.shape[-1]))
+
+
+def as_lists(source: Source, nulls: bool = False) -> list[Any]:
     """A 2-D table as the lists of floats that ``to_json`` writes (``float32_value``);
     ``nulls``: NaN and infinities become None."""
-    written = float32_value if tensor.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
+    written = float32_value if source.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
+    tensor = source if isinstance(source, torch.Tensor) else source[:]
     if nulls:
         return [[written(v) if math.isfinite(v) else None for v in row] for row in tensor.tolist()]
     return [[written(v) for v in row] for row in tensor.tolist()]
 
 
-class JsonTable:
-    """A float32 table in ``run_dict(table=JsonTable)``, which ``to_json`` writes with
-    ``FLOAT32`` in one ``str.format`` call per table (or per row of a large one) instead of
-    one float repr per number through ``json``; ``nulls``: NaN and infinities are written ``null``."""
+class StreamedTable:
+    """A float32 table in ``run_dict(table=StreamedTable)``: its source (a tensor, or
+    ``Rows``), written a block of rows at a time, as JSON (``json_pieces``: one
+    ``str.format`` of ``FLOAT32`` per block instead of one float repr per number
+    through ``json``) or as the rows of ``as_lists`` (``row_lists``, for CSV);
+    ``nulls``: NaN and infinities are written ``null`` (None)."""
 
-    __slots__ = ("tensor", "nulls")
+    __slots__ = ("source", "nulls")
 
-    def __init__(self, tensor: torch.Tensor, nulls: bool = False) -> None:
-        self.tensor, self.nulls = tensor, nulls
+    def __init__(self, source: Source, nulls: bool = False) -> None:
+        self.source, self.nulls = source, nulls
 
     def json(self) -> str:
-        t = self.tensor
-        field = FLOAT32 if t.dtype in _FLOAT32_EXACT else "{!r}"  # a float64 table keeps all its digits
-        if t.numel() <= _INLINE:
-            text = _template(tuple(t.shape), field).format(*t.reshape(-1).tolist())
-        else:
-            row = _template(tuple(t.shape[-1:]), field)
-            text = _nest([row.format(*values) for values in t.reshape(-1, t.shape[-1]).tolist()], tuple(t.shape[:-1]))
-        if "e+" in text:  # 1e9 and up: the notation of repr ("1234567890.0"), as json.dumps writes the same value
-            text = _LARGE.sub(lambda m: repr(float(m[0])), text)
-        if "n" in text:  # "inf", "-inf" or "nan": no finite number's text has an n
-            if not self.nulls:
-                raise ValueError("Out of range float values are not JSON compliant")
-            text = text.replace("-inf", "null").replace("inf", "null").replace("nan", "null")
-        return text
+        return "".join(self.json_pieces())
+
+    def json_pieces(self) -> Iterator[str]:
+        field = FLOAT32 if self.source.dtype in _FLOAT32_EXACT else "{!r}"  # a float64 table keeps all its digits
+        return _table_pieces(self.source, field, self.nulls)
+
+    def row_lists(self) -> Iterator[list[Any]]:
+        """Each row as ``as_lists`` gives it."""
+        for block in blocks(self.source):
+            yield from as_lists(block, self.nulls)
+
+
+JsonTable = StreamedTable  # the name before tables were streamed
+
+
+def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:
+    """A table's JSON text: in one piece up to ``BLOCK_NUMBERS`` numbers, else a block of rows a piece."""
+    shape = tuple(source.shape)
+    if len(shape) != 2:  # no export table is one: a vector in one piece, a stack table by table
+        if len(shape) <= 1:
+            yield _finished(_template(shape, field).format(*source.reshape(-1).tolist()), nulls)
+            return
+        yield "["
+        for i in range(shape[0]):
+            if i:
+                yield ", "
+            yield from _table_pieces(source[i], field, nulls)
+        yield "]"
+        return
+    n_rows, width = shape
+    step = _block_rows(source)
+    if n_rows <= step:
+        yield _finished(_template(shape, field).format(*source[:].reshape(-1).tolist()), nulls)
+        return
+    yield "["
+    for start in range(0, n_rows, step):
+        block = source[start : start + step]
+        if start:
+            yield ", "
+        yield _finished(_rows_template(block.shape[0], width, field).format(*block.reshape(-1).tolist()), nulls)
+    yield "]"
+
+
+def _finished(text: str, nulls: bool) -> str:
+    """Numbers formatted with ``FLOAT32`` as ``json.dumps`` writes them."""
+    if "e+" in text:  # 1e9 and up: the notation of repr ("1234567890.0"), as json.dumps writes the same value
+        text = _LARGE.sub(lambda m: repr(float(m[0])), text)
+    if "n" in text:  # "inf", "-inf" or "nan": no finite number's text has an n
+        if not nulls:
+            raise ValueError("Out of range float values are not JSON compliant")
+        text = text.replace("-inf", "null").replace("inf", "null").replace("nan", "null")
+    return text
 
 
 @functools.lru_cache(maxsize=512)
@@ -146,44 +266,43 @@ def _template(shape: tuple[int, ...], field: str = FLOAT32) -> str:
     return "[" + ", ".join([inner] * shape[0]) + "]"
 
 
-def _nest(rows: list[str], shape: tuple[int, ...]) -> str:
-    """Written rows (the last dimension) -> the nested JSON arrays of ``shape`` around them."""
-    if not shape:
-        return rows[0]
-    if len(shape) == 1:
-        return "[" + ", ".join(rows) + "]"
-    step = len(rows) // shape[0]
-    return "[" + ", ".join(_nest(rows[i : i + step], shape[1:]) for i in range(0, len(rows), step)) + "]"
+@functools.lru_cache(maxsize=64)
+def _rows_template(n_rows: int, width: int, field: str) -> str:
+    """``n_rows`` JSON arrays of ``width`` fields, comma-separated: a block of a long table."""
+    return ", ".join([_template((width,), field)] * n_rows)
 
 
-Table = Callable[..., Any]  # as_lists or JsonTable: what run_dict makes of each float32 table
+Table = Callable[..., Any]  # as_lists or StreamedTable: what run_dict makes of each float32 table
 
 
 def layer_dict(
     layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists
 ) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
-    ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``."""
-    scaled = layer.scaled_scores
-    shown = None if kept is None else _weights_shown(layer, heads, kept)
-    stats = attention_stats(layer.weights[list(heads)], mask=layer.mask)
+    ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
+    The softmax input and ``weights_shown`` are ``Rows``, made as they are read."""
+    scores = _raw_scores(layer)  # (H, T, T)
+    # Every chosen head at once, as before streaming: torch's exp2 can round a number
+    # differently by where it falls in the tensor (a vectorized stretch or the tail), so
+    # one head at a time would change last digits. A subset of the heads is a copy.
+    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
+    stats = attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask)
     entries = []
-    for k, (h, head_stats) in enumerate(zip(heads, stats)):
-        head = layer.head(h)
+    for h, head_stats in zip(heads, stats):
         entry: dict[str, Any] = {
             "head": h,
-            "queries": table(head.queries),
-            "keys": table(head.keys),
-            "values": table(head.values),
-            "scores": table(head.scores),
-            "scaled_scores": table(scaled[h], nulls=True),
-            "weights": table(head.weights),
-            "context": table(head.context),
+            "queries": table(layer.queries[h]),
+            "keys": table(layer.keys[h]),
+            "values": table(layer.values[h]),
+            "scores": table(scores[h]),
+            "scaled_scores": table(_softmax_input_rows(layer, scores[h]), nulls=True),
+            "weights": table(layer.weights[h]),
+            "context": table(layer.context[h]),
         }
         if layer.dropped_weights is not None:
             entry["dropped_weights"] = table(layer.dropped_weights[h])
-        if shown is not None:
-            entry["weights_shown"] = table(shown[k], nulls=True)
+        if kept is not None:
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
         entry["stats"] = head_stats.as_dict()
         entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]  # float32 weights, as in the table
         entries.append(entry)
@@ -196,24 +315,54 @@ def layer_dict(
     }
 
 
-def _weights_shown(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int]) -> torch.Tensor:
-    """(H', T, T): per chosen head, the renormalized weights (``attn_cli.hiding``) at the model's
-    positions; NaN (``null``) in the hidden tokens' rows and columns, and in a row with no weight left."""
+def _raw_scores(layer: LayerAttention) -> torch.Tensor:
+    """(H, T, T) raw Q K^T: the layer's own when a table derived them already, otherwise
+    derived by the same function but not kept on the layer, so that an export of many
+    layers holds one layer's at a time."""
+    derived = vars(layer).get("scores")
+    return derived if derived is not None else type(layer).scores.func(layer)
+
+
+def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor) -> Rows:
+    """(T, T) one head's ``scaled_scores`` from its raw scores, a block of rows at a time
+    (the same division and mask, cell by cell, as the whole tensor)."""
+    mask = layer.mask
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        return _softmax_input(scores[start:stop], layer.divisor, None if mask is None else mask[start:stop])  # (R, T)
+
+    return Rows(tuple(scores.shape), scores.dtype, rows)
+
+
+def _weights_shown(layer: LayerAttention, h: int, kept: Sequence[int]) -> Rows:
+    """(T, T): head ``h``'s renormalized weights (``attn_cli.hiding``) at the model's
+    positions, a block of rows at a time; NaN (``null``) in the hidden tokens' rows and
+    columns, and in a row with no weight left."""
     from attn_cli.hiding import renormalize
 
     n = layer.weights.shape[-1]
-    index = torch.tensor(list(kept))
-    full = torch.full((len(heads), n, n), math.nan, dtype=layer.weights.dtype)
-    full[:, index[:, None], index[None, :]] = renormalize(layer.weights[list(heads)], kept)  # (H', K, K)
-    return full
+    shown = set(kept)
+    columns = torch.tensor(list(kept))  # (K,)
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        full = torch.full((stop - start, n), math.nan, dtype=layer.weights.dtype)  # (R, T)
+        queries = [i for i in range(start, stop) if i in shown]
+        if queries:
+            at = torch.tensor(queries)[:, None] - start  # (R', 1)
+            full[at, columns[None, :]] = renormalize(layer.weights[h : h + 1], kept, rows=queries)[0]  # (R', K)
+        return full
+
+    return Rows((n, n), layer.weights.dtype, rows)
 
 
-def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
-    """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
-    becomes (nested lists of floats, or ``JsonTable`` for ``to_json``)."""
-    check_export_size(run)
+def _hiding(run: Trace) -> Hiding | None:
+    return run.hiding if run.hiding is not None and run.hiding.active else None
+
+
+def _header(run: Trace) -> dict[str, Any]:
+    """The documented JSON object up to its layers."""
     tokens = run.tokens
-    hiding = run.hiding if run.hiding is not None and run.hiding.active else None
+    hiding = _hiding(run)
     return {
         "schema_version": SCHEMA_VERSION,
         "text": run.text,
@@ -222,32 +371,92 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
         "vocab_size": tokens.vocab_size,
         "tokens": token_dicts(tokens, hiding.hidden if hiding else ()),
         "model": run.model.as_dict(),
-        "layers": [layer_dict(layer, run.shown_heads, hiding.kept if hiding else None, table=table) for layer in run.layers],
     }
+
+
+def _kept(run: Trace) -> Sequence[int] | None:
+    hiding = _hiding(run)
+    return hiding.kept if hiding else None
+
+
+def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
+    """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
+    becomes (nested lists of floats, or ``StreamedTable``)."""
+    check_export_size(run)
+    return {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
 
 
 _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
 
 
-def _encode(value: Any) -> str:
-    """JSON text of a value of run_dict(table=JsonTable), as json.dumps writes it (", " and ": "):
-    tables and the layers' and heads' objects around them here, the rest through json."""
-    if type(value) is JsonTable:
-        return value.json()
-    if type(value) is list and value and type(value[0]) is dict:  # layers, a layer's heads
-        return "[" + ", ".join(
-            "{" + ", ".join(f'"{key}": {_encode(v)}' for key, v in entry.items()) + "}" for entry in value
-        ) + "]"
-    if type(value) is int:
-        return str(value)
-    return _dumps(value)
+def json_pieces(run: Trace) -> Iterator[str]:
+    """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
+    each layer's dict is made as it is reached and let go before the next."""
+    yield _dumps(_header(run))[:-1] + ', "layers": ['  # the rest (tokens, model) has no tables: json writes it
+    for i, layer in enumerate(run.layers):
+        yield "{" if i == 0 else ", {"
+        yield from _members(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
+        yield "}"
+    yield "]}"
+
+
+def _members(entry: dict[str, Any]) -> Iterator[str]:
+    """An object's members (without its braces) as json.dumps writes them (", " and ": ")."""
+    for k, (key, value) in enumerate(entry.items()):
+        yield f'{", " if k else ""}"{key}": '
+        yield from _pieces(value)
+
+
+def _pieces(value: Any) -> Iterator[str]:
+    """JSON text of a value of ``layer_dict(table=StreamedTable)``: tables and the heads'
+    objects around them here, the rest through json."""
+    if type(value) is StreamedTable:
+        yield from value.json_pieces()
+    elif type(value) is list and value and type(value[0]) is dict:  # a layer's heads
+        for i, entry in enumerate(value):
+            yield "[{" if i == 0 else ", {"
+            yield from _members(entry)
+            yield "}"
+        yield "]"
+    elif type(value) is int:
+        yield str(value)
+    else:
+        yield _dumps(value)
+
+
+def write_json(run: Trace, out: IO[bytes]) -> None:
+    """Write the run's JSON line (no newline) to ``out`` as UTF-8, streamed: what it
+    holds is one layer's derived tables and a block of text, not the text."""
+    _before_streaming(run)
+    _write(json_pieces(run), out)
+
+
+def _before_streaming(run: Trace) -> None:
+    check_export_size(run, whole=False)
+    if export_bytes(run) - STREAM_BYTES >= LARGE_EXPORT_BYTES:
+        from attn_cli.allocator import return_freed_memory
+
+        return_freed_memory()
 
 
 def to_json(run: Trace) -> str:
     """The run as one line of JSON (the schema of ``run_dict``)."""
-    data = run_dict(run, table=JsonTable)
-    layers = data.pop("layers")  # the rest (tokens, model) has no tables: json writes it in one call
-    return _dumps(data)[:-1] + ', "layers": ' + _encode(layers) + "}"
+    check_export_size(run)
+    return "".join(json_pieces(run))
+
+
+def _write(pieces: Iterable[str], out: IO[bytes]) -> None:
+    """Write text to a binary file about ``WRITE_CHARS`` at a time."""
+    gathered: list[str] = []
+    size = 0
+    for piece in pieces:
+        gathered.append(piece)
+        size += len(piece)
+        if size >= WRITE_CHARS:
+            out.write("".join(gathered).encode("utf-8"))
+            gathered, size = [], 0
+    if gathered:
+        out.write("".join(gathered).encode("utf-8"))
 
 
 def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
@@ -257,70 +466,93 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
     checkpoint's added tokens, ``special``; for a piece of a character, one per byte in
     ``token_bytes``). ``index`` is the text's place in a
     --lines batch; every row names the tokenizer actually used and the layer."""
-    data = run_dict(run)
-    labels = [t["label"] for t in data["tokens"]]
-    tokenizer = data["tokenizer"]
-    rows: list[tuple[Any, ...]] = [
-        (index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(data["tokens"])
-    ]
-    rows += [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["special"]]
-    rows += [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(data["tokens"]) if t["hidden"]]
-    rows += [
+    check_export_size(run)
+    return [row for rows in _csv_batches(run, index) for row in rows]
+
+
+def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``csv_rows`` a few at a time (the token rows, then one row of a
+    table at a time), each layer's tables made as the layer is reached."""
+    hiding = _hiding(run)
+    tokens = token_dicts(run.tokens, hiding.hidden if hiding else ())
+    labels = [t["label"] for t in tokens]
+    tokenizer = run.tokens.tokenizer
+    yield [(index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(tokens)]
+    yield [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["special"]]
+    yield [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["hidden"]]
+    yield [
         (index, tokenizer, "token_bytes", "", "", i, b, labels[i], "", byte)
-        for i, t in enumerate(data["tokens"]) if t["partial"]
+        for i, t in enumerate(tokens) if t["partial"]
         for b, byte in enumerate(bytes.fromhex(t["bytes"]))
     ]
+    hidden = {i for i, t in enumerate(tokens) if t["hidden"]}
 
-    def vectors(table: str, head: Any, layer: int, matrix: list[list[float]]) -> None:
-        for i, vec in enumerate(matrix):
-            rows.extend((index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec))
+    def vectors(table: str, head: Any, layer: int, values: StreamedTable) -> Iterator[list[tuple[Any, ...]]]:
+        for i, vec in enumerate(values.row_lists()):
+            yield [(index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec)]
 
-    hidden = {i for i, t in enumerate(data["tokens"]) if t["hidden"]}
-
-    def squares(table: str, head: Any, layer: int, matrix: list[list[float | None]]) -> None:
+    def squares(table: str, head: Any, layer: int, values: StreamedTable) -> Iterator[list[tuple[Any, ...]]]:
         if table == "weights_shown":  # the shown tokens' cells only; "" in a row with no weight left
-            for i, vec in enumerate(matrix):
+            for i, vec in enumerate(values.row_lists()):
                 if i not in hidden:
-                    rows.extend(
+                    yield [
                         (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "" if v is None else v)
                         for j, v in enumerate(vec) if j not in hidden
-                    )
+                    ]
             return
-        for i, vec in enumerate(matrix):
-            rows.extend(
-                (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "-inf" if v is None else v)
-                for j, v in enumerate(vec)
-            )
+        for i, vec in enumerate(values.row_lists()):
+            yield [(index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
 
-    for layer in data["layers"]:
+    def layer_rows(layer: dict[str, Any]) -> Iterator[list[tuple[Any, ...]]]:
         n = layer["layer"]
         if layer["input"] is not None:
-            vectors("input", "", n, layer["input"])
+            yield from vectors("input", "", n, layer["input"])
         for head in layer["heads"]:
             h = head["head"]
             for table in VECTOR_TABLES:
-                vectors(table, h, n, head[table])
+                yield from vectors(table, h, n, head[table])
             for table in MATRIX_TABLES:
                 if table in head:
-                    squares(table, h, n, head[table])
+                    yield from squares(table, h, n, head[table])
             stats = head["stats"]
-            for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"])):
-                rows.append((index, tokenizer, "most_attended", h, n, i, j, labels[i], labels[j], w))
+            yield [
+                (index, tokenizer, "most_attended", h, n, i, j, labels[i], labels[j], w)
+                for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
+            ]
             for table in ("entropy_bits", "effective_tokens"):
-                rows.extend((index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table]))
-            for table in HEAD_STATS:
-                if stats[table] is not None:
-                    rows.append((index, tokenizer, table, h, n, "", "", "", "", stats[table]))
+                yield [(index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table])]
+            yield [(index, tokenizer, table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats[table] is not None]
         if run.model.out_proj:  # otherwise concat is the output itself
-            vectors("concat", "", n, layer["concat"])
-        vectors("output", "", n, layer["output"])
-    return rows
+            yield from vectors("concat", "", n, layer["concat"])
+        yield from vectors("output", "", n, layer["output"])
+
+    for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
+        yield from layer_rows(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
 
 
-def to_csv(run: Trace, *, header: bool = True, index: int = 0) -> str:
+def csv_pieces(run: Trace, *, header: bool = True, index: int = 0) -> Iterator[str]:
+    """The CSV text of ``csv_rows`` (with the header line when ``header``), about
+    ``WRITE_CHARS`` a piece."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if header:
         writer.writerow(CSV_COLUMNS)
-    writer.writerows(csv_rows(run, index))
-    return buffer.getvalue()
+    for rows in _csv_batches(run, index):
+        writer.writerows(rows)
+        if buffer.tell() >= WRITE_CHARS // 4:  # a StringIO holds 4 bytes a character
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def write_csv(run: Trace, out: IO[bytes], *, header: bool = True, index: int = 0) -> None:
+    """Write the run's CSV rows (after the header line when ``header``) to ``out`` as
+    UTF-8, streamed like ``write_json``."""
+    _before_streaming(run)
+    _write(csv_pieces(run, header=header, index=index), out)
+
+
+def to_csv(run: Trace, *, header: bool = True, index: int = 0) -> str:
+    check_export_size(run)
+    return "".join(csv_pieces(run, header=header, index=index))
