@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -45,15 +45,17 @@ def heads(
         typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),
     ] = False,
     probe_length: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--probe-length",
-            help="R: the probe is the leading special tokens, R random token ids (drawn with --seed), then the same R again.",
+            help="R: the probe is the leading special tokens, R random token ids (drawn with --seed), then the same R again. "
+            "Default: 50, or as many as a model with fewer positions takes.",
             min=2,
             max=4096,
+            show_default=False,
             rich_help_panel=PROBE,
         ),
-    ] = 50,
+    ] = None,
     top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
@@ -111,17 +113,23 @@ def heads(
                 out.write(render.to_csv(report, header=i == 0, index=i).encode("utf-8"))
 
 
-def _make_probe(source: Source, length: int, seed: int) -> tuple[Probe | None, str | None]:
-    from attn_cli.headroles import make_probe
+def _make_probe(source: Source, length: int | None, seed: int) -> tuple[Probe | None, str | None]:
+    """The probe of ``length`` repeated ids; None: PROBE_LENGTH, or as many as the model's
+    positions take (a default must work on every model; a length asked for is checked)."""
+    from attn_cli.headroles import PROBE_LENGTH, make_probe
 
     pool = source.probe_pool()
     if isinstance(pool, str):
         return None, pool
     leading, ordinary = pool
-    probe = make_probe(leading, ordinary, length, seed)
     limit = getattr(getattr(source, "info", None), "max_positions", None)
+    most = None if limit is None else (limit - len(leading)) // 2
+    if length is None:
+        length = PROBE_LENGTH if most is None else min(PROBE_LENGTH, most)
+        if length < 2:
+            return None, f"the model takes {limit} positions, too few for a repeated probe"
+    probe = make_probe(leading, ordinary, length, seed)
     if limit is not None and len(probe.ids) > limit:
-        most = (limit - len(leading)) // 2
         raise UsageError(f"--probe-length {length} makes a probe of {len(probe.ids)} tokens; the model takes {limit}: give {most} or less")
     return probe, None
 

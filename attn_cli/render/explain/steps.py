@@ -211,7 +211,7 @@ class Walkthrough:
             blocks.append(
                 Line(
                     f"Summarised ({', '.join(reasons)}): showing {' and '.join(shown)}. {_stats(m, self.f)}. "
-                    "`attn-cli run --format json` has every number.",
+                    "The JSON of the command at the end has every number.",
                     "note",
                 )
             )

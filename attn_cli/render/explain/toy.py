@@ -11,6 +11,7 @@ import math
 import torch
 
 from attn_cli.config import Config, Init, Positional
+from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import CORNER, FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _repeats, _softmax
 from attn_cli.render.fit import spans
@@ -229,8 +230,8 @@ class ToyWalkthrough(Walkthrough):
     def outro(self) -> tuple[Block, ...]:
         return (
             Line(
-                "Every number, full precision: the same options with `attn-cli run --format json`. "
-                "A plain PyTorch script that recomputes them: add --emit-python.",
+                f"Every number, full precision: `{command_line(self.run, 'run', '--format', 'json')}`. "
+                f"A plain PyTorch script that recomputes them: `{command_line(self.run, 'run', '--emit-python')}`.",
                 "note",
             ),
         )

@@ -10,6 +10,7 @@ shows in this text.
 from __future__ import annotations
 
 from attn_cli.headroles import BROAD, THRESHOLDS, role_scores, text_scores
+from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _repeats
 
@@ -63,13 +64,9 @@ class TrainedWalkthrough(Walkthrough):
         return tuple(blocks)
 
     def outro(self) -> tuple[Block, ...]:
-        src = self.model.source
+        every_number = command_line(self.run, "run", "--layer", str(self.index), "--format", "json")
         return (
-            Line(
-                f"Every number, full precision: `attn-cli run --model {src} --layer {self.index} --format json`. "
-                f"Every head's role: `attn-cli heads --model {src}`.",
-                "note",
-            ),
+            Line(f"Every number, full precision: `{every_number}`. Every head's role: `{command_line(self.run, 'heads')}`.", "note"),
         )
 
     # the steps that differ --------------------------------------------------------

@@ -36,13 +36,13 @@ import functools
 import html
 import json
 import math
-import shlex
 import zlib
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.render.fit import spans
+from attn_cli.render.commands import command_line
 
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
@@ -116,44 +116,14 @@ def notebook_html(traces: Sequence[Trace], *, height: int = 640, max_bytes: int 
 
 def reproduce_command(trace: Trace) -> str:
     """``attn-cli html TEXT ...`` with the options that made ``trace``."""
-    args = ["attn-cli", "html", trace.text]
-    config = trace.model.config
-    if config is not None:
-        args += toy_flags(config, trace.tokens.tokenizer)
-    else:
-        args += ["--model", trace.model.source]
+    extra: list[str] = []
+    if trace.model.config is None:
         kept = [layer.layer for layer in trace.layers]
         if kept != list(range(trace.model.layers)):
-            args += ["--layer", ",".join(str(i) for i in kept)]
+            extra += ["--layer", ",".join(str(i) for i in kept)]
     if trace.hiding is not None and trace.hiding.active:
-        args += ["--hide-tokens", ",".join(str(i) for i in trace.hiding.hidden)]
-    return shlex.join(args)
-
-
-def toy_flags(config: Config, tokenizer: str) -> list[str]:
-    """The toy options that differ from their defaults, as command-line flags."""
-    from attn_cli.config import Config as Defaults
-
-    base = Defaults()
-    flags = ["--tokenizer", tokenizer]
-    pairs: list[tuple[bool, list[str]]] = [
-        (config.seed != base.seed, ["--seed", str(config.seed)]),
-        (config.embeddings is None and config.d_model != 16, ["--d-model", str(config.d_model)]),
-        (config.heads != base.heads, ["--heads", str(config.heads)]),
-        (config.projections and config.d_model is not None and config.d_k != config.d_model // config.heads, ["--d-k", str(config.d_k)]),
-        (config.projections and config.d_model is not None and config.d_v != config.d_model // config.heads, ["--d-v", str(config.d_v)]),
-        (config.causal, ["--causal"]),
-        (not config.scale, ["--no-scale"]),
-        (config.temperature != base.temperature, ["--temperature", f"{config.temperature:g}"]),
-        (config.dropout != base.dropout, ["--dropout", f"{config.dropout:g}"]),
-        (config.qkv_bias, ["--qkv-bias"]),
-        (config.out_proj, ["--out-proj"]),
-        (config.init is not base.init, ["--init", config.init.value]),
-        (not config.projections, ["--no-projections"]),
-        (config.positional is not base.positional, ["--positional", config.positional.value]),
-        (config.embeddings is not None, ["--embeddings", str(config.embeddings)]),
-    ]
-    return flags + [arg for on, args in pairs if on for arg in args]
+        extra += ["--hide-tokens", ",".join(str(i) for i in trace.hiding.hidden)]
+    return command_line(trace, "html", *extra)
 
 
 # -- data ----------------------------------------------------------------------
