@@ -710,3 +710,22 @@ app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
     assert "this picture needs about" in result.stderr and "tokens fit" in result.stderr
     assert not picture.exists()
+
+
+@pytest.mark.parametrize(("size", "dpi"), [("5.55x5.05", 150), ("9.45x7.3", 150), ("14.73x12.1", 150), ("6x4", 100), ("3.33x2.21", 97)])
+def test_the_size_said_on_a_terminal_is_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: str, dpi: int) -> None:
+    """`wrote x.png  (832×757 px)`: the PNG's own header, not the size rounded (which said
+    758 for 757.5 pixels, issue 18)."""
+    monkeypatch.setattr(heatmap_cli, "stdout_is_terminal", lambda: True)
+    out = tmp_path / "x.png"
+    result = invoke(FOX, "--tokenizer", "words", "--heads", "2", "-o", str(out), "--size", size, "--dpi", str(dpi))
+    assert result.exit_code == 0, result.output
+    width, height = png_size(out.read_bytes())
+    assert result.stdout == f"wrote {out}  ({width}×{height} px)\n"
+
+
+def test_rounding_the_size_would_have_been_wrong() -> None:
+    """The negative control for the test above: for its first size, rounding the figure's
+    size in pixels says another height than the file has."""
+    width_in, height_in = 5.55, 5.05
+    assert round(height_in * 150) == 758 and int(Figure(figsize=(width_in, height_in), dpi=150).bbox.size[1]) == 757

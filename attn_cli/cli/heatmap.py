@@ -227,14 +227,21 @@ def _report(path: Path, fig: Figure, fmt: str) -> None:
     """The written path on stdout: alone when piped (for scripts), with its size on a terminal."""
     line = str(path)
     if stdout_is_terminal():
-        width, height = fig.get_size_inches()
         if fmt == "png":
-            detail = f"{round(width * fig.dpi)}×{round(height * fig.dpi)} px"
+            detail = "{}×{} px".format(*png_pixels(fig))
         else:
+            width, height = fig.get_size_inches()
             detail = f"{width:.1f}×{height:.1f} in"
         line = f"wrote {path}  ({detail})"
     with stdout_errors():
         typer.echo(line)
+
+
+def png_pixels(fig: Figure) -> tuple[int, int]:
+    """The PNG's width and height as matplotlib's Agg canvas makes them: the figure's size
+    in pixels, truncated (rounding said 758 for a 757.99-pixel, 757-pixel-high file)."""
+    width, height = fig.bbox.size
+    return int(width), int(height)
 
 
 def _check_display() -> None:
