@@ -23,9 +23,10 @@ from typing import BinaryIO
 
 from attn_cli.errors import OutputError
 
-# Temporary files being written now, for a signal watcher that must exit without
-# unwinding (attn_cli.cli.interrupts): it removes them itself.
+# Temporary files being written now, and temporary folders of this process, for a
+# signal watcher that must exit without unwinding (attn_cli.interrupts): it removes them itself.
 _temporaries: set[str] = set()
+_temporary_folders: set[str] = set()
 
 
 @contextlib.contextmanager
@@ -91,10 +92,20 @@ def _exists(path: Path) -> OutputError:
 
 
 def remove_temporaries() -> None:
-    """Delete the temporary files of writes still under way (for an exit that skips unwinding)."""
+    """Delete the temporary files of writes still under way, and this process's temporary
+    folders (for an exit that skips unwinding)."""
     for tmp in list(_temporaries):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+    for folder in list(_temporary_folders):
+        _remove_folder(folder)
+
+
+def _remove_folder(folder: str) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    _temporary_folders.discard(folder)
 
 
 def output_path(value: str) -> Path:
@@ -151,8 +162,10 @@ def settle_matplotlib_dirs() -> None:
 
     matplotlib wants ``$XDG_CONFIG_HOME/matplotlib`` and ``$XDG_CACHE_HOME/matplotlib``
     (``~/.config``, ``~/.cache``); when HOME is unset, a file, or read-only it warns
-    on stderr and rebuilds its font cache in a new temporary folder on every run.
-    Then ``MPLCONFIGDIR`` names one private folder that lasts between runs instead.
+    on stderr and makes a folder in the temp folder that it leaves there. Then
+    ``MPLCONFIGDIR`` names a folder of this process's own instead, removed when the
+    process ends (an exit by signal too): nothing is left in the temp folder, at the
+    price of matplotlib's font list being rebuilt in each such run.
     """
     if os.environ.get("MPLCONFIGDIR"):
         return
@@ -160,11 +173,15 @@ def settle_matplotlib_dirs() -> None:
     bases = [os.environ.get("XDG_CONFIG_HOME") or (home and home / ".config"), os.environ.get("XDG_CACHE_HOME") or (home and home / ".cache")]
     if all(base and _writable_folder(Path(base) / "matplotlib") for base in bases):
         return
-    private = Path(tempfile.gettempdir()) / f"attn-cli-matplotlib-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    with contextlib.suppress(OSError):
-        private.mkdir(mode=0o700, exist_ok=True)
-    if _writable_folder(private):
-        os.environ["MPLCONFIGDIR"] = str(private)
+    try:
+        private = tempfile.mkdtemp(prefix="attn-cli-matplotlib-")
+    except OSError:
+        return  # no writable temp folder either: matplotlib says so itself
+    import atexit
+
+    _temporary_folders.add(private)
+    atexit.register(_remove_folder, private)
+    os.environ["MPLCONFIGDIR"] = private
 
 
 def _writable_folder(folder: Path) -> bool:

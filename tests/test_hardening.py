@@ -395,15 +395,21 @@ def test_an_unusable_tiktoken_cache_still_loads_quietly(cache: str, rank_dir: Pa
     assert os.environ["TIKTOKEN_CACHE_DIR"] == value  # the private cache was for the load only
 
 
-@pytest.mark.parametrize("setup", ["home-is-a-file", "no-home-config-under-a-file", "cache-under-a-file"])
-def test_unusable_homes_give_quiet_heatmaps(setup: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("setup", ["home-is-a-file", "home-under-dev-null", "no-home-config-under-a-file", "cache-under-a-file"])
+def test_unusable_homes_give_quiet_heatmaps_and_leave_nothing_behind(setup: str, tmp_path: Path) -> None:
+    """No warnings, and nothing left in the temp folder (a private matplotlib folder used
+    to stay there, issue 18)."""
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where a folder should be")
-    env = child_env(ATTN_CLI_OFFLINE="1")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = child_env(ATTN_CLI_OFFLINE="1", TMPDIR=str(temp))
     for name in ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
         env.pop(name, None)
     if setup == "home-is-a-file":
         env["HOME"] = str(blocker)
+    elif setup == "home-under-dev-null":
+        env["HOME"] = "/dev/null/nohome"
     elif setup == "no-home-config-under-a-file":
         env["XDG_CONFIG_HOME"] = str(blocker / "config")
         env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
@@ -417,6 +423,23 @@ def test_unusable_homes_give_quiet_heatmaps(setup: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert (tmp_path / "x.png").is_file()
+    assert list(temp.iterdir()) == []
+
+
+def test_an_interrupted_heatmap_leaves_no_private_folder(tmp_path: Path) -> None:
+    """The same folder, removed by the signal's exit too: Ctrl-C while matplotlib loads."""
+    import test_signals
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = child_env(TMPDIR=str(temp), HOME="/dev/null/nohome")
+    env.pop("MPLCONFIGDIR", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", test_signals.AT_IMPORT, "matplotlib.figure", str(int(signal.SIGINT)), "heatmap", "I saw a saw", *WORDS, "-o", str(tmp_path / "x.png")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (130, "attn-cli: error: interrupted\n")
+    assert list(temp.iterdir()) == [] and not (tmp_path / "x.png").exists()
 
 
 # --------------------------------------------------------------------------- 3. stdout encodings
