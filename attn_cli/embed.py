@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -153,8 +154,8 @@ def _read_npy(path: Path, n_tokens: int) -> list[list[float]]:
             version = np.lib.format.read_magic(f)
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _fortran, dtype = read_header(f, max_header_size=10_000)
-        except (ValueError, OSError, EOFError, SyntaxError, TypeError) as err:
-            raise EmbeddingsError(f"{path} is not a readable .npy file ({_first_line(err)})") from None
+        except Exception as err:  # noqa: BLE001  whatever numpy's parser raises on a user's bytes (SyntaxError, RecursionError, MemoryError...)
+            raise EmbeddingsError(f"{path} is not a readable .npy file: its header is not the Python dict numpy.save writes ({_first_line(err)})") from None
         data_start = f.tell()
     if dtype.hasobject:
         raise EmbeddingsError(f"{path} is not a readable .npy file (it holds Python objects, which are never unpickled)")
@@ -173,6 +174,8 @@ def _read_npy(path: Path, n_tokens: int) -> list[list[float]]:
     _check_memory(path, rows * width)
     try:
         array = np.load(path, allow_pickle=False)
+    except MemoryError:
+        raise TooLargeError(f"reading {path.name}: its {rows:,} x {width:,} numbers do not fit in the memory this process may use; give a smaller embeddings file") from None
     except (ValueError, OSError, EOFError) as err:
         raise EmbeddingsError(f"{path} is not a readable .npy file ({_first_line(err)})") from None
     return array.astype(float).tolist()
@@ -194,6 +197,9 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _first_line(err: Exception) -> str:
+def _first_line(err: BaseException, most: int = 120) -> str:
+    """The error's first line, cut to ``most`` characters (a parser may quote a whole
+    10 KB header), without object addresses (``<ast.Call object at 0x7f...>``)."""
     lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
+    line = re.sub(r"<([\w.]+) object at 0x[0-9a-f]+>", r"\1", lines[0]) if lines else type(err).__name__
+    return line if len(line) <= most else line[: most - 1] + "…"

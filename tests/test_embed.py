@@ -208,3 +208,75 @@ def test_positional_sinusoidal_is_added_to_x() -> None:
     assert torch.equal(plain.x[1], plain.x[3])  # "saw" twice: same row without positions
     torch.testing.assert_close(with_pe.x, plain.x + sinusoidal(4, 16), atol=0, rtol=0)
     assert not torch.equal(with_pe.x[1], with_pe.x[3])
+
+
+# -- hostile .npy headers, through the command line (issue 18) ------------------------------
+
+
+def npy_with_header(path: Path, header: bytes, data: int = 96) -> Path:
+    """A file with numpy's magic and version 1.0, then ``header`` as its header text."""
+    import struct
+
+    header = header + b" " * (63 - (len(header) + 10) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * data)
+    return path
+
+
+HOSTILE_HEADERS = {
+    "a-call": b"{'descr': foo(), 'fortran_order': False, 'shape': (3, 4), }",
+    "garbage-bytes": b"garbage \xff\xfe not python",
+    "deeply-nested": b"{'descr': '<f4', 'fortran_order': False, 'shape': " + b"(" * 3000 + b")" * 3000 + b", }",
+    "a-list": b"[1, 2, 3]",
+    "missing-keys": b"{'descr': '<f4'}",
+    "a-lambda": b"{'descr': (lambda: 1)(), 'fortran_order': False, 'shape': (3, 4)}",
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_HEADERS)
+def test_an_npy_header_that_is_not_numpys_is_one_short_line_and_exit_2(tmp_path: Path, name: str) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    path = npy_with_header(tmp_path / f"{name}.npy", HOSTILE_HEADERS[name])
+    result = CliRunner().invoke(app, ["run", "one two three", "-t", "words", "--embeddings", str(path)])
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"attn-cli: error: {path} is not a readable .npy file"), result.stderr
+    assert len(lines[0]) < 300 + len(str(path)) and " at 0x" not in lines[0]
+
+
+@pytest.mark.parametrize("raised", [RecursionError("maximum recursion depth exceeded"), MemoryError(), KeyError("descr")])
+def test_whatever_numpys_header_parser_raises_is_the_files_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException) -> None:
+    """numpy versions differ in what their parser raises on bad bytes (the traceback issue 18
+    saw): every exception from it means the file is unreadable."""
+    np.save(tmp_path / "x.npy", np.zeros((3, 4), dtype=np.float32))
+
+    def fails(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", fails)
+    with pytest.raises(EmbeddingsError, match="is not a readable .npy file"):
+        load_embeddings(tmp_path / "x.npy", 3)
+
+
+def test_a_large_npy_under_an_address_space_limit_is_exit_4(tmp_path: Path) -> None:
+    """A well-formed header promising 3 x 2**27 float64 (a sparse 3 GiB file), read by a
+    process limited to 4 GiB of address space (`ulimit -v 4194304`): refused before it is read."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    path = npy_with_header(tmp_path / "big.npy", b"{'descr': '<f8', 'fortran_order': False, 'shape': (3, 134217728), }", data=0)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size + 3 * 134217728 * 8)
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "attn_cli", "run", "one two three", "-t", "words", "--embeddings", str(path), "--d-model", "8"],
+        capture_output=True, text=True, env=env, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30)),
+    )  # fmt: skip
+    assert proc.returncode == ExitStatus.TOO_LARGE, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "big.npy" in proc.stderr
