@@ -228,6 +228,13 @@ def _gather(encoding: str, files: list[RankFile]) -> dict[RankFile, bytes]:
             found[rank_file] = _read_bounded(local)
             continue
         corrupt = [path for path in _candidates(rank_file) if not _intact(path, rank_file)]
+        unreadable = [path for path in corrupt if not os.access(path, os.R_OK)]
+        if unreadable:
+            raise TokenizerUnavailable(
+                f"tokenizer {encoding!r}: {unreadable[0]} cannot be read (permission denied); "
+                f"make it readable, or put an intact copy in another folder named by ${DIR_ENV}",
+                reason=f"{unreadable[0]} cannot be read",
+            )
         if corrupt:
             raise TokenizerUnavailable(
                 f"tokenizer {encoding!r}: {corrupt[0]} does not have the SHA-256 tiktoken expects for "
@@ -299,7 +306,16 @@ def known_files_in(folder: Path) -> list[Path]:
 
 def _candidates(rank_file: RankFile) -> list[Path]:
     """Files under the canonical name in the offline folders, in search order."""
-    return [folder / rank_file.name for folder in search_dirs() if (folder / rank_file.name).is_file()]
+    return [folder / rank_file.name for folder in search_dirs() if _is_file(folder / rank_file.name)]
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file this process can see: a folder it may not enter (chmod 000,
+    or root without CAP_DAC_READ_SEARCH) hides its files, as if they were not there."""
+    try:
+        return path.is_file()
+    except OSError:  # pathlib passes EACCES on
+        return False
 
 
 def _intact(path: Path, rank_file: RankFile) -> bool:
@@ -330,7 +346,7 @@ def _cached(rank_file: RankFile) -> Path | None:
     if not cache:
         return None
     candidate = Path(cache) / rank_file.cache_name
-    return candidate if candidate.is_file() and _intact(candidate, rank_file) else None
+    return candidate if _is_file(candidate) and _intact(candidate, rank_file) else None
 
 
 class _Missing(Exception):

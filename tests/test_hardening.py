@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from attn_cli import rankfiles
 from attn_cli.cli import app
 from attn_cli.errors import ExitStatus
-from conftest import skip_or_fail
+from conftest import real_rank_dir, skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = ["-t", "words"]
@@ -544,3 +544,51 @@ def test_help_loads_no_completion_machinery_beyond_typers_own() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     assert result.stderr.strip().splitlines()[-1] == "['attn_cli.cli.completion']"
+
+
+@pytest.mark.parametrize(
+    "unreadable, tokenizer, code, says",
+    [
+        ("cache", "r50k_base", 0, None),  # the rank folder has it: the unreadable cache is passed over
+        ("cache", "gpt2", 0, None),
+        ("ranks", "r50k_base", 0, None),  # the cache has it: the unreadable folder is passed over
+        ("both", "r50k_base", 3, "needs r50k_base.tiktoken"),
+        ("both", None, 0, "note: gpt2 is not available offline"),  # the default falls back to words, with its note
+        ("a-file", "r50k_base", 3, "cannot be read (permission denied)"),
+    ],
+)
+def test_unreadable_rank_folders_and_caches(tmp_path: Path, unreadable: str, tokenizer: str | None, code: int, says: str | None) -> None:
+    """TIKTOKEN_CACHE_DIR and ATTN_CLI_TIKTOKEN_DIR that this process may not read (root
+    without the capabilities that override permission bits): passed over like missing
+    ones, or one line and exit 3; they were tracebacks (PermissionError from pathlib)."""
+    if os.geteuid() != 0:
+        skip_or_fail("needs root (the child drops the capabilities that let root read anything)")
+    source = real_rank_dir()
+    if source is None:
+        skip_or_fail("the real tiktoken rank files are not on this machine (set ATTN_CLI_TEST_TIKTOKEN_DIR)")
+    ranks, cache = tmp_path / "ranks", tmp_path / "cache"
+    ranks.mkdir()
+    shutil.copy(source / "r50k_base.tiktoken", ranks)
+    env = child_env(ATTN_CLI_TIKTOKEN_DIR=str(ranks), TIKTOKEN_CACHE_DIR=str(cache), ATTN_CLI_OFFLINE="1", ATTN_CLI_DATA_DIR=str(tmp_path / "data"))
+    fill = subprocess.run([sys.executable, "-m", "attn_cli", "run", "hi", "-t", "r50k_base", "-F", "json"], env=env, capture_output=True, text=True)
+    assert fill.returncode == 0 and len(list(cache.iterdir())) == 1, fill.stderr  # the cache holds a copy now
+    if unreadable == "a-file":
+        shutil.rmtree(cache)
+        os.chmod(ranks / "r50k_base.tiktoken", 0)
+    for folder in {"cache": [cache], "ranks": [ranks], "both": [cache, ranks], "a-file": []}[unreadable]:
+        os.chmod(folder, 0)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "attn_cli", "run", "hi there", "-F", "json", *(["-t", tokenizer] if tokenizer else [])],
+            env=env, preexec_fn=drop_permission_override, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        for path in (cache, ranks, ranks / "r50k_base.tiktoken"):
+            if path.exists():
+                os.chmod(path, 0o755)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    if says is None:
+        assert result.stderr == ""
+    else:
+        assert len(result.stderr.splitlines()) == 1 and says in result.stderr
