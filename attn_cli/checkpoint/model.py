@@ -125,6 +125,7 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
     family = family_for(config, str(folder / "config.json"))
     weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
     weights.find_prefix(family.anchor, family.family)
+    family.check_shapes(weights)  # from the headers: a config that disagrees with its tensors stops here
     tokenizer = load_tokenizer(
         folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.family == "bert"
     )

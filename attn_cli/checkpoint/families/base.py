@@ -39,6 +39,10 @@ class Weights(Protocol):
     def read_at(self, name: str, rows: torch.Tensor) -> torch.Tensor: ...
 
 
+def _dims(shape: Sequence[int]) -> str:
+    return " x ".join(str(n) for n in shape) or "a scalar"
+
+
 class LayerTensors:
     """One layer's tensors by role ("ln_1.weight"), each read on first use, so a
     step that is skipped (the last layer's MLP) reads nothing."""
@@ -86,6 +90,31 @@ class Family(abc.ABC):
                 f"the heads must divide d_model"
             )
         return None
+
+    @abc.abstractmethod
+    def tensor_shapes(self) -> Mapping[str, tuple[tuple[int, ...], str]]:
+        """Every role of ``embedding_tensors`` and ``layer_tensors`` -> (the shape config.json
+        implies, the config keys that imply it): what ``check_shapes`` holds the file to."""
+
+    def check_shapes(self, weights: Any) -> None:
+        """Every tensor the family reads, for every layer, has the shape config.json
+        implies: from the safetensors headers alone, before anything is computed (a
+        mismatch was a traceback deep in a layer). A tensor whose shard is absent is
+        checked when read; a missing tensor or a non-float one is refused by ``entry``.
+        ``weights``: a checkpoint.files.WeightReader."""
+        shapes = self.tensor_shapes()
+        named = [(role, name) for role, name in self.embedding_tensors.items()]
+        named += [(role, name) for layer in range(self.layers) for role, name in self.layer_names(layer).items()]
+        for role, name in named:
+            if not weights.present(name):
+                continue
+            entry = weights.entry(name)
+            want, keys = shapes[role]
+            if tuple(entry.shape) != tuple(want):
+                raise ModelUnavailable(
+                    f"{entry.file.name}: {weights.prefix}{name} is {_dims(entry.shape)}, but config.json ({keys}) "
+                    f"implies {_dims(want)}; the config and the weights are of different models: fetch them again together"
+                )
 
     def layer_elements(self) -> int | None:
         """Elements in one layer's tensors, from config.json alone; None: the family

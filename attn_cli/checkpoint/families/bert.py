@@ -76,6 +76,22 @@ class Bert(Family):
         self.eps = float(config.get("layer_norm_eps", 1e-12))
         self.act = activation(config.get("hidden_act", "gelu"), "hidden_act", self.family)
 
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        d, f = self.d_model, self.d_ffn
+        model = (
+            f"vocab_size {self.vocab_rows}, max_position_embeddings {self.max_positions}, "
+            f"type_vocab_size {self.type_rows}, hidden_size {d}, intermediate_size {f}"
+        )
+        shapes = {
+            "words": (self.vocab_rows, d), "positions": (self.max_positions, d), "token_types": (self.type_rows, d),
+            "norm.weight": (d,), "norm.bias": (d,),
+            **{f"{p}.weight": (d, d) for p in ("query", "key", "value", "out")},
+            **{f"{p}.bias": (d,) for p in ("query", "key", "value", "out", "output")},
+            **{f"{n}.{w}": (d,) for n in ("attention_norm", "output_norm") for w in ("weight", "bias")},
+            "intermediate.weight": (f, d), "intermediate.bias": (f,), "output.weight": (d, f),
+        }  # fmt: skip  (nn.Linear weights are (out, in))
+        return {role: (shape, model) for role, shape in shapes.items()}
+
     def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
         n_tokens = len(tokens)
         type_ids = tokens.type_ids or (0,) * n_tokens

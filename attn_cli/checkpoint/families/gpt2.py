@@ -65,6 +65,17 @@ class Gpt2(Family):
         self.by_layer = bool(config.get("scale_attn_by_inverse_layer_idx", False))
         self.act = activation(config.get("activation_function", "gelu_new"), "activation_function", self.family)
 
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        d, f = self.d_model, self.d_ffn
+        model = (f"vocab_size {self.vocab_rows}, n_positions {self.max_positions}, n_embd {d}, n_inner {f}")
+        shapes = {
+            "tokens": (self.vocab_rows, d), "positions": (self.max_positions, d),
+            "ln_1.weight": (d,), "ln_1.bias": (d,), "c_attn.weight": (d, 3 * d), "c_attn.bias": (3 * d,),
+            "c_proj.weight": (d, d), "c_proj.bias": (d,), "ln_2.weight": (d,), "ln_2.bias": (d,),
+            "mlp.c_fc.weight": (d, f), "mlp.c_fc.bias": (f,), "mlp.c_proj.weight": (f, d), "mlp.c_proj.bias": (d,),
+        }  # fmt: skip  (Conv1D weights are input-first)
+        return {role: (shape, model) for role, shape in shapes.items()}
+
     def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
         n_tokens = len(tokens)
         words = token_rows(weights, "wte.weight", tokens.ids, self.vocab_rows)  # (T, D)

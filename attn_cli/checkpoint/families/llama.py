@@ -156,6 +156,21 @@ class Llama(Family):
         mlp = 3 * d * f + ((2 * f + d) if self.mlp_bias else 0)
         return attention + mlp + 2 * d  # and the two RMSNorm gains
 
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        d, f, q, kv = self.d_model, self.d_ffn, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        model = (
+            f"vocab_size {self.vocab_rows}, hidden_size {d}, num_attention_heads {self.heads}, "
+            f"num_key_value_heads {self.kv_heads}, head_dim {self.head_dim}, intermediate_size {f}"
+        )
+        shapes = {
+            "tokens": (self.vocab_rows, d), "input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+            "q_proj.weight": (q, d), "k_proj.weight": (kv, d), "v_proj.weight": (kv, d), "o_proj.weight": (d, q),
+            "q_proj.bias": (q,), "k_proj.bias": (kv,), "v_proj.bias": (kv,), "o_proj.bias": (d,),
+            "gate_proj.weight": (f, d), "up_proj.weight": (f, d), "down_proj.weight": (d, f),
+            "gate_proj.bias": (f,), "up_proj.bias": (f,), "down_proj.bias": (d,),
+        }  # fmt: skip  (nn.Linear weights are (out, in))
+        return {role: (shape, model) for role, shape in shapes.items()}
+
     def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
         return token_rows(weights, "embed_tokens.weight", tokens.ids, self.vocab_rows)  # (T, D)
 
