@@ -39,6 +39,18 @@ LayerT = TypeVar("LayerT", bound="LayerWeights", covariant=True)
 
 
 @dataclasses.dataclass(frozen=True)
+class Anatomy:
+    """How a checkpoint's family computes a layer, in words: what the walk-through
+    (`explain --model`) says, declared by the family rather than guessed from its name."""
+
+    first_hidden: str  # h_0, the first layer's input
+    layer_input: str  # x, what a layer's projections read, from h_L
+    out_proj: str  # the checkpoint's name for W_o
+    weights_note: str = ""  # how the file stores W_q, W_k, W_v, when not as nn.Linear's (out, in)
+    rotary: str | None = None  # what rotates queries and keys after the projection (RoPE); None: nothing
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """What produced the attention: the toy model's resolved config, or a checkpoint."""
 
@@ -61,6 +73,7 @@ class ModelInfo:
     config: Config | None = None  # the toy's resolved config; None for checkpoints
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
     threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
+    anatomy: Anatomy | None = None  # a checkpoint family's steps in words; None for the toy
 
     @property
     def name(self) -> str:

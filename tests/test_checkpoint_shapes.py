@@ -20,7 +20,7 @@ from attn_cli.errors import ExitStatus
 @pytest.fixture(scope="module")
 def llama_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
-        kind: checkpoints.built(tmp_path_factory, kind, checkpoints.build_llama, model_type=kind)
+        kind: checkpoints.built(tmp_path_factory, f"plain-{kind}", checkpoints.build_llama, model_type=kind)
         for kind in ("llama", "mistral", "qwen2")
     }
 

@@ -32,8 +32,11 @@ def json_of(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.fixture(scope="module", params=["gpt2", "bert"])
+@pytest.fixture(scope="module", params=["gpt2", "bert", "llama"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A decoder, an encoder and a grouped-query decoder (8 query heads, 2 key/value heads)."""
+    if request.param == "llama":  # the defaults: the name is not test_checkpoint_llama's (its llama has other sizes)
+        return checkpoints.built(tmp_path_factory, "plain-llama", checkpoints.build_llama, model_type="llama")
     builder = checkpoints.build_gpt2 if request.param == "gpt2" else checkpoints.build_bert
     return checkpoints.built(tmp_path_factory, request.param, builder)
 
@@ -81,10 +84,10 @@ def test_probe_layout_and_scores_on_transformers_attention(folder: Path) -> None
     assert probe["repeat_length"] == R
     assert len(ids) == start + 2 * R  # nothing after the second copy
     assert ids[start : start + R] == ids[start + R :]
-    if data["model"]["family"] == "bert":
-        assert start == 1 and ids[0] == data["tokens"][0]["id"]  # [CLS], as the tokenizer adds it
+    if data["tokens"][0]["special"]:  # [CLS] or BOS, as the tokenizer adds it
+        assert data["model"]["family"] in ("bert", "llama") and start == 1 and ids[0] == data["tokens"][0]["id"]
     else:
-        assert start == 0
+        assert data["model"]["family"] == "gpt2" and start == 0
     assert not set(ids[start:]) & special_ids(folder)  # drawn from ordinary ids only
     ref = checkpoints.reference(folder, tuple(ids))
     for entry in data["heads"]:
@@ -263,9 +266,11 @@ def test_lines_gives_one_result_per_text_and_csv_has_the_scores(tmp_path: Path) 
 
 
 def test_probe_longer_than_the_model_is_a_usage_error(folder: Path) -> None:
-    result = cli(TEXT, "--model", str(folder), "--probe-length", "40")
+    config = json.loads((folder / "config.json").read_text())
+    too_long = str((config.get("n_positions") or config["max_position_embeddings"]) // 2 + 1)  # twice that is over the positions
+    result = cli(TEXT, "--model", str(folder), "--probe-length", too_long)
     assert result.exit_code == 2
-    assert "--probe-length 40" in result.stderr and "or less" in result.stderr
+    assert f"--probe-length {too_long}" in result.stderr and "or less" in result.stderr
 
 
 def test_max_tokens_is_the_texts_limit_not_the_probes(tmp_path_factory) -> None:

@@ -146,6 +146,7 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
         qkv_bias=getattr(family, "qkv_bias", True),
         out_proj=True,
         input_text=family.input_text,
+        anatomy=family.anatomy(),
     )
     return Checkpoint(info, family, weights, tokenizer)
 

@@ -26,7 +26,7 @@ from attn_cli.allocator import LARGE_TRACE_BYTES, return_freed_memory
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
-from attn_cli.trace import Keep
+from attn_cli.trace import Anatomy, Keep
 
 
 class Weights(Protocol):
@@ -66,6 +66,12 @@ class Family(abc.ABC):
     input_text: ClassVar[str]  # what a layer's projections read, in words
     layer_tensors: ClassVar[Mapping[str, str]]  # role -> name with {layer}
     embedding_tensors: ClassVar[Mapping[str, str]]  # role -> name
+    # The walk-through's words for the steps (trace.Anatomy): h_0, x from h_L, W_o's name,
+    # and how the file stores the projections when not as nn.Linear does.
+    first_hidden: ClassVar[str]
+    layer_input: ClassVar[str]
+    out_proj_name: ClassVar[str]
+    weights_note: ClassVar[str] = ""
 
     layers: int
     heads: int
@@ -120,6 +126,13 @@ class Family(abc.ABC):
         """Elements in one layer's tensors, from config.json alone; None: the family
         reads them from the safetensors headers only."""
         return None
+
+    def rotary_text(self) -> str | None:
+        """What ``rotate`` does, in words (with its numbers); None: it does nothing."""
+        return None
+
+    def anatomy(self) -> Anatomy:
+        return Anatomy(self.first_hidden, self.layer_input, self.out_proj_name, self.weights_note, self.rotary_text())
 
     def rotate(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(H, T, Dk) queries and (Hkv, T, Dk) keys with positions applied (rotary

@@ -37,6 +37,9 @@ class Bert(Family):
         "norm.weight": "embeddings.LayerNorm.weight",
         "norm.bias": "embeddings.LayerNorm.bias",
     }
+    first_hidden = "h_0 = LayerNorm(word[ids] + position[positions] + token_type[type ids]) (learned embeddings)"
+    layer_input = "x = h_L: the previous layer's output, already layer-normed (post-LN)"
+    out_proj_name = "attention.output.dense"
     layer_tensors = {
         "query.weight": "encoder.layer.{layer}.attention.self.query.weight",  # (D, D) nn.Linear (out, in)
         "query.bias": "encoder.layer.{layer}.attention.self.query.bias",

@@ -37,6 +37,13 @@ class Gpt2(Family):
     anchor = "wte.weight"
     input_text = "ln_1 of the residual stream"
     embedding_tensors = {"tokens": "wte.weight", "positions": "wpe.weight"}
+    first_hidden = "h_0 = wte[ids] + wpe[positions] (learned token and position embeddings)"
+    layer_input = "x = ln_1(h_L): the layer norm before attention (pre-LN), applied to the residual stream h_L"
+    out_proj_name = "attn.c_proj"
+    weights_note = (
+        "GPT-2 stores W_q, W_k, W_v fused in one Conv1D, c_attn (input-first, D × 3D); here each is shown "
+        "as nn.Linear stores it, (out × in), which is c_attn's transpose cut in three."
+    )
     layer_tensors = {
         "ln_1.weight": "h.{layer}.ln_1.weight",
         "ln_1.bias": "h.{layer}.ln_1.bias",

@@ -92,6 +92,12 @@ class Llama(Family):
     anchor = "embed_tokens.weight"
     input_text = "input_layernorm (RMSNorm) of the residual stream"
     embedding_tensors = {"tokens": "embed_tokens.weight"}
+    first_hidden = (
+        "h_0 = embed_tokens[ids]: the token embeddings alone; no position is added here, "
+        "positions enter each layer through the rotation of its queries and keys (step 3)"
+    )
+    layer_input = "x = input_layernorm(h_L) = h_L / sqrt(mean(h_L²) + eps) · g: the RMSNorm before attention (pre-norm)"
+    out_proj_name = "self_attn.o_proj"
     layer_tensors = {}  # set per config: the biases depend on it
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -186,6 +192,22 @@ class Llama(Family):
             linear("k_proj", self.qkv_bias),  # (Hkv*Dk, D)
             linear("v_proj", self.qkv_bias),  # (Hkv*Dv, D)
             linear("o_proj", self.out_bias),  # (D, H*Dv)
+        )
+
+    def rotary_text(self) -> str:
+        half = self.head_dim // 2
+        base = self.rope["rope_theta"]
+        scaled = (
+            f"; llama3 scaling divides the slow pairs' speeds by {self.rope['factor']:g} (beyond "
+            f"{self.rope['original_max_position_embeddings']} positions' wavelengths) and blends the middle ones"
+            if self.rope["rope_type"] == "llama3"
+            else ""
+        )
+        return (
+            f"RoPE, rotary position embedding: at position p, dimensions i and i + {half} of each query and key "
+            f"(i < {half}) turn together by the angle p · θ_i, θ_i = {base:g}^(−2i/{self.head_dim}){scaled}: "
+            f"Q_rot = Q · cos(pθ) + rotate_half(Q) · sin(pθ), likewise K, so Q_rot · K_rot depends on the two "
+            f"positions only through their distance"
         )
 
     def rotate(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import _softmax_input
+from attn_cli.attention import _softmax_input, split_heads
 from attn_cli.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.fit import spans
@@ -221,8 +221,12 @@ class Walkthrough:
 
     def projection_blocks(self, x: str, D: int, *, bias_flag: str = "") -> list[Block]:
         """Step 3's common part: Q, K, V from ``x`` (T, D) through the head's rows of
-        W_q, W_k, W_v (nn.Linear's (out, in)), and the K, V rows a followed query uses."""
+        W_q, W_k, W_v (nn.Linear's (out, in)), and the K, V rows a followed query uses.
+        With grouped-query attention, K and V come from the key/value head the query
+        head shares; where the family rotates queries and keys (RoPE), Q and K are
+        shown before and after the rotation."""
         one, H, dk, dv = self.one, self.H, self.d_k, self.d_v
+        Hkv, g = self.kv_heads, self.kv_head
         proj = self.layer.projections
         assert proj.query is not None and proj.key is not None and proj.value is not None
         has_bias = proj.query.bias is not None
@@ -230,8 +234,8 @@ class Walkthrough:
         blocks: list[Block] = []
         blocks += [
             Line(f"Q = {x} W_qᵀ{bias[0]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"K = {x} W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"V = {x} W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {H * dv}) → {self.T} × {H * dv}", "formula"),
+            Line(f"K = {x} W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {Hkv * dk}) → {self.T} × {Hkv * dk}", "formula"),
+            Line(f"V = {x} W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {Hkv * dv}) → {self.T} × {Hkv * dv}", "formula"),
         ]
         blocks.append(
             Line(
@@ -242,18 +246,40 @@ class Walkthrough:
             )
         )
         if H > 1:
-            qk, v = f"{self.h * dk}…{(self.h + 1) * dk - 1}", f"{self.h * dv}…{(self.h + 1) * dv - 1}"
-            blocks.append(
-                Line(
-                    f"With {H} heads, head {self.h} takes columns {qk} of Q and K and {v} of V (step 9), so it needs only "
-                    f"rows {qk} of W_q and W_k and rows {v} of W_v. Head {self.h}'s parts"
-                    + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
+            q_rows, kv_rows, v_rows = self._rows(self.h, dk), self._rows(g, dk), self._rows(g, dv)
+            if Hkv < H:
+                blocks.append(
+                    Line(
+                        f"Grouped-query attention: the {H} query heads share {Hkv} key/value heads, {H // Hkv} each, so W_k and W_v "
+                        f"have {Hkv * dk} rows, not {H * dk}. Query head {self.h} takes columns {q_rows} of Q (rows {q_rows} of W_q) "
+                        f"and the keys and values of key/value head {g} = {self.h} // {H // Hkv}: columns {kv_rows} of K and {v_rows} of V "
+                        f"(rows {kv_rows} of W_k, {v_rows} of W_v), which query heads {self._sharing()} use too. Head {self.h}'s parts:"
+                    )
                 )
-            )
-        for name, w, d, result in (("q", proj.query, dk, one.queries), ("k", proj.key, dk, one.keys), ("v", proj.value, dv, one.values)):
-            lo = self.h * d
-            blocks += self.weight(f"W_{name}", w.weight[lo : lo + d], None if w.bias is None else w.bias[lo : lo + d], f"b_{name}", lo)  # (d, D)
-            blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims")
+            else:
+                blocks.append(
+                    Line(
+                        f"With {H} heads, head {self.h} takes columns {q_rows} of Q and K and {v_rows} of V (step 9), so it needs only "
+                        f"rows {q_rows} of W_q and W_k and rows {v_rows} of W_v. Head {self.h}'s parts"
+                        + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
+                    )
+                )
+        rotary = self.run.model.anatomy.rotary if self.run.model.anatomy is not None else None
+        before = self._projected(x_rows=self.layer.x) if rotary else {}
+        for name, w, d, first, result in (
+            ("q", proj.query, dk, self.h * dk, one.queries),
+            ("k", proj.key, dk, g * dk, one.keys),
+            ("v", proj.value, dv, g * dv, one.values),
+        ):
+            blocks += self.weight(f"W_{name}", w.weight[first : first + d], None if w.bias is None else w.bias[first : first + d], f"b_{name}", first)  # (d, D)
+            if name in before:
+                blocks += self.matrix(f"{name.upper()} before the rotation{self.head_note}", before[name], cols="dims")
+            else:
+                blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims")
+        if rotary:
+            blocks.append(Line(f"Then positions: {rotary}. The scores (step 4) use the rotated Q and K:", "formula"))
+            blocks += self.matrix(f"Q{self.head_note}, rotated", one.queries, cols="dims")
+            blocks += self.matrix(f"K{self.head_note}, rotated", one.keys, cols="dims")
         if self.q is not None and self.T > FULL_T:
             keys = self.query_keys
             blocks.append(
@@ -268,6 +294,36 @@ class Walkthrough:
             if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
                 blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
         return blocks
+
+    @property
+    def kv_heads(self) -> int:
+        """Hkv, the key/value heads (H without grouped-query attention)."""
+        return self.run.model.kv_heads
+
+    @property
+    def kv_head(self) -> int:
+        """The key/value head this query head shares."""
+        return self.run.model.kv_head(self.h)
+
+    def _sharing(self) -> str:
+        group = self.H // self.kv_heads
+        return spans([q for q in range(self.kv_head * group, (self.kv_head + 1) * group) if q != self.h])
+
+    @staticmethod
+    def _rows(head: int, d: int) -> str:
+        return f"{head * d}…{(head + 1) * d - 1}"
+
+    def _projected(self, x_rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """This head's Q and K before the family's rotation: the layer's own projections
+        (the engine's Linear objects) applied to its input x again, split as the engine splits."""
+        from attn_cli.attention import split_heads
+
+        proj = self.layer.projections
+        assert x_rows is not None and proj.query is not None and proj.key is not None
+        return {
+            "q": split_heads(proj.query(x_rows), self.H)[self.h],  # (T, D) -> (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
+            "k": split_heads(proj.key(x_rows), self.kv_heads)[self.kv_head],  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
+        }
 
     def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
         """Rows ``idx`` of a (T, n) tensor, each with its position; columns as ``matrix`` cuts them."""
@@ -303,7 +359,9 @@ class Walkthrough:
             rows.append((str(lo + d), *cells))
         if len(row_idx) < n_rows:
             rows.append(("⋮",) + ("",) * (len(header) - 1))
-        part = f" rows {lo}…{lo + n_rows - 1}" + (f" (head {self.h})" if self.H > 1 and name != "W_o" else "")
+        shared = self.kv_heads < self.H and name in ("W_k", "W_v")
+        whose = f" (key/value head {self.kv_head}, for query head {self.h})" if shared else f" (head {self.h})"
+        part = f" rows {lo}…{lo + n_rows - 1}" + (whose if self.H > 1 and name != "W_o" else "")
         if lo == 0 and (self.H == 1 or name == "W_o"):
             part = ""
         blocks: list[Block] = [Grid(f"{name}{part}   {n_rows} × {n_cols}", tuple(header), tuple(rows), keep_last=1 if bias is not None else 0)]

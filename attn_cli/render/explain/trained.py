@@ -14,18 +14,6 @@ from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _repeats
 
-# How each family makes a layer's input, in words (step 2).
-_FIRST_HIDDEN = {
-    "gpt2": "h_0 = wte[ids] + wpe[positions] (learned token and position embeddings)",
-    "bert": "h_0 = LayerNorm(word[ids] + position[positions] + token_type[type ids]) (learned embeddings)",
-}
-_LAYER_INPUT = {
-    "gpt2": "x = ln_1(h_L): the layer norm before attention (pre-LN), applied to the residual stream h_L",
-    "bert": "x = h_L: the previous layer's output, already layer-normed (post-LN)",
-}
-_OUT_NAME = {"gpt2": "attn.c_proj", "bert": "attention.output.dense"}
-
-
 class TrainedWalkthrough(Walkthrough):
     weights_hint = "They are the checkpoint's own tensors, read as float32."
 
@@ -33,6 +21,8 @@ class TrainedWalkthrough(Walkthrough):
         super().__init__(*args, **kwargs)
         self.model = self.run.model
         self.index = self.layer.layer  # the layer's index in the model
+        assert self.model.anatomy is not None, "a checkpoint's ModelInfo carries its family's anatomy"
+        self.anatomy = self.model.anatomy
 
     def source_steps(self) -> list[Step]:
         return [self.tokenize(), self.layer_input(), self.project()]
@@ -98,7 +88,11 @@ class TrainedWalkthrough(Walkthrough):
             blocks.append(
                 Line(
                     f"{text!r} appears at positions {', '.join(map(str, where))}: one id, one row of the embedding table; "
-                    "the position embeddings added before layer 0 tell the copies apart.",
+                    + (
+                        "the rotation of queries and keys in every layer (step 3) tells the copies apart."
+                        if self.anatomy.rotary
+                        else "the position embeddings added before layer 0 tell the copies apart."
+                    ),
                     "why",
                 )
             )
@@ -106,7 +100,7 @@ class TrainedWalkthrough(Walkthrough):
 
     def layer_input(self) -> Step:
         m, L = self.model, self.index
-        blocks: list[Block] = [Line(_FIRST_HIDDEN.get(m.family, "h_0 = the token embeddings (and positions)"), "formula")]
+        blocks: list[Block] = [Line(self.anatomy.first_hidden, "formula")]
         if L > 0:
             blocks.append(
                 Line(
@@ -116,27 +110,20 @@ class TrainedWalkthrough(Walkthrough):
             )
         else:
             blocks.append(Line("Layer 0 reads it directly:"))
-        blocks.append(Line(_LAYER_INPUT.get(m.family, f"x = {m.input_text}"), "formula"))
+        blocks.append(Line(self.anatomy.layer_input, "formula"))
         assert self.layer.x is not None
         blocks += self.matrix(f"x, layer {L}'s input", self.layer.x, cols="dims")
         blocks.append(Line(f"Every head of layer {L} reads this same x ({self.T} × {m.d_model}); they differ in their weights.", "why"))
         return Step(2, "The layer's input", tuple(blocks))
 
     def project(self) -> Step:
-        m, h, dk = self.model, self.h, self.d_k
-        lo, hi = h * dk, (h + 1) * dk - 1
-        blocks: list[Block] = []
-        if m.family == "gpt2":
-            blocks.append(
-                Line(
-                    "GPT-2 stores W_q, W_k, W_v fused in one Conv1D, c_attn (input-first, D × 3D); here each is shown "
-                    "as nn.Linear stores it, (out × in), which is c_attn's transpose cut in three."
-                )
-            )
+        m, h = self.model, self.h
+        blocks: list[Block] = [Line(self.anatomy.weights_note)] if self.anatomy.weights_note else []
         blocks += self.projection_blocks("x", m.d_model)
+        shared = f" (W_k and W_v: those of key/value head {self.kv_head})" if self.kv_heads < self.H else ""
         blocks.append(
             Line(
-                f"Head {h} reads only rows {lo}…{hi} of W_q, W_k and W_v: the {self.H} heads see the same x through "
+                f"Head {h} reads only its own rows of W_q, W_k and W_v{shared}: the {self.H} heads see the same x through "
                 "different weights, and each learns its own question (Q), label (K) and message (V).",
                 "why",
             )
@@ -157,7 +144,7 @@ class TrainedWalkthrough(Walkthrough):
         )
 
     def out_proj_text(self, shape: str) -> str:
-        name = _OUT_NAME.get(self.model.family, "its output projection")
+        name = self.anatomy.out_proj
         return (
             f"Output projection: W_o ({shape}) and b_o, the checkpoint's {name}; it mixes the heads' features into "
             "the attention block's output, which the layer then adds to the residual stream."
