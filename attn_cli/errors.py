@@ -87,12 +87,6 @@ class TooLargeError(AttnCliError):
     exit_status = ExitStatus.TOO_LARGE
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived: unwinds like Ctrl-C, so atomic writes remove their temporary files.
-
-    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` stops it."""
-
-
 class OutputError(AttnCliError):
     """Output could not be written."""
 

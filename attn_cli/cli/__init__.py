@@ -19,7 +19,7 @@ from attn_cli import interrupts
 from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
 
 from attn_cli import __version__
-from attn_cli.errors import AttnCliError, ExitStatus, Terminated
+from attn_cli.errors import AttnCliError, ExitStatus
 from attn_cli.files import settle_matplotlib_dirs
 
 # typer 0.26+ carries its own copy of click: take the exceptions from whichever
@@ -86,7 +86,7 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
             # filters do; stdout goes to /dev/null so the exit-time flush cannot fail.
             _silence_stdout()
             return ExitStatus.OK
-        except (AttnCliError, KeyboardInterrupt, Terminated) as err:
+        except (AttnCliError, KeyboardInterrupt) as err:
             return _report(err, debug=bool(ctx.meta.get("debug")))
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -104,7 +104,7 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
         except ClickException as err:
             _fail(err.format_message())
             code = err.exit_code
-        except (AttnCliError, KeyboardInterrupt, Terminated) as err:
+        except (AttnCliError, KeyboardInterrupt) as err:
             code = _report(err, debug=False)
         except typer.Abort:
             code = _report(KeyboardInterrupt(), debug=False)
@@ -123,9 +123,6 @@ def _report(err: BaseException, debug: bool) -> ExitStatus:
     if isinstance(err, AttnCliError):
         _fail(str(err))
         return err.exit_status
-    if isinstance(err, Terminated):
-        _fail("terminated")
-        return ExitStatus.TERMINATED
     _fail("interrupted")
     return ExitStatus.INTERRUPTED
 
