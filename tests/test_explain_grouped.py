@@ -47,6 +47,7 @@ def internals(folder: Path, ids: list[int]) -> dict[str, torch.Tensor]:
     for name in ("q_proj", "k_proj", "v_proj"):
         hooks.append(getattr(attention, name).register_forward_hook(lambda m, i, out, name=name: seen.__setitem__(name, out[0].detach())))
     hooks.append(attention.o_proj.register_forward_pre_hook(lambda m, args: seen.__setitem__("concat", args[0][0].detach())))
+    hooks.append(attention.o_proj.register_forward_hook(lambda m, i, out: seen.__setitem__("output", out[0].detach())))
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_attentions=True)
     for hook in hooks:
@@ -64,7 +65,7 @@ def internals(folder: Path, ids: list[int]) -> dict[str, torch.Tensor]:
         "q": q[0, HEAD], "k": k[0, g], "v": seen["v_proj"].view(-1, kv_heads, dk).transpose(0, 1)[g],
         "q_rot": q_rot[0, HEAD], "k_rot": k_rot[0, g],
         "weights": out.attentions[LAYER][0, HEAD],
-        "context": seen["concat"][:, HEAD * dk : (HEAD + 1) * dk],
+        "context": seen["concat"][:, HEAD * dk : (HEAD + 1) * dk], "concat": seen["concat"], "output": seen["output"],
         "W_q": attention.q_proj.weight[HEAD * dk : (HEAD + 1) * dk], "W_k": attention.k_proj.weight[g * dk : (g + 1) * dk],
         "W_v": attention.v_proj.weight[g * dk : (g + 1) * dk],
         "b_q": None if attention.q_proj.bias is None else attention.q_proj.bias[HEAD * dk : (HEAD + 1) * dk],
@@ -111,9 +112,13 @@ def test_every_number_of_the_grouped_query_walk_through_is_transformers(folder: 
     close(body(grid(expl, 3, f"K (head {HEAD}), rotated")), ref["k_rot"])
     close(body(grid(expl, 3, f"V (head {HEAD})")), ref["v"])
     assert "RoPE" in text and "θ_i = 10000^(−2i/8)" in text
-    # steps 7 and 8: the weights and the head's context
+    # step 4: the raw scores from the rotated Q and K; steps 7 and 8: the weights and the head's context
+    close(body(grid(expl, 4, f"S, raw scores (head {HEAD})")), ref["q_rot"] @ ref["k_rot"].T, atol=1e-4)
     close(body(grid(expl, 7, f"weights (head {HEAD})"), skip_last=1), ref["weights"], atol=TOL)
     close(body(grid(expl, 8, f"context (head {HEAD})")), ref["context"])
+    # step 9: the heads side by side, and through o_proj (summarised corners)
+    close(body(grid(expl, 9, "concat")), ref["concat"])
+    close(body(grid(expl, 9, "output")), ref["output"])
 
 
 def test_the_comparison_would_catch_the_old_walk_through(folder: Path) -> None:
