@@ -55,7 +55,7 @@ def explain(
       attn-cli explain "I saw a saw" --causal --heads 2 --out-proj --head 1
       attn-cli explain "The cat sat on the mat" --no-scale       # the saturation ablation
       attn-cli explain "Hello shiny sun!" --emit-python > attention.py
-      attn-cli explain "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 5
+      attn-cli explain "The cat sat on the mat" --model "$M" --layer 2 --head 5
     """
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.explain import explain as build, to_rich, to_text

@@ -72,7 +72,7 @@ def heads(
 
     \b
     Examples:
-      attn-cli heads "The cat sat on the mat" --model ./all-MiniLM-L6-v2
+      attn-cli heads "The cat sat on the mat" --model "$M"
       attn-cli heads "The cat sat on the mat" --model gpt2 --format json | jq '.heads[] | select(.role == "induction")'
       attn-cli heads "I saw a saw" --heads 4 --causal
       attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv

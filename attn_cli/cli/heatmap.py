@@ -121,7 +121,7 @@ def heatmap(
       attn-cli heatmap "The quick brown fox jumps over the lazy dog" --heads 4 --causal -o fox.svg
       attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
       attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
-      attn-cli heatmap "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer all -o model.svg
+      attn-cli heatmap "The cat sat on the mat" --model "$M" --layer all -o model.svg
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)

@@ -66,7 +66,7 @@ def html(
       attn-cli html "Life is short, eat dessert first"
       attn-cli html "I saw a saw" --tokenizer words --heads 2 --causal -o saw.html --open
       attn-cli html --file sample_texts/tutorials.txt --lines -o tutorials.html
-      attn-cli html "The cat sat on the mat" --model ./all-MiniLM-L6-v2 -o minilm.html
+      attn-cli html "The cat sat on the mat" --model "$M" -o minilm.html
     """
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)

@@ -85,7 +85,7 @@ def run(
       echo "The cat sat on the mat" | attn-cli run - --format json | jq '.layers[0].heads[0].weights'
       attn-cli run --file sample_texts/tutorials.txt --lines -o runs.jsonl
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
-      attn-cli run "The cat sat on the mat" --model ./all-MiniLM-L6-v2 --layer 2 --head 0-3
+      attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
     """
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
