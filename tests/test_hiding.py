@@ -293,14 +293,14 @@ def test_a_notebook_page_reproduces_the_hiding() -> None:
 def test_explain_does_not_offer_it() -> None:
     """explain narrates the model's own softmax, which hiding would change: it has no such option."""
     result = invoke("explain", *SAW, "--hide-tokens", "0", code=2)
-    assert "No such option: --hide-tokens" in result.stderr
+    assert "no such option: --hide-tokens" in result.stderr
     assert "--hide-tokens" not in invoke("explain", "--help").stdout
 
 
 @pytest.mark.parametrize("command", ["heads", "html"])
 def test_commands_without_a_script_do_not_offer_emit_python(command: str) -> None:
     result = invoke(command, *SAW, "--emit-python", code=2)
-    assert "No such option: --emit-python" in result.stderr
+    assert "no such option: --emit-python" in result.stderr
 
 
 def test_special_on_the_toy_is_a_note_not_an_error() -> None:

@@ -102,7 +102,7 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
             typer.echo(err.ctx.get_help())
             code = ExitStatus.USAGE
         except ClickException as err:
-            _fail(err.format_message())
+            _fail(_in_our_words(err, list(sys.argv[1:] if args is None else args)))
             code = err.exit_code
         except (AttnCliError, KeyboardInterrupt) as err:
             code = _report(err, debug=False)
@@ -112,6 +112,73 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
         if standalone_mode:
             sys.exit(int(code))
         return int(code)
+
+
+def _in_our_words(err: Any, args: list[str]) -> str:
+    """A parsing error as attn-cli says it, whichever typer made it: `--format: xml is not
+    one of auto, table, ...`, `--precision: 13 is more than 12`, an unknown option without
+    a guess at another, and a text that starts with '-' pointed to '--'. typer 0.21+ words
+    these through pydantic ("Value error, ...", "Input should be less than or equal to
+    12", without the value), older ones through click; both are read here."""
+    message = err.format_message()
+    try:
+        if isinstance(err, _click_exceptions.NoSuchOption):
+            option = err.option_name
+            hint = next((a for a in args if a.startswith("-") and not a.startswith("--") and len(a) > 2 and option.lstrip("-") in a), None)
+            if hint is not None:
+                return f"no such option: {option} (in {hint}); a text that starts with '-' goes after '--': attn-cli ... -- {hint}"
+            return f"no such option: {option}; --help lists the options"
+        opts = getattr(getattr(err, "param", None), "opts", None)
+        if isinstance(err, _click_exceptions.BadParameter) and opts:
+            return f"{max(opts, key=len)}: {_value_problem(getattr(err, 'message', message), _given(args, opts))}"
+    except Exception:  # noqa: BLE001  the words are a courtesy: never lose the error over them
+        pass
+    return message
+
+
+_PROBLEMS = (  # (pattern over typer's or click's words, what attn-cli says; {value} is what was given)
+    (r"'(?P<given>[^']*)' is not one of (?P<choices>.*?)\.?$", "{value} is not one of {choices}"),
+    (r"less than or equal to (?P<n>\S+)", "{value} is more than {n}"),
+    (r"greater than or equal to (?P<n>\S+)", "{value} is less than {n}"),
+    (r"not in the range (?P<low>-?[\d.]*\d)<=x<=(?P<high>-?[\d.]*\d)", None),  # click: more or less, by the value
+    (r"not in the range x<=(?P<high>-?[\d.]*\d)", "{value} is more than {high}"),
+    (r"not in the range (?P<low>-?[\d.]*\d)<=x", "{value} is less than {low}"),
+    (r"valid integer", "{value} is not a whole number"),
+    (r"valid (number|float)", "{value} is not a number"),
+)
+
+
+def _value_problem(message: str, value: str | None) -> str:
+    import re
+
+    for pattern, words in _PROBLEMS:
+        found = re.search(pattern, message)
+        if found:
+            parts = found.groupdict()
+            given = value if value is not None else parts.get("given", "that")
+            if "choices" in parts:
+                parts["choices"] = ", ".join(c.strip().strip("'") for c in parts["choices"].split(","))
+            if words is None:  # a range both ways: which end the value is past
+                above = float(given) > float(parts["high"])
+                return f"{given} is more than {parts['high']}" if above else f"{given} is less than {parts['low']}"
+            return words.format(value=given, **parts)
+    return message.removeprefix("Value error, ")
+
+
+def _given(args: list[str], opts: list[str]) -> str | None:
+    """The value the command line gave one of ``opts`` (the last time), as typed."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        for opt in opts:
+            if arg == opt and i + 1 < len(args):
+                found = args[i + 1]
+            elif arg.startswith(opt + "=") and opt.startswith("--"):
+                found = arg[len(opt) + 1 :]
+            elif not opt.startswith("--") and arg.startswith(opt) and len(arg) > len(opt):
+                found = arg[len(opt) :]
+    return found
 
 
 def _report(err: BaseException, debug: bool) -> ExitStatus:
