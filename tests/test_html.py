@@ -183,18 +183,22 @@ def test_the_page_shows_a_command_that_makes_it_again(tmp_path: Path) -> None:
     first = tmp_path / "a.html"
     assert invoke("I saw a saw", "-t", "words", "--heads", "2", "--causal", "--seed", "7", "-o", str(first)).exit_code == 0
     command = manifest(first.read_text(encoding="utf-8"))["command"]
-    assert command == "attn-cli html 'I saw a saw' --tokenizer words --seed 7 --heads 2 --causal"
+    assert command == f"attn-cli html 'I saw a saw' --output {first} --tokenizer words --seed 7 --heads 2 --causal"
     import shlex
 
     again = tmp_path / "b.html"
-    assert invoke(*shlex.split(command)[2:], "-o", str(again)).exit_code == 0
-    assert manifest(again.read_text(encoding="utf-8")) == manifest(first.read_text(encoding="utf-8"))
+    assert invoke(*shlex.split(command)[2:], "-o", str(again)).exit_code == 0  # a later -o wins
+    made_again = manifest(again.read_text(encoding="utf-8"))
+    assert made_again.pop("command") == command.replace(str(first), str(again))  # the same page but for its name
+    original = manifest(first.read_text(encoding="utf-8"))
+    original.pop("command")
+    assert made_again == original
 
 
 def test_stdin_text_goes_into_the_command(tmp_path: Path) -> None:
     out = tmp_path / "p.html"
     assert invoke("-", "-t", "words", "-o", str(out), input="I saw a saw\n").exit_code == 0
-    assert manifest(out.read_text(encoding="utf-8"))["command"] == "attn-cli html 'I saw a saw' --tokenizer words"
+    assert manifest(out.read_text(encoding="utf-8"))["command"] == f"attn-cli html 'I saw a saw' --output {out} --tokenizer words"
 
 
 def test_lines_make_one_page_with_every_text(tmp_path: Path) -> None:
@@ -205,7 +209,7 @@ def test_lines_make_one_page_with_every_text(tmp_path: Path) -> None:
     assert result.exit_code == 0 and result.stdout.strip() == str(out)
     m = manifest(out.read_text(encoding="utf-8"))
     assert [t["text"] for t in m["traces"]] == ["I saw a saw", "Life is short"]
-    assert m["command"] == f"attn-cli html --file {source} --lines --tokenizer words"
+    assert m["command"] == f"attn-cli html --file {source} --lines --output {out} --tokenizer words"
 
 
 def test_left_out_data_is_a_note_on_stderr(tmp_path: Path) -> None:

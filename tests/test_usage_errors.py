@@ -38,3 +38,43 @@ def test_the_hint_is_right_a_text_after_two_dashes_runs() -> None:
     result = CliRunner().invoke(app, ["run", "-t", "words", "-F", "json", "--", "-hello"])
     assert result.exit_code == 0, result.stderr
     assert '"text": "-hello"' in result.stdout
+
+
+# -- other rough edges of issue 23 -------------------------------------------------------------
+
+
+def test_debug_is_in_the_help_and_works_before_the_command() -> None:
+    assert "--debug" in CliRunner().invoke(app, ["--help"]).stdout
+    assert "--debug" in CliRunner().invoke(app, ["run", "--help"]).stdout
+    before = CliRunner().invoke(app, ["--debug", "run", "x", "--embeddings", "/nonexistent.json"])
+    after = CliRunner().invoke(app, ["run", "x", "--embeddings", "/nonexistent.json", "--debug"])
+    plain = CliRunner().invoke(app, ["run", "x", "--embeddings", "/nonexistent.json"])
+    assert before.exit_code == after.exit_code == plain.exit_code == 2
+    assert "Traceback" in before.stderr and "Traceback" in after.stderr and "Traceback" not in plain.stderr
+
+
+def test_tables_written_to_a_file_end_no_line_with_spaces(tmp_path) -> None:
+    for command in (["run", "I saw a saw", "-t", "words", "--show", "all"], ["heads", "I saw a saw", "-t", "words"]):
+        out = tmp_path / f"{command[0]}.txt"
+        result = CliRunner().invoke(app, [*command, "-o", str(out)])
+        assert result.exit_code == 0, result.stderr
+        lines = out.read_text(encoding="utf-8").split("\n")
+        assert len(lines) > 10 and not [line for line in lines if line.endswith(" ")]
+
+
+def test_heads_on_the_toy_says_one_head_and_its_grid_title_is_one_line() -> None:
+    result = CliRunner().invoke(app, ["heads", "I saw a saw", "-t", "words", "-F", "table"])
+    assert result.exit_code == 0, result.stderr
+    assert "1 layer × 1 head," in result.stdout and "1 heads" not in result.stdout
+    assert "Roles, layers x heads" in result.stdout.splitlines()[result.stdout.splitlines().index("Roles, layers x heads")]
+
+
+def test_the_pages_reproduce_line_keeps_the_output_and_drops_open(tmp_path, monkeypatch) -> None:
+    import attn_cli.cli.html as html_cli
+
+    monkeypatch.setattr(html_cli, "_open", lambda path: None)
+    page = tmp_path / "p.html"
+    result = CliRunner().invoke(app, ["html", "I saw a saw", "-t", "words", "-o", str(page), "--open"])
+    assert result.exit_code == 0, result.stderr
+    text = page.read_text(encoding="utf-8")
+    assert f"attn-cli html 'I saw a saw' --output {page} --tokenizer words" in text and "--open" not in text.split("attn-cli html", 1)[1][:200]

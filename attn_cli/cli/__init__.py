@@ -270,12 +270,15 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         Optional[bool],
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (every command takes --debug too).")] = False,
 ) -> None:
     """See self-attention: scores, weights and context vectors for any sentence, from a seeded toy model or a trained checkpoint (--model)."""
+    ctx.meta["debug"] = debug
 
 
 # Commands register themselves on ``app`` when imported.

@@ -24,7 +24,7 @@ from attn_cli.source import SourceSpec
 
 SUFFIXES = (".html", ".htm")
 DEFAULT_MAX_MB = 20.0
-NOT_REPRODUCED = {"output", "no_clobber", "open", "debug", "emit_python"}  # options that do not change the page
+NOT_REPRODUCED = {"no_clobber", "open_page", "debug", "emit_python"}  # options that do not change the page (-o names it: kept)
 
 
 @app.command(cls=AttnCommand)

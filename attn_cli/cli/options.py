@@ -161,7 +161,7 @@ CONFIG_PARAMS = [
         ],
         False,
     ),
-    _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.", hidden=True)], False),
+    _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (also before the command: attn-cli --debug run ...).", rich_help_panel=OUTPUT)], False),
 ]
 
 TRAINED_PARAMS = [
@@ -380,7 +380,7 @@ def shared_options(
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
         shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
         shared.update({name: defaults[name] for name in left_out})
-        ctx.meta["debug"] = shared["debug"]
+        ctx.meta["debug"] = shared["debug"] or ctx.meta.get("debug", False)  # `attn-cli --debug run` set it already
         spec = build_spec(ctx, shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:

@@ -137,8 +137,9 @@ def emit_rich(parts: Iterable[Any], path: Path | None, *, no_color: bool = False
     console = Console(file=buffer, width=_file_width(), color_system=None, force_terminal=False, **common)
     for part in parts:
         console.print(part)
+    text = "\n".join(line.rstrip(" ") for line in buffer.getvalue().split("\n"))  # rich pads every line to the width
     with binary_output(path, clobber=clobber) as out:
-        out.write(buffer.getvalue().encode("utf-8"))
+        out.write(text.encode("utf-8"))
 
 
 def _stdout_console(console_class: type) -> type:

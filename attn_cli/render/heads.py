@@ -104,7 +104,7 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
         title.append(f"text {index + 1} of {total}: ", style="bold")
     shown = trace.text if len(trace.text) <= 70 else trace.text[:67] + "…"
     title.append(f"{shown!r}", style="bold")
-    title.append(f"  {model.name}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} heads, T = {len(trace.tokens)}")
+    title.append(f"  {model.name}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} head{'s' if model.heads != 1 else ''}, T = {len(trace.tokens)}")
     parts: list[Any] = [title]
     hiding = trace.hiding
     if hiding is not None and hiding.active:
@@ -144,7 +144,9 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
         table.add_row(Text(role, style=COLOURS[role]), str(len(members)), listed)
     parts.append(table)
 
-    grid = Table(box=box.SIMPLE_HEAD, title="Roles, layers x heads", title_justify="left", title_style="bold", pad_edge=False)
+    # The title on a line of its own: a table as narrow as one head's would wrap it word by word.
+    parts.append(Text("Roles, layers x heads", style="bold"))
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     n_heads = max(h.head for h in heads) + 1
     grid.add_column("layer", justify="right")
     for h in range(n_heads):
