@@ -535,6 +535,24 @@ def test_the_bash_script_is_answered_at_run_time() -> None:
     assert "--heads" in result.stdout.split()  # typer's bash format, which its script reads
 
 
+@pytest.mark.parametrize(
+    "words, cword, expected",
+    [
+        ("attn-cli run --tokenizer c", 3, ["cl100k_base"]),
+        ("attn-cli heatmap -t o200k", 3, ["o200k_base", "o200k_harmony"]),
+        ("attn-cli run -t wo", 3, ["words"]),
+        ("attn-cli run --show sc", 3, ["scores", "scaled"]),
+        ("attn-cli run --show scores,we", 3, ["scores,weights"]),
+        ("attn-cli run --show scores,s", 3, ["scores,scaled", "scores,stats"]),  # a table named already is not offered again
+    ],
+)
+def test_tokenizer_and_show_complete_with_tab(words: str, cword: int, expected: list[str]) -> None:
+    """What the docs promise completes does (issue 23: --tokenizer and --show did not)."""
+    env = child_env(COMP_WORDS=words, COMP_CWORD=str(cword), _ATTN_CLI_COMPLETE="complete_bash")
+    result = subprocess.run([sys.executable, "-m", "attn_cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == expected, result.stderr
+
+
 def test_help_loads_no_completion_machinery_beyond_typers_own() -> None:
     code = (
         "import sys; import typer; before = set(sys.modules); "

@@ -52,6 +52,14 @@ TRAINED = "Trained model"
 OUTPUT = "Output"
 
 
+def complete_tokenizer(incomplete: str) -> list[str]:
+    """Tab on --tokenizer: words and the tiktoken encodings attn-cli knows the files of."""
+    from attn_cli.rankfiles import ENCODING_FILES
+    from attn_cli.tokens import WORDS
+
+    return [name for name in (WORDS, *ENCODING_FILES) if name.startswith(incomplete)]
+
+
 def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -95,6 +103,7 @@ CONFIG_PARAMS = [
             typer.Option(
                 "--tokenizer",
                 "-t",
+                autocompletion=complete_tokenizer,
                 help=f"'words', a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...) or a model name (gpt-4o). "
                 f"Default {DEFAULT_TOKENIZER}, or 'words' when its files are not on this machine.",
                 rich_help_panel=MODEL,

@@ -50,6 +50,15 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
     return values
 
 
+def _complete_show(incomplete: str) -> list[str]:
+    """Tab on --show, comma-aware: "scores,we" completes to "scores,weights"."""
+    from attn_cli.render.tables import SHOW_CHOICES
+
+    done, _, last = incomplete.rpartition(",")
+    chosen = set(done.split(",")) if done else set()
+    return [f"{done}," * bool(done) + name for name in (*SHOW_CHOICES, "all") if name.startswith(last) and name not in chosen]
+
+
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
@@ -66,6 +75,7 @@ def run(
             rich_help_panel=OUTPUT,
             show_default=False,
             callback=_check_show,
+            autocompletion=_complete_show,
         ),
     ] = None,
     query: QueryOption = None,
