@@ -78,3 +78,23 @@ def test_the_pages_reproduce_line_keeps_the_output_and_drops_open(tmp_path, monk
     assert result.exit_code == 0, result.stderr
     text = page.read_text(encoding="utf-8")
     assert f"attn-cli html 'I saw a saw' --output {page} --tokenizer words" in text and "--open" not in text.split("attn-cli html", 1)[1][:200]
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_narrow_terminals_keep_the_titles_end_and_the_paths_words(columns: int, bert_folder, tmp_path, monkeypatch) -> None:
+    """At 80-100 columns the weights title kept 'rows renorma…' and lost 'layer 2, head 9';
+    a long model path broke mid-word across lines. Now the title wraps and the path keeps
+    its end, on one line."""
+    import shutil
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    deep = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 2) / "sentence-transformers-all-MiniLM-L6-v2-snapshot"
+    shutil.copytree(bert_folder, deep)
+    result = CliRunner().invoke(app, ["run", "The cat sat on the mat", "--model", str(deep), "--layer", "2", "--head", "3", "--hide-tokens", "special", "-F", "table"])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Attention weights"))
+    title = " ".join(lines[start : start + 3])
+    assert "layer 2, head 3" in title and "…" not in title
+    model = next(line for line in lines if line.startswith("model "))
+    assert len(model) <= columns and model.endswith("sentence-transformers-all-MiniLM-L6-v2-snapshot") and "…" in model

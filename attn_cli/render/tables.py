@@ -134,7 +134,8 @@ def label_text(label: str, style: str = "") -> Text:
 
 
 def _title(name: str, rest: str = "") -> Text:
-    return Text.assemble((name, "bold"), rest, no_wrap=True, overflow="ellipsis")
+    """A table's title: it wraps rather than lose its end (which names the layer and head)."""
+    return Text.assemble((name, "bold"), rest, overflow="fold")
 
 
 def _note(message: str) -> Text:
@@ -298,6 +299,9 @@ class Pairs:
         line = Text()
         for key, value in self.pairs:
             pair = Text.assemble((key + " ", "dim"), (value, "bold"))
+            room = width - cell_len(key) - 1
+            if pair.cell_len > width and room > 1:  # a long path: its end names it, never folded mid-word
+                pair = Text.assemble((key + " ", "dim"), ("…" + value[-(room - 1) :], "bold"))
             if line.cell_len and line.cell_len + len(self.gap) + pair.cell_len > width:
                 yield line
                 line = Text()
