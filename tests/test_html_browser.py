@@ -334,3 +334,16 @@ def test_hidden_tokens_are_absent_from_the_head_view_and_matrix(open_page: Any, 
     p.view("overview")
     assert p.page.locator(".headname").all_inner_texts() == ["head 0", "head 1", "head 2"]
     assert p.page.locator(".thumb").count() == 2 * 3
+
+
+def test_the_numbers_in_the_matrix_fit_their_cells(open_page: Any, shots: Path) -> None:
+    """Issue 23: four-decimal numbers overflowed their cells and ran together. Two decimals
+    at a size that fits: the widest drawn number is narrower than a cell."""
+    trace = toy("Life is short, eat dessert first", heads=2, causal=True)
+    p = open_page(page([trace], command="c"))
+    p.view("matrix")
+    cell = float(p.page.get_attribute("#matrix", "data-cell"))
+    widest = p.page.get_attribute("#matrix", "data-number-width")
+    assert widest is not None, "the numbers were drawn"
+    assert float(widest) <= cell - 4 and int(p.page.get_attribute("#matrix", "data-number-font")) >= 7
+    p.page.screenshot(path=shots / "toy-matrix-numbers.png", full_page=True)

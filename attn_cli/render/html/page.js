@@ -365,12 +365,24 @@
           ctx.textAlign = "right"; ctx.fillText(text, margin - 6, margin + (i + 0.5) * cell);
           ctx.save(); ctx.translate(margin + (i + 0.5) * cell, margin - 6); ctx.rotate(-Math.PI / 2.6); ctx.textAlign = "left"; ctx.fillText(text, 0, 0); ctx.restore();
         }
-        if (cell >= 30 && n <= 16) { // the numbers fit in the cells
-          ctx.font = `${Math.min(11, cell / 3)}px ui-monospace, monospace`; ctx.textAlign = "center";
+        if (cell >= 22 && n <= 16) { // numbers in the cells, two decimals (the tooltip has every digit), at a size that fits
+          const shown = [];
           for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {
-            const u = d.w[base + q * n + k]; if (u === MASKED) continue;
-            ctx.fillStyle = level(u) > 0.6 ? "#000" : "#fff";
-            ctx.fillText(fixedWeight(u).replace(/^0\./, "."), margin + (k + 0.5) * cell, margin + (q + 0.5) * cell);
+            const u = d.w[base + q * n + k]; if (u !== MASKED) shown.push([q, k, u, (u / SCALE).toFixed(2).replace(/^0\./, ".")]);
+          }
+          let px = Math.min(11, Math.floor(cell / 2.5)), widest = 0;
+          for (; px >= 7; px--) {
+            ctx.font = `${px}px ui-monospace, monospace`;
+            widest = Math.max(0, ...shown.map((c) => ctx.measureText(c[3]).width));
+            if (widest <= cell - 4) break;
+          }
+          if (px >= 7) {
+            ctx.textAlign = "center";
+            for (const [q, k, u, text] of shown) {
+              ctx.fillStyle = level(u) > 0.6 ? "#000" : "#fff";
+              ctx.fillText(text, margin + (k + 0.5) * cell, margin + (q + 0.5) * cell);
+            }
+            canvas.dataset.numberFont = px; canvas.dataset.numberWidth = widest.toFixed(1); // what the tests check fits
           }
         }
       }
@@ -415,7 +427,7 @@
     for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
     legend.append(el("span", { text: S.log ? "weight 10⁻⁴" : "weight 0" }), bar, el("span", { text: "1" }), el("span", { class: "swatch" }), el("span", { text: "masked: the query may not see this key" }));
     const box = el("div", {},
-      el("p", { class: "small", text: `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1. Point at a cell (or focus the matrix and use the arrow keys) for its numbers.` + (d.s ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      el("p", { class: "small", text: `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1. Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (n <= 16 ? " (the cells show two decimals)." : ".") + (d.s ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
       wrap, legend);
     box.after = () => { paint(); mark(); };
     return box;
