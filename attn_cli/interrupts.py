@@ -33,7 +33,8 @@ import stat
 import threading
 from collections.abc import Iterator
 
-INTERRUPTED, TERMINATED = 130, 143  # attn_cli.errors.ExitStatus, without importing it this early
+from attn_cli.errors import ExitStatus  # an enum and a few exception classes: nothing heavy this early
+
 _WAKE = 0  # a byte on the wakeup pipe that is no signal: look at standard output again
 _EXIT = 255  # nor this: the main thread is done, exit with _exit_code
 _GONE = select.POLLERR | select.POLLHUP  # a pipe or socket whose reader has closed it
@@ -174,7 +175,7 @@ def _exit_now(signum: int | None) -> None:
         _remove_temporaries()
     if signum is None:  # the reader went away: success, and nothing to say
         os._exit(0)
-    word, code = ("terminated", TERMINATED) if signum == signal.SIGTERM else ("interrupted", INTERRUPTED)
+    word, code = ("terminated", ExitStatus.TERMINATED) if signum == signal.SIGTERM else ("interrupted", ExitStatus.INTERRUPTED)
     with contextlib.suppress(OSError):
         os.write(2, b"".join(_last_words) + f"attn-cli: error: {word}\n".encode())
-    os._exit(code)
+    os._exit(int(code))

@@ -265,7 +265,7 @@ class Walkthrough:
                     )
                 )
         rotary = self.run.model.anatomy.rotary if self.run.model.anatomy is not None else None
-        before = self._projected(x_rows=self.layer.x) if rotary else {}
+        before = self._projected() if rotary else {}
         for name, w, d, first, result in (
             ("q", proj.query, dk, self.h * dk, one.queries),
             ("k", proj.key, dk, g * dk, one.keys),
@@ -313,16 +313,14 @@ class Walkthrough:
     def _rows(head: int, d: int) -> str:
         return f"{head * d}…{(head + 1) * d - 1}"
 
-    def _projected(self, x_rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def _projected(self) -> dict[str, torch.Tensor]:
         """This head's Q and K before the family's rotation: the layer's own projections
         (the engine's Linear objects) applied to its input x again, split as the engine splits."""
-        from attn_cli.attention import split_heads
-
-        proj = self.layer.projections
-        assert x_rows is not None and proj.query is not None and proj.key is not None
+        proj, x = self.layer.projections, self.layer.x
+        assert x is not None and proj.query is not None and proj.key is not None
         return {
-            "q": split_heads(proj.query(x_rows), self.H)[self.h],  # (T, D) -> (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
-            "k": split_heads(proj.key(x_rows), self.kv_heads)[self.kv_head],  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
+            "q": split_heads(proj.query(x), self.H)[self.h],  # (T, D) -> (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
+            "k": split_heads(proj.key(x), self.kv_heads)[self.kv_head],  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
         }
 
     def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:

@@ -46,7 +46,6 @@ from attn_cli.render.commands import command_line
 
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
-    from attn_cli.config import Config
     from attn_cli.trace import Trace
 
 DEFAULT_MAX_BYTES = 20 * 2**20  # a 512-token page of a 12-layer model keeps a few layers
