@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -58,6 +59,20 @@ class Projections:
     key: Linear | None  # (H*Dk, D)
     value: Linear | None  # (H*Dv, D)
     out: Linear | None  # (H*Dv, H*Dv); None: output = concat
+    # A family's norms of the projected queries and keys, (T, H*Dk) -> (T, H*Dk), before
+    # the heads are split and rotated (Qwen 3, Gemma 3: per head; OLMo 2: all heads at once)
+    query_norm: Callable[[torch.Tensor], torch.Tensor] | None = None
+    key_norm: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(T, H*Dk) queries and (T, Hkv*Dk) keys from X (T, D): projected, then normed where the family norms them."""
+        assert self.query is not None and self.key is not None
+        queries, keys = self.query(x), self.key(x)  # (T, H*Dk), (T, Hkv*Dk)
+        if self.query_norm is not None:
+            queries = self.query_norm(queries)
+        if self.key_norm is not None:
+            keys = self.key_norm(keys)
+        return queries, keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +103,9 @@ class LayerWeights:
     layer: int = 0  # 0-based index in the model
     divisor_text: str = ""  # the divisor as a formula, e.g. "sqrt(64)"; "" when it is 1
     threads: int = 0  # torch's intra-op threads the layer was computed with (0: not recorded)
+    # What else the softmax read, in this order after the division (trained families only):
+    bias: torch.Tensor | None = None  # (H, T, T) or (1, T, T) added to the scaled scores (MPNet's relative positions)
+    softcap: float | None = None  # the scaled scores became softcap * tanh(s / softcap) (Gemma 2)
 
     @property
     def n_heads(self) -> int:
@@ -113,7 +131,24 @@ class LayerWeights:
         mask and the divisor, without the vectors that made them."""
         if type(self) is LayerWeights:
             return self
-        return LayerWeights(self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads)
+        return LayerWeights(
+            self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads, self.bias, self.softcap
+        )
+
+    def softmax_input(
+        self, scores: torch.Tensor, start: int = 0, stop: int | None = None, head: int | None = None
+    ) -> torch.Tensor:
+        """The softmax input of rows ``start:stop`` from their raw scores, (H, R, T) for
+        every head or (R, T) for ``head``: the division, this layer's bias and
+        soft-capping, the mask; the operations ``attention_weights`` made the weights with."""
+        rows = slice(start, stop)
+        bias = self.bias
+        if bias is not None:
+            bias = bias[:, rows, :]  # (H or 1, R, T)
+            if head is not None:
+                bias = bias[head % bias.shape[0]]  # (R, T)
+        mask = None if self.mask is None else self.mask[rows]
+        return _softmax_input(scores, self.divisor, mask, bias, self.softcap)
 
 
 # kw_only: the vectors follow LayerWeights' fields, some of which have defaults.
@@ -150,14 +185,15 @@ class LayerAttention(LayerWeights):
     @property
     def scaled_scores(self) -> torch.Tensor:
         """(H, T, T) the softmax input, masked cells -inf."""
-        return _softmax_input(self.scores, self.divisor, self.mask)
+        return self.softmax_input(self.scores)
 
     def scaled_score(self, h: int, query: int, key: int) -> float:
         """One cell of ``scaled_scores`` without deriving the whole (H, T, T) tensor:
-        the same float32 division, the same mask."""
+        the same float32 operations, the same mask."""
         if self.masked(query, key):
             return -math.inf
-        return (self.scores[h, query, key] / self.divisor).item()  # () float32, as in _softmax_input
+        bias = None if self.bias is None else self.bias[h % self.bias.shape[0], query, key]  # ()
+        return _softmax_input(self.scores[h, query, key], self.divisor, None, bias, self.softcap).item()  # () float32
 
     def head(self, h: int) -> HeadResult:
         scores = self.scores[h]  # (T, T)
@@ -167,7 +203,7 @@ class LayerAttention(LayerWeights):
             keys=self.keys[h],
             values=self.values[h],
             scores=scores,
-            scaled_scores=_softmax_input(scores, self.divisor, self.mask),
+            scaled_scores=self.softmax_input(scores, head=h),
             weights=self.weights[h],
             context=self.context[h],
         )
@@ -242,28 +278,49 @@ def _divisor_text(d_k: int, scale: bool, temperature: float) -> str:
 
 
 def attend(
-    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, *, divisor: float, mask: torch.Tensor | None
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    divisor: float,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / divisor, masked) V, the one masked softmax every source uses.
+    """softmax(Q K^T / divisor (+ bias, soft-capped), masked) V, the one masked softmax
+    every source uses.
 
     Shapes: queries (H, T, Dk), keys (H, T, Dk), values (H, T, Dv), mask (T, T)
-    True = hidden -> (context (H, T, Dv), weights (H, T, T)).
+    True = hidden, bias (H, T, T) or (1, T, T) -> (context (H, T, Dv), weights (H, T, T)).
     """
-    weights = attention_weights(queries, keys, divisor=divisor, mask=mask)  # (H, T, T)
+    weights = attention_weights(queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap)  # (H, T, T)
     return weights @ values, weights  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
 
 
 def attention_weights(
-    queries: torch.Tensor, keys: torch.Tensor, *, divisor: float, mask: torch.Tensor | None = None
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    *,
+    divisor: float,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
+    A family's score modifiers come after the division, before the mask, as
+    transformers applies them: ``bias`` (..., T, T) added (MPNet's relative
+    positions), then ``softcap`` * tanh(s / ``softcap``) (Gemma 2's soft-capping).
 
     Every step works in place in one (..., T, T) buffer, so the peak memory is one
     T x T tensor per head, as in torch's own attention.
     """
     weights = queries @ keys.transpose(-2, -1)  # (H, T, Dk) @ (H, Dk, T) -> (H, T, T) raw scores
     weights.div_(divisor)  # the same operation as _softmax_input, so scaled_scores agree
+    if bias is not None:
+        weights.add_(bias)  # (H, T, T) + (H or 1, T, T)
+    if softcap is not None:
+        weights.div_(softcap).tanh_().mul_(softcap)
     if mask is not None:
         weights.masked_fill_(mask, float("-inf"))
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
@@ -302,8 +359,19 @@ def causal_mask(n_tokens: int) -> torch.Tensor:
     return torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(diagonal=1)
 
 
-def _softmax_input(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) -> torch.Tensor:
+def _softmax_input(
+    scores: torch.Tensor,
+    divisor: float,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """The softmax input from raw scores, in ``attention_weights``' order of operations."""
     scaled = scores / divisor  # (..., T, T)
+    if bias is not None:
+        scaled = scaled + bias
+    if softcap is not None:
+        scaled = torch.tanh(scaled / softcap) * softcap
     if mask is not None:
         scaled = scaled.masked_fill(mask, float("-inf"))
     return scaled

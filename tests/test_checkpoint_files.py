@@ -241,7 +241,7 @@ def test_a_damaged_safetensors_file_is_named(damage, why: str, gpt2_folder: Path
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]}, r"model_type 'falcon' \(FalconForCausalLM\).*gpt2, bert, llama, mistral, qwen2"),
+        ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]}, r"model_type 'falcon' \(FalconForCausalLM\).*gpt2, bert, roberta.*llama, mistral, qwen2, qwen3.*olmo2"),
         ({"model_type": None}, r"model_type None .*gpt2, bert"),
         ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
         ({"hidden_act": "xielu"}, "hidden_act 'xielu'"),

@@ -15,7 +15,7 @@ import torch
 import checkpoints
 from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import base, llama
+from attn_cli.checkpoint.families import base, llama, rotary
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -44,49 +44,24 @@ def folders(tmp_path_factory: pytest.TempPathFactory):
     return folder
 
 
-def assert_matches(layers, ref: checkpoints.Reference, tol: float = TOL) -> None:
-    """Weights to ``tol``; the (T, D) tensors, which reach 15 in these sharpened models,
-    to ``tol`` of their largest value (float32 keeps about 7 digits, whatever the size).
-    A reference in another dtype is widened to float32 exactly, as the engine's tensors
-    are. A failure names the layer and the field ("layer 0 concat: ...")."""
-    for layer in layers:
-        i = layer.layer
-        for name in ("weights", "x", "concat", "output"):
-            expected = getattr(ref, name)[i].float()
-            scale = 1.0 if name == "weights" else max(1.0, float(expected.abs().max()))
-            torch.testing.assert_close(
-                getattr(layer, name), expected, atol=tol * scale, rtol=0, msg=lambda m, name=name: f"layer {i} {name}: {m}"
-            )
+assert_matches = checkpoints.assert_matches
+sharpness = checkpoints.sharpness
 
 
-def sharpness(layer) -> float:
-    visible = torch.tensor(layer.visible_keys(), dtype=torch.float32)  # (T,)
-    return float((layer.weights.max(-1).values * visible).mean())
-
-
-def traced(folder: Path, text: str, **kwargs):
-    ckpt = open_checkpoint(str(folder), **kwargs)
-    tokens = ckpt.tokenizer.encode(text)
-    return ckpt, tokens, ckpt.trace(tokens, range(ckpt.info.layers))
+traced = checkpoints.traced
 
 
 @pytest.mark.parametrize("name", list(CHECKPOINTS))
 def test_every_layer_and_head_matches_transformers(name: str, folders) -> None:
-    folder = folders(name)
-    ckpt, tokens, layers = traced(folder, CHECKPOINTS[name][1])
-    assert_matches(layers, checkpoints.reference(folder, tokens.ids))
-    for layer in layers:
-        torch.testing.assert_close(layer.weights.sum(-1), torch.ones(layer.weights.shape[:2]), atol=1e-6, rtol=0)
-        assert bool((layer.weights[:, layer.mask] == 0).all())
-        assert sharpness(layer) > 1.5
+    checkpoints.assert_family_matches(folders(name), CHECKPOINTS[name][1])
 
 
 def test_long_texts_go_past_the_windows_and_the_original_context(folders) -> None:
     _, tokens, _ = traced(folders("llama3"), LONG)
     assert len(tokens) > 2 * LLAMA3["original_max_position_embeddings"]
     # the three kinds of llama3 frequency are all there: kept, blended, divided by factor
-    plain = llama.inverse_frequencies(8, LLAMA3["rope_theta"])
-    scaled = llama.llama3_scaled(plain, llama.rope_settings({"rope_parameters": LLAMA3}))
+    plain = rotary.inverse_frequencies(8, LLAMA3["rope_theta"])
+    scaled = rotary.llama3_scaled(plain, rotary.settings(LLAMA3, head_dim=8, max_positions=256).params)
     ratios = (plain / scaled).tolist()
     assert ratios[0] == 1.0 and 1.0 < ratios[1] < 8.0 and ratios[-1] == pytest.approx(8.0)
 
@@ -178,11 +153,11 @@ def test_bfloat16_matches_transformers_in_bfloat16_bit_for_bit(name: str, folder
         assert_matches(wide, ref, tol=0)
     # nor does it take a norm that applies its gain before rounding back to bfloat16
     # (LlamaRMSNorm rounds the normed rows first, then multiplies)
-    def gain_before_rounding(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def gain_before_rounding(x: torch.Tensor, weight: torch.Tensor, bias, eps: float) -> torch.Tensor:
         wide = x.float()  # (T, D)
         return (weight.float() * wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)  # (T, D)
 
-    monkeypatch.setattr(llama, "rms_norm", gain_before_rounding)
+    monkeypatch.setattr(llama.Llama, "norm", staticmethod(gain_before_rounding))
     _, _, rounded_late = traced(folder, TEXT, dtype="bfloat16")
     with pytest.raises(AssertionError, match="layer 0 weights"):
         assert_matches(rounded_late, ref, tol=0)
@@ -214,8 +189,8 @@ def tiled(m: torch.Tensor, groups: int) -> torch.Tensor:
 @pytest.mark.parametrize(
     ("name", "module", "attribute", "bug"),
     [
-        ("llama", llama, "rotate_half", interleaved),
-        ("llama3", llama, "llama3_scaled", lambda inv_freq, settings: inv_freq),
+        ("llama", rotary, "rotate_half", interleaved),
+        ("llama3", rotary, "llama3_scaled", lambda inv_freq, settings: inv_freq),
         ("llama", base, "repeat_kv", tiled),
     ],
     ids=["interleaved-rope-pairs", "llama3-scaling-ignored", "gqa-heads-tiled"],

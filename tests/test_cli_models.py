@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.checkpoint.catalog import MODEL_TYPES
+from attn_cli.checkpoint.registry import MODEL_TYPES
 from attn_cli.cli import app
 
 
@@ -86,10 +86,11 @@ def test_models_text_names_sizes_and_where_it_looked(cache: Path) -> None:
 
 
 def test_every_supported_model_type_has_a_family() -> None:
-    from attn_cli.checkpoint.families import FAMILIES
+    from attn_cli.checkpoint.families import Family, family_class
 
-    assert set(MODEL_TYPES) == set(FAMILIES)
-    assert all(FAMILIES[t].family == family for t, family in MODEL_TYPES.items())
+    for model_type, (family, _) in MODEL_TYPES.items():
+        adapter = family_class(model_type)
+        assert issubclass(adapter, Family) and adapter.family == family, model_type
 
 
 def test_listing_does_not_import_torch(cache: Path) -> None:

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from attn_cli.checkpoint.files import CONFIG, SAFETENSORS, SAFETENSORS_INDEX, _DTYPE_BYTES, _snapshot, cache_roots, read_header
+from attn_cli.checkpoint.registry import family_name
 from attn_cli.errors import ModelUnavailable
 
-# config.json model_type -> the family that computes it (attn_cli.checkpoint.families.FAMILIES, without torch)
-MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "mistral": "llama", "qwen2": "llama"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +24,7 @@ class CachedModel:
     path: Path  # the snapshot folder
     cache: str  # which cache it is in (a label from cache_roots)
     model_type: str | None
+    family: str | None  # the adapter that computes it (a multimodal model's: its language model's)
     architecture: str | None
     parameters: int | None  # from the safetensors headers; None when a shard is absent or unreadable
     bytes: int | None  # the weights' size on disk (the index's total_size, or the headers')
@@ -34,7 +34,6 @@ class CachedModel:
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["path"] = str(self.path)
-        data["family"] = MODEL_TYPES.get(self.model_type or "")
         return data
 
 
@@ -63,17 +62,19 @@ def describe(name: str, folder: Path, cache: str = "") -> CachedModel:
     model_type = config.get("model_type")
     architectures = config.get("architectures") or [None]
     parameters, size, why = _size(folder)
-    if model_type not in MODEL_TYPES:
+    family = family_name(config)
+    if family is None:
         why = f"model_type {model_type!r} is not computed by attn-cli"
     return CachedModel(
         name=name,
         path=folder,
         cache=cache,
         model_type=model_type,
+        family=family,
         architecture=architectures[0],
         parameters=parameters,
         bytes=size,
-        supported=model_type in MODEL_TYPES and not why,
+        supported=family is not None and not why,
         why=why,
     )
 

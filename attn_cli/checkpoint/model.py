@@ -112,6 +112,7 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
     import torch
 
     from attn_cli.checkpoint.families import family_for
+    from attn_cli.checkpoint.registry import text_config
 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
@@ -127,13 +128,14 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
     weights.find_prefix(family.anchor, family.family)
     family.check_shapes(weights)  # from the headers: a config that disagrees with its tensors stops here
     tokenizer = load_tokenizer(
-        folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.family == "bert"
+        folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.encoder
     )
-    architectures = config.get("architectures") or []
+    architectures = config.get("architectures") or text_config(config).get("architectures") or []
     info = ModelInfo(
         source=spec,
         architecture=str(architectures[0] if architectures else config.get("model_type")),
         family=family.family,
+        model_type=str(text_config(config).get("model_type")),
         layers=family.layers,
         heads=family.heads,
         kv_heads=family.kv_heads,

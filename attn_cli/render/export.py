@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
-from attn_cli.attention import LayerAttention, _softmax_input
+from attn_cli.attention import LayerAttention
 from attn_cli.stats import CHUNK_ROWS, attention_stats
 from attn_cli.tokens import Tokens
 from attn_cli.trace import Trace
@@ -295,7 +295,7 @@ def layer_dict(
             "keys": table(layer.keys[h]),
             "values": table(layer.values[h]),
             "scores": table(scores[h]),
-            "scaled_scores": table(_softmax_input_rows(layer, scores[h]), nulls=True),
+            "scaled_scores": table(_softmax_input_rows(layer, scores[h], h), nulls=True),
             "weights": table(layer.weights[h]),
             "context": table(layer.context[h]),
         }
@@ -323,13 +323,12 @@ def _raw_scores(layer: LayerAttention) -> torch.Tensor:
     return derived if derived is not None else type(layer).scores.func(layer)
 
 
-def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor) -> Rows:
-    """(T, T) one head's ``scaled_scores`` from its raw scores, a block of rows at a time
-    (the same division and mask, cell by cell, as the whole tensor)."""
-    mask = layer.mask
+def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor, head: int) -> Rows:
+    """(T, T) head ``head``'s ``scaled_scores`` from its raw scores, a block of rows at a
+    time (the same operations and mask, cell by cell, as the whole tensor)."""
 
     def rows(start: int, stop: int) -> torch.Tensor:
-        return _softmax_input(scores[start:stop], layer.divisor, None if mask is None else mask[start:stop])  # (R, T)
+        return layer.softmax_input(scores[start:stop], start, stop, head=head)  # (R, T)
 
     return Rows(tuple(scores.shape), scores.dtype, rows)
 

@@ -1,31 +1,34 @@
-"""The architectures attn-cli computes, by config.json's model_type."""
+"""The architectures attn-cli computes, by config.json's model_type (registry.py)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from attn_cli.checkpoint.families.base import Family, run_layers
-from attn_cli.checkpoint.families.bert import Bert
-from attn_cli.checkpoint.families.gpt2 import Gpt2
-from attn_cli.checkpoint.families.llama import Llama
+from attn_cli.checkpoint.registry import MODEL_TYPES, text_config
 from attn_cli.errors import ModelUnavailable
 
-__all__ = ["FAMILIES", "Family", "family_for", "run_layers"]
+__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "run_layers"]
 
-FAMILIES: dict[str, type[Family]] = {"gpt2": Gpt2, "bert": Bert, "llama": Llama, "mistral": Llama, "qwen2": Llama}
+
+def family_class(model_type: str) -> type[Family]:
+    module, name = MODEL_TYPES[model_type][1].split(":")
+    return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
 
 
 def family_for(config: dict[str, Any], where: str) -> Family:
-    """The adapter for config.json's model_type, its hyperparameters checked."""
+    """The adapter for config.json's model_type (or its nested text model's), its hyperparameters checked."""
+    config = text_config(config)
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    if model_type not in MODEL_TYPES:
         architectures = config.get("architectures") or []
         named = f"model_type {model_type!r}" + (f" ({architectures[0]})" if architectures else "")
         raise ModelUnavailable(
             f"{where}: {named} is not an architecture attn-cli computes; supported model_type: "
-            f"{', '.join(FAMILIES)}"
+            f"{', '.join(MODEL_TYPES)}"
         )
-    family = FAMILIES[model_type](config)
+    family = family_class(str(model_type))(config)
     why = family.inconsistency()
     if why is not None:
         raise ModelUnavailable(f"{where}: {why}: fetch a consistent config.json")

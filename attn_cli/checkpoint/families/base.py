@@ -4,7 +4,7 @@ Shapes: T tokens, D d_model, H (query) heads, Hkv key/value heads (H without
 grouped-query attention), Dk = Dv per head (D / H unless the family says), F
 the MLP's inner size.
 
-A family adapter (gpt2.py, bert.py) is a table of tensor names and the few steps
+A family adapter (gpt2.py, bert.py, decoder.py's rotary decoders) is a table of tensor names and the few steps
 that differ between architectures: how tokens become the first hidden state,
 what a layer's projections read, where the norms and the MLP go. The attention
 itself is the same everywhere: ``attn_cli.attention.attend``. Pure: tensors are
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -57,11 +58,16 @@ class LayerTensors:
             self._read[role] = self._weights.read(self._names[role])
         return self._read[role]
 
+    def get(self, role: str) -> torch.Tensor | None:
+        """The tensor, or None when the family has no such role (a bias it lacks)."""
+        return self[role] if role in self._names else None
+
 
 class Family(abc.ABC):
     """One architecture: its hyperparameters from config.json and its steps."""
 
-    family: ClassVar[str]  # "gpt2", "bert"
+    family: ClassVar[str]  # "gpt2", "bert", "llama", ...: the adapter (registry.MODEL_TYPES)
+    encoder: ClassVar[bool] = False  # every token sees every other, and a --pair is read as two segments
     anchor: ClassVar[str]  # a tensor every checkpoint of the family has: finds the save's prefix
     input_text: ClassVar[str]  # what a layer's projections read, in words
     layer_tensors: ClassVar[Mapping[str, str]]  # role -> name with {layer}
@@ -134,10 +140,15 @@ class Family(abc.ABC):
     def anatomy(self) -> Anatomy:
         return Anatomy(self.first_hidden, self.layer_input, self.out_proj_name, self.weights_note, self.rotary_text())
 
-    def rotate(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(H, T, Dk) queries and (Hkv, T, Dk) keys with positions applied (rotary
-        families); as they are otherwise."""
+    def rotate(self, queries: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(H, T, Dk) queries and (Hkv, T, Dk) keys with layer ``layer``'s positions
+        applied (rotary families); as they are otherwise."""
         return queries, keys
+
+    def score_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | None, float | None]:
+        """What layer ``layer``'s softmax reads besides the scaled scores: an additive
+        bias (H or 1, T, T) (relative positions) and a soft-cap, each None when absent."""
+        return None, None
 
     def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
         """(T, T) layer ``layer``'s mask given the shared one (a sliding window adds to it)."""
@@ -202,9 +213,11 @@ def run_layers(
             x = family.attention_input(t, hidden)  # (T, D)
             divisor, divisor_text = family.divisor(index)
             mask = family.layer_mask(index, shared)  # (T, T) or None
+            bias, softcap = family.score_modifiers(index, len(tokens))  # (H or 1, T, T) or None, float or None
             layer = multi_head(
-                x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads, family.rotate
-            )
+                x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
+                functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap,
+            )  # fmt: skip
             output = layer.output  # (T, D)
             if index in wanted:
                 kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
@@ -247,15 +260,19 @@ def multi_head(
     divisor_text: str,
     kv_heads: int | None = None,
     rotate: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    *,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> LayerAttention:
     """One layer's multi-head attention over X (T, D), every tensor kept; keys and
     values per query head (a shared key/value head repeated for its group)."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens = x.shape[0]
     kv_heads = kv_heads or heads
-    # 1. project and split into heads
-    queries = split_heads(projections.query(x), heads)  # (T, D) -> (T, H*Dk) -> (H, T, Dk)
-    keys = split_heads(projections.key(x), kv_heads)  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk)
+    # 1. project (and norm, where the family norms queries and keys), split into heads
+    queries, keys = projections.queries_keys(x)  # (T, D) -> (T, H*Dk), (T, Hkv*Dk)
+    queries = split_heads(queries, heads)  # (T, H*Dk) -> (H, T, Dk)
+    keys = split_heads(keys, kv_heads)  # (T, Hkv*Dk) -> (Hkv, T, Dk)
     values = split_heads(projections.value(x), kv_heads)  # (T, D) -> (T, Hkv*Dv) -> (Hkv, T, Dv)
     # 2. positions, where the family rotates queries and keys (RoPE)
     if rotate is not None:
@@ -264,7 +281,9 @@ def multi_head(
     keys = repeat_kv(keys, heads // kv_heads)  # (Hkv, T, Dk) -> (H, T, Dk)
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
-    context, weights = attend(queries, keys, values, divisor=divisor, mask=mask)  # (H, T, Dv), (H, T, T)
+    context, weights = attend(
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap
+    )  # (H, T, Dv), (H, T, T)
     # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
     # the heads being views into the concat's columns
     concat = context.transpose(0, 1).reshape(n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
@@ -285,6 +304,8 @@ def multi_head(
         layer=layer,
         x=x,
         divisor_text=divisor_text,
+        bias=bias,
+        softcap=softcap,
     )
 
 
@@ -292,10 +313,6 @@ def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:
     """(Hkv, T, d) -> (H, T, d), each key/value head repeated for the ``groups``
     query heads beside each other that share it (0, 0, 1, 1, not 0, 1, 0, 1)."""
     return m if groups == 1 else m.repeat_interleave(groups, dim=0)  # (Hkv, T, d) -> (Hkv*groups, T, d)
-
-
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.nn.functional.layer_norm(x, weight.shape, weight, bias, eps)  # (T, D) -> (T, D)
 
 
 def token_rows(weights: Weights, name: str, ids: Sequence[int], rows: int) -> torch.Tensor:

@@ -1,14 +1,20 @@
-"""BERT-style encoders (BERT, MiniLM): absolute positions, token types, post-LN blocks.
+"""BERT-style encoders: BERT (MiniLM), RoBERTa and XLM-RoBERTa, DistilBERT, MPNet.
+Learned absolute positions, post-LN blocks, every token sees every other.
 
 Shapes: T tokens, D d_model (hidden_size), H heads, Dk = D / H, F intermediate_size.
 
 One unpadded sequence (or a --pair) sees every token: no mask. A layer's
 projections read its input as it is, the previous layer's LayerNorm output.
+What differs: the tensor names, token types (BERT; RoBERTa's one row; none in
+DistilBERT and MPNet), where positions start (RoBERTa and MPNet count from
+padding_idx + 1, as fairseq did), and MPNet's relative position bias, added to
+every layer's scaled scores.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import torch
 
@@ -18,16 +24,24 @@ from attn_cli.checkpoint.families.base import (
     LayerTensors,
     Weights,
     activation,
-    layer_norm,
     scaled_divisor,
     token_rows,
 )
+from attn_cli.checkpoint.families.norms import layer_norm
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
+
+# role -> BERT's name (the other encoders rename them)
+BERT_LAYER = {
+    "query": "attention.self.query", "key": "attention.self.key", "value": "attention.self.value",
+    "out": "attention.output.dense", "attention_norm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense", "output": "output.dense", "output_norm": "output.LayerNorm",
+}  # fmt: skip
 
 
 class Bert(Family):
     family = "bert"
+    encoder = True
     anchor = "embeddings.word_embeddings.weight"
     input_text = "the previous layer's output (post-LN)"
     embedding_tensors = {
@@ -40,53 +54,46 @@ class Bert(Family):
     first_hidden = "h_0 = LayerNorm(word[ids] + position[positions] + token_type[type ids]) (learned embeddings)"
     layer_input = "x = h_L: the previous layer's output, already layer-normed (post-LN)"
     out_proj_name = "attention.output.dense"
-    layer_tensors = {
-        "query.weight": "encoder.layer.{layer}.attention.self.query.weight",  # (D, D) nn.Linear (out, in)
-        "query.bias": "encoder.layer.{layer}.attention.self.query.bias",
-        "key.weight": "encoder.layer.{layer}.attention.self.key.weight",
-        "key.bias": "encoder.layer.{layer}.attention.self.key.bias",
-        "value.weight": "encoder.layer.{layer}.attention.self.value.weight",
-        "value.bias": "encoder.layer.{layer}.attention.self.value.bias",
-        "out.weight": "encoder.layer.{layer}.attention.output.dense.weight",  # W_o
-        "out.bias": "encoder.layer.{layer}.attention.output.dense.bias",
-        "attention_norm.weight": "encoder.layer.{layer}.attention.output.LayerNorm.weight",
-        "attention_norm.bias": "encoder.layer.{layer}.attention.output.LayerNorm.bias",
-        "intermediate.weight": "encoder.layer.{layer}.intermediate.dense.weight",  # (F, D)
-        "intermediate.bias": "encoder.layer.{layer}.intermediate.dense.bias",
-        "output.weight": "encoder.layer.{layer}.output.dense.weight",  # (D, F)
-        "output.bias": "encoder.layer.{layer}.output.dense.bias",
-        "output_norm.weight": "encoder.layer.{layer}.output.LayerNorm.weight",
-        "output_norm.bias": "encoder.layer.{layer}.output.LayerNorm.bias",
-    }
+    layer_prefix: ClassVar[str] = "encoder.layer.{layer}."
+    renamed: ClassVar[dict[str, str]] = BERT_LAYER  # role -> name under layer_prefix
+    # config.json's keys for the sizes, and BertConfig's defaults
+    keys: ClassVar[dict[str, tuple[str, Any]]] = {
+        "layers": ("num_hidden_layers", 12), "heads": ("num_attention_heads", 12), "d_model": ("hidden_size", 768),
+        "d_ffn": ("intermediate_size", 3072), "max_positions": ("max_position_embeddings", 512),
+        "vocab_rows": ("vocab_size", 30522), "act": ("hidden_act", "gelu"),
+    }  # fmt: skip
 
     def __init__(self, config: dict[str, Any]) -> None:
         positions = config.get("position_embedding_type", "absolute")
         if positions != "absolute":
             raise ModelUnavailable(
-                f"config.json position_embedding_type {positions!r}: attn-cli computes BERT with absolute "
+                f"config.json position_embedding_type {positions!r}: attn-cli computes {self.family} with absolute "
                 f"positions only"
             )
         if config.get("is_decoder"):
-            raise ModelUnavailable("config.json is_decoder true: attn-cli computes BERT as an encoder only")
-        # Keys absent from config.json take BertConfig's defaults.
-        self.layers = int(config.get("num_hidden_layers", 12))
-        self.heads = int(config.get("num_attention_heads", 12))
-        self.d_model = int(config.get("hidden_size", 768))
-        self.d_ffn = int(config.get("intermediate_size", 3072))
-        self.max_positions = int(config.get("max_position_embeddings", 512))
-        self.vocab_rows = int(config.get("vocab_size", 30522))
+            raise ModelUnavailable(f"config.json is_decoder true: attn-cli computes {self.family} as an encoder only")
+        # Keys absent from config.json take the family config's defaults.
+        value = {name: config.get(key, default) for name, (key, default) in self.keys.items()}
+        self.layers, self.heads, self.d_model = int(value["layers"]), int(value["heads"]), int(value["d_model"])
+        self.d_ffn, self.vocab_rows = int(value["d_ffn"]), int(value["vocab_rows"])
+        self.position_rows = int(value["max_positions"])  # the position table's rows
         self.type_rows = int(config.get("type_vocab_size", 2))
         self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.act = activation(config.get("hidden_act", "gelu"), "hidden_act", self.family)
+        self.act = activation(value["act"], self.keys["act"][0], self.family)
+        self.padding_idx = int(config.get("pad_token_id") if config.get("pad_token_id") is not None else 1)
+        self.max_positions = self.position_rows - self.first_position()  # the longest text: a row for each token
+        self.layer_tensors = {
+            f"{role}.{kind}": f"{self.layer_prefix}{name}.{kind}" for role, name in self.renamed.items() for kind in ("weight", "bias")
+        }
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         d, f = self.d_model, self.d_ffn
         model = (
-            f"vocab_size {self.vocab_rows}, max_position_embeddings {self.max_positions}, "
+            f"vocab_size {self.vocab_rows}, max_position_embeddings {self.position_rows}, "
             f"type_vocab_size {self.type_rows}, hidden_size {d}, intermediate_size {f}"
         )
         shapes = {
-            "words": (self.vocab_rows, d), "positions": (self.max_positions, d), "token_types": (self.type_rows, d),
+            "words": (self.vocab_rows, d), "positions": (self.position_rows, d), "token_types": (self.type_rows, d),
             "norm.weight": (d,), "norm.bias": (d,),
             **{f"{p}.weight": (d, d) for p in ("query", "key", "value", "out")},
             **{f"{p}.bias": (d,) for p in ("query", "key", "value", "out", "output")},
@@ -95,15 +102,33 @@ class Bert(Family):
         }  # fmt: skip  (nn.Linear weights are (out, in))
         return {role: (shape, model) for role, shape in shapes.items()}
 
+    def first_position(self) -> int:
+        """The position table's row of the first token."""
+        return 0
+
+    def position_ids(self, tokens: Tokens) -> list[int]:
+        """(T,) the row of the position table each token reads: 0 .. T-1."""
+        return list(range(len(tokens)))
+
+    def type_ids(self, tokens: Tokens) -> tuple[int, ...]:
+        return tokens.type_ids or (0,) * len(tokens)
+
     def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
-        n_tokens = len(tokens)
-        type_ids = tokens.type_ids or (0,) * n_tokens
-        words = token_rows(weights, self.embedding_tensors["words"], tokens.ids, self.vocab_rows)  # (T, D)
-        types = token_rows(weights, self.embedding_tensors["token_types"], type_ids, self.type_rows)  # (T, D)
-        positions = weights.read_rows(self.embedding_tensors["positions"], 0, n_tokens)  # (T, D), 0 .. T-1
-        summed = words + types + positions  # (T, D), added in transformers' order
-        norm_weight = weights.read(self.embedding_tensors["norm.weight"])  # (D,)
-        norm_bias = weights.read(self.embedding_tensors["norm.bias"])  # (D,)
+        names = self.embedding_tensors
+        words = token_rows(weights, names["words"], tokens.ids, self.vocab_rows)  # (T, D)
+        positions = self.position_ids(tokens)
+        if max(positions, default=0) >= self.position_rows:
+            raise ModelUnavailable(
+                f"position {max(positions)} is past the model's {self.position_rows} position rows; use fewer tokens"
+            )
+        summed = words
+        if "token_types" in names:
+            summed = summed + token_rows(weights, names["token_types"], self.type_ids(tokens), self.type_rows)  # (T, D)
+        if positions == list(range(len(tokens))):
+            summed = summed + weights.read_rows(names["positions"], 0, len(tokens))  # (T, D), rows 0 .. T-1
+        else:
+            summed = summed + token_rows(weights, names["positions"], positions, self.position_rows)  # (T, D)
+        norm_weight, norm_bias = weights.read(names["norm.weight"]), weights.read(names["norm.bias"])  # (D,) each
         return layer_norm(summed, norm_weight, norm_bias, self.eps)  # (T, D)
 
     def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
@@ -129,3 +154,119 @@ class Bert(Family):
         inner = self.act(FusedLinear(t["intermediate.weight"], t["intermediate.bias"])(attended))  # (T, D) -> (T, F)
         out = FusedLinear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)
+
+
+class Roberta(Bert):
+    """RoBERTa and XLM-RoBERTa: BERT's layers; positions count from padding_idx + 1
+    (a padding token keeps padding_idx), and the one token-type row for every token."""
+
+    family = "roberta"
+    first_hidden = (
+        "h_0 = LayerNorm(word[ids] + position[padding_idx + 1 + i] + token_type[0]) (learned embeddings; "
+        "positions start after padding_idx, as fairseq counted them)"
+    )
+
+    def first_position(self) -> int:
+        return self.padding_idx + 1
+
+    def position_ids(self, tokens: Tokens) -> list[int]:
+        """fairseq's make_positions: each non-padding token's count of non-padding tokens
+        so far, plus padding_idx; a padding token keeps padding_idx."""
+        mask = torch.tensor(tokens.ids).ne(self.padding_idx).int()  # (T,)
+        return (torch.cumsum(mask, dim=0) * mask + self.padding_idx).tolist()  # (T,)
+
+    def type_ids(self, tokens: Tokens) -> tuple[int, ...]:
+        return (0,) * len(tokens)  # RoBERTa's tokenizers give no token types; the model reads row 0
+
+
+class DistilBert(Bert):
+    """DistilBERT: BERT's post-LN layer under its own names, no token types, LayerNorm
+    eps 1e-12 whatever the config; sinusoidal positions, where configured, are the
+    saved position table (read, not recomputed)."""
+
+    family = "distilbert"
+    first_hidden = "h_0 = LayerNorm(word[ids] + position[positions]) (learned or saved sinusoidal embeddings)"
+    out_proj_name = "attention.out_lin"
+    embedding_tensors = {k: v for k, v in Bert.embedding_tensors.items() if k != "token_types"}
+    layer_prefix = "transformer.layer.{layer}."
+    renamed = {
+        "query": "attention.q_lin", "key": "attention.k_lin", "value": "attention.v_lin", "out": "attention.out_lin",
+        "attention_norm": "sa_layer_norm", "intermediate": "ffn.lin1", "output": "ffn.lin2",
+        "output_norm": "output_layer_norm",
+    }  # fmt: skip
+    keys = {
+        "layers": ("n_layers", 6), "heads": ("n_heads", 12), "d_model": ("dim", 768), "d_ffn": ("hidden_dim", 3072),
+        "max_positions": ("max_position_embeddings", 512), "vocab_rows": ("vocab_size", 30522),
+        "act": ("activation", "gelu"),
+    }  # fmt: skip
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.eps = 1e-12  # DistilBERT's LayerNorms are built with it, whatever config.json says
+
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        shapes = super().tensor_shapes()
+        shapes.pop("token_types")
+        return shapes
+
+
+class MPNet(Roberta):
+    """MPNet: RoBERTa-style positions (padding_idx 1), no token types, and a learned
+    relative position bias: 32 buckets of the distance j - i (exact up to 8 each way,
+    logarithmic up to 128), one number per head, computed once and added to every
+    layer's scaled scores."""
+
+    family = "mpnet"
+    first_hidden = "h_0 = LayerNorm(word[ids] + position[2 + i]) (learned embeddings; positions start after padding_idx 1)"
+    out_proj_name = "attention.attn.o"
+    embedding_tensors = {
+        **{k: v for k, v in Bert.embedding_tensors.items() if k != "token_types"},
+        "relative_bias": "encoder.relative_attention_bias.weight",
+    }
+    renamed = {
+        "query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v", "out": "attention.attn.o",
+        "attention_norm": "attention.LayerNorm", "intermediate": "intermediate.dense", "output": "output.dense",
+        "output_norm": "output.LayerNorm",
+    }  # fmt: skip
+    buckets, max_distance = 32, 128  # MPNet's, whatever config.json's relative_attention_num_buckets says
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.padding_idx = 1  # MPNetEmbeddings' own, whatever pad_token_id says
+        self.max_positions = self.position_rows - self.first_position()
+        self._weights: Weights | None = None
+        self._bias: dict[int, torch.Tensor] = {}
+
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        shapes = super().tensor_shapes()
+        shapes.pop("token_types")
+        rows = int(self.buckets)
+        shapes["relative_bias"] = ((rows, self.heads), f"32 relative position buckets, num_attention_heads {self.heads}")
+        return shapes
+
+    def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
+        self._weights = weights  # the bias table is read with the embeddings, once per text
+        self._bias = {}
+        return super().embed(weights, tokens)
+
+    def score_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | None, float | None]:
+        if n_tokens not in self._bias:
+            assert self._weights is not None
+            table = self._weights.read(self.embedding_tensors["relative_bias"])  # (32, H)
+            relative = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]  # (T, T) j - i
+            buckets = relative_buckets(relative, self.buckets, self.max_distance)  # (T, T)
+            self._bias = {n_tokens: table[buckets].permute(2, 0, 1).contiguous()}  # (T, T, H) -> (H, T, T)
+        return self._bias[n_tokens], None
+
+
+def relative_buckets(relative: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """(T, T) each distance's bucket, as MPNet (and T5's encoder) compute it: half the
+    buckets for each sign, exact for small distances, logarithmic up to max_distance."""
+    n = -relative  # (T, T)
+    half = buckets // 2
+    bucket = (n < 0).to(torch.long) * half  # (T, T) the sign's half
+    n = torch.abs(n)
+    exact = half // 2
+    large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact) * (half - exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, half - 1))
+    return bucket + torch.where(n < exact, n, large)  # (T, T)

@@ -20,10 +20,10 @@ from attn_cli.checkpoint.families.base import (
     LayerTensors,
     Weights,
     activation,
-    layer_norm,
     scaled_divisor,
     token_rows,
 )
+from attn_cli.checkpoint.families.norms import layer_norm
 from attn_cli.tokens import Tokens
 
 

@@ -273,7 +273,9 @@ class Walkthrough:
         ):
             blocks += self.weight(f"W_{name}", w.weight[first : first + d], None if w.bias is None else w.bias[first : first + d], f"b_{name}", first)  # (d, D)
             if name in before:
-                blocks += self.matrix(f"{name.upper()} before the rotation{self.head_note}", before[name], cols="dims")
+                normed = proj.query_norm if name == "q" else proj.key_norm
+                when = f"after {name}_norm (RMSNorm), before the rotation" if normed is not None else "before the rotation"
+                blocks += self.matrix(f"{name.upper()} {when}{self.head_note}", before[name], cols="dims")
             else:
                 blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims")
         if rotary:
@@ -315,12 +317,14 @@ class Walkthrough:
 
     def _projected(self) -> dict[str, torch.Tensor]:
         """This head's Q and K before the family's rotation: the layer's own projections
-        (the engine's Linear objects) applied to its input x again, split as the engine splits."""
+        (the engine's Linear objects, and its q/k norms where it has them) applied to its
+        input x again, split as the engine splits."""
         proj, x = self.layer.projections, self.layer.x
-        assert x is not None and proj.query is not None and proj.key is not None
+        assert x is not None
+        queries, keys = proj.queries_keys(x)  # (T, D) -> (T, H*Dk), (T, Hkv*Dk)
         return {
-            "q": split_heads(proj.query(x), self.H)[self.h],  # (T, D) -> (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
-            "k": split_heads(proj.key(x), self.kv_heads)[self.kv_head],  # (T, D) -> (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
+            "q": split_heads(queries, self.H)[self.h],  # (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
+            "k": split_heads(keys, self.kv_heads)[self.kv_head],  # (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
         }
 
     def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
@@ -453,6 +457,7 @@ class Walkthrough:
                 )
             )
         blocks += self.matrix(f"Z, scaled scores{self.head_note}", z)
+        blocks += self.score_modifiers()
         if self.q is not None:
             q = self.q
             rows = tuple(
@@ -465,23 +470,75 @@ class Walkthrough:
                 blocks.append(self.query_keys_note)
         return Step(5, "Scale", tuple(blocks))
 
+    def score_modifiers(self) -> list[Block]:
+        """What the family does to Z before the mask and the softmax, when it does
+        anything: an added relative position bias (MPNet), soft-capping (Gemma 2). The
+        softmax (step 7) reads the result, as the model did."""
+        layer = self.layer
+        if layer.bias is None and layer.softcap is None:
+            return []
+        blocks: list[Block] = []
+        if layer.bias is not None:
+            bias = layer.bias[self.h % layer.bias.shape[0]]  # (T, T)
+            blocks += [
+                Line("Then the relative position bias: Z ← Z + B, B[i, j] a learned number for head "
+                     f"{self.h} and the bucket of the distance j − i (exact for small distances, logarithmic beyond), "
+                     "the same in every layer.", "formula"),
+            ]  # fmt: skip
+            blocks += self.matrix(f"B, position bias{self.head_note}", bias)
+        if layer.softcap is not None:
+            cap = layer.softcap
+            blocks.append(
+                Line(
+                    f"Then soft-capping: Z ← {cap:g} · tanh(Z / {cap:g}), which keeps every softmax input within "
+                    f"±{cap:g} (small scores pass almost unchanged, large ones flatten).",
+                    "formula",
+                )
+            )
+        blocks += self.matrix(f"Z, what the softmax reads{self.head_note}", self.one.scaled_scores, masked_as="-inf")
+        return blocks
+
     def mask(self) -> Step:
         if not self.layer.causal:
             return self.mask_off()
         T = self.T
-        blocks: list[Block] = [
-            Line("Causal: query i may only look at keys 0…i, never at later tokens. The cells above the diagonal become −inf:"),
-            Line("Z[i, j] = −inf for j > i", "formula"),
-            Line("exp(−inf) = 0, so the softmax gives those keys weight exactly 0, and the diagonal keeps every row non-empty.", "why"),
-        ]
+        mask = self.layer.mask
+        assert mask is not None
+        upper = torch.ones_like(mask).triu(1)  # (T, T) True above the diagonal: the later keys
+        later_hidden = bool(mask[upper].all())
+        width = int((~mask).sum(-1).max())  # the most keys any query sees
+        why = Line("exp(−inf) = 0, so the softmax gives those keys weight exactly 0, and the diagonal keeps every row non-empty.", "why")
+        if later_hidden and not bool(mask.tril(-1).any()):
+            title, blocks = "Causal mask", [
+                Line("Causal: query i may only look at keys 0…i, never at later tokens. The cells above the diagonal become −inf:"),
+                Line("Z[i, j] = −inf for j > i", "formula"),
+                why,
+            ]
+        elif later_hidden:
+            title, blocks = "Causal mask, sliding window", [
+                Line(f"Causal with a sliding window: query i looks only at keys i − {width - 1}…i, the {width} latest "
+                     "tokens (itself included); later and older keys become −inf:"),
+                Line(f"Z[i, j] = −inf for j > i or j ≤ i − {width}", "formula"),
+                why,
+            ]  # fmt: skip
+        else:
+            half = (width - 1) // 2
+            title, blocks = "Mask, local window", [
+                Line(f"A local window: query i looks only at keys within {half} positions either way; the others become −inf:"),
+                Line(f"Z[i, j] = −inf for |i − j| > {half}", "formula"),
+                why,
+            ]
         blocks += self.matrix(f"Z masked{self.head_note}", self.one.scaled_scores, masked_as="-inf")
         if self.q is not None:
-            hidden = T - 1 - self.q
+            seen = [j for j in range(T) if not bool(mask[self.q, j])]
+            hidden = T - len(seen)
             if hidden:
-                blocks.append(Line(f"Query {self.ql()} sees keys 0…{self.q}; the {hidden} later key{'s are' if hidden != 1 else ' is'} hidden."))
-            else:
+                blocks.append(Line(f"Query {self.ql()} sees keys {seen[0]}…{seen[-1]}; the other {hidden} key{'s are' if hidden != 1 else ' is'} hidden."))
+            elif self.q == T - 1:
                 blocks.append(Line(f"Query {self.ql()} is the last token: it sees every key, nothing is hidden."))
-        return Step(6, "Causal mask", tuple(blocks))
+            else:
+                blocks.append(Line(f"Query {self.ql()} sees every key: nothing is hidden."))
+        return Step(6, title, tuple(blocks))
 
     def softmax(self) -> Step:
         one, T = self.one, self.T

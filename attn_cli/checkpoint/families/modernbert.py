@@ -1,0 +1,121 @@
+"""ModernBERT: an encoder on the rotary decoders' layer (decoder.py) with its own
+mask. Pre-norm LayerNorms (biases only with norm_bias; the first layer has no norm
+before attention: its input is already the embeddings' norm), a fused Wqkv laid
+out [all q | all k | all v], a GeGLU MLP (Wi's rows [input | gate]: act(input) *
+gate), rotary positions with a global and a local base, and no causal mask: global
+layers (every global_attn_every_n_layers-th, from layer 0) see every token, the
+others a window |i - j| <= local_attention // 2 each way.
+
+Shapes: T tokens, D d_model, H heads, Dk = D / H, F intermediate_size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from attn_cli.checkpoint.families import norms, rotary
+from attn_cli.checkpoint.families.base import LayerTensors, Weights
+from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.tokens import Tokens
+
+
+class ModernBert(Decoder):
+    family = "modernbert"
+    encoder = True
+    anchor = "embeddings.tok_embeddings.weight"
+    embedding_tensors = {"tokens": "embeddings.tok_embeddings.weight", "norm.weight": "embeddings.norm.weight"}
+    names = {
+        "attn_norm": "attn_norm", "qkv": "attn.Wqkv", "o": "attn.Wo", "mlp_norm": "mlp_norm",
+        "gate_up": "mlp.Wi", "down": "mlp.Wo",
+    }  # fmt: skip
+    out_proj_name = "attn.Wo"
+    norm = staticmethod(norms.layer_norm)
+    norm_text = "LayerNorm(h_L): (h_L − mean) / sqrt(var + eps) · g"
+    eps_key = "norm_eps"
+    eps_default = 1e-5
+    act_key = "hidden_activation"
+    act_default = "gelu"
+    weights_note = "W_q, W_k and W_v are stored as one matrix, Wqkv: its rows are all of W_q, then W_k, then W_v"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.norm_bias = bool(config.get("norm_bias", False))
+        if self.norm_bias:
+            self.embedding_tensors = {**self.embedding_tensors, "norm.bias": "embeddings.norm.bias"}
+        super().__init__(config)
+        self.first_hidden = "h_0 = LayerNorm(tok_embeddings[ids]): no position is added here; each layer rotates its queries and keys"
+        self.layer_input = (
+            "x = attn_norm(h_L), a LayerNorm before attention (pre-norm); layer 0 has none: h_0 is already normed"
+        )
+        self.input_text = "attn_norm (LayerNorm) of the residual stream; layer 0: the normed embeddings"
+
+    def reads_head_dim(self) -> bool:
+        return False
+
+    def biases(self) -> tuple[bool, bool, bool]:
+        bias = bool(self.config.get("attention_bias", False))
+        return bias, bias, bool(self.config.get("mlp_bias", False))
+
+    def layer_types(self) -> list[str] | None:
+        types = self.config.get("layer_types")
+        if types:
+            return list(types)
+        every = int(self.config.get("global_attn_every_n_layers", 3))
+        return [SLIDING if i % every else "full_attention" for i in range(self.layers)]
+
+    def layer_windows(self) -> list[int | None]:
+        half = int(self.config.get("local_attention", 128)) // 2
+        return [half if kind == SLIDING else None for kind in self.layer_types() or []]
+
+    def layer_names(self, layer: int) -> dict[str, str]:
+        names = super().layer_names(layer)
+        if layer == 0:  # nn.Identity: no tensors
+            names = {role: name for role, name in names.items() if not role.startswith("attn_norm.")}
+        return names
+
+    def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
+        """transformers 5 nests rope_parameters by layer type; older files have
+        global_rope_theta and local_rope_theta (and rope_scaling for both)."""
+        given = self.config.get("rope_parameters")
+        if given and any(isinstance(v, dict) for v in given.values()):
+            chosen = dict(given.get(layer_type or "full_attention") or {"rope_type": "default"})
+        else:
+            chosen = {"rope_type": "default", **(given or {}), **(self.config.get("rope_scaling") or {})}
+        key, default = ("local_rope_theta", 10000.0) if layer_type == SLIDING else ("global_rope_theta", 160000.0)
+        chosen.setdefault("rope_theta", float(self.config.get(key, default)))
+        return chosen
+
+    def layer_rotaries(self) -> list[rotary.Rotary]:
+        kinds = self.layer_types() or ["full_attention"] * self.layers
+        made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
+        return [made[kind] for kind in kinds]
+
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        shapes = super().tensor_shapes()
+        d = self.d_model
+        model = shapes["tokens"][1]
+        shapes["norm.weight"] = shapes["norm.bias"] = ((d,), model)
+        return shapes
+
+    def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
+        self._tokens = len(tokens)  # the windows' masks are made per layer, for this text
+        rows = super().embed(weights, tokens)  # (T, D)
+        bias = weights.read("embeddings.norm.bias") if self.norm_bias else None
+        return norms.layer_norm(rows, weights.read("embeddings.norm.weight"), bias, self.eps)  # (T, D)
+
+    def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden if t.get("attn_norm.weight") is None else self.normed(t, "attn_norm", hidden)  # (T, D)
+
+    def mask(self, n_tokens: int) -> None:
+        return None
+
+    def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
+        half = self.windows[layer]
+        n_tokens = self._tokens
+        if half is None or n_tokens <= half + 1:
+            return None
+        distance = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]  # (T, T) j - i
+        return distance.abs() > half  # (T, T) True = hidden: farther than half the window either way
+

@@ -1,0 +1,24 @@
+"""OLMo 2: no norm before attention or MLP; RMSNorm on each branch's output inside
+the residual (post_attention_layernorm, post_feedforward_layernorm), and on the
+whole query and key projections (all heads at once) before the rotation.
+
+Shapes: T tokens, D d_model, H query heads, Hkv key/value heads, Dk head_dim.
+"""
+
+from __future__ import annotations
+
+from attn_cli.checkpoint.families import norms
+from attn_cli.checkpoint.families.decoder import Decoder
+
+
+class Olmo2(Decoder):
+    family = "olmo2"
+    names = {
+        "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+        "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm", "attn_out_norm": "post_attention_layernorm",
+        "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
+        "mlp_out_norm": "post_feedforward_layernorm",
+    }  # fmt: skip
+    norm = staticmethod(norms.rms_norm_wide_gain)
+    eps_default = 1e-5
+    qk_norm = "whole"
