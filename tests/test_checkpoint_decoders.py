@@ -285,3 +285,25 @@ def test_a_multimodal_checkpoint_runs_its_language_model(folders, tmp_path: Path
     _, _, plain = traced(source, LONG)
     for a, b in zip(ours, plain):
         assert torch.equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "tensor"),
+    [
+        ("qwen3", {"head_dim": 8}, "self_attn.q_proj.weight"),
+        ("gemma3", {"intermediate_size": 80}, "mlp.gate_proj.weight"),
+        ("phi3", {"num_key_value_heads": 4}, "self_attn.qkv_proj.weight"),
+        ("neox", {"hidden_size": 32}, "embed_in.weight"),
+    ],
+)
+def test_a_config_that_disagrees_with_its_tensors_is_refused_from_the_headers(
+    name: str, change: dict, tensor: str, folders, tmp_path: Path
+) -> None:
+    import shutil
+
+    folder = Path(shutil.copytree(folders(name), tmp_path / name))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(change)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelUnavailable, match=f"{tensor} is .* but config.json"):
+        open_checkpoint(str(folder))
