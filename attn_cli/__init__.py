@@ -1,10 +1,16 @@
-"""attn-cli: a command-line attention inspector.
+"""attn-cli: a command-line attention inspector, and its Python API.
 
-The public API (imported lazily, so the command line starts without torch)::
+The public API (imported lazily: ``import attn_cli`` loads no torch)::
 
-    from attn_cli import Config, Pipeline
-    run = Pipeline(Config(tokenizer="words", heads=2)).run("I saw a saw")
-    run.result.weights  # (H, T, T)
+    import attn_cli
+    t = attn_cli.trace("I saw a saw", tokenizer="words", num_heads=2, causal=True)
+    t.weights(layer=-1, head=0)              # (T, T) torch tensor
+    t = attn_cli.trace("The cat sat on the mat", model=path_or_org_name)
+    t.heatmap(layer="all")                   # a matplotlib Figure
+    t.to_json(); t.page(); t.heads()         # schema 2, the HTML page, the heads census
+    attn_cli.head_view(attentions, tokens)   # bertviz's call, on attention from anywhere
+
+docs/python.md has the whole API with examples.
 """
 
 from __future__ import annotations
@@ -14,22 +20,30 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionResult",
     "Config",
-    "Pipeline",
-    "Run",
+    "Trace",
     "Tokens",
-    "get_tokenizer",
-    "self_attention",
+    "from_attentions",
+    "head_view",
+    "load",
+    "model_view",
+    "trace",
 ]
 
 _HOMES = {
+    "trace": "attn_cli.api",
+    "from_attentions": "attn_cli.api",
+    "head_view": "attn_cli.api",
+    "model_view": "attn_cli.api",
+    "load": "attn_cli.api",
+    "Trace": "attn_cli.traces",
+    "Config": "attn_cli.config",
+    "Tokens": "attn_cli.tokens",
+    # the first release's names, kept working (not in __all__)
     "AttentionResult": "attn_cli.attention",
     "self_attention": "attn_cli.attention",
-    "Config": "attn_cli.config",
     "Pipeline": "attn_cli.pipeline",
     "Run": "attn_cli.pipeline",
-    "Tokens": "attn_cli.tokens",
     "get_tokenizer": "attn_cli.tokens",
 }
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from attn_cli.attention import LayerWeights
     from attn_cli.tokens import Tokens
-    from attn_cli.trace import Trace
+    from attn_cli.traces import Trace
 
 FLAG = "--hide-tokens"
 SPECIAL = "special"

@@ -25,7 +25,7 @@ from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tok
 from attn_cli.source import SourceSpec
 from attn_cli import threads
 from attn_cli.threads import attention_flops, using_threads
-from attn_cli.trace import TOY, ModelInfo, Run, Selection, Trace
+from attn_cli.traces import TOY, ModelInfo, Run, Selection, Trace
 
 __all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
 
@@ -164,7 +164,7 @@ class Pipeline(_Batches):
         with using_threads(n_threads):
             layer = self_attention(x, config, self._projections(config, x.shape[1]))
         info, layers = _with_threads(toy_info(config), (layer,), n_threads)
-        return Trace(text, tokens, info, layers, heads=selection.heads if selection else None)
+        return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None)
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are
@@ -236,7 +236,7 @@ class CheckpointSource(_Batches):
         with using_threads(n_threads):
             layers = self.checkpoint.trace(tokens, selection.layers, selection.keep)
         info, layers = _with_threads(self.info, layers, n_threads)
-        return Trace(text, tokens, info, layers, heads=selection.heads, pair=pair)
+        return Trace(text, tokens, info, layers, chosen_heads=selection.heads, pair=pair)
 
 
 def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:

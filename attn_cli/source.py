@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from attn_cli.config import Config
 from attn_cli.hiding import HideSpec
-from attn_cli.trace import IndexSpec, Keep, Selection
+from attn_cli.traces import IndexSpec, Keep, Selection
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
@@ -33,6 +33,7 @@ class SourceSpec:
     layers: IndexSpec = IndexSpec(None, "--layer")
     heads: IndexSpec = IndexSpec(None, "--head")
     hide: HideSpec | None = None  # --hide-tokens: left out of tables and pictures, rows renormalized
+    saved: str | None = None  # --from FILE: re-draw the trace a schema-2 JSON holds; no model runs
 
     @property
     def trained(self) -> bool:
@@ -40,6 +41,10 @@ class SourceSpec:
 
     def open(self) -> Source:
         """The source itself (imports torch; a checkpoint reads its config and tokenizer)."""
+        if self.saved is not None:
+            from attn_cli.saved import SavedSource
+
+            return SavedSource(self.saved)
         if self.model is not None:  # a checkpoint that is not there says so before torch loads (1-2 s)
             from attn_cli.checkpoint.files import locate
 
@@ -55,9 +60,12 @@ class SourceSpec:
         "weights" for a command that reads nothing but the weights (a kept layer then
         holds no per-head vectors, and the memory budget counts none)."""
         n_layers, n_heads = source.n_layers, source.n_heads
-        few = not everything and self.trained
-        layers = self.layers.resolve(n_layers, "layer", default=[n_layers - 1] if few else None)
-        heads = self.heads.resolve(n_heads, "head", default=range(min(n_heads, TABLE_HEADS)) if few else None)
+        few = not everything and (self.trained or bool(getattr(source, "trained", False)))
+        # a saved trace offers the layers and heads it holds (--from FILE); a model, all of them
+        have_layers = getattr(source, "kept_layers", None) or tuple(range(n_layers))
+        have_heads = getattr(source, "kept_heads", None) or tuple(range(n_heads))
+        layers = self.layers.resolve(n_layers, "layer", default=have_layers[-1:] if few else have_layers)
+        heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
         return Selection(layers, heads, keep)
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:

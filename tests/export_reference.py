@@ -23,7 +23,7 @@ import torch
 from attn_cli.attention import LayerAttention
 from attn_cli.render.export import CSV_COLUMNS, HEAD_STATS, MATRIX_TABLES, SCHEMA_VERSION, VECTOR_TABLES, token_dicts
 from attn_cli.stats import attention_stats
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 FLOAT32 = "{:.9}"
 _LARGE = re.compile(r"-?[0-9.]+e\+[0-9]+")

@@ -18,7 +18,7 @@ from attn_cli.attention import LayerAttention, Projections, attend, causal_mask
 from attn_cli.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.tokens import Tokens
-from attn_cli.trace import ModelInfo, Trace
+from attn_cli.traces import ModelInfo, Trace
 
 WORDS = "the cat sat on the mat because it was warm and the dog did not mind at all really".split()
 

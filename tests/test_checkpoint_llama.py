@@ -277,7 +277,7 @@ def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
 ) -> None:
     from attn_cli import budget, pipeline
     from attn_cli.errors import TooLargeError
-    from attn_cli.trace import Selection
+    from attn_cli.traces import Selection
 
     ckpt = open_checkpoint(str(seven_b), dtype=dtype)
     assert (ckpt.info.layers, ckpt.info.heads, ckpt.info.kv_heads, ckpt.info.head_dim) == (32, 32, 8, 128)

@@ -16,7 +16,7 @@ from attn_cli.config import Config
 from attn_cli.pipeline import CheckpointSource
 from attn_cli.render.explain import explain
 from attn_cli.source import SourceSpec
-from attn_cli.trace import Selection
+from attn_cli.traces import Selection
 from test_explain import grid, text_of
 from test_explain_trained import TOL, body
 

@@ -16,7 +16,7 @@ from attn_cli.headroles import text_scores
 from attn_cli.pipeline import CheckpointSource
 from attn_cli.render.explain import explain, to_text
 from attn_cli.source import SourceSpec
-from attn_cli.trace import Selection
+from attn_cli.traces import Selection
 from test_explain import grid, number, step, text_of
 
 TEXT = "The cat sat on the mat."

@@ -21,7 +21,7 @@ from attn_cli.config import Config
 from attn_cli.hiding import HideSpec, hide
 from attn_cli.pipeline import Pipeline
 from attn_cli.render import export
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 from html_support import hand_trace
 
@@ -41,7 +41,7 @@ def checkpoint_trace(folder: Path, hidden: str | None = None) -> Trace:
     text = "The cat sat on the mat, and the dog sat on the log."
     tokens = ckpt.tokenizer.encode(text)
     layers = ckpt.trace(tokens, [0, 1, 2])
-    return hide(Trace(text, tokens, ckpt.info, tuple(layers), heads=(1, 3)), HideSpec.parse(hidden))
+    return hide(Trace(text, tokens, ckpt.info, tuple(layers), chosen_heads=(1, 3)), HideSpec.parse(hidden))
 
 
 TRACES: dict[str, Callable[..., Trace]] = {
@@ -53,7 +53,7 @@ TRACES: dict[str, Callable[..., Trace]] = {
     "toy, unscaled, temperature, no projections": lambda: toy("café naïve 日本語 and more " * 5, heads=2, scale=False, temperature=0.5, projections=False),
     "hand-built, 3 layers x 4 heads, special tokens hidden": lambda: hide(hand_trace(40, layers=3, heads=4), HideSpec.parse("special")),
     "hand-built, not causal, a word hidden, 2 heads of 4": lambda: dataclasses.replace(
-        hide(hand_trace(30, layers=2, heads=4, causal=False), HideSpec.parse("cat")), heads=(0, 2)
+        hide(hand_trace(30, layers=2, heads=4, causal=False), HideSpec.parse("cat")), chosen_heads=(0, 2)
     ),
 }
 

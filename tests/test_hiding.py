@@ -31,7 +31,7 @@ from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
 from attn_cli.render.model_view import model_view_figure
 from attn_cli.render.tables import View, human_view
 from attn_cli.tokens import Tokens
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 from html_support import hand_trace
 
@@ -184,7 +184,7 @@ def test_tables_lose_the_hidden_rows_and_columns() -> None:
 
 def test_one_layer_heatmap_draws_the_kept_tokens_renormalized() -> None:
     trace = hide(special_trace(), HideSpec.parse("[CLS],[SEP]"))
-    trace = dataclasses.replace(trace, layers=trace.layers[:1], heads=(0, 1))
+    trace = dataclasses.replace(trace, layers=trace.layers[:1], chosen_heads=(0, 1))
     fig = heatmap_figure(trace, HeatmapOptions())
     axes = [ax for ax in fig.axes if ax.images]
     kept = list(trace.hiding.kept)

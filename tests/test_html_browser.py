@@ -347,3 +347,22 @@ def test_the_numbers_in_the_matrix_fit_their_cells(open_page: Any, shots: Path) 
     assert widest is not None, "the numbers were drawn"
     assert float(widest) <= cell - 4 and int(p.page.get_attribute("#matrix", "data-number-font")) >= 7
     p.page.screenshot(path=shots / "toy-matrix-numbers.png", full_page=True)
+
+
+def test_head_view_of_attention_from_elsewhere(open_page: Any, shots: Path) -> None:
+    """attn_cli.head_view on transformers-shaped attention: the page draws the tokens,
+    follows a hovered query, and asks the network for nothing (no CDN, unlike bertviz)."""
+    import torch
+
+    import attn_cli
+
+    torch.manual_seed(0)
+    tokens = ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    attention = tuple(torch.randn(1, 3, 5, 5).mul(3).softmax(-1) for _ in range(2))
+    html = attn_cli.head_view(attention, tokens, html_action="return")
+    p = open_page(html, "head-view.html")
+    assert [t.strip() for t in p.page.locator(".left .tok").all_inner_texts()] == tokens
+    p.page.hover(".left .tok[data-i='2']")
+    assert "cat" in p.text("#detail")
+    p.page.screenshot(path=shots / "head-view-outside.png", full_page=True)
+    assert not p.problems, p.problems

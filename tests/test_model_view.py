@@ -23,7 +23,7 @@ from attn_cli.pipeline import Pipeline
 from attn_cli.render.heatmap import SPECIAL_COLOR, HeatmapOptions, What, heatmap_figure, write_figure
 from attn_cli.render.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
 from attn_cli.source import SourceSpec
-from attn_cli.trace import IndexSpec, Trace
+from attn_cli.traces import IndexSpec, Trace
 
 import checkpoints
 

@@ -366,12 +366,12 @@ def test_output_is_shown_by_default_only_when_it_differs_from_context() -> None:
     assert "Output" in render(human_view(make_run(SAW, heads=2)))
     assert "Output" in render(human_view(make_run(SAW, out_proj=True)))
     assert "Output" in render(human_view(make_run(SAW), View(show=frozenset({"output"}), explicit=True)))
-    one_of_two = dataclasses.replace(make_run(SAW, heads=2), heads=(1,))  # --head 1: the output is its context
+    one_of_two = dataclasses.replace(make_run(SAW, heads=2), chosen_heads=(1,))  # --head 1: the output is its context
     assert "Output" not in render(human_view(one_of_two))
 
 
 def test_output_under_head_shows_the_chosen_heads_or_says_w_o_mixes_them() -> None:
-    run = dataclasses.replace(make_run(SAW, heads=2), heads=(1,))  # d_v 4: head 1 owns dims 4..7 of the concat
+    run = dataclasses.replace(make_run(SAW, heads=2), chosen_heads=(1,))  # d_v 4: head 1 owns dims 4..7 of the concat
     out = render(human_view(run, View(show=frozenset({"output"}), explicit=True)))
     assert "Output  head 1 of the heads side by side (4 x heads*d_v 4 of 8)" in out
     lines = out.splitlines()
@@ -379,7 +379,7 @@ def test_output_under_head_shows_the_chosen_heads_or_says_w_o_mixes_them() -> No
     assert header.split()[-4:] == ["4", "5", "6", "7"]
     assert [row[1:] for row in section(out, "Output")] == [[fmt(v, 4) for v in row] for row in run.result.context[1].tolist()]
     assert "--head chose head 1 of 2: the other heads' dims are left out" in " ".join(out.split())
-    mixed = dataclasses.replace(make_run(SAW, heads=2, out_proj=True), heads=(1,))
+    mixed = dataclasses.replace(make_run(SAW, heads=2, out_proj=True), chosen_heads=(1,))
     out = " ".join(render(human_view(mixed, View(show=frozenset({"output"}), explicit=True))).split())
     assert "through W_o (4 x heads*d_v 8)" in out and "the output of all 2 heads, not of head 1 alone" in out
 

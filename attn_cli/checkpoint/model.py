@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal, overload
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 from attn_cli.errors import UsageError
-from attn_cli.trace import Keep, ModelInfo
+from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention, LayerWeights

@@ -12,7 +12,7 @@ from attn_cli.cli.options import OUTPUT, NoClobberOption, NoColorOption, OutputO
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.errors import UsageError, in_batch
 from attn_cli.source import SourceSpec
-from attn_cli.trace import Selection
+from attn_cli.traces import Selection
 
 
 class Style(str, enum.Enum):

@@ -29,13 +29,13 @@ if TYPE_CHECKING:
     from attn_cli.headroles import HeadScores, Probe
     from attn_cli.pipeline import Source
     from attn_cli.render.heads import HeadsReport
-    from attn_cli.trace import Selection, Trace
+    from attn_cli.traces import Selection, Trace
 
 PROBE = "Probe"
 
 
 @app.command(cls=AttnCommand)
-@shared_options(emit_python=False)
+@shared_options(emit_python=False, saved=True)
 def heads(
     spec: SourceSpec,
     texts: list[str],

@@ -48,7 +48,7 @@ def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
 
 
 @app.command(cls=AttnCommand)
-@shared_options
+@shared_options(saved=True)
 def heatmap(
     spec: SourceSpec,
     texts: list[str],
@@ -122,6 +122,7 @@ def heatmap(
       attn-cli heatmap "I saw a saw" --tokenizer words --what all --head 0 -o saw.pdf
       attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
       attn-cli heatmap "The cat sat on the mat" --model "$M" --layer all -o model.svg
+      attn-cli heatmap --from saved.json --layer all -o model.png
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
@@ -133,6 +134,8 @@ def heatmap(
     from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
     kind = what
+    if spec.saved is not None and kind is not What.weights:
+        raise UsageError(f"--what {kind.value}: --from re-draws a saved trace from its weights; drop --what")
     if cmap is not None:
         colour_map(cmap)
     source = spec.open()

@@ -28,7 +28,7 @@ NOT_REPRODUCED = {"no_clobber", "open_page", "debug", "emit_python"}  # options 
 
 
 @app.command(cls=AttnCommand)
-@shared_options(emit_python=False)
+@shared_options(emit_python=False, saved=True)
 def html(
     ctx: typer.Context,
     spec: SourceSpec,

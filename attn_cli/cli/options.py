@@ -25,11 +25,11 @@ from attn_cli.cli.inputs import read_texts
 from attn_cli.errors import UsageError, in_batch
 from attn_cli.hiding import HideSpec
 from attn_cli.source import TABLE_HEADS, SourceSpec
-from attn_cli.trace import IndexSpec
+from attn_cli.traces import IndexSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
-    from attn_cli.trace import Selection, Trace
+    from attn_cli.traces import Selection, Trace
 
 class DType(str, enum.Enum):
     """--dtype: what a checkpoint is computed in (``attn_cli.checkpoint.model.DTYPES``)."""
@@ -289,7 +289,26 @@ TOY_ONLY = (
 )  # fmt: skip
 MODEL_ONLY = ("revision", "pair", "truncate", "dtype", "device")
 
-_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS + HIDE_PARAMS
+# --from FILE: heatmap, html and heads re-draw a saved trace instead of running a source
+SAVED_PARAMS = [
+    _param(
+        "saved",
+        Annotated[
+            Optional[Path],
+            typer.Option(
+                "--from",
+                help="Re-draw the attention a schema-2 JSON holds (run -F json, Trace.to_json(), or any file with "
+                "tokens[] and layers[].heads[].weights) instead of computing it; no TEXT, no model options.",
+                rich_help_panel=INPUT,
+                show_default=False,
+                metavar="FILE.json",
+            ),
+        ],
+        None,
+    ),
+]
+
+_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS + HIDE_PARAMS + SAVED_PARAMS
 _SHARED_NAMES = {p.name for p in _SHARED}
 
 
@@ -364,8 +383,27 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
     )
 
 
+def saved_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
+    """The SourceSpec of --from FILE: a saved trace, with nothing that would compute one."""
+    path = shared["saved"]
+    given = [flag for flag, on in (("TEXT", shared["text"] is not None), ("--file", shared["file"] is not None),
+                                   ("--lines", shared["lines"])) if on]  # fmt: skip
+    given += _given(ctx, ("model", "seed", "max_tokens", *TOY_ONLY, *MODEL_ONLY))
+    if given:
+        raise UsageError(
+            f"--from {path} re-draws attention already computed, with its own text and model: drop {', '.join(given)}"
+        )
+    return SourceSpec(
+        config=Config(),
+        saved=str(path),
+        layers=IndexSpec.parse(shared["layer"], "--layer"),
+        heads=IndexSpec.parse(shared["head"], "--head"),
+        hide=HideSpec.parse(shared["hide_tokens"]),
+    )
+
+
 def shared_options(
-    command: Callable[..., Any] | None = None, *, emit_python: bool = True, hide_tokens: bool = True
+    command: Callable[..., Any] | None = None, *, emit_python: bool = True, hide_tokens: bool = True, saved: bool = False
 ) -> Any:
     """Give ``command(spec=..., texts=..., **own)`` the shared options.
 
@@ -373,12 +411,14 @@ def shared_options(
     and one that declares ``ctx`` gets the click context. ``@shared_options(
     emit_python=False)`` leaves --emit-python off a command that has no script to
     emit (heads, html); ``hide_tokens=False`` leaves --hide-tokens off one that
-    cannot honour it (explain): an option a command lists, it takes.
+    cannot honour it (explain): an option a command lists, it takes. ``saved=True``
+    adds --from FILE (heatmap, html, heads: the commands that draw saved weights).
     """
     if command is None:
-        return functools.partial(shared_options, emit_python=emit_python, hide_tokens=hide_tokens)
+        return functools.partial(shared_options, emit_python=emit_python, hide_tokens=hide_tokens, saved=saved)
     left_out = ({"emit_python"} if not emit_python else set()) | ({"hide_tokens"} if not hide_tokens else set())
-    defaults = {"emit_python": False, "hide_tokens": None}
+    left_out |= set() if saved else {"saved"}
+    defaults = {"emit_python": False, "hide_tokens": None, "saved": None}
     signature = inspect.signature(command, eval_str=True)
     given = {"spec", "texts", "lines", "ctx"}
     own = [p for name, p in signature.parameters.items() if name not in given]
@@ -390,6 +430,12 @@ def shared_options(
         shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
         shared.update({name: defaults[name] for name in left_out})
         ctx.meta["debug"] = shared["debug"] or ctx.meta.get("debug", False)  # `attn-cli --debug run` set it already
+        if shared["saved"] is not None:
+            if wants_lines:
+                kwargs["lines"] = False
+            if wants_ctx:
+                kwargs["ctx"] = ctx
+            return command(spec=saved_spec(ctx, shared), texts=[""], **kwargs)  # the text is the file's
         spec = build_spec(ctx, shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
@@ -404,7 +450,7 @@ def shared_options(
         return command(spec=spec, texts=texts, **kwargs)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-    params = [ctx_param, *INPUT_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS, *HIDE_PARAMS]
+    params = [ctx_param, *INPUT_PARAMS, *SAVED_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS, *HIDE_PARAMS]
     params = [p for p in params if p.name not in left_out]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

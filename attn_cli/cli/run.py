@@ -29,7 +29,7 @@ from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
-    from attn_cli.trace import Selection, Trace
+    from attn_cli.traces import Selection, Trace
 
 
 def _parse_show(values: Optional[list[str]]) -> Optional[frozenset[str]]:

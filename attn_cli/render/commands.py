@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from attn_cli.config import Config
-    from attn_cli.trace import Trace
+    from attn_cli.traces import Trace
 
 
 def command_line(trace: Trace, command: str, *extra: str) -> str:

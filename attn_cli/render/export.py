@@ -35,10 +35,10 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
-from attn_cli.attention import LayerAttention
+from attn_cli.attention import LayerAttention, LayerWeights
 from attn_cli.stats import CHUNK_ROWS, attention_stats
 from attn_cli.tokens import Tokens
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 if TYPE_CHECKING:
     from attn_cli.hiding import Hiding
@@ -71,9 +71,13 @@ def export_numbers(run: Trace) -> int:
     n, heads = len(run.tokens), len(run.shown_heads)
     total = 0
     for layer in run.layers:
+        shown = heads * n * n if run.hiding is not None and run.hiding.active else 0  # weights_shown
+        if not isinstance(layer, LayerAttention):  # weights alone (a saved trace, attention from elsewhere)
+            total += heads * n * n + shown
+            continue
         d_k, d_v, d_in = layer.queries.shape[-1], layer.values.shape[-1], layer.x.shape[-1] if layer.x is not None else 0
         squares = (4 if layer.dropped_weights is not None else 3) * heads * n * n  # scores, scaled_scores, weights (dropped)
-        squares += heads * n * n if run.hiding is not None and run.hiding.active else 0  # weights_shown
+        squares += shown
         vectors = n * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
         total += squares + vectors
     return total
@@ -98,8 +102,8 @@ def export_bytes(run: Trace, *, whole: bool = False) -> int:
     return need + export_numbers(run) * EXPORT_BYTES_PER_NUMBER if whole else need
 
 
-def _derived_scores_bytes(layer: LayerAttention) -> int:
-    if "scores" in vars(layer):  # derived already and kept on the layer (a table drew them)
+def _derived_scores_bytes(layer: LayerWeights) -> int:
+    if not isinstance(layer, LayerAttention) or "scores" in vars(layer):  # none to derive, or kept already
         return 0
     return layer.weights.numel() * layer.queries.element_size()  # (H, T, T) in the queries' dtype
 
@@ -280,13 +284,13 @@ def layer_dict(
 ) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
     ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
-    The softmax input and ``weights_shown`` are ``Rows``, made as they are read."""
+    The softmax input and ``weights_shown`` are ``Rows``, made as they are read. A layer
+    of weights alone (a saved trace, attention from elsewhere) has its weights, what is
+    shown of them and their statistics, and none of the vectors or scores."""
+    if not isinstance(layer, LayerAttention):
+        return _weights_layer_dict(layer, heads, kept, table)
     scores = _raw_scores(layer)  # (H, T, T)
-    # Every chosen head at once, as before streaming: torch's exp2 can round a number
-    # differently by where it falls in the tensor (a vectorized stretch or the tail), so
-    # one head at a time would change last digits. A subset of the heads is a copy.
-    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
-    stats = attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask)
+    stats = _head_stats(layer, heads)
     entries = []
     for h, head_stats in zip(heads, stats):
         entry: dict[str, Any] = {
@@ -315,6 +319,28 @@ def layer_dict(
     }
 
 
+def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
+    """The chosen heads' statistics, every chosen head at once, as before streaming:
+    torch's exp2 can round a number differently by where it falls in the tensor (a
+    vectorized stretch or the tail), so one head at a time would change last digits.
+    A subset of the heads is a copy."""
+    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
+    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask)
+
+
+def _weights_layer_dict(layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table) -> dict[str, Any]:
+    stats = _head_stats(layer, heads)
+    entries = []
+    for h, head_stats in zip(heads, stats):
+        entry: dict[str, Any] = {"head": h, "weights": table(layer.weights[h])}
+        if kept is not None:
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
+        entry["stats"] = head_stats.as_dict()
+        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]
+        entries.append(entry)
+    return {"layer": layer.layer, "input": None, "heads": entries}
+
+
 def _raw_scores(layer: LayerAttention) -> torch.Tensor:
     """(H, T, T) raw Q K^T: the layer's own when a table derived them already, otherwise
     derived by the same function but not kept on the layer, so that an export of many
@@ -333,7 +359,7 @@ def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor, head: int) 
     return Rows(tuple(scores.shape), scores.dtype, rows)
 
 
-def _weights_shown(layer: LayerAttention, h: int, kept: Sequence[int]) -> Rows:
+def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int]) -> Rows:
     """(T, T): head ``h``'s renormalized weights (``attn_cli.hiding``) at the model's
     positions, a block of rows at a time; NaN (``null``) in the hidden tokens' rows and
     columns, and in a row with no weight left."""
@@ -509,7 +535,8 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
         for head in layer["heads"]:
             h = head["head"]
             for table in VECTOR_TABLES:
-                yield from vectors(table, h, n, head[table])
+                if table in head:  # a layer of weights alone has no vectors
+                    yield from vectors(table, h, n, head[table])
             for table in MATRIX_TABLES:
                 if table in head:
                     yield from squares(table, h, n, head[table])
@@ -521,9 +548,10 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             for table in ("entropy_bits", "effective_tokens"):
                 yield [(index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table])]
             yield [(index, tokenizer, table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats[table] is not None]
-        if run.model.out_proj:  # otherwise concat is the output itself
+        if run.model.out_proj and "concat" in layer:  # otherwise concat is the output itself
             yield from vectors("concat", "", n, layer["concat"])
-        yield from vectors("output", "", n, layer["output"])
+        if "output" in layer:
+            yield from vectors("output", "", n, layer["output"])
 
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
         yield from layer_rows(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))

@@ -14,7 +14,7 @@ from typing import Any
 
 from attn_cli.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
 from attn_cli.render.export import token_dicts
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 SCORES = (
     "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "induction_score", "duplicate_score",

@@ -31,7 +31,7 @@ from attn_cli.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, What
 from attn_cli.render.titles import fit_title, title_font
-from attn_cli.trace import Trace as Run
+from attn_cli.traces import Trace as Run
 from attn_cli.tokens import visible
 
 if TYPE_CHECKING:
@@ -578,7 +578,7 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
     )
     if m.config is None:
         source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
-        config = [*source, f"heads {shown}", f"head_dim {m.head_dim}", masked]
+        config = [*source, f"heads {shown}", *([f"head_dim {m.head_dim}"] if m.head_dim else []), masked]  # 0: not known (a saved trace)
     else:
         c = m.config
         config = [f"tokenizer {run.tokens.tokenizer}", f"seed {c.seed}", f"heads {shown}", f"d_k {c.d_k}"]

@@ -44,7 +44,7 @@ from attn_cli.render.heatmap import (
 )
 from attn_cli.render.fonts import font_families
 from attn_cli.render.titles import fit_title, title_font
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 from attn_cli.tokens import visible
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # importing this module must not import torch (run's option p
     import torch
 
     from attn_cli.stats import HeadStats
-    from attn_cli.trace import Trace as Run
+    from attn_cli.traces import Trace as Run
 
 SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats")
 # "output" in the default is drawn only when it differs from the one head's context.

@@ -27,7 +27,7 @@ from attn_cli.allocator import LARGE_TRACE_BYTES, return_freed_memory
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
-from attn_cli.trace import Anatomy, Keep
+from attn_cli.traces import Anatomy, Keep
 
 
 class Weights(Protocol):

@@ -25,7 +25,7 @@ from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Expl
 from attn_cli.render.fit import spans
 from attn_cli.stats import HeadStats, attention_stats
 from attn_cli.tokens import Tokens
-from attn_cli.trace import Trace
+from attn_cli.traces import Trace
 
 _HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when concat is summarised
 

@@ -41,12 +41,13 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.render.fit import spans
 from attn_cli.render.commands import command_line
+from attn_cli.render.fit import spans
+from attn_cli.traces import EXTERNAL
 
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention
-    from attn_cli.trace import Trace
+    from attn_cli.traces import Trace
 
 DEFAULT_MAX_BYTES = 20 * 2**20  # a 512-token page of a 12-layer model keeps a few layers
 NOTEBOOK_MAX_BYTES = 8 * 2**20  # a notebook stores every output it shows
@@ -65,16 +66,26 @@ class Page:
     left_out: tuple[str, ...]  # what the size budget left out, in sentences (the page shows them too)
 
 
-def page(traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None) -> str:
+VIEWS = {"head": "heads", "heads": "heads", "matrix": "matrix", "model": "overview", "overview": "overview", "steps": "steps"}
+
+
+def page(
+    traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None,
+    view: str | None = None,
+) -> str:  # fmt: skip
     """The whole HTML file for ``traces`` (one, or several for --lines: the page has a picker).
 
     ``command`` is the command line that reproduces the page, shown in its header;
-    ``max_bytes`` bounds the file's size (None: keep everything).
+    ``max_bytes`` bounds the file's size (None: keep everything); ``view``: the tab it
+    opens on (head, matrix, model, steps; default the head view).
     """
-    return build(traces, command=command, max_bytes=max_bytes, title=title).html
+    return build(traces, command=command, max_bytes=max_bytes, title=title, view=view).html
 
 
-def build(traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None) -> Page:
+def build(
+    traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None,
+    view: str | None = None,
+) -> Page:  # fmt: skip
     if not traces:
         raise ValueError("a page needs at least one trace")
     traces = [trace.shown() for trace in traces]  # --hide-tokens: the page never sees the hidden tokens
@@ -94,17 +105,20 @@ def build(traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFA
         "leftOut": left_out,
         "traces": manifests,
         "chunks": {cid: chunk.meta() for cid, chunk in chunks.kept.items()},
+        "view": VIEWS.get(view or "head", "heads"),
     }
     data = [f'<script type="application/json" id="attn-manifest">{_json(manifest)}</script>']
     data += [f'<script type="text/plain" id="{cid}">{chunk.text}</script>' for cid, chunk in chunks.kept.items()]
     return Page(shell.replace("<!--DATA-->", "\n".join(data), 1), tuple(left_out))
 
 
-def notebook_html(traces: Sequence[Trace], *, height: int = 640, max_bytes: int | None = NOTEBOOK_MAX_BYTES) -> str:
+def notebook_html(
+    traces: Sequence[Trace], *, height: int = 640, max_bytes: int | None = NOTEBOOK_MAX_BYTES, view: str | None = None
+) -> str:
     """The page in a sandboxed ``<iframe srcdoc>``: scripts run, but in their own
     opaque origin, so several pages in one notebook never meet, and nothing loads
     from a CDN."""
-    doc = page(traces, command=reproduce_command(traces[0]), max_bytes=max_bytes)
+    doc = page(traces, command=reproduce_command(traces[0]), max_bytes=max_bytes, view=view)
     return (
         f'<iframe class="attn-cli-page" sandbox="allow-scripts" style="width: 100%; height: {height}px; border: 0" '
         f'title="attention: {html.escape(_title(traces), quote=True)}" srcdoc="{html.escape(doc, quote=True)}"></iframe>'
@@ -115,6 +129,8 @@ def notebook_html(traces: Sequence[Trace], *, height: int = 640, max_bytes: int 
 
 def reproduce_command(trace: Trace) -> str:
     """``attn-cli html TEXT ...`` with the options that made ``trace``."""
+    if trace.model.family == EXTERNAL:
+        return "attention computed outside attn-cli: trace.to_json() saves it, attn-cli html --from FILE.json draws it"
     extra: list[str] = []
     if trace.model.config is None:
         kept = [layer.layer for layer in trace.layers]
@@ -221,6 +237,8 @@ def _scaled_bytes(layer: LayerAttention) -> bytes:
 
 
 def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
+    from attn_cli.attention import LayerAttention
+
     tokens = trace.tokens
     n = len(tokens)
     model = trace.model
@@ -234,7 +252,10 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "divisorText": layer.divisor_text,
             "masked": layer.causal,
             "weights": chunks.add(_Chunk("u16", (heads, n, n), functools.partial(_fixed_weights, layer))),
-            "scores": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_scores, layer))),
+            # a trace of weights alone (a saved one, attention from elsewhere) has no scores to show
+            "scores": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_scores, layer)))
+            if isinstance(layer, LayerAttention)
+            else None,
             "scaled": None,  # decided with the scores: "derived", or a chunk of its own
         }
         layers.append(entry)
@@ -267,7 +288,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
         "vectors": None,
     }
     config = model.config
-    if config is not None and not trace.renormalized:  # step by step follows the model's own softmax
+    if config is not None and not trace.renormalized and isinstance(trace.layers[0], LayerAttention):  # step by step follows the model's own softmax
         layer = trace.layers[0]
         parts = [("x", layer.x), ("queries", layer.queries), ("keys", layer.keys), ("values", layer.values), ("context", layer.context)]
         if layer.dropped_weights is not None:
@@ -310,11 +331,17 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows.append(["input", model.input_text])
         return rows
     rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])  # the full path here; titles use the short name
-    rows.append(["architecture", f"{model.architecture} ({model.family})"])
+    if model.family == EXTERNAL:  # weights alone: what made them is not known here
+        rows.append(["computed", "outside attn-cli (weights given to attn_cli.from_attentions)"])
+    else:
+        rows.append(["architecture", f"{model.architecture} ({model.family})"])
     kept = [layer.layer for layer in trace.layers]
     rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {spans(kept)}")])
     heads = f"{model.heads}" + (f" (key/value heads {model.kv_heads})" if model.kv_heads != model.heads else "")
-    rows += [["heads", heads], ["head size", str(model.head_dim)], ["d_model", str(model.d_model)], ["dtype", model.dtype]]
+    rows.append(["heads", heads])
+    rows += [[name, str(value)] for name, value in (("head size", model.head_dim), ("d_model", model.d_model)) if value]  # 0: not saved
+    if model.family != EXTERNAL:
+        rows.append(["dtype", model.dtype])
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
     return rows
@@ -360,6 +387,8 @@ class _Budget:
         for i, (trace, m) in enumerate(zip(traces, manifests)):
             full = False
             for layer, entry in zip(trace.layers, m["layers"]):
+                if entry["scores"] is None:  # weights only: nothing left out
+                    continue
                 if entry["weights"] is not None and not full and self._take(chunks, entry["scores"]):
                     if _scaled_is_derived(layer):
                         entry["scaled"] = "derived"

@@ -9,7 +9,7 @@
   const DETAIL_ROWS = 24; // keys listed for a focused token before "… more"
   const STEP_ROWS = 48; // keys in the step-by-step tables before it keeps the strongest
   const app = document.getElementById("app");
-  const S = { t: 0, view: "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false };
+  const S = { t: 0, view: M.view || "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false };
   const cache = new Map();
 
   // -- numbers: Python's f"{x:.4f}" for a float32 (x * 10^4 is exact in a double) --

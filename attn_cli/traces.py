@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from attn_cli.tokens import Tokens
 
 TOY = "toy"
+EXTERNAL = "external"  # the family of attention computed outside attn-cli (attn_cli.from_attentions)
 SHORT_NAME = 40  # characters of a source shown whole in titles
 
 # What a trace keeps of each selected layer: "all" (LayerAttention: weights, queries,
@@ -127,7 +128,7 @@ class Trace(Generic[LayerT]):
     tokens: Tokens
     model: ModelInfo
     layers: tuple[LayerT, ...]
-    heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
+    chosen_heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
     pair: str | None = None  # the second segment (--pair), when there is one
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
@@ -141,7 +142,7 @@ class Trace(Generic[LayerT]):
 
     @property
     def shown_heads(self) -> tuple[int, ...]:
-        return self.heads if self.heads is not None else tuple(range(self.model.heads))
+        return self.chosen_heads if self.chosen_heads is not None else tuple(range(self.model.heads))
 
     def layer(self, index: int) -> LayerT:
         """The kept layer with model index ``index``."""
@@ -150,11 +151,57 @@ class Trace(Generic[LayerT]):
                 return layer
         raise KeyError(index)
 
+    # -- in a notebook (attn_cli.api draws; computation never imports a renderer itself) --
+
     def _repr_html_(self) -> str:
         """Jupyter shows a trace as the `attn-cli html` page, in a sandboxed iframe."""
-        from attn_cli.render.html import notebook_html
+        from attn_cli import api
 
-        return notebook_html([self])
+        return api.notebook(self)
+
+    def weights(self, layer: int = -1, head: int | None = None) -> Any:
+        """(H, T, T) torch tensor of layer ``layer``'s weights (a model index; -1: the last
+        kept layer), or (T, T) for ``head``."""
+        from attn_cli import api
+
+        return api.weights(self, layer, head)
+
+    def to_json(self) -> str:
+        """Schema 2, the bytes `attn-cli run -F json` writes (docs/json.md)."""
+        from attn_cli import api
+
+        return api.to_json(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``to_json()`` parsed: plain lists and numbers."""
+        import json
+
+        return json.loads(self.to_json())
+
+    def to_csv(self) -> str:
+        """The long-format CSV `attn-cli run -F csv` writes."""
+        from attn_cli import api
+
+        return api.to_csv(self)
+
+    def heatmap(self, **options: Any) -> Any:
+        """The `attn-cli heatmap` picture as a matplotlib Figure (layer=, heads=, what=,
+        and the picture options; layer="all" draws the model view)."""
+        from attn_cli import api
+
+        return api.heatmap(self, **options)
+
+    def page(self, **options: Any) -> str:
+        """The `attn-cli html` page as a string (view="head"|"matrix"|"model", max_size= in MB)."""
+        from attn_cli import api
+
+        return api.page(self, **options)
+
+    def heads(self) -> list[dict[str, Any]]:
+        """The heads census (masses, entropy, role) per kept layer and shown head."""
+        from attn_cli import api
+
+        return api.heads(self)
 
     # The toy source's API before layers: one layer, its config and input.
     @property

@@ -1,0 +1,341 @@
+"""Attention that attn-cli did not compute: a saved schema-2 JSON (``--from FILE``)
+or the attentions another tool returned (``from_attentions``), as a ``Trace`` of
+weights that every weights-based view draws (heatmaps and the model view, the
+page, the heads census without its probe).
+
+Shapes: L layers, H heads, T tokens; weights (H, T, T), rows summing to 1.
+
+What is known is kept: the tokens' labels (and ids, special flags when given),
+the layer and head numbers, the mask (JSON: the cells ``scaled_scores`` leaves
+null; otherwise a causal mask when every cell above the diagonal is exactly 0 in
+every head). What is not (the vectors, the raw scores) is not made up: such a
+trace holds ``LayerWeights`` only, and the views that need more say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.errors import UsageError
+from attn_cli.tokens import Tokens
+from attn_cli.traces import EXTERNAL, ModelInfo, Selection, Trace
+
+if TYPE_CHECKING:
+    import torch
+
+    from attn_cli.attention import LayerWeights
+
+ROW_SUM_TOLERANCE = 1e-3
+MAX_FILE_BYTES = 4 * 2**30  # a saved trace is read whole; beyond this, say so rather than try
+
+
+def from_attentions(
+    attentions: Any,
+    tokens: Sequence[str],
+    *,
+    model_name: str | None = None,
+    special: Sequence[bool] | None = None,
+    text: str | None = None,
+) -> Trace:
+    """A Trace of the ``attentions`` another tool computed: one (1, H, T, T) or (H, T, T)
+    tensor or array per layer (what transformers returns with ``output_attentions=True``),
+    over ``tokens`` (their strings, in order). ``special``: which tokens the tokenizer
+    added ([CLS], BOS), for --hide-tokens special and the special_mass score.
+    Raises UsageError naming the first problem: a wrong rank, layers of different
+    sizes, a token count that does not match, rows that do not sum to 1."""
+    import torch
+
+    if isinstance(attentions, torch.Tensor) or _is_array(attentions):  # one tensor: stacked layers, or one layer
+        attentions = [attentions[i] for i in range(attentions.shape[0])] if len(attentions.shape) >= 4 else [attentions]
+    layers = list(attentions)
+    if not layers:
+        raise UsageError("attentions is empty: give one (H, T, T) or (1, H, T, T) tensor per layer")
+    tensors = []
+    for i, item in enumerate(layers):
+        tensor = torch.as_tensor(_numeric(item, f"attentions[{i}]")).detach().to("cpu", torch.float32)
+        if tensor.dim() == 4:
+            if tensor.shape[0] != 1:
+                raise UsageError(f"attentions[{i}] has a batch of {tensor.shape[0]}; give one text's attentions (batch 1)")
+            tensor = tensor[0]  # (1, H, T, T) -> (H, T, T)
+        if tensor.dim() != 3:
+            raise UsageError(f"attentions[{i}] has {tensor.dim()} dimensions {tuple(tensor.shape)}; each layer is (H, T, T) or (1, H, T, T)")
+        tensors.append(tensor)
+    labels = [str(t) for t in tokens]
+    weights = _check_layers(tensors, len(labels), "attentions")
+    names = special if special is not None else [False] * len(labels)
+    if len(names) != len(labels):
+        raise UsageError(f"special has {len(names)} flags for {len(labels)} tokens")
+    toks = Tokens(tuple(range(len(labels))), tuple(labels), len(labels), model_name or EXTERNAL, tuple(bool(s) for s in names))
+    info = _info(model_name or "attentions", model_name or EXTERNAL, EXTERNAL, len(weights), weights[0].shape[0])
+    return _trace(text if text is not None else " ".join(labels), toks, info, weights, list(range(len(weights))), None)
+
+
+def load_json(path: str | os.PathLike[str]) -> Trace:
+    """The trace a schema-2 JSON holds (``run -F json``, ``Trace.to_json()``, or anyone's
+    file with ``tokens[]`` and ``layers[].heads[].weights``). The first of several
+    traces (``-F json`` of --lines writes one per line: JSON Lines) unless the file
+    holds one. Raises UsageError naming the file and the first problem."""
+    where = str(path)
+    file = Path(path)
+    try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UsageError(f"--from {where}: {size / 2**30:.1f} GiB is more than the {MAX_FILE_BYTES // 2**30} GiB a saved trace may be")
+        raw = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--from {where}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"--from {where}: is a folder; give the JSON file written by run -F json") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"--from {where}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        try:  # JSON Lines: the first line's trace
+            data = json.loads(raw.splitlines()[0]) if raw.strip() else None
+        except (json.JSONDecodeError, IndexError):
+            data = None
+        if data is None:
+            raise UsageError(f"--from {where}: not JSON ({err.msg} at line {err.lineno})") from None
+    return from_dict(data, where)
+
+
+def from_dict(data: Any, where: str = "the trace") -> Trace:
+    """The trace a parsed schema-2 document describes (see ``load_json``)."""
+    import torch
+
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: not a schema-2 trace (a JSON object with tokens and layers)")
+    version = data.get("schema_version", 2)
+    if version != 2:
+        raise UsageError(f"{where}: schema_version {version!r}; attn-cli reads schema 2 (run -F json writes it)")
+    tokens, layers = data.get("tokens"), data.get("layers")
+    if not isinstance(tokens, list) or not tokens:
+        raise UsageError(f"{where}: no tokens[]; a schema-2 trace lists its tokens")
+    if not isinstance(layers, list) or not layers:
+        raise UsageError(f"{where}: no layers[]; a schema-2 trace has layers[].heads[].weights")
+    toks = _tokens(tokens, data, where)
+    n = len(toks)
+    weights, masks, numbers, head_numbers = [], [], [], None
+    for i, layer in enumerate(layers):
+        heads = layer.get("heads") if isinstance(layer, dict) else None
+        if not isinstance(heads, list) or not heads:
+            raise UsageError(f"{where}: layers[{i}] has no heads[]")
+        numbers.append(_int(layer.get("layer", i), f"layers[{i}].layer", where))
+        found = [_int(h.get("head", j), f"layers[{i}].heads[{j}].head", where) if isinstance(h, dict) else j for j, h in enumerate(heads)]
+        if head_numbers is None:
+            head_numbers = found
+        elif found != head_numbers:
+            raise UsageError(f"{where}: layers[{i}] has heads {found}, layers[0] {head_numbers}; every layer must list the same heads")
+        per_head, per_mask = [], []
+        for j, head in enumerate(heads):
+            table = head.get("weights") if isinstance(head, dict) else None
+            if table is None:
+                raise UsageError(f"{where}: layers[{i}].heads[{j}] has no weights")
+            w = torch.tensor(_numeric(table, f"layers[{i}].heads[{j}].weights", where), dtype=torch.float32)
+            if w.shape != (n, n):
+                raise UsageError(f"{where}: layers[{i}].heads[{j}].weights is {_dims(w.shape)}, but there are {n} tokens ({n} x {n})")
+            per_head.append(w)
+            scaled = head.get("scaled_scores")
+            if isinstance(scaled, list) and len(scaled) == n:
+                per_mask.append(torch.tensor([[v is None for v in row] for row in scaled], dtype=torch.bool))
+        weights.append(torch.stack(per_head))  # (H, T, T)
+        masks.append(per_mask[0] if per_mask and all(torch.equal(m, per_mask[0]) for m in per_mask) else None)
+    if len(set(numbers)) != len(numbers):
+        raise UsageError(f"{where}: layers {numbers} repeat a layer number")
+    assert head_numbers is not None
+    if len(set(head_numbers)) != len(head_numbers) or min(head_numbers) < 0:
+        raise UsageError(f"{where}: heads {head_numbers} repeat a head or count below 0")
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    n_heads = max(int(model.get("heads") or 0), max(head_numbers) + 1)
+    full = [_place(w, head_numbers, n_heads) for w in weights]  # (H, T, T), heads at their numbers
+    _check_layers([w[head_numbers] for w in full], n, where)
+    info = _info(
+        str(model.get("source") or where), str(model.get("architecture") or EXTERNAL), str(model.get("family") or EXTERNAL),
+        max(int(model.get("layers") or 0), max(numbers) + 1), n_heads,
+        kv_heads=model.get("kv_heads"), head_dim=model.get("head_dim"), d_model=model.get("d_model"),
+        dtype=model.get("dtype"), revision=model.get("revision"), model_type=model.get("model_type"),
+    )  # fmt: skip
+    text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
+    pair = data.get("pair") if isinstance(data.get("pair"), str) else None
+    return _trace(text, toks, info, full, numbers, masks, heads=tuple(head_numbers), pair=pair)
+
+
+class SavedSource:
+    """A source that re-draws a saved trace (``--from FILE``): the commands' Source, with
+    no model to run (no probe; the text is the file's)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        self.trace = load_json(path)
+        self.notes: list[str] = []
+        self.n_layers = self.trace.model.layers
+        self.n_heads = self.trace.model.heads
+        self.trained = self.trace.model.trained
+        self.kept_layers = tuple(layer.layer for layer in self.trace.layers)
+        self.kept_heads = self.trace.shown_heads
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.trace.model
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        trace = self.trace
+        if selection is None:
+            return trace
+        have = [layer.layer for layer in trace.layers]
+        missing = [i for i in selection.layers if i not in have]
+        if missing:
+            raise UsageError(f"--layer: {self.path} holds layer{'s' if len(have) > 1 else ''} {', '.join(map(str, have))}, not {', '.join(map(str, missing))}")
+        kept_heads = trace.shown_heads
+        absent = [h for h in selection.heads if h not in kept_heads]
+        if absent:
+            raise UsageError(f"--head: {self.path} holds head{'s' if len(kept_heads) > 1 else ''} {', '.join(map(str, kept_heads))}, not {', '.join(map(str, absent))}")
+        return dataclasses.replace(trace, layers=tuple(trace.layer(i) for i in selection.layers), chosen_heads=tuple(selection.heads))
+
+    def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
+        for text in texts:
+            yield self.run(text, selection)
+
+    def probe_pool(self) -> str:
+        return f"the attention comes from {self.path}, with no model to run the probe on"
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        raise UsageError(f"{self.path} is a saved trace: there is no model to run other tokens through")
+
+
+# -- the pieces ------------------------------------------------------------------------
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple))
+
+
+def _numeric(value: Any, what: str, where: str | None = None) -> Any:
+    """``value`` when it is a tensor, an array or nested lists of numbers; else a UsageError."""
+    if _is_array(value):
+        return value
+    try:
+        import torch
+
+        torch.tensor(value, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError):
+        prefix = f"{where}: " if where else ""
+        raise UsageError(f"{prefix}{what} is not a table of numbers (rows of equal length)") from None
+    return value
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return " x ".join(str(s) for s in shape)
+
+
+def _int(value: Any, what: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{where}: {what} is {value!r}, not an index")
+    return value
+
+
+def _check_layers(layers: Sequence[torch.Tensor], n_tokens: int, where: str) -> list[torch.Tensor]:
+    """Each (H, T, T), the same H in every layer, T the tokens', rows summing to 1."""
+    first = layers[0].shape
+    for i, w in enumerate(layers):
+        if w.shape[0] < 1:
+            raise UsageError(f"{where}: layer {i} has no heads")
+        if w.shape != first:
+            raise UsageError(f"{where}: layer {i} is {_dims(w.shape)} but layer 0 is {_dims(first)}; every layer must be the same size")
+        if w.shape[1] != w.shape[2]:
+            raise UsageError(f"{where}: layer {i}'s weights are {_dims(w.shape[1:])}, not square (T x T)")
+        if w.shape[-1] != n_tokens:
+            raise UsageError(f"{where}: the weights are {w.shape[-1]} x {w.shape[-1]} but there are {n_tokens} tokens")
+        if not bool(w.isfinite().all()) or bool((w < 0).any()):
+            raise UsageError(f"{where}: layer {i} has a negative, NaN or infinite weight; attention weights are a softmax's")
+        sums = w.sum(-1)  # (H, T)
+        worst = float((sums - 1).abs().max())
+        if worst > ROW_SUM_TOLERANCE:
+            h, q = divmod(int((sums - 1).abs().argmax()), w.shape[1])
+            raise UsageError(
+                f"{where}: layer {i}, head {h}, row {q} sums to {float(sums[h, q]):.6g}, not 1 (within {ROW_SUM_TOLERANCE:g}); "
+                f"give the softmax weights, not the scores"
+            )
+    return list(layers)
+
+
+def _place(weights: torch.Tensor, numbers: Sequence[int], n_heads: int) -> torch.Tensor:
+    """(H_file, T, T) -> (H, T, T) with head numbers[j] at index numbers[j]; a head the
+    file lacks is uniform (never shown: the trace's heads are the file's)."""
+    import torch
+
+    if list(numbers) == list(range(n_heads)):
+        return weights
+    n = weights.shape[-1]
+    full = torch.full((n_heads, n, n), 1.0 / n)  # (H, T, T)
+    full[list(numbers)] = weights
+    return full
+
+
+def _tokens(entries: list[Any], data: Mapping[str, Any], where: str) -> Tokens:
+    texts, ids, special = [], [], []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"text": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("text", entry.get("label")), str):
+            raise UsageError(f"{where}: tokens[{i}] has no text; each token is an object with its text")
+        texts.append(entry.get("text", entry.get("label")))
+        ids.append(entry["id"] if isinstance(entry.get("id"), int) else i)
+        special.append(bool(entry.get("special", False)))
+    vocab = data.get("vocab_size") if isinstance(data.get("vocab_size"), int) else max(ids) + 1
+    tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), str) else EXTERNAL
+    return Tokens(tuple(ids), tuple(texts), max(vocab, max(ids) + 1), tokenizer, tuple(special))
+
+
+def _info(source: str, architecture: str, family: str, layers: int, heads: int, **known: Any) -> ModelInfo:
+    def number(key: str) -> int:
+        value = known.get(key)
+        return int(value) if isinstance(value, int) and value > 0 else 0
+
+    return ModelInfo(
+        source=source,
+        architecture=architecture,
+        family=family,
+        layers=layers,
+        heads=heads,
+        kv_heads=number("kv_heads") or heads,
+        head_dim=number("head_dim"),
+        d_model=number("d_model"),
+        dtype=str(known.get("dtype") or "float32"),
+        revision=known.get("revision") if isinstance(known.get("revision"), str) else None,
+        model_type=known.get("model_type") if isinstance(known.get("model_type"), str) else None,
+        path=source if "/" in source else None,  # titles shorten a long folder as they do for the run that saved it
+        input_text="(not saved)",
+    )
+
+
+def _trace(
+    text: str,
+    tokens: Tokens,
+    info: ModelInfo,
+    weights: Sequence[torch.Tensor],
+    numbers: Sequence[int],
+    masks: Sequence[torch.Tensor | None] | None,
+    *,
+    heads: tuple[int, ...] | None = None,
+    pair: str | None = None,
+) -> Trace:
+    from attn_cli.attention import LayerWeights, causal_mask
+
+    made: list[LayerWeights] = []
+    for i, (w, number) in enumerate(zip(weights, numbers)):
+        mask = masks[i] if masks is not None else None
+        if mask is None:
+            n = w.shape[-1]
+            causal = causal_mask(n)
+            mask = causal if n > 1 and bool((w[:, causal] == 0).all()) else None
+        elif not bool(mask.any()):
+            mask = None
+        made.append(LayerWeights(w.contiguous(), mask, 1.0, number, "", 0))
+    return Trace(text, tokens, info, tuple(made), chosen_heads=heads, pair=pair)
