@@ -158,8 +158,10 @@ def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
 
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
     mask = None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index)  # (K, K)
+    # a family's additive position bias (MPNet) is per pair of tokens, like the mask
+    bias = None if layer.bias is None else layer.bias.index_select(-2, index).index_select(-1, index)  # (H or 1, K, K)
     if not isinstance(layer, LayerAttention):  # keep="weights": there is nothing else to cut
-        return dataclasses.replace(layer, weights=renormalize(layer.weights, kept), mask=mask)
+        return dataclasses.replace(layer, weights=renormalize(layer.weights, kept), mask=mask, bias=bias)
     rows = lambda t: t.index_select(-2, index)  # noqa: E731  (H, T, d) -> (H, K, d), (T, d) -> (K, d)
     return dataclasses.replace(
         layer,
@@ -172,5 +174,6 @@ def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
         concat=rows(layer.concat),
         output=rows(layer.output),
         mask=mask,
+        bias=bias,
         x=None if layer.x is None else rows(layer.x),
     )

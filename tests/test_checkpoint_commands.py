@@ -102,3 +102,12 @@ def test_models_lists_a_cache_of_several_families(folder, tmp_path: Path) -> Non
     listed = {m["name"]: m for m in json.loads(result.stdout)}
     assert {m["family"] for m in listed.values()} == {"gemma2", "phi3", "modernbert", "mpnet"}
     assert all(m["supported"] for m in listed.values())
+
+
+def test_hidden_tokens_cut_the_position_bias_too(folder, tmp_path: Path) -> None:
+    """MPNet's bias is per pair of tokens: --hide-tokens cuts it with the mask, so the
+    softmax input shown is still the weights' (a bias left whole did not fit the cut scores)."""
+    model = str(folder("mpnet"))
+    for args in (["run", "--show", "scaled,weights"], ["run", "-F", "json"], ["heatmap", "--what", "scaled", "-o", str(tmp_path / "b.png")]):
+        result = CliRunner().invoke(app, [args[0], "The cat sat on the mat", "--model", model, "--hide-tokens", "special", *args[1:]])
+        assert result.exit_code == 0, result.output

@@ -57,7 +57,7 @@ def test_weights_are_the_full_traces_bit_for_bit_and_nothing_else_is_kept(folder
             assert not hasattr(b, name), name
 
 
-def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace(folder: Path) -> None:
+def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace_and_an_export_leaves_them_out(folder: Path) -> None:
     from attn_cli.render.export import layer_dict
     from attn_cli.render.heatmap import What, layer_matrix
 
@@ -66,8 +66,8 @@ def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace(folder: Path) -
     layer_matrix(layer, What.weights, 0)  # the weights alone draw
     with pytest.raises(AttributeError, match="scores"):
         layer_matrix(layer, What.scores, 0)
-    with pytest.raises(AttributeError):
-        layer_dict(layer, [0])
+    exported = layer_dict(layer, [0])  # an export of weights alone: the weights and their statistics, no vectors
+    assert set(exported["heads"][0]) == {"head", "weights", "stats"} and exported["input"] is None
 
 
 def test_the_estimate_counts_only_what_is_kept(folder: Path) -> None:
