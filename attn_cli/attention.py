@@ -151,6 +151,16 @@ class LayerWeights:
         return _softmax_input(scores, self.divisor, mask, bias, self.softcap)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SavedScores(LayerWeights):
+    """A layer read back from a saved trace (``--from``): its weights and, as the file
+    holds them, the raw scores and the softmax input (``-inf`` where the mask hides a
+    key); no vectors. The page and the pictures show these scores as saved."""
+
+    scores: torch.Tensor  # (H, T, T) raw Q K^T
+    scaled_scores: torch.Tensor  # (H, T, T) the softmax input, masked cells -inf
+
+
 # kw_only: the vectors follow LayerWeights' fields, some of which have defaults.
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LayerAttention(LayerWeights):

@@ -154,12 +154,18 @@ def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
     its mask (and, for a full LayerAttention, its per-token vectors) cut to the kept rows."""
     import torch
 
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerAttention, SavedScores
 
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
     mask = None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index)  # (K, K)
     # a family's additive position bias (MPNet) is per pair of tokens, like the mask
     bias = None if layer.bias is None else layer.bias.index_select(-2, index).index_select(-1, index)  # (H or 1, K, K)
+    if isinstance(layer, SavedScores):  # a saved trace's scores are per pair of tokens too
+        pairs = lambda t: t.index_select(-2, index).index_select(-1, index)  # noqa: E731  (H, T, T) -> (H, K, K)
+        return dataclasses.replace(
+            layer, weights=renormalize(layer.weights, kept), mask=mask, bias=bias,
+            scores=pairs(layer.scores), scaled_scores=pairs(layer.scaled_scores),
+        )  # fmt: skip
     if not isinstance(layer, LayerAttention):  # keep="weights": there is nothing else to cut
         return dataclasses.replace(layer, weights=renormalize(layer.weights, kept), mask=mask, bias=bias)
     rows = lambda t: t.index_select(-2, index)  # noqa: E731  (H, T, d) -> (H, K, d), (T, d) -> (K, d)

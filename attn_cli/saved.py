@@ -15,7 +15,9 @@ trace holds ``LayerWeights`` only, and the views that need more say so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -79,11 +81,22 @@ def load_json(path: str | os.PathLike[str]) -> Trace:
     """The trace a schema-2 JSON holds (``run -F json``, ``Trace.to_json()``, or anyone's
     file with ``tokens[]`` and ``layers[].heads[].weights``). The first of several
     traces (``-F json`` of --lines writes one per line: JSON Lines) unless the file
-    holds one. Raises UsageError naming the file and the first problem."""
+    holds one. Raises UsageError naming the file and the first problem. The file is
+    read once while it is unchanged (a command asks for its text, then its trace)."""
     where = str(path)
-    file = Path(path)
     try:
-        size = file.stat().st_size
+        stat = Path(path).stat()
+    except FileNotFoundError:
+        raise UsageError(f"--from {where}: no such file") from None
+    except OSError as err:
+        raise UsageError(f"--from {where}: cannot read it ({err.strerror or err})") from None
+    return _load(where, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _load(where: str, mtime: int, size: int) -> Trace:
+    file = Path(where)
+    try:
         if size > MAX_FILE_BYTES:
             raise UsageError(f"--from {where}: {size / 2**30:.1f} GiB is more than the {MAX_FILE_BYTES // 2**30} GiB a saved trace may be")
         raw = file.read_text(encoding="utf-8")
@@ -122,6 +135,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     toks = _tokens(tokens, data, where)
     n = len(toks)
     weights, masks, numbers, head_numbers = [], [], [], None
+    saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
     for i, layer in enumerate(layers):
         heads = layer.get("heads") if isinstance(layer, dict) else None
         if not isinstance(heads, list) or not heads:
@@ -132,7 +146,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
             head_numbers = found
         elif found != head_numbers:
             raise UsageError(f"{where}: layers[{i}] has heads {found}, layers[0] {head_numbers}; every layer must list the same heads")
-        per_head, per_mask = [], []
+        per_head, per_mask, per_scores = [], [], []
         for j, head in enumerate(heads):
             table = head.get("weights") if isinstance(head, dict) else None
             if table is None:
@@ -144,8 +158,16 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
             scaled = head.get("scaled_scores")
             if isinstance(scaled, list) and len(scaled) == n:
                 per_mask.append(torch.tensor([[v is None for v in row] for row in scaled], dtype=torch.bool))
+                raw = head.get("scores")
+                if isinstance(raw, list):
+                    given = _table(raw, f"layers[{i}].heads[{j}].scores", where, n)
+                    shown = _table([[float("-inf") if v is None else v for v in row] for row in scaled], f"layers[{i}].heads[{j}].scaled_scores", where, n)
+                    per_scores.append((given, shown))
         weights.append(torch.stack(per_head))  # (H, T, T)
         masks.append(per_mask[0] if per_mask and all(torch.equal(m, per_mask[0]) for m in per_mask) else None)
+        saved_scores.append(
+            (torch.stack([g for g, _ in per_scores]), torch.stack([z for _, z in per_scores])) if len(per_scores) == len(heads) else None
+        )  # (H, T, T) each, when every head has both tables
     if len(set(numbers)) != len(numbers):
         raise UsageError(f"{where}: layers {numbers} repeat a layer number")
     assert head_numbers is not None
@@ -163,7 +185,55 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     )  # fmt: skip
     text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
     pair = data.get("pair") if isinstance(data.get("pair"), str) else None
-    return _trace(text, toks, info, full, numbers, masks, heads=tuple(head_numbers), pair=pair)
+    made = _trace(text, toks, info, full, numbers, masks, heads=tuple(head_numbers), pair=pair)
+    if all(s is not None for s in saved_scores):
+        layers = tuple(
+            _with_scores(layer, *[_place(t, head_numbers, n_heads) for t in scores], model)  # type: ignore[misc]
+            for layer, scores in zip(made.layers, saved_scores)
+        )
+        made = dataclasses.replace(made, layers=layers)
+    return made
+
+
+def _with_scores(layer: LayerWeights, scores: torch.Tensor, scaled: torch.Tensor, model: Mapping[str, Any]) -> LayerWeights:
+    """The layer with the file's raw and scaled scores, and the divisor that gives the one
+    from the other when one of the usual ones does (sqrt(head_dim); the toy's sqrt(d_k) *
+    temperature), so a page drawn from the file is the page drawn from the text."""
+    import torch
+
+    from attn_cli.attention import SavedScores
+
+    divisor, text = 1.0, ""
+    config = model.get("config") if isinstance(model.get("config"), dict) else {}
+    candidates = []
+    if isinstance(model.get("head_dim"), int) and model["head_dim"] > 0:
+        candidates.append((math.sqrt(model["head_dim"]), f"sqrt({model['head_dim']})"))
+    if config:
+        d_k, temperature = config.get("d_k"), float(config.get("temperature", 1.0) or 1.0)
+        if isinstance(d_k, int) and d_k > 0:
+            base = (math.sqrt(d_k), f"sqrt({d_k})") if config.get("scale", True) else (1.0, "")
+            value = base[0] * temperature
+            formula = base[1] if temperature == 1.0 else f"({base[1]} * {temperature:g})" if base[1] else f"{temperature:g}"
+            candidates.insert(0, (value, formula))
+    finite = scaled.isfinite()
+    for value, formula in candidates:
+        derived = scores / torch.tensor(value, dtype=torch.float32)
+        if torch.equal(derived[finite], scaled[finite]):
+            divisor, text = value, formula
+            break
+    return SavedScores(
+        weights=layer.weights, mask=layer.mask, divisor=divisor, layer=layer.layer, divisor_text=text,
+        threads=int(model.get("threads") or 0), scores=scores, scaled_scores=scaled,
+    )  # fmt: skip
+
+
+def _table(value: Any, what: str, where: str, n: int) -> torch.Tensor:
+    import torch
+
+    table = torch.tensor(_numeric(value, what, where), dtype=torch.float32)
+    if table.shape != (n, n):
+        raise UsageError(f"{where}: {what} is {_dims(table.shape)}, but there are {n} tokens ({n} x {n})")
+    return table
 
 
 class SavedSource:

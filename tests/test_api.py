@@ -199,14 +199,27 @@ def test_html_and_heads_from_a_saved_trace(saved: Path, minilm_path: Path, tmp_p
     pa, pb = a.read_text(encoding="utf-8"), b.read_text(encoding="utf-8")
     la, lb = manifest(pa)["traces"][0]["layers"], manifest(pb)["traces"][0]["layers"]
     assert [x["index"] for x in la] == [x["index"] for x in lb]
-    for x, y in zip(la, lb):
+    for x, y in zip(la, lb):  # the same page data: weights, the file's raw scores, the softmax input derived alike
         assert np.array_equal(chunk(pa, x["weights"]), chunk(pb, y["weights"]))
-        assert x["scores"] is None  # a saved trace holds weights; the page says nothing it does not have
+        assert np.array_equal(chunk(pa, x["scores"]), chunk(pb, y["scores"]))
+        assert (x["scaled"], x["divisorText"]) == (y["scaled"], y["divisorText"]) == ("derived", "sqrt(32)")
+    assert manifest(pa)["command"] == f"attn-cli html --from {saved} --output {a}"
     from_file = invoke("heads", "--from", str(saved), "-F", "json")
     assert "no probe: the attention comes from" in from_file.stderr
     text = invoke("heads", TEXT, "--model", str(minilm_path), "--no-probe", "-F", "json")
     assert json.loads(from_file.stdout)["heads"] == json.loads(text.stdout)["heads"]
     assert attn_cli.load(saved).to_dict()["layers"][0]["heads"][0]["weights"] == json.loads(saved.read_text())["layers"][0]["heads"][0]["weights"]
+
+
+def test_a_page_from_a_file_without_scores_shows_the_weights(saved: Path, tmp_path: Path) -> None:
+    data = json.loads(saved.read_text())
+    for layer in data["layers"]:
+        for head in layer["heads"]:
+            del head["scores"]
+    path = tmp_path / "weights-only.json"
+    path.write_text(json.dumps(data))
+    assert invoke("html", "--from", str(path), "-o", str(tmp_path / "w.html")).exit_code == 0
+    assert all(layer["scores"] is None for layer in manifest((tmp_path / "w.html").read_text())["traces"][0]["layers"])
 
 
 def test_a_minimal_file_is_enough(tmp_path: Path) -> None:
@@ -268,3 +281,10 @@ def test_attention_from_elsewhere_is_saved_and_drawn_again(hf: dict, tmp_path: P
     assert "weights" in outside.to_csv() and "queries" not in outside.to_csv()
     assert invoke("heatmap", "--from", str(path), "--hide-tokens", "special", "-o", str(tmp_path / "o.png")).exit_code == 0
     assert "computed outside attn-cli" in manifest(outside.page())["command"]
+
+
+def test_default_names_come_from_the_saved_text(saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert invoke("html", "--from", str(saved)).exit_code == 0
+    assert invoke("heatmap", "--from", str(saved)).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["the-cat-sat-on-the-mat.html", "the-cat-sat-on-the-mat.png"]

@@ -105,7 +105,7 @@ def _command_line(ctx: typer.Context, texts: list[str], lines: bool) -> str:
     at its default, whatever options the command has (the shared ones included)."""
     params = ctx.params
     text, file = params.get("text"), params.get("file")
-    from_stdin = text == "-" or str(file) == "-" or (text is None and file is None)
+    from_stdin = params.get("saved") is None and (text == "-" or str(file) == "-" or (text is None and file is None))
     args = ["attn-cli", ctx.info_name or "html"]
     if from_stdin and not lines:
         args.append(texts[0])  # the text itself: the page should say what made it

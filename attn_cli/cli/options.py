@@ -435,7 +435,10 @@ def shared_options(
                 kwargs["lines"] = False
             if wants_ctx:
                 kwargs["ctx"] = ctx
-            return command(spec=saved_spec(ctx, shared), texts=[""], **kwargs)  # the text is the file's
+            spec = saved_spec(ctx, shared)
+            from attn_cli.saved import load_json
+
+            return command(spec=spec, texts=[load_json(spec.saved).text], **kwargs)  # the file's text (default names)
         spec = build_spec(ctx, shared)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:

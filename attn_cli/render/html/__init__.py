@@ -237,7 +237,7 @@ def _scaled_bytes(layer: LayerAttention) -> bytes:
 
 
 def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerAttention, SavedScores
 
     tokens = trace.tokens
     n = len(tokens)
@@ -254,7 +254,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "weights": chunks.add(_Chunk("u16", (heads, n, n), functools.partial(_fixed_weights, layer))),
             # a trace of weights alone (a saved one, attention from elsewhere) has no scores to show
             "scores": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_scores, layer)))
-            if isinstance(layer, LayerAttention)
+            if isinstance(layer, (LayerAttention, SavedScores))
             else None,
             "scaled": None,  # decided with the scores: "derived", or a chunk of its own
         }
