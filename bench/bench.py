@@ -9,13 +9,13 @@ Run it on an idle machine (it takes a few minutes; it is not a test)::
 Sections, each printing medians and the ratio against its target:
 
 - startup: ``attn-cli --help`` / ``--version`` against ``python -c "import typer, rich"``
-  (<= 2x), and which heavy modules ``--help`` imports (none of torch,
+  (<= 1.5x), and which heavy modules ``--help`` imports (none of torch,
   matplotlib, tiktoken may be).
 - run: ``attn-cli run "Life is short, eat dessert first" --format table`` against
-  ``python -c "import torch, tiktoken"`` (<= 1.25x), then where the time goes,
+  ``python -c "import torch, tiktoken"`` (<= 1.15x), then where the time goes,
   phase by phase, inside one process.
 - heatmap: ``attn-cli heatmap`` of the same sentence to PNG against a bare
-  script that imports torch and matplotlib and saves one 6x6 imshow (<= 1.25x).
+  script that imports torch and matplotlib and saves one 6x6 imshow (<= 1.2x).
   Skipped, saying so, while the command does not exist.
 - batch: 3,000 lines through ``run --lines --format json -o FILE`` in one
   process; lines/s after start-up (>= 800/s), as (3000 - 1) / (t(3000) - t(1)),
@@ -172,7 +172,7 @@ def section_startup(env: dict[str, str], reps: int) -> None:
         env,
         reps,
         baseline='python -c "import typer, rich"',
-        target=2.0,
+        target=1.5,  # issue 23 (was 2x)
     )
     for flag in ("--help", "--version"):
         seen = child(HEAVY_CHECK, env, flag)
@@ -234,7 +234,7 @@ def section_run(env: dict[str, str], reps: int) -> None:
         env,
         reps,
         baseline='python -c "import torch, tiktoken"',
-        target=1.25,
+        target=1.15,  # issue 23 (was 1.25x; then 1.1x)
     )
     samples = [child(RUN_PHASES, env, SENTENCE) for _ in range(max(3, reps // 2))]
     print(f"  where the time goes, inside one process (median of {len(samples)}; tokenizer {samples[0]['tokenizer']}):")
@@ -270,7 +270,7 @@ def section_heatmap(env: dict[str, str], reps: int, workdir: Path) -> None:
     if why:
         print(f"\nheatmap: SKIPPED: {why}")
         record(label="heatmap vs bare torch+matplotlib script", measured="skipped: " + why, ratio=None,
-               target="<= 1.25x", met=None)
+               target="<= 1.2x", met=None)
         return
     png = workdir / "attn.png"
     bare = workdir / "bare.png"
@@ -283,7 +283,7 @@ def section_heatmap(env: dict[str, str], reps: int, workdir: Path) -> None:
         env,
         reps,
         baseline="bare script: torch + matplotlib, one 6x6 imshow",
-        target=1.25,
+        target=1.2,  # issue 23 (was 1.25x)
     )
     print(f"  PNG sizes: attn-cli {png.stat().st_size} bytes, bare {bare.stat().st_size} bytes")
 
