@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.errors import UsageError
+from attn_cli.errors import AttnCliError, UsageError
 from attn_cli.tokens import Tokens
 from attn_cli.traces import EXTERNAL, ModelInfo, Selection, Trace
 
@@ -183,6 +183,12 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
         kv_heads=model.get("kv_heads"), head_dim=model.get("head_dim"), d_model=model.get("d_model"),
         dtype=model.get("dtype"), revision=model.get("revision"), model_type=model.get("model_type"),
     )  # fmt: skip
+    config = _toy_config(model, data)
+    if config is not None:  # the toy's trace says how it was made: titles and headers say it again
+        from attn_cli.pipeline import toy_info
+
+        threads = model.get("threads")
+        info = dataclasses.replace(toy_info(config), threads=threads if isinstance(threads, int) else None)
     text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
     pair = data.get("pair") if isinstance(data.get("pair"), str) else None
     made = _trace(text, toks, info, full, numbers, masks, heads=tuple(head_numbers), pair=pair)
@@ -193,6 +199,29 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
         )
         made = dataclasses.replace(made, layers=layers)
     return made
+
+
+def _toy_config(model: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
+    """The toy's Config from a saved toy trace's ``model.config``, or None (not the toy, or
+    a config this version cannot rebuild)."""
+    from attn_cli.config import Config, Init, Positional
+
+    given = model.get("config")
+    if model.get("family") != "toy" or not isinstance(given, dict):
+        return None
+    try:
+        return Config(
+            tokenizer=data.get("tokenizer") if isinstance(data.get("tokenizer"), str) else None,
+            seed=int(given["seed"]), d_model=given.get("d_model"), d_k=given.get("d_k"), d_v=given.get("d_v"),
+            heads=int(given["heads"]), causal=bool(given.get("causal")), scale=bool(given.get("scale", True)),
+            temperature=float(given.get("temperature", 1.0)), dropout=float(given.get("dropout", 0.0)),
+            qkv_bias=bool(given.get("qkv_bias")), out_proj=bool(given.get("out_proj")),
+            init=Init(given.get("init", "linear")), projections=bool(given.get("projections", True)),
+            positional=Positional(given.get("positional", "none")),
+            embeddings=None if given.get("embeddings") is None else Path(given["embeddings"]),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttnCliError):  # a config this version cannot rebuild: drawn as a plain trace
+        return None
 
 
 def _with_scores(layer: LayerWeights, scores: torch.Tensor, scaled: torch.Tensor, model: Mapping[str, Any]) -> LayerWeights:

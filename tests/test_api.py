@@ -288,3 +288,16 @@ def test_default_names_come_from_the_saved_text(saved: Path, tmp_path: Path, mon
     assert invoke("html", "--from", str(saved)).exit_code == 0
     assert invoke("heatmap", "--from", str(saved)).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["the-cat-sat-on-the-mat.html", "the-cat-sat-on-the-mat.png"]
+
+
+def test_a_saved_toy_run_is_drawn_as_the_toy(tmp_path: Path) -> None:
+    """The toy's JSON carries its config: the picture from the file is the run's, title included."""
+    args = ["I saw a saw", "-t", "words", "--heads", "2", "--causal"]
+    saved = tmp_path / "saw.json"
+    saved.write_text(invoke("run", *args, "-F", "json").stdout)
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    assert invoke("heatmap", "--from", str(saved), "-o", str(a)).exit_code == 0
+    assert invoke("heatmap", *args, "-o", str(b)).exit_code == 0
+    assert a.read_bytes() == b.read_bytes()
+    loaded = attn_cli.load(saved)
+    assert loaded.model.config is not None and loaded.model.config.causal and loaded.layers[0].causal
