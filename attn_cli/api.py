@@ -173,7 +173,9 @@ def head_view(
 ) -> Any:
     """bertviz's ``head_view(attention, tokens)``, drawn by attn-cli: ``attention`` as
     transformers returns it (a tuple of (1, H, T, T) per layer) or a Trace. Returns an
-    object that shows itself in a notebook; ``html_action="return"`` gives the HTML."""
+    object that shows itself in a notebook; ``html_action="return"`` gives the HTML.
+    ``layer`` and ``heads`` keep that layer and those heads; ``prettify_tokens`` is taken
+    for bertviz's calls (tokens are drawn as given, their whitespace made visible)."""
     return _view(attention, tokens, sentence_b_start, include_layers, heads, layer, "head", html_action)
 
 

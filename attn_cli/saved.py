@@ -59,7 +59,7 @@ def from_attentions(
         raise UsageError("attentions is empty: give one (H, T, T) or (1, H, T, T) tensor per layer")
     tensors = []
     for i, item in enumerate(layers):
-        tensor = torch.as_tensor(_numeric(item, f"attentions[{i}]")).detach().to("cpu", torch.float32)
+        tensor = _numeric(item, f"attentions[{i}]")
         if tensor.dim() == 4:
             if tensor.shape[0] != 1:
                 raise UsageError(f"attentions[{i}] has a batch of {tensor.shape[0]}; give one text's attentions (batch 1)")
@@ -151,9 +151,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
             table = head.get("weights") if isinstance(head, dict) else None
             if table is None:
                 raise UsageError(f"{where}: layers[{i}].heads[{j}] has no weights")
-            w = torch.tensor(_numeric(table, f"layers[{i}].heads[{j}].weights", where), dtype=torch.float32)
-            if w.shape != (n, n):
-                raise UsageError(f"{where}: layers[{i}].heads[{j}].weights is {_dims(w.shape)}, but there are {n} tokens ({n} x {n})")
+            w = _table(table, f"layers[{i}].heads[{j}].weights", where, n)
             per_head.append(w)
             scaled = head.get("scaled_scores")
             if isinstance(scaled, list) and len(scaled) == n:
@@ -257,9 +255,8 @@ def _with_scores(layer: LayerWeights, scores: torch.Tensor, scaled: torch.Tensor
 
 
 def _table(value: Any, what: str, where: str, n: int) -> torch.Tensor:
-    import torch
-
-    table = torch.tensor(_numeric(value, what, where), dtype=torch.float32)
+    """(T, T) float32: one of a saved head's tables, its size checked against the tokens."""
+    table = _numeric(value, what, where)
     if table.shape != (n, n):
         raise UsageError(f"{where}: {what} is {_dims(table.shape)}, but there are {n} tokens ({n} x {n})")
     return table
@@ -315,18 +312,18 @@ def _is_array(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple))
 
 
-def _numeric(value: Any, what: str, where: str | None = None) -> Any:
-    """``value`` when it is a tensor, an array or nested lists of numbers; else a UsageError."""
-    if _is_array(value):
-        return value
-    try:
-        import torch
+def _numeric(value: Any, what: str, where: str | None = None) -> torch.Tensor:
+    """``value`` (a tensor, an array or nested lists of numbers) as a float32 tensor on the
+    CPU, converted once; anything else is a UsageError."""
+    import torch
 
-        torch.tensor(value, dtype=torch.float32)
+    try:
+        if isinstance(value, torch.Tensor):
+            return value.detach().to("cpu", torch.float32)
+        return torch.as_tensor(value, dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError):
         prefix = f"{where}: " if where else ""
         raise UsageError(f"{prefix}{what} is not a table of numbers (rows of equal length)") from None
-    return value
 
 
 def _dims(shape: Sequence[int]) -> str:
