@@ -238,15 +238,7 @@ def _view(
 def weights(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
     """(H, T, T), or (T, T) for ``head``: layer ``layer``'s weights (a model index; -1:
     the last layer the trace kept)."""
-    if layer < 0:
-        kept = [k.layer for k in t.layers]
-        if -layer > len(kept):
-            raise UsageError(f"layer {layer}: the trace kept {len(kept)} layer{'s' if len(kept) != 1 else ''} ({kept})")
-        layer = kept[layer]
-    try:
-        found = t.layer(layer)
-    except KeyError:
-        raise UsageError(f"layer {layer} is not in the trace (it kept {[k.layer for k in t.layers]})") from None
+    found = t.layer(weights_layer(t, layer))
     if head is None:
         return found.weights
     if not -found.n_heads <= head < found.n_heads:

@@ -213,7 +213,7 @@ BUGS = {
     "serial-residual-where-parallel": ("neox", lambda mp: _serial(mp, gpt_neox.GptNeoX), "layer 1"),
     "local-window-ignored": ("gemma2", lambda mp: mp.setattr(decoder.Decoder, "layer_mask", lambda self, i, shared: shared), "layer 0 weights"),
     "gemma3-one-rope-for-all": (
-        "gemma3", lambda mp: mp.setattr(gemma.Gemma3Text, "layer_rotaries", decoder.Decoder.layer_rotaries), "layer 0 weights",
+        "gemma3", lambda mp: mp.setattr(gemma.Gemma3Text, "rotary_per_layer_type", False), "layer 0 weights",
     ),
     "long-factors-ignored": (
         "phi3", lambda mp: mp.setattr(rotary, "longrope", lambda s, n, f=rotary.longrope: f(s, 0)), "layer 0 weights",

@@ -11,7 +11,7 @@ import torch
 
 import checkpoints
 from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import bert, decoder, modernbert
+from attn_cli.checkpoint.families import bert, modernbert
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 LONG = " ".join(checkpoints.CORPUS[:3])  # past MPNet's exact buckets (8 each way) and into the logarithmic ones
@@ -117,7 +117,7 @@ BUGS = {
         "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "layer_mask", lambda self, i, shared: None), "layer 1 weights",
     ),
     "modernbert-global-rope-everywhere": (
-        "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "layer_rotaries", decoder.Decoder.layer_rotaries),
+        "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "rotary_per_layer_type", False),
         "layer 1 weights",
     ),
     "modernbert-qkv-per-head": ("modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "qkv_layout", "per_head"), "layer 0 weights"),

@@ -65,6 +65,7 @@ class Decoder(Family):
     original_default: ClassVar[int | None] = None  # original_max_position_embeddings when config.json has none
     window_default: ClassVar[int | None] = None  # sliding_window when config.json does not say
     head_dim_default: ClassVar[int | None] = None  # None: D / H
+    rotary_per_layer_type: ClassVar[bool] = False  # local and global layers rotate with their own settings
     out_proj_name = "self_attn.o_proj"
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -162,8 +163,19 @@ class Decoder(Family):
         )
 
     def layer_rotaries(self) -> list[rotary.Rotary]:
-        shared = rotary.Rotary(self.rope())
-        return [shared] * self.layers
+        """Each layer's rotary embedding: one for all, or one per layer type when the
+        family gives its local and global layers their own (Gemma 3, ModernBERT)."""
+        kinds = (self.layer_types() if self.rotary_per_layer_type else None) or [None] * self.layers
+        made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
+        return [made[kind] for kind in kinds]
+
+    def nested_rope(self, layer_type: str | None) -> dict[str, Any] | None:
+        """transformers 5's rope_parameters nested by layer type: this type's dict (full
+        attention's when None), or None when config.json's is not nested."""
+        given = self.config.get("rope_parameters")
+        if not (given and any(isinstance(v, dict) for v in given.values())):
+            return None
+        return dict(given.get(layer_type or "full_attention") or {"rope_type": "default"})
 
     def attention_softcap(self) -> float | None:
         return None

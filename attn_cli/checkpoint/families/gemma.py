@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.checkpoint.families import norms, rotary
+from attn_cli.checkpoint.families import norms
 from attn_cli.checkpoint.families.decoder import SLIDING, Decoder, types_from_pattern
 
 GEMMA2_NAMES = {
@@ -64,6 +64,7 @@ class Gemma3Text(Gemma2):
     family = "gemma3_text"
     names = {**GEMMA2_NAMES, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
     qk_norm = "head"
+    rotary_per_layer_type = True
 
     @property
     def pattern(self) -> int:  # type: ignore[override]
@@ -72,17 +73,11 @@ class Gemma3Text(Gemma2):
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
         """transformers 5 nests rope_parameters by layer type; older files have rope_theta
         (global layers, with rope_scaling), rope_local_base_freq (local layers)."""
-        given = self.config.get("rope_parameters")
-        if given and any(isinstance(v, dict) for v in given.values()):
-            chosen = dict(given.get(layer_type or "full_attention") or {"rope_type": "default"})
-        elif layer_type == SLIDING:
+        chosen = self.nested_rope(layer_type)
+        if chosen is None and layer_type == SLIDING:
             chosen = {"rope_type": "default", "rope_theta": float(self.config.get("rope_local_base_freq", 10000.0))}
-        else:
-            chosen = {"rope_type": "default", **(given or {}), **(self.config.get("rope_scaling") or {})}
+        elif chosen is None:
+            given = self.config.get("rope_parameters") or {}
+            chosen = {"rope_type": "default", **given, **(self.config.get("rope_scaling") or {})}
         chosen.setdefault("rope_theta", 10000.0 if layer_type == SLIDING else float(self.config.get("rope_theta", 1e6)))
         return chosen
-
-    def layer_rotaries(self) -> list[rotary.Rotary]:
-        kinds = self.layer_types() or ["full_attention"] * self.layers
-        made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
-        return [made[kind] for kind in kinds]

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.checkpoint.families import norms, rotary
+from attn_cli.checkpoint.families import norms
 from attn_cli.checkpoint.families.base import LayerTensors, Weights
 from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.tokens import Tokens
@@ -38,6 +38,7 @@ class ModernBert(Decoder):
     eps_default = 1e-5
     act_key = "hidden_activation"
     act_default = "gelu"
+    rotary_per_layer_type = True
     weights_note = "W_q, W_k and W_v are stored as one matrix, Wqkv: its rows are all of W_q, then W_k, then W_v"
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -78,19 +79,13 @@ class ModernBert(Decoder):
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
         """transformers 5 nests rope_parameters by layer type; older files have
         global_rope_theta and local_rope_theta (and rope_scaling for both)."""
-        given = self.config.get("rope_parameters")
-        if given and any(isinstance(v, dict) for v in given.values()):
-            chosen = dict(given.get(layer_type or "full_attention") or {"rope_type": "default"})
-        else:
+        chosen = self.nested_rope(layer_type)
+        if chosen is None:
+            given = self.config.get("rope_parameters")
             chosen = {"rope_type": "default", **(given or {}), **(self.config.get("rope_scaling") or {})}
         key, default = ("local_rope_theta", 10000.0) if layer_type == SLIDING else ("global_rope_theta", 160000.0)
         chosen.setdefault("rope_theta", float(self.config.get(key, default)))
         return chosen
-
-    def layer_rotaries(self) -> list[rotary.Rotary]:
-        kinds = self.layer_types() or ["full_attention"] * self.layers
-        made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
-        return [made[kind] for kind in kinds]
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         shapes = super().tensor_shapes()
