@@ -106,6 +106,9 @@ class LayerWeights:
     # What else the softmax read, in this order after the division (trained families only):
     bias: torch.Tensor | None = None  # (H, T, T) or (1, T, T) added to the scaled scores (MPNet's relative positions)
     softcap: float | None = None  # the scaled scores became softcap * tanh(s / softcap) (Gemma 2)
+    # Value-weighted norms (attn_cli.analysis.norms), when asked for (--norms):
+    norms: torch.Tensor | None = None  # (H, T, T) ||a_ij^h f_h(x_j)||: what head h moves from key j to query i
+    layer_norms: torch.Tensor | None = None  # (T, T) ||sum_h a_ij^h f_h(x_j)||: what the layer moves
 
     @property
     def n_heads(self) -> int:
@@ -132,8 +135,9 @@ class LayerWeights:
         if type(self) is LayerWeights:
             return self
         return LayerWeights(
-            self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads, self.bias, self.softcap
-        )
+            self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads, self.bias, self.softcap,
+            self.norms, self.layer_norms,
+        )  # fmt: skip
 
     def softmax_input(
         self, scores: torch.Tensor, start: int = 0, stop: int | None = None, head: int | None = None

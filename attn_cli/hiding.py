@@ -145,8 +145,31 @@ def shown(trace: Trace) -> Trace:
     if hiding is None or not hiding.active or trace.renormalized:
         return trace
     tokens = trace.tokens.subset(hiding.kept)
-    layers = tuple(_layer(layer, hiding.kept) for layer in trace.layers)
-    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True)
+    layers = tuple(_with_norms_cut(_layer(layer, hiding.kept), hiding.kept) for layer in trace.layers)
+    rollout = trace.rollout
+    if rollout is not None:  # rows of the rollout sum to 1 like weights: hidden and renormalized the same way
+        rollout = dataclasses.replace(
+            rollout, weights=renormalize(rollout.weights[None], hiding.kept)[0], mask=_pairs(rollout.mask, hiding.kept)
+        )  # (T, T) -> (K, K)
+    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=rollout)
+
+
+def _pairs(table: torch.Tensor | None, kept: Sequence[int]) -> torch.Tensor | None:
+    """(..., T, T) -> (..., K, K): the kept tokens' rows and columns (None stays None)."""
+    import torch
+
+    if table is None:
+        return None
+    index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
+    return table.index_select(-2, index).index_select(-1, index)
+
+
+def _with_norms_cut(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
+    """The layer's value-weighted norms without the hidden tokens' rows and columns: they
+    are magnitudes of what moved, not shares of a row, so nothing is renormalized."""
+    if layer.norms is None and layer.layer_norms is None:
+        return layer
+    return dataclasses.replace(layer, norms=_pairs(layer.norms, kept), layer_norms=_pairs(layer.layer_norms, kept))
 
 
 def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:

@@ -16,6 +16,8 @@ from typing import Protocol
 
 import torch
 
+from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES, with_norms
+from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.attention import LayerWeights, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
@@ -155,7 +157,7 @@ class Pipeline(_Batches):
         config = self.config
         x = load_embeddings(config.embeddings, len(tokens)) if config.embeddings else None  # (T, D)
         config = config.resolved(x.shape[1] if x is not None else None)
-        check_memory(config, len(tokens), tokens.vocab_size if x is None else 0)
+        check_memory(config, len(tokens), tokens.vocab_size if x is None else 0, selection)
         if x is None:
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
@@ -163,8 +165,11 @@ class Pipeline(_Batches):
         n_threads = threads.toy_threads()  # one: the same bytes on every machine (attn_cli.threads)
         with using_threads(n_threads):
             layer = self_attention(x, config, self._projections(config, x.shape[1]))
+            if selection is not None and selection.norms:
+                layer = with_norms(layer)
         info, layers = _with_threads(toy_info(config), (layer,), n_threads)
-        return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None)
+        rollout = rollout_of(layers) if selection is not None and selection.rollout else None
+        return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None, rollout=rollout)
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are
@@ -226,17 +231,22 @@ class CheckpointSource(_Batches):
         spec = self.spec
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
-        parts = self.checkpoint.estimate_bytes(len(tokens), selection.layers, selection.keep)
+        parts = self.checkpoint.estimate_bytes(
+            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout
+        )
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
         # Threads follow the size of one layer's operations, not the whole model's:
         # a sentence through 12 small layers is still small work for each matmul.
         info = self.info
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
         n_threads = threads.threads_for(per_layer)
+        rollout = RolloutAccumulator() if selection.rollout else None
         with using_threads(n_threads):
-            layers = self.checkpoint.trace(tokens, selection.layers, selection.keep)
+            layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout)
         info, layers = _with_threads(self.info, layers, n_threads)
-        return Trace(text, tokens, info, layers, chosen_heads=selection.heads, pair=pair)
+        return Trace(
+            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None
+        )
 
 
 def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:
@@ -271,12 +281,12 @@ def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) ->
     budget.check(parts, describe, fixes)
 
 
-def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0) -> int:
+def estimate_bytes(config: Config, n_tokens: int, vocab_size: int = 0, selection: Selection | None = None) -> int:
     """Peak float32 bytes of one attention run (resolved config), within a small factor."""
-    return sum(_memory_parts(config, n_tokens, vocab_size).values())
+    return sum(_memory_parts(config, n_tokens, vocab_size, selection).values())
 
 
-def _memory_parts(config: Config, n_tokens: int, vocab_size: int) -> dict[str, int]:
+def _memory_parts(config: Config, n_tokens: int, vocab_size: int, selection: Selection | None = None) -> dict[str, int]:
     heads, d_k, d_v, d_model = config.heads, config.d_k or 0, config.d_v or 0, config.d_model or 0
     # The engine keeps one T x T tensor per head (the weights); outputs that show the
     # raw scores cache them and derive the softmax input from them, so three at the peak.
@@ -284,8 +294,13 @@ def _memory_parts(config: Config, n_tokens: int, vocab_size: int) -> dict[str, i
     vectors = n_tokens * (d_model + heads * (2 * d_k + 3 * d_v))
     # W_q, W_k, W_v (and W_o) grow with d_model x heads x d_k, whatever the text's length.
     weights = (d_model * heads * (2 * d_k + d_v) if config.projections else 0) + ((heads * d_v) ** 2 if config.out_proj else 0)
+    analyses = 0
+    if selection is not None and selection.norms:  # analysis.norms: (H, T, T) + (T, T) kept, Gram matrices and a block
+        analyses += 4 * (square + n_tokens**2) + 8 * n_tokens * heads**2 + 3 * NORMS_BLOCK_BYTES
+    if selection is not None and selection.rollout:  # analysis.rollout: float64 (T, T) products
+        analyses += 3 * 8 * n_tokens**2
     return {
-        "matrices": 4 * (4 if config.dropout else 3) * square,
+        "matrices": 4 * (4 if config.dropout else 3) * square + analyses,
         "vectors": 4 * 2 * vectors,
         "weights": 4 * weights,
         "table": 4 * vocab_size * d_model,  # the seeded nn.Embedding(vocab_size, d_model)
@@ -300,7 +315,7 @@ _MEMORY_FIX = {
 }
 
 
-def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:
+def check_memory(config: Config, n_tokens: int, vocab_size: int = 0, selection: Selection | None = None) -> None:
     heads = f"{config.heads} head{'s' if config.heads != 1 else ''}"
     what = {
         "matrices": f"the T x T matrices of {n_tokens} tokens x {heads}",
@@ -308,4 +323,4 @@ def check_memory(config: Config, n_tokens: int, vocab_size: int = 0) -> None:
         "weights": f"the projection weights (d_model {config.d_model}, {heads}, d_k {config.d_k}, d_v {config.d_v})",
         "table": f"the {vocab_size} x {config.d_model} embedding table",
     }
-    check_budget(_memory_parts(config, n_tokens, vocab_size), {k: (v, _MEMORY_FIX[k]) for k, v in what.items()})
+    check_budget(_memory_parts(config, n_tokens, vocab_size, selection), {k: (v, _MEMORY_FIX[k]) for k, v in what.items()})

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.rollout import Rollout
     from attn_cli.attention import LayerWeights
     from attn_cli.config import Config
     from attn_cli.hiding import Hiding
@@ -132,6 +133,7 @@ class Trace(Generic[LayerT]):
     pair: str | None = None  # the second segment (--pair), when there is one
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
+    rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
 
     def shown(self) -> Trace:
         """What tables and pictures draw: without the hidden tokens, rows renormalized
@@ -295,6 +297,8 @@ class Selection:
     layers: tuple[int, ...]
     heads: tuple[int, ...]
     keep: Keep = "all"  # "weights": a checkpoint's kept layers hold their weights only (see Keep)
+    rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
+    norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
 
     @property
     def last_layer(self) -> int:

@@ -110,9 +110,9 @@ def spy_keep(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     trace = Checkpoint.trace
 
-    def spy(self, tokens, layers, keep="all"):
+    def spy(self, tokens, layers, keep="all", **analyses):
         seen.append(keep)
-        return trace(self, tokens, layers, keep)
+        return trace(self, tokens, layers, keep, **analyses)
 
     monkeypatch.setattr(Checkpoint, "trace", spy)
     return seen

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
+from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 from attn_cli.errors import UsageError
 from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.attention import LayerAttention, LayerWeights
     from attn_cli.checkpoint.families import Family
     from attn_cli.tokens import Tokens
@@ -40,7 +42,9 @@ class Checkpoint:
         self._family = family
         self._weights = weights
 
-    def estimate_bytes(self, n_tokens: int, layers: Sequence[int], keep: Keep = "all") -> dict[str, int]:
+    def estimate_bytes(
+        self, n_tokens: int, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: bool = False
+    ) -> dict[str, int]:
         """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` at level ``keep``
         needs, by part: weights (copies in the run's dtype of every tensor of layers
         0 .. max(layers), and the embedding rows read), tables (the kept layers' T x T
@@ -56,9 +60,14 @@ class Checkpoint:
         # the layer being computed: hidden, residual, normed and q/k/v/context (T, D)-sized;
         # the MLP's two (T, F); its (H, T, T) scores and float32 softmax block; the shared (T, T) bool mask
         in_flight = (7 * t * width + 2 * t * family.d_ffn + family.heads * t * t) * size + FLOAT32 * t * t + t * t
+        if norms:  # analysis.norms: the float64 Gram matrices and a block of rows (or keys), beside the layer
+            in_flight += 8 * t * family.heads**2 + NORMS_BLOCK_BYTES * 3
+        if rollout:  # analysis.rollout: the float64 product, the next layer's mixed weights and their product
+            in_flight += 3 * 8 * t * t
         return {
             "weights": layer_weights + embedding_rows,
-            "tables": len(kept) * family.heads * t * t * FLOAT32 * KEPT_TABLES[keep],
+            # a kept layer's (H, T, T) tables, and with norms its (H, T, T) + (T, T) norms
+            "tables": len(kept) * t * t * FLOAT32 * (family.heads * KEPT_TABLES[keep] + (family.heads + 1) * norms),
             "activations": len(kept) * KEPT_VECTORS[keep] * t * width * FLOAT32 + in_flight,
         }
 
@@ -73,15 +82,22 @@ class Checkpoint:
         return sum(self._weights.entry(name).numel for name in names)
 
     @overload
-    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Literal["all"] = "all") -> list[LayerAttention]: ...
+    def trace(
+        self, tokens: Tokens, layers: Sequence[int], keep: Literal["all"] = "all", *, norms: bool = ..., rollout: RolloutAccumulator | None = ...
+    ) -> list[LayerAttention]: ...
 
     @overload
-    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Keep) -> list[LayerWeights]: ...
+    def trace(
+        self, tokens: Tokens, layers: Sequence[int], keep: Keep, *, norms: bool = ..., rollout: RolloutAccumulator | None = ...
+    ) -> list[LayerWeights]: ...
 
-    def trace(self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all") -> list[LayerWeights]:
+    def trace(
+        self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: RolloutAccumulator | None = None
+    ) -> list[LayerWeights]:
         """One record per requested layer, in order: a LayerAttention (every tensor) at
         ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights".
-        Runs layers 0 .. max(layers) only, and never reads a later layer's weights."""
+        Runs layers 0 .. max(layers) only, and never reads a later layer's weights.
+        ``norms``, ``rollout``: as ``run_layers`` takes them."""
         from attn_cli.checkpoint.families import run_layers
 
         self._check_layers(layers)
@@ -90,7 +106,7 @@ class Checkpoint:
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return run_layers(self._family, self._weights, tokens, layers, self._weights.device, keep)
+        return run_layers(self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout)
 
     def _check_layers(self, layers: Sequence[int]) -> list[int]:
         kept = list(layers)

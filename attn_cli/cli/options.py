@@ -50,6 +50,7 @@ INPUT = "Input"
 MODEL = "Toy model (seeded weights)"
 TRAINED = "Trained model"
 OUTPUT = "Output"
+ANALYSIS = "Beyond the weights"
 
 
 def complete_tokenizer(incomplete: str) -> list[str]:
@@ -508,6 +509,24 @@ QueryOption = Annotated[
 KeyOption = Annotated[
     Optional[str],
     typer.Option("--key", "-k", help="Who attends to this key: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
+]
+RolloutOption = Annotated[
+    bool,
+    typer.Option(
+        "--rollout",
+        help="Also attention rollout (Abnar & Zuidema 2020): through layers 0 to the last --layer, each layer's mean "
+        "over all heads, half residual, multiplied; how much of each input token reaches each position. Rows sum to 1.",
+        rich_help_panel=ANALYSIS,
+    ),
+]
+NormsOption = Annotated[
+    bool,
+    typer.Option(
+        "--norms",
+        help="Also value-weighted norms (Kobayashi et al. 2020): ||a_ij f_h(x_j)|| per head and ||sum_h a_ij f_h(x_j)|| "
+        "per layer, f_h(x_j) being what key j sends through head h and W_o: how much each weight moves.",
+        rich_help_panel=ANALYSIS,
+    ),
 ]
 PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
 NoColorOption = Annotated[

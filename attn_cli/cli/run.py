@@ -16,9 +16,11 @@ from attn_cli.cli.options import (
     KeyOption,
     NoClobberOption,
     NoColorOption,
+    NormsOption,
     OutputOption,
     PrecisionOption,
     QueryOption,
+    RolloutOption,
     choose_format,
     run_texts,
     shared_options,
@@ -80,6 +82,8 @@ def run(
     ] = None,
     query: QueryOption = None,
     key: KeyOption = None,
+    rollout: RolloutOption = False,
+    norms: NormsOption = False,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
@@ -96,10 +100,21 @@ def run(
       attn-cli run --file sample_texts/tutorials.txt --lines -o runs.jsonl
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
       attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
+      attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
     """
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
+    # --show norms / rollout asks for them; asked for, they join the default tables
+    rollout = rollout or (shown is not None and "rollout" in shown)
+    norms = norms or (shown is not None and "norms" in shown)
+    if shown is None and not (query is not None or key is not None):
+        from attn_cli.render.tables import DEFAULT_SHOW
+
+        added = {name for name, on in (("rollout", rollout), ("norms", norms)) if on}
+        shown_default = DEFAULT_SHOW | added if added else None
+    else:
+        shown_default = None
     if chosen is not Format.table and shaping:
         typer.echo(
             f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "
@@ -110,10 +125,11 @@ def run(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=chosen is not Format.table)
+    selection = spec.select(source, everything=chosen is not Format.table, rollout=rollout, norms=norms)
 
     if chosen is Format.table:
-        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
+        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber,
+                default=shown_default)  # fmt: skip
         return
     from attn_cli.render.export import write_csv, write_json
 
@@ -150,13 +166,14 @@ def _tables(
     no_color: bool,
     *,
     clobber: bool,
+    default: frozenset[str] | None = None,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
 
     focused = query is not None or key is not None
     base = View(
-        show=shown if shown is not None else (FOCUSED_SHOW if focused else DEFAULT_SHOW),
+        show=shown if shown is not None else (FOCUSED_SHOW if focused else default or DEFAULT_SHOW),
         explicit=shown is not None,
         precision=precision,
     )

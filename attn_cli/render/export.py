@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
-MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights", "weights_shown")  # per head, (T, T)
+MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights", "weights_shown", "norms")  # per head, (T, T)
 HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
 CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
@@ -69,9 +69,12 @@ LARGE_EXPORT_BYTES = 16 * 2**20
 def export_numbers(run: Trace) -> int:
     """How many numbers the JSON (or CSV) of ``run`` holds."""
     n, heads = len(run.tokens), len(run.shown_heads)
-    total = 0
+    hidden = run.hiding is not None and run.hiding.active
+    total = (2 if hidden else 1) * n * n if run.rollout is not None else 0  # rollout (and its weights_shown)
     for layer in run.layers:
-        shown = heads * n * n if run.hiding is not None and run.hiding.active else 0  # weights_shown
+        shown = heads * n * n if hidden else 0  # weights_shown
+        if layer.norms is not None:
+            total += heads * n * n + n * n  # norms per head and per layer
         if not isinstance(layer, LayerAttention):  # weights alone (a saved trace, attention from elsewhere)
             total += heads * n * n + shown
             continue
@@ -307,16 +310,26 @@ def layer_dict(
             entry["dropped_weights"] = table(layer.dropped_weights[h])
         if kept is not None:
             entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
+        if layer.norms is not None:
+            entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
         entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]  # float32 weights, as in the table
         entries.append(entry)
-    return {
+    made = {
         "layer": layer.layer,
         "input": table(layer.x) if layer.x is not None else None,
         "heads": entries,
         "concat": table(layer.concat),
         "output": table(layer.output),
     }
+    return _with_layer_norms(made, layer, table)
+
+
+def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
+    """A layer's object with its (T, T) ``norms`` (the heads' summed value-weighted norms), when computed."""
+    if layer.layer_norms is not None:
+        made["norms"] = table(layer.layer_norms)
+    return made
 
 
 def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
@@ -335,10 +348,12 @@ def _weights_layer_dict(layer: LayerWeights, heads: Sequence[int], kept: Sequenc
         entry: dict[str, Any] = {"head": h, "weights": table(layer.weights[h])}
         if kept is not None:
             entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
+        if layer.norms is not None:
+            entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
         entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]
         entries.append(entry)
-    return {"layer": layer.layer, "input": None, "heads": entries}
+    return _with_layer_norms({"layer": layer.layer, "input": None, "heads": entries}, layer, table)
 
 
 def _raw_scores(layer: LayerAttention) -> torch.Tensor:
@@ -404,11 +419,28 @@ def _kept(run: Trace) -> Sequence[int] | None:
     return hiding.kept if hiding else None
 
 
+def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
+    """The top-level ``rollout`` object: ``through_layer`` and the (T, T) ``weights``, and
+    with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
+    rollout = run.rollout
+    if rollout is None:
+        return None
+    made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
+    kept = _kept(run)
+    if kept is not None:
+        as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
+        made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)
+    return made
+
+
 def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
-    return {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
+    made = {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
+    if run.rollout is not None:
+        made["rollout"] = rollout_dict(run, table=table)
+    return made
 
 
 _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
@@ -422,7 +454,13 @@ def json_pieces(run: Trace) -> Iterator[str]:
         yield "{" if i == 0 else ", {"
         yield from _members(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
         yield "}"
-    yield "]}"
+    yield "]"
+    rollout = rollout_dict(run, table=StreamedTable)
+    if rollout is not None:
+        yield ', "rollout": {'
+        yield from _members(rollout)
+        yield "}"
+    yield "}"
 
 
 def _members(entry: dict[str, Any]) -> Iterator[str]:
@@ -517,7 +555,7 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             yield [(index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec)]
 
     def squares(table: str, head: Any, layer: int, values: StreamedTable) -> Iterator[list[tuple[Any, ...]]]:
-        if table == "weights_shown":  # the shown tokens' cells only; "" in a row with no weight left
+        if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
                 if i not in hidden:
                     yield [
@@ -548,6 +586,8 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             for table in ("entropy_bits", "effective_tokens"):
                 yield [(index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table])]
             yield [(index, tokenizer, table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats[table] is not None]
+        if "norms" in layer:
+            yield from squares("layer_norms", "", n, layer["norms"])
         if run.model.out_proj and "concat" in layer:  # otherwise concat is the output itself
             yield from vectors("concat", "", n, layer["concat"])
         if "output" in layer:
@@ -555,6 +595,11 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
 
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
         yield from layer_rows(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
+    rollout = rollout_dict(run, table=StreamedTable)
+    if rollout is not None:  # its layer: the last layer rolled out through
+        yield from squares("rollout", "", rollout["through_layer"], rollout["weights"])
+        if "weights_shown" in rollout:
+            yield from squares("rollout_shown", "", rollout["through_layer"], rollout["weights_shown"])
 
 
 def csv_pieces(run: Trace, *, header: bool = True, index: int = 0) -> Iterator[str]:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # importing this module must not import torch (run's option p
     from attn_cli.stats import HeadStats
     from attn_cli.traces import Trace as Run
 
-SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats")
+SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats", "norms", "rollout")
+ANALYSES = ("norms", "rollout")  # tables of what --norms and --rollout compute (--show norms computes them too)
 # "output" in the default is drawn only when it differs from the one head's context.
 DEFAULT_SHOW = frozenset({"tokens", "weights", "stats", "output"})
 FOCUSED_SHOW = frozenset({"tokens"})  # the default when --query or --key is given
@@ -487,14 +488,41 @@ def square_table(
 
 
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
-    weights = run.result.weights[head]  # (T, T); NaN: a renormalized row with no weight left
-    labels = run.tokens.labels
     result = run.result
-    causal = result.causal
+    formula, _ = scaling(run)
+    hiding = run.hiding if run.renormalized else None
+    if hiding is not None:
+        title = _title("Attention weights", f"  softmax({formula}), {hiding.describe()}{_head_suffix(run, head)}")
+    else:
+        title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
+    extra = "; before dropout (the JSON has dropped_weights)" if result.dropped_weights is not None else ""
+    return rows_table(run, result.weights[head], result.mask, title, precision, extra=extra)
+
+
+def rollout_table(run: Run, precision: int = 4) -> FittedTable:
+    """The attention rollout (``Trace.rollout``): how much of each key token reaches each query
+    position through the layers, drawn as a weights table (its rows sum to 1)."""
+    rollout = run.rollout
+    assert rollout is not None, "a rollout table needs a trace computed with --rollout"
+    hiding = run.hiding if run.renormalized else None
+    through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
+    rest = f"  of {through}: each layer's mean over all heads, half residual (I), multiplied"
+    title = _title("Attention rollout", rest + (f"; {hiding.describe()}" if hiding is not None else ""))
+    return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
+
+
+def rows_table(
+    run: Run, weights: torch.Tensor, mask: torch.Tensor | None, title: Text, precision: int, *, extra: str = "",
+    what: str = "",
+) -> FittedTable:
+    """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
+    value, the row's largest bold, masked cells a dot; NaN: a renormalized row with no weight left."""
+    labels = run.tokens.labels
+    causal = mask is not None and bool(mask.any())
     best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
 
     def cell(i: int, j: int) -> Text:
-        if causal and result.masked(i, j):
+        if causal and bool(mask[i, j]):
             return Text("·", style="dim")
         w = weights[i, j].item()
         if math.isnan(w):
@@ -503,24 +531,38 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
             best[i] = int(weights[i].nan_to_num(-1.0).argmax())  # (T,) -> () the first of equal maxima
         return WeightCell(fmt(w, precision), w, best=j == best[i])
 
-    formula, _ = scaling(run)
     hiding = run.hiding if run.renormalized else None
+    lead = f"{what}; " if what else ""
     if hiding is not None:
-        title = _title("Attention weights", f"  softmax({formula}), {hiding.describe()}{_head_suffix(run, head)}")
-        caption = "rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
+        caption = f"{lead}rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
         if weights.isnan().any():
             caption += "; —: the row put all its weight on hidden tokens, nothing is left to renormalize"
     else:
-        title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
-        caption = "rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
+        caption = f"{lead}rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
     if causal:
         caption += "; · masked (weight exactly 0)"
-    if run.result.dropped_weights is not None:
-        caption += "; before dropout (the JSON has dropped_weights)"
+    caption += extra
     return FittedTable(
         title, "query \\ key", labels, labels, cell,
         what="keys", rows_what="queries", captions=[_note(caption)], hint=ROW_HINT, row_hint=ROW_HINT,
     )
+
+
+def norms_table(run: Run, head: int | None, precision: int) -> FittedTable:
+    """Value-weighted norms of one head (||a_ij f_h(x_j)||), or of the layer (``head``
+    None: ||sum_h a_ij^h f_h(x_j)||): what moves from each key to each query."""
+    result = run.result
+    assert result.norms is not None and result.layer_norms is not None, "a norms table needs a trace computed with --norms"
+    if head is None:
+        values = result.layer_norms  # (T, T)
+        layer = f", layer {result.layer}" if run.model.layers > 1 else ""
+        title = _title("Value-weighted norms", f"  ||sum over heads of a_ij f_h(x_j)||, every head together{layer}")
+    else:
+        values = result.norms[head]  # (T, T)
+        title = _title("Value-weighted norms", f"  ||a_ij f(x_j)||, weight x the norm of what the key sends{_head_suffix(run, head)}")
+    captions = [_note("rows are queries, columns keys; how much the attention output of the query moves from each key, in the "
+                      "model's units: a large weight on a key that sends little is a small norm (Kobayashi et al. 2020)")]
+    return square_table(run, title, lambda i, j: values[i, j].item(), precision, masked="·", captions=captions)
 
 
 def scores_table(run: Run, head: int, precision: int) -> FittedTable:
@@ -791,6 +833,8 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
         if len(run.layers) > 1:
             parts.append(Rule(Text(f"layer {layer.layer} of {run.model.layers}", style="bold"), align="left", characters="="))
         parts.extend(_layer_view(dataclasses.replace(run, layers=(layer,)), view))
+    if "rollout" in view.show and run.rollout is not None:
+        parts.append(rollout_table(run, view.precision))
     return Group(*parts)
 
 
@@ -817,7 +861,8 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     if "embeddings" in show:
         parts.append(embeddings_table(run, p))
     multi = run.result.n_heads > 1
-    per_head = {"qkv", "scores", "scaled", "weights", "stats", "context"} & show or view.query is not None or view.key is not None
+    norms = "norms" in show and run.result.norms is not None
+    per_head = {"qkv", "scores", "scaled", "weights", "stats", "context"} & show or norms or view.query is not None or view.key is not None
     for h in heads:
         if multi and len(heads) > 1 and per_head:
             parts.append(Rule(Text(f"head {h} of {run.result.n_heads}", style="bold"), align="left"))
@@ -829,6 +874,8 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             parts.append(scaled_table(run, h, p))
         if "weights" in show:
             parts.append(weights_table(run, h, p))
+        if norms:
+            parts.append(norms_table(run, h, p))
         if "stats" in show:
             parts.append(stats_table(run, stats[h], p, explain=h == heads[0] and run.result is run.layers[0]))
         if view.query is not None:
@@ -841,6 +888,8 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             parts.append(context_table(run, h, p))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
+    if norms and run.result.n_heads > 1:
+        parts.append(norms_table(run, None, p))
     # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
     if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
         parts.append(output_table(run, p, heads))
@@ -864,9 +913,10 @@ def hidden_note(run: Run) -> Text:
 
 def more_hint(view: View) -> Text:
     """One line saying what else the view can show (printed once after a default view)."""
-    hidden = [name for name in SHOW_CHOICES if name not in view.show]
+    hidden = [name for name in SHOW_CHOICES if name not in view.show and name not in ANALYSES]
     return _note(
         f"More tables: --show {','.join(hidden)} (or --show all). Follow one token with --query TOKEN or --key TOKEN. "
+        f"Beyond the weights: --rollout, --norms. "
         f"Every number at full precision: --format json or --format csv."
     )
 

@@ -24,6 +24,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import torch
 
 from attn_cli.allocator import LARGE_TRACE_BYTES, return_freed_memory
+from attn_cli.analysis.norms import with_norms
+from attn_cli.analysis.rollout import RolloutAccumulator
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
@@ -190,11 +192,16 @@ def run_layers(
     layers: Sequence[int],
     device: torch.device | str = "cpu",
     keep: Keep = "all",
+    *,
+    norms: bool = False,
+    rollout: RolloutAccumulator | None = None,
 ) -> list[LayerWeights]:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
     divisor) at "weights". Later layers are never read; a layer not kept, and a kept
     layer's vectors at "weights", are dropped once the next layer has its input.
+    ``norms``: each kept layer with its value-weighted norms, worked out from its vectors
+    before they are dropped. ``rollout``: every layer's weights are added to it, in order.
 
     The layers run in the dtype the ``weights`` come in, on ``device``; what is
     kept is handed back as float32 on the CPU, the way every renderer reads it.
@@ -219,7 +226,11 @@ def run_layers(
                 functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap,
             )  # fmt: skip
             output = layer.output  # (T, D)
+            if rollout is not None:
+                rollout.add(layer.weights, layer.mask)
             if index in wanted:
+                if norms:
+                    layer = with_norms(layer)
                 kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
             # What is not kept goes now, before the MLP and the next layer allocate theirs:
             # held until the next assignment, this layer's (H, T, T) weights would be a
