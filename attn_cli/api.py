@@ -45,6 +45,8 @@ def trace(
     layers: Any = None,
     heads: Any = None,
     hide_tokens: str | Sequence[Any] | None = None,
+    rollout: bool = False,
+    norms: bool = False,
     **options: Any,
 ) -> Trace:
     """``text`` through the seeded toy model (its options as keywords: ``num_heads=4,
@@ -53,7 +55,9 @@ def trace(
     ``revision``, ``dtype``, ``device``, ``truncate`` as keywords). ``layers`` and
     ``heads``: what to keep, as --layer and --head take them (an index, a list, a
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
-    --hide-tokens ("special", positions, labels). Raises the command line's errors."""
+    --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
+    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
+    command line's errors."""
     from attn_cli.config import Config, Init, Positional
     from attn_cli.hiding import HideSpec, hide
     from attn_cli.source import SourceSpec
@@ -97,7 +101,7 @@ def trace(
         **trained,
     )
     source = spec.open()
-    made = source.run(text, spec.select(source, everything=True))
+    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
     return hide(made, spec.hide)
 
 
@@ -118,12 +122,22 @@ def _index_text(value: Any, name: str) -> str | None:
 
 
 def from_attentions(
-    attentions: Any, tokens: Sequence[str], *, model_name: str | None = None, special: Sequence[bool] | None = None
+    attentions: Any,
+    tokens: Sequence[str],
+    *,
+    model_name: str | None = None,
+    special: Sequence[bool] | None = None,
+    rollout: bool = False,
 ) -> Trace:
-    """A Trace of attention computed elsewhere (see ``attn_cli.saved.from_attentions``)."""
+    """A Trace of attention computed elsewhere (see ``attn_cli.saved.from_attentions``);
+    ``rollout``: with the rollout through its last layer (every layer from 0 must be given)."""
+    import dataclasses
+
+    from attn_cli.analysis.rollout import rollout_of
     from attn_cli.saved import from_attentions as made
 
-    return made(attentions, tokens, model_name=model_name, special=special)
+    trace = made(attentions, tokens, model_name=model_name, special=special)
+    return dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace
 
 
 def load(path: str | os.PathLike[str]) -> Trace:

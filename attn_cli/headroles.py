@@ -9,7 +9,10 @@ On the user's text (the definitions ``attn_cli.stats`` gives ``run``):
   - ``first_mass``: mean of w[i, 0] over rows 1 .. T-1;
   - ``mean_entropy_bits``: mean over the rows of -sum_j w[i, j] log2 w[i, j];
   - ``special_mass``: mean over every row of the weight on the special tokens
-    (BOS, [CLS], [SEP]); None when the text has none.
+    (BOS, [CLS], [SEP]); None when the text has none;
+  - ``norm_special_mass``: the same share of the value-weighted norms
+    (``attn_cli.analysis.norms``): mean over the rows of (norm on the special tokens /
+    the row's norm), what the weight on them moves; None without special tokens or norms.
 On the probe (leading special tokens, then R random ordinary ids, then the same
 R ids again; ``start`` is the position of the first copy's first token), over
 the positions p of the second copy, start + R .. start + 2R - 1:
@@ -65,6 +68,7 @@ class HeadScores:
     spread: float  # mean entropy / mean log2(visible keys): 1 = even over every visible key
     induction_score: float | None = None  # None: no probe
     duplicate_score: float | None = None
+    norm_special_mass: float | None = None  # None: no special tokens, or no norms (weights from elsewhere)
 
     @property
     def role(self) -> str:
@@ -80,6 +84,7 @@ class HeadScores:
             "first_mass": self.first_mass,
             "mean_entropy_bits": self.mean_entropy_bits,
             "special_mass": self.special_mass,
+            "norm_special_mass": self.norm_special_mass,
             "induction_score": self.induction_score,
             "duplicate_score": self.duplicate_score,
             "role": self.role,
@@ -106,10 +111,16 @@ def role_of(scores: HeadScores) -> str:
 
 
 def text_scores(
-    weights: torch.Tensor, *, layer: int, special: Sequence[bool] = (), mask: torch.Tensor | None = None
+    weights: torch.Tensor,
+    *,
+    layer: int,
+    special: Sequence[bool] = (),
+    mask: torch.Tensor | None = None,
+    norms: torch.Tensor | None = None,
 ) -> list[HeadScores]:
     """(H, T, T) weights of one layer over a text -> one HeadScores per head.
-    ``special`` (T,) flags the special tokens; ``mask`` (T, T) True = hidden key."""
+    ``special`` (T,) flags the special tokens; ``mask`` (T, T) True = hidden key;
+    ``norms`` (H, T, T) the value-weighted norms, for ``norm_special_mass``."""
     n_tokens = weights.shape[-1]
     stats = attention_stats(weights, mask=mask)  # run's own numbers, head by head
     # the most entropy a row can have: log2 of its visible keys
@@ -117,9 +128,11 @@ def text_scores(
     flags = torch.tensor(list(special), dtype=torch.bool) if any(special) else None  # (T,)
     result = []
     for h, st in enumerate(stats):
-        special_mass = None
+        special_mass = norm_special_mass = None
         if flags is not None:
             special_mass = weights[h][:, flags].double().sum(dim=-1).mean().item()  # (T, S) -> (T,) -> ()
+            if norms is not None:
+                norm_special_mass = _share(norms[h].double(), flags)
         result.append(
             HeadScores(
                 layer=layer,
@@ -130,9 +143,19 @@ def text_scores(
                 mean_entropy_bits=st.mean_entropy_bits,
                 special_mass=special_mass,
                 spread=st.mean_entropy_bits / most if most > 0 else 0.0,
+                norm_special_mass=norm_special_mass,
             )
         )
     return result
+
+
+def _share(norms: torch.Tensor, flags: torch.Tensor) -> float | None:
+    """Mean over the rows that move anything of (norm on the ``flags`` keys / the row's norm)."""
+    totals = norms.sum(dim=-1)  # (T, T) -> (T,)
+    moving = totals > 0  # (T,)
+    if not bool(moving.any()):
+        return None
+    return (norms[moving][:, flags].sum(dim=-1) / totals[moving]).mean().item()  # (T', S) -> (T',) -> ()
 
 
 def probe_scores(weights: torch.Tensor, probe: Probe) -> tuple[list[float], list[float]]:

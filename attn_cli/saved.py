@@ -136,6 +136,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     n = len(toks)
     weights, masks, numbers, head_numbers = [], [], [], None
     saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+    saved_norms: list[tuple[torch.Tensor, torch.Tensor] | None] = []  # (H, T, T), (T, T) when the file has them (run --norms)
     for i, layer in enumerate(layers):
         heads = layer.get("heads") if isinstance(layer, dict) else None
         if not isinstance(heads, list) or not heads:
@@ -162,6 +163,13 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
                     shown = _table([[float("-inf") if v is None else v for v in row] for row in scaled], f"layers[{i}].heads[{j}].scaled_scores", where, n)
                     per_scores.append((given, shown))
         weights.append(torch.stack(per_head))  # (H, T, T)
+        if all(isinstance(h, dict) and h.get("norms") is not None for h in heads) and layer.get("norms") is not None:
+            saved_norms.append((
+                torch.stack([_table(h["norms"], f"layers[{i}].heads[{j}].norms", where, n) for j, h in enumerate(heads)]),
+                _table(layer["norms"], f"layers[{i}].norms", where, n),
+            ))  # fmt: skip
+        else:
+            saved_norms.append(None)
         masks.append(per_mask[0] if per_mask and all(torch.equal(m, per_mask[0]) for m in per_mask) else None)
         saved_scores.append(
             (torch.stack([g for g, _ in per_scores]), torch.stack([z for _, z in per_scores])) if len(per_scores) == len(heads) else None
@@ -196,7 +204,29 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
             for layer, scores in zip(made.layers, saved_scores)
         )
         made = dataclasses.replace(made, layers=layers)
+    if all(pair is not None for pair in saved_norms):
+        layers = tuple(
+            dataclasses.replace(layer, norms=_place(head, head_numbers, n_heads, fill=0.0), layer_norms=summed)
+            for layer, (head, summed) in zip(made.layers, saved_norms)  # type: ignore[misc]
+        )
+        made = dataclasses.replace(made, layers=layers)
+    rollout = data.get("rollout")
+    if isinstance(rollout, dict) and rollout.get("weights") is not None:
+        made = dataclasses.replace(made, rollout=_rollout(rollout, where, n))
     return made
+
+
+def _rollout(saved: Mapping[str, Any], where: str, n: int) -> Any:
+    """The file's ``rollout`` object as a Rollout; its mask: the future, when nothing reaches it."""
+    import torch
+
+    from attn_cli.analysis.rollout import Rollout
+
+    weights = _table(saved["weights"], "rollout.weights", where, n)
+    through = _int(saved.get("through_layer", 0), "rollout.through_layer", where)
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (T, T)
+    causal = n > 1 and bool((weights[future] == 0).all())
+    return Rollout(through, weights, future if causal else None)
 
 
 def _toy_config(model: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
@@ -292,7 +322,27 @@ class SavedSource:
         absent = [h for h in selection.heads if h not in kept_heads]
         if absent:
             raise UsageError(f"--head: {self.path} holds head{'s' if len(kept_heads) > 1 else ''} {', '.join(map(str, kept_heads))}, not {', '.join(map(str, absent))}")
-        return dataclasses.replace(trace, layers=tuple(trace.layer(i) for i in selection.layers), chosen_heads=tuple(selection.heads))
+        if selection.norms and any(trace.layer(i).norms is None for i in selection.layers):
+            raise UsageError(f"{self.path} holds no value-weighted norms; write it with run --norms -F json")
+        rollout = self._rollout(selection.last_layer) if selection.rollout else None
+        layers = tuple(trace.layer(i) for i in selection.layers)
+        return dataclasses.replace(trace, layers=layers, chosen_heads=tuple(selection.heads), rollout=rollout)
+
+    def _rollout(self, through: int) -> Any:
+        """The file's rollout through ``through``: the one it holds, else rolled out from its
+        layers when it has every head of layers 0 .. through."""
+        from attn_cli.analysis.rollout import rollout_of
+
+        trace = self.trace
+        if trace.rollout is not None and trace.rollout.through_layer == through:
+            return trace.rollout
+        if len(trace.shown_heads) != trace.model.heads:
+            held = f" (its rollout is through layer {trace.rollout.through_layer})" if trace.rollout is not None else ""
+            raise UsageError(
+                f"--rollout: {self.path} holds heads {', '.join(map(str, trace.shown_heads))} of {trace.model.heads}, and the "
+                f"rollout averages every head{held}; write the file with every head, or with run --rollout"
+            )
+        return rollout_of(trace.layers, through)
 
     def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
         for text in texts:
@@ -361,15 +411,15 @@ def _check_layers(layers: Sequence[torch.Tensor], n_tokens: int, where: str) -> 
     return list(layers)
 
 
-def _place(weights: torch.Tensor, numbers: Sequence[int], n_heads: int) -> torch.Tensor:
+def _place(weights: torch.Tensor, numbers: Sequence[int], n_heads: int, fill: float | None = None) -> torch.Tensor:
     """(H_file, T, T) -> (H, T, T) with head numbers[j] at index numbers[j]; a head the
-    file lacks is uniform (never shown: the trace's heads are the file's)."""
+    file lacks is uniform, or ``fill`` (never shown: the trace's heads are the file's)."""
     import torch
 
     if list(numbers) == list(range(n_heads)):
         return weights
     n = weights.shape[-1]
-    full = torch.full((n_heads, n, n), 1.0 / n)  # (H, T, T)
+    full = torch.full((n_heads, n, n), 1.0 / n if fill is None else fill)  # (H, T, T)
     full[list(numbers)] = weights
     return full
 

@@ -344,3 +344,130 @@ def test_the_memory_estimate_counts_the_norms_and_rollout(gpt2_folder: Path) -> 
     with_rollout = ckpt.estimate_bytes(40, [0, 1, 2], rollout=True)
     assert with_norms["tables"] - plain["tables"] == 3 * 5 * 40 * 40 * 4  # (H + 1) x T x T float32 a kept layer
     assert with_norms["activations"] > plain["activations"] and with_rollout["activations"] - plain["activations"] == 3 * 8 * 40 * 40
+
+
+# -- pictures and the heads census ------------------------------------------------
+
+
+def test_heatmap_draws_the_rollout_and_the_norms(gpt2_folder: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
+    from attn_cli.render.kinds import What
+    from attn_cli.render.model_view import model_view_figure
+
+    trace = checkpoint_trace(gpt2_folder, TEXT, rollout=True, norms=True)
+    fig = heatmap_figure(trace, HeatmapOptions(what=What.rollout))
+    (image,) = [im for ax in fig.axes for im in ax.images]
+    assert np.allclose(np.ma.getdata(image.get_array()), trace.rollout.weights.numpy() * ~trace.rollout.mask.numpy())
+    assert image.get_array().mask[0, 1] and "Attention rollout through layer 2" in fig._suptitle.get_text()
+    last = dataclasses_replace(trace, layers=trace.layers[-1:])
+    fig = heatmap_figure(last, HeatmapOptions(what=What.norms, heads=(0, 1)))
+    drawn = [im for ax in fig.axes for im in ax.images]
+    for h, image in enumerate(drawn):
+        expected = np.where(trace.layers[-1].mask.numpy(), 0.0, trace.layers[-1].norms[h].numpy())
+        assert np.allclose(np.ma.getdata(image.get_array()), expected)
+    fig = model_view_figure(trace, HeatmapOptions(what=What.norms))
+    labels = {im.get_label() for ax in fig.axes for im in ax.images}
+    assert "norms layer 1 head 3" in labels and len(labels) == 12
+
+
+def dataclasses_replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_heatmap_command_rollout_and_norms(gpt2_folder: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    out = tmp_path / "r.png"
+    cli("heatmap", TEXT, "--model", str(gpt2_folder), "--rollout", "--layer", "0-1", "-o", str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    cli("heatmap", TEXT, "--model", str(gpt2_folder), "--what", "norms", "--layer", "all", "-o", str(tmp_path / "n.svg"))
+    assert (tmp_path / "n.svg").stat().st_size > 1000
+    for args, said in (
+        (("--rollout", "--what", "scores"), "--rollout draws the rollout"),
+        (("--rollout", "--split-heads"), "one matrix for every head"),
+    ):
+        result = CliRunner().invoke(app, ["heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(tmp_path / "x.png")])
+        assert result.exit_code == 2 and said in result.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_heads_reports_the_norm_share_of_the_special_tokens(bert_folder: Path) -> None:
+    import json
+
+    data = json.loads(cli("heads", TEXT, "--model", str(bert_folder), "-F", "json", "--no-probe").stdout)
+    from attn_cli.checkpoint import open_checkpoint
+
+    tokens = open_checkpoint(str(bert_folder)).tokenizer.encode(TEXT)
+    special = torch.tensor(tokens.special)
+    expected = transformers_norms(bert_folder, TEXT)
+    for entry in data["heads"]:
+        norms = expected[entry["layer"]][0][entry["head"]].double()  # (T, T)
+        share = (norms[:, special].sum(-1) / norms.sum(-1)).mean().item()
+        assert entry["norm_special_mass"] == pytest.approx(share, rel=1e-5)
+        weights = reference_attentions(bert_folder, TEXT)[entry["layer"]][entry["head"]].double()
+        assert entry["special_mass"] == pytest.approx(weights[:, special].sum(-1).mean().item(), rel=1e-5)
+    # the negative control: the two shares are different numbers
+    assert any(abs(e["norm_special_mass"] - e["special_mass"]) > 0.01 for e in data["heads"])
+    table = cli("heads", TEXT, "--model", str(bert_folder), "-F", "table", "--no-probe").stdout
+    assert "Special tokens: weight vs what moves" in table
+
+
+def test_a_saved_run_redraws_its_rollout_and_norms(gpt2_folder: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    cli("run", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "-o", str(saved))
+    for args in (("--rollout",), ("--what", "norms"), ("--what", "norms", "--layer", "all")):
+        direct, again = tmp_path / "direct.png", tmp_path / "again.png"
+        cli("heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(direct))
+        cli("heatmap", "--from", str(saved), *args, "-o", str(again))
+        assert direct.read_bytes() == again.read_bytes(), args
+    # a file without norms says so; one with a few heads cannot roll out
+    from typer.testing import CliRunner
+
+    from attn_cli.cli import app
+
+    plain = tmp_path / "plain.json"
+    cli("run", TEXT, "--model", str(gpt2_folder), "--head", "0", "-F", "json", "-o", str(plain))
+    for args, said in ((("--what", "norms"), "holds no value-weighted norms"), (("--rollout",), "averages every head")):
+        result = CliRunner().invoke(app, ["heatmap", "--from", str(plain), *args, "-o", str(tmp_path / "x.png")])
+        assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+def test_the_python_api_computes_and_draws_them(gpt2_folder: Path) -> None:
+    import attn_cli
+    from attn_cli import api
+
+    t = api.trace(TEXT, model=gpt2_folder, rollout=True, norms=True)
+    assert t.rollout.through_layer == 2 and t.layers[0].norms is not None
+    assert t.to_dict()["rollout"]["through_layer"] == 2
+    fig = t.heatmap(what="rollout")
+    assert "Attention rollout through layer 2" in fig._suptitle.get_text()
+    attentions = reference_attentions(gpt2_folder, TEXT)
+    outside = attn_cli.from_attentions([a[None] for a in attentions], list(t.tokens.labels), rollout=True)
+    torch.testing.assert_close(outside.rollout.weights, t.rollout.weights, atol=1e-5, rtol=0)
+
+
+def test_the_html_page_carries_the_rollout_and_norms(gpt2_folder: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from html_support import chunk, manifest
+
+    out = tmp_path / "page.html"
+    cli("html", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "--layer", "0-1", "-o", str(out))
+    html = out.read_text(encoding="utf-8")
+    (m,) = manifest(html)["traces"]
+    trace = checkpoint_trace(gpt2_folder, TEXT, layers=(0, 1), rollout=True, norms=True)
+    assert m["rollout"]["through"] == 1 and m["rollout"]["masked"]
+    fixed = chunk(html, m["rollout"]["weights"])[0]  # (T, T) uint16: 4 decimals, 0xFFFF masked
+    visible = ~trace.rollout.mask.numpy()
+    assert np.array_equal(fixed[visible], np.round(trace.rollout.weights.double().numpy() * 1e4)[visible].astype(np.uint16))
+    for layer, entry in zip(trace.layers, m["layers"]):
+        assert np.array_equal(chunk(html, entry["norms"]), layer.norms.numpy())
+    plain = tmp_path / "plain.html"
+    cli("html", TEXT, "--model", str(gpt2_folder), "-o", str(plain))
+    (p,) = manifest(plain.read_text(encoding="utf-8"))["traces"]
+    assert p["rollout"] is None and all(entry["norms"] is None for entry in p["layers"])

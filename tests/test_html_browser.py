@@ -366,3 +366,37 @@ def test_head_view_of_attention_from_elsewhere(open_page: Any, shots: Path) -> N
     assert "cat" in p.text("#detail")
     p.page.screenshot(path=shots / "head-view-outside.png", full_page=True)
     assert not p.problems, p.problems
+
+
+def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, shots: Path) -> None:
+    from attn_cli.config import Config
+    from attn_cli.pipeline import Pipeline
+    from attn_cli.traces import Selection
+
+    trace = Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(
+        "Life is short, eat dessert first", Selection((0,), (0, 1), rollout=True, norms=True)
+    )
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"))
+    p.view("rollout")
+    assert p.page.locator("#matrix").get_attribute("data-kind") == "rollout"
+    for q in range(6):
+        for k in range(6):
+            tip = p.hover_cell(q, k)
+            expected = "0 (no path)" if k > q else fixed(data["rollout"]["weights"][q][k])
+            assert tip["rollout"] == expected, (q, k)
+    p.page.screenshot(path=shots / "toy-rollout.png", full_page=True)
+    p.view("matrix")
+    p.page.click("#show-norms")
+    p.ready()
+    assert p.page.locator("#matrix").get_attribute("data-kind") == "norms"
+    head = data["layers"][0]["heads"][0]
+    for q, k in ((0, 0), (3, 1), (5, 5), (5, 2)):
+        tip = p.hover_cell(q, k)
+        assert tip["norm-||a·f(x)||"] == fixed(head["norms"][q][k]) and tip["weight"] == fixed(head["weights"][q][k])
+    p.page.screenshot(path=shots / "toy-norms.png", full_page=True)
+    # without --rollout and --norms, neither control is there
+    plain = open_page(page([toy("Life is short, eat dessert first", heads=2, causal=True)], command="c"), name="plain.html")
+    assert plain.page.locator("#tab-rollout").count() == 0
+    plain.view("matrix")
+    assert plain.page.locator("#show-norms").count() == 0

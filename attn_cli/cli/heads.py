@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -81,7 +83,8 @@ def heads(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=True, keep="weights")  # the scores read nothing else
+    # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
+    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None)
     probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
@@ -138,7 +141,7 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
     """Per layer: (induction, duplicate) per head, from one run over the probe."""
     from attn_cli.headroles import probe_scores
 
-    trace = source.trace_ids(probe.ids, selection)
+    trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False))  # the probe's scores read the weights
     return {layer.layer: probe_scores(layer.weights, probe) for layer in trace.layers}
 
 
@@ -151,7 +154,7 @@ def _report(
     heads: list[HeadScores] = []
     for layer in trace.layers:
         chosen = list(trace.shown_heads)
-        scores = text_scores(layer.weights, layer=layer.layer, special=trace.tokens.special, mask=layer.mask)
+        scores = text_scores(layer.weights, layer=layer.layer, special=trace.tokens.special, mask=layer.mask, norms=layer.norms)
         if scored is not None:
             scores = with_probe(scores, *scored[layer.layer])
         heads += [scores[h] for h in chosen]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoClobberOption, output_option, run_texts, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, RolloutOption, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
@@ -64,7 +64,8 @@ def heatmap(
             "--what",
             "-w",
             help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
-            "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head).",
+            "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
+            "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout.",
             rich_help_panel=PICTURE,
             case_sensitive=False,
         ),
@@ -103,6 +104,7 @@ def heatmap(
         bool,
         typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
     ] = False,
+    rollout: RolloutOption = False,
 ) -> None:
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
@@ -123,6 +125,8 @@ def heatmap(
       attn-cli heatmap --file sample_texts/tutorials.txt --lines -o tutorial.png
       attn-cli heatmap "The cat sat on the mat" --model "$M" --layer all -o model.svg
       attn-cli heatmap --from saved.json --layer all -o model.png
+      attn-cli heatmap "The cat sat on the mat" --model "$M" --rollout -o rollout.png
+      attn-cli heatmap "The cat sat on the mat" --model "$M" --what norms --layer all -o norms.png
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
@@ -134,15 +138,22 @@ def heatmap(
     from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
     kind = what
-    if spec.saved is not None and kind is not What.weights:
+    if rollout:
+        if what not in (What.weights, What.rollout):
+            raise UsageError(f"--rollout draws the rollout, and --what {what.value} another matrix: drop one of them")
+        kind = What.rollout
+    if kind is What.rollout and split_heads:
+        raise UsageError("--split-heads: the rollout is one matrix for every head together; drop --split-heads")
+    if spec.saved is not None and kind not in (What.weights, What.norms, What.rollout):
         raise UsageError(f"--what {kind.value}: --from re-draws a saved trace from its weights; drop --what")
     if cmap is not None:
         colour_map(cmap)
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=False, keep="weights" if kind is What.weights else "all")
-    model_view = len(selection.layers) > 1
+    keep = "weights" if kind in (What.weights, What.norms, What.rollout) else "all"
+    selection = spec.select(source, everything=False, keep=keep, rollout=kind is What.rollout, norms=kind is What.norms)
+    model_view = len(selection.layers) > 1 and kind is not What.rollout  # a rollout through the last kept layer is one matrix
     if model_view and not spec.heads.given:
         # The model view compares every head at a glance; --head still chooses.
         selection = dataclasses.replace(selection, heads=tuple(range(source.n_heads)))

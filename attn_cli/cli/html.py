@@ -18,7 +18,7 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, NoClobberOption, output_option, run_texts, shared_options
+from attn_cli.cli.options import OUTPUT, NoClobberOption, NormsOption, RolloutOption, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 
@@ -52,13 +52,16 @@ def html(
             rich_help_panel=OUTPUT,
         ),
     ] = DEFAULT_MAX_MB,
+    rollout: RolloutOption = False,
+    norms: NormsOption = False,
 ) -> None:
     """Write one HTML page to explore attention: no server, no network, any browser.
 
     Everything is inside the file (data, script, styles), so it can be mailed,
     attached to a bug report or put on a course page. Views: lines from each
     query to its keys (head view), the weights matrix with every cell's numbers,
-    an overview of every layer and head, and the toy model step by step.
+    an overview of every layer and head, and the toy model step by step; with
+    --rollout a rollout view, with --norms the matrix coloured by ||a f(x)||.
     With --lines, one page with a picker between the texts.
 
     \b
@@ -67,6 +70,7 @@ def html(
       attn-cli html "I saw a saw" --tokenizer words --heads 2 --causal -o saw.html --open
       attn-cli html --file sample_texts/tutorials.txt --lines -o tutorials.html
       attn-cli html "The cat sat on the mat" --model "$M" -o minilm.html
+      attn-cli html "The cat sat on the mat" --model "$M" --rollout --norms -o analyses.html
     """
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)
@@ -76,7 +80,7 @@ def html(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True)))
+    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms)))
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic

@@ -17,7 +17,8 @@ from attn_cli.render.export import token_dicts
 from attn_cli.traces import Trace
 
 SCORES = (
-    "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "induction_score", "duplicate_score",
+    "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "norm_special_mass", "induction_score",
+    "duplicate_score",
 )  # fmt: skip
 CSV_COLUMNS = ("text_index", "layer", "head", *SCORES, "role")
 ROLE_SCORE = {
@@ -158,4 +159,20 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
     parts.append(grid)
     parts.append(Text("  ".join(f"{LETTERS[r]} {r}" for r in ROLES), style="dim"))
     parts.append(Text(thresholds_text(), style="dim"))
+    sinks = sorted((h for h in heads if h.special_mass is not None), key=lambda h: -(h.special_mass or 0.0))[:top]
+    if sinks and any(h.norm_special_mass is not None for h in sinks):
+        parts.append(Text(""))
+        table = Table(box=box.SIMPLE_HEAD, title="Special tokens: weight vs what moves", title_justify="left", title_style="bold", pad_edge=False)
+        table.add_column("head")
+        table.add_column("special_mass", justify="right")
+        table.add_column("norm_special_mass", justify="right")
+        for h in sinks:
+            norm = "—" if h.norm_special_mass is None else f.format(h.norm_special_mass)
+            table.add_row(f"L{h.layer}H{h.head}", f.format(h.special_mass), norm)
+        parts.append(table)
+        parts.append(Text(
+            "the heads with the most weight on special tokens; norm_special_mass is the share of the value-weighted "
+            "norms ||a f(x)|| on them: much lower means the weight parks there and moves little (a sink)",
+            style="dim",
+        ))  # fmt: skip
     return Group(*parts)

@@ -29,17 +29,19 @@ from matplotlib.figure import Figure
 
 from attn_cli.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
-from attn_cli.render.kinds import FORMATS, KINDS, What
+from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
 from attn_cli.render.titles import fit_title, title_font
 from attn_cli.traces import Trace as Run
 from attn_cli.tokens import visible
 
 if TYPE_CHECKING:
+    import torch
+
     from attn_cli.attention import LayerAttention
 
 
 DEFAULT_DPI = 150
-DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r"}
+DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", What.rollout: "viridis"}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
 SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
 MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads instead
@@ -85,7 +87,7 @@ def check_options(options: HeatmapOptions, heads: Sequence[int]) -> None:
     """UsageError for options that cannot make one picture of ``heads``; needs no run,
     so the command calls it before anything is computed."""
     kinds = KINDS[options.what]
-    if options.log and What.weights not in kinds:
+    if options.log and not set(kinds) & {*STOCHASTIC, What.norms}:
         raise UsageError(f"--log is for the weights (0 to 1); --what {options.what.value} has signed values: drop --log")
     if len(kinds) * len(heads) > MAX_PANELS:
         raise UsageError(
@@ -115,6 +117,10 @@ def drawn_text(trace: Run) -> str:
 def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
     n_heads = run.result.n_heads
     heads = run.shown_heads if options.heads is None else options.heads
+    if options.what is What.rollout:  # one matrix for every head together
+        if run.rollout is None:
+            raise UsageError("this trace has no rollout: compute it with --rollout")
+        heads = (0,)
     for h in heads:
         if not 0 <= h < n_heads:
             raise UsageError(f"--head {h} is out of range: the run has {n_heads} head(s), numbered 0 to {n_heads - 1}")
@@ -155,12 +161,12 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
                 continue
             panel = grid[r][c]
             _draw_panel(ax, panel, cmaps[panel.kind], run, layout,
-                        title=_panel_title(panel, len(heads) > 1 or (options.heads is not None and n_heads > 1), len(kinds) > 1),
+                        title=_panel_title(panel, options.what is not What.rollout and (len(heads) > 1 or (options.heads is not None and n_heads > 1)), len(kinds) > 1),
                         left=c == 0, bottom=_is_bottom(grid, r, c))
     _colorbars(fig, axes, grid, options)
     title = _title(run, options.what, heads)
-    if What.weights in kinds:
-        title += hint_lines(faint_hint([p.matrix for p in panels[kinds.index(What.weights)]], options))
+    for kind in set(kinds) & set(STOCHASTIC):
+        title += hint_lines(faint_hint([p.matrix for p in panels[kinds.index(kind)]], options))
     fig_width = layout.figsize[0]
     font = title_font(fig_width, layout.title_font)
     # Centred over the whole figure: its width less a margin each side is the room.
@@ -298,7 +304,11 @@ def tick_step(n_tokens: int, room: int) -> int:
 
 
 def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
-    """(T, T) values of one head of the run's first kept layer; see ``layer_matrix``."""
+    """(T, T) values of one head of the run's first kept layer (``layer_matrix``), or the
+    run's rollout (``kind`` rollout: every head together, ``head`` unused)."""
+    if kind is What.rollout:
+        assert run.rollout is not None, "the command computes the rollout it draws"
+        return _masked(run.rollout.weights, run.rollout.mask, kind)
     return layer_matrix(run.result, kind, head)
 
 
@@ -312,15 +322,25 @@ def layer_matrix(result: LayerAttention, kind: What, head: int) -> np.ma.MaskedA
         values = result.scores[head]  # (T, T)
     elif kind is What.scaled:
         values = result.head(head).scaled_scores  # (T, T), masked cells -inf
+    elif kind is What.norms:
+        if result.norms is None:
+            raise UsageError("this trace has no value-weighted norms: compute them with --norms")
+        values = result.norms[head]  # (T, T)
     else:
         raise ValueError(f"not one matrix: {kind}")
+    return _masked(values, result.mask, kind)
+
+
+def _masked(values: torch.Tensor, hidden: torch.Tensor | None, kind: What) -> np.ma.MaskedArray:
+    """(T, T) values as a masked array: ``hidden`` (True: the query may not see the key)
+    and NaN cells (a renormalized row with no weight left) masked, except for raw scores."""
     data = values.detach().cpu().numpy()  # (T, T)
     empty = np.isnan(data)  # (T, T) a renormalized row with no weight left (--hide-tokens)
     if empty.any():
-        mask = empty if result.mask is None else empty | result.mask.numpy()
+        mask = empty if hidden is None else empty | hidden.numpy()
         return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
-    if result.mask is not None and kind is not What.scores:
-        mask = result.mask.numpy()  # (T, T) the keys each query may not see
+    if hidden is not None and kind is not What.scores:
+        mask = hidden.numpy()  # (T, T) the keys each query may not see
         # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
         return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
     return np.ma.masked_array(data, mask=np.zeros(data.shape, dtype=bool))
@@ -330,19 +350,22 @@ def _panels(run: Run, kind: What, heads: Sequence[int], options: HeatmapOptions)
     """One panel per head, with colour limits shared by the heads unless ``per_head_scale``."""
     drawn = [matrices(run, kind, h) for h in heads]
     scopes = [[m] for m in drawn] if options.per_head_scale else [drawn] * len(drawn)
-    return [_Panel(kind, h, m, _limits(kind, scope, options), log=kind is What.weights and options.log)
+    return [_Panel(kind, h, m, _limits(kind, scope, options), log=kind in (*STOCHASTIC, What.norms) and options.log)
             for h, m, scope in zip(heads, drawn, scopes)]
 
 
 def _limits(kind: What, scope: list[np.ma.MaskedArray], options: HeatmapOptions) -> tuple[float, float]:
     visible_values = [m for m in scope if m.count()]
-    if kind is What.weights and options.log:
+    if kind is What.norms and not options.log:  # magnitudes: from 0 to the largest drawn
+        top = max((float(m.max()) for m in visible_values), default=1.0)
+        return 0.0, top if top > 0 and math.isfinite(top) else 1.0
+    if kind in (*STOCHASTIC, What.norms) and options.log:
         # From the smallest non-zero weight (down to a power of ten) up to 1, or the head's largest.
         positive = [float(m[m > 0].min()) for m in visible_values if (m > 0).any()]
         low = 10 ** math.floor(math.log10(max(min(positive, default=1e-3), 1e-6)))
-        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale else 1.0
+        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale or kind is What.norms else 1.0
         return low, max(top, low * 10)
-    if kind is What.weights:
+    if kind in STOCHASTIC:
         if not options.per_head_scale:
             return 0.0, 1.0  # a fixed scale: the same colour means the same weight in every picture
         top = max((float(m.max()) for m in visible_values), default=1.0)
@@ -521,14 +544,15 @@ def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: fl
 
 
 def _number(value: float, kind: What) -> str:
-    if kind is What.weights:
+    if kind in STOCHASTIC:
         return f"{value:.2f}"
     size = abs(value)
     return f"{value:.2f}" if size < 10 else f"{value:.1f}" if size < 100 else f"{value:.0f}"
 
 
 def _colorbars(fig: Figure, axes: Any, grid: list[list[_Panel]], options: HeatmapOptions) -> None:
-    names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score"}
+    names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score", What.norms: "‖a·f(x)‖",
+             What.rollout: "rollout"}  # fmt: skip
     placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
     if options.per_head_scale:
         for ax, panel in placed:
@@ -543,12 +567,16 @@ def _colorbars(fig: Figure, axes: Any, grid: list[list[_Panel]], options: Heatma
         bar.ax.tick_params(labelsize=9)
 
 
+KIND_NAMES = {What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores", What.norms: "norms ‖a·f(x)‖",
+              What.rollout: "rollout"}  # fmt: skip
+
+
 def _panel_title(panel: _Panel, name_heads: bool, name_kind: bool) -> str:
     parts = []
     if name_heads:
         parts.append(f"head {panel.head}")
     if name_kind:
-        parts.append({What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores"}[panel.kind])
+        parts.append(KIND_NAMES[panel.kind])
     return " · ".join(parts)
 
 
@@ -569,6 +597,8 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
         What.scores: "Attention scores Q·Kᵀ",
         What.scaled: f"Scaled scores Q·Kᵀ {divisor}".rstrip(),
         What.all: "Attention: scores, scaled scores, weights",
+        What.norms: "Value-weighted norms ‖a·f(x)‖",
+        What.rollout: f"Attention rollout through layer {run.rollout.through_layer}" if run.rollout is not None else "",
     }[what]
     shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
     masked = (
@@ -587,6 +617,14 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
         config.append(masked)
         if c.dropout and what in (What.weights, What.all):
             config.append(f"dropout {c.dropout:g} (weights shown before it)")
+        if c.dropout and what is What.norms:
+            config.append(f"dropout {c.dropout:g} (the dropped weights, which mixed the values)")
+    if what is What.rollout and run.rollout is not None:
+        through = run.rollout.through_layer
+        config = [m.name if m.config is None else f"tokenizer {run.tokens.tokenizer}",
+                  f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
+                  f"each layer: mean of all {m.heads} heads, half residual (I)",
+                  "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
     return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run))]
 
 

@@ -72,9 +72,9 @@ class _Plan:
 def check_model_view(options: HeatmapOptions, n_layers: int, n_heads: int) -> None:
     """UsageError for options the model view cannot draw; needs no trace, so the
     command calls it before anything is computed."""
-    if options.what is not What.weights:
+    if options.what not in (What.weights, What.norms):
         raise UsageError(
-            f"--what {options.what.value}: the model view (several layers) draws the weights; "
+            f"--what {options.what.value}: the model view (several layers) draws the weights or the norms; "
             f"pick one layer with --layer L for the scores"
         )
     if options.per_head_scale:
@@ -109,14 +109,15 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
         check_pixels(options.size, options.dpi)
     check_picture_memory(len(trace.tokens), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
                          options.dpi, one_panel=1, fewer="choose fewer layers and heads with --layer and --head")
-    drawn = [[layer_matrix(layer, What.weights, h) for h in heads] for layer in layers]  # L x H of (T, T)
+    kind = options.what
+    drawn = [[layer_matrix(layer, kind, h) for h in heads] for layer in layers]  # L x H of (T, T)
     flat = [m for row in drawn for m in row]
-    limits = _limits(What.weights, flat, options)
+    limits = _limits(kind, flat, options)
     norm = LogNorm(*limits, clip=True) if options.log else Normalize(*limits)
-    cmap = colour_map(options.cmap or DEFAULT_CMAPS[What.weights])
+    cmap = colour_map(options.cmap or DEFAULT_CMAPS[kind])
 
     n_tokens = len(trace.tokens)
-    title_lines = _title(trace, heads) + hint_lines(faint_hint(flat, options))
+    title_lines = _title(trace, heads, kind) + (hint_lines(faint_hint(flat, options)) if kind is What.weights else [])
     # The title wraps to the figure's width, and its lines take height from the panels:
     # plan, wrap, plan again until the width the title was wrapped for stays put.
     font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
@@ -143,7 +144,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
             ax = fig.add_axes((x / width, y / height, plan.panel / width, plan.panel / height))
             image = ax.imshow(matrix, cmap=cmap, norm=norm, aspect="equal",
                               interpolation="nearest" if n_tokens * 2 <= pixels else "antialiased")
-            image.set_label(f"weights layer {layer.layer} head {h}")
+            image.set_label(f"{kind.value} layer {layer.layer} head {h}")
             ax.set_label(f"layer{layer.layer}/head{h}")
             _edges(ax, trace, plan, left=c == 0, bottom=r == len(layers) - 1)
             if r == 0 and c % every == 0:
@@ -160,7 +161,8 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     bar_y = height - plan.top - (grid_height + bar_height) / 2
     bar_ax = fig.add_axes((bar_x / width, bar_y / height, 0.15 / width, bar_height / height))
     bar = fig.colorbar(image, cax=bar_ax)
-    bar.set_label("weight (log scale)" if options.log else "weight", fontsize=9)
+    name = "weight" if kind is What.weights else "‖a·f(x)‖"
+    bar.set_label(f"{name} (log scale)" if options.log else name, fontsize=9)
     bar.ax.tick_params(labelsize=8)
     fig.text(_title_left(plan) / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=font, parse_math=False)
     if not named:  # numbers over the columns and beside the rows; what they count, said once
@@ -253,7 +255,7 @@ def _edges(ax: Axes, trace: Trace, plan: _Plan, *, left: bool, bottom: bool) -> 
         spine.set_visible(False)
 
 
-def _title(trace: Trace, heads: Sequence[int]) -> list[list[str]]:
+def _title(trace: Trace, heads: Sequence[int], kind: What = What.weights) -> list[list[str]]:
     """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
     text = " ".join(trace.text.split())
     if len(text) > TITLE_CHARS:
@@ -264,7 +266,7 @@ def _title(trace: Trace, heads: Sequence[int]) -> list[list[str]]:
     shown_heads = f"all {m.heads} heads" if len(heads) == m.heads else f"heads {', '.join(map(str, heads))} of {m.heads}"
     masked = "causal (grey: masked)" if any(layer.causal for layer in trace.layers) else "not causal"
     lines = [
-        [f"Attention weights, layers x heads: “{text}”"],
+        [f"{'Attention weights' if kind is What.weights else 'Value-weighted norms ‖a·f(x)‖'}, layers x heads: “{text}”"],
         [m.name, shown_layers, shown_heads, f"{len(trace.tokens)} tokens", "each panel: query rows, key columns", masked],
     ]
     special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]

@@ -46,7 +46,7 @@ from attn_cli.render.fit import spans
 from attn_cli.traces import EXTERNAL
 
 if TYPE_CHECKING:
-    from attn_cli.attention import LayerAttention
+    from attn_cli.attention import LayerAttention, LayerWeights
     from attn_cli.traces import Trace
 
 DEFAULT_MAX_BYTES = 20 * 2**20  # a 512-token page of a 12-layer model keeps a few layers
@@ -201,6 +201,10 @@ def _f32_scores(layer: LayerAttention) -> bytes:
     return _f32(layer.scores)
 
 
+def _f32_norms(layer: LayerWeights) -> bytes:
+    return _f32(layer.norms)
+
+
 def _f32(tensor: Any) -> bytes:
     return tensor.detach().to(device="cpu").contiguous().float().numpy().astype("<f4", copy=False).tobytes()
 
@@ -257,6 +261,8 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             if isinstance(layer, (LayerAttention, SavedScores))
             else None,
             "scaled": None,  # decided with the scores: "derived", or a chunk of its own
+            # --norms: each head's value-weighted norms ||a f(x)||, float32 (H, T, T)
+            "norms": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_norms, layer))) if layer.norms is not None else None,
         }
         layers.append(entry)
     manifest: dict[str, Any] = {
@@ -286,7 +292,17 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
         "header": _header_rows(trace),
         "layers": layers,
         "vectors": None,
+        "rollout": None,
     }
+    if trace.rollout is not None:  # --rollout: drawn like one head's weights
+        from attn_cli.attention import LayerWeights
+
+        as_layer = LayerWeights(trace.rollout.weights[None], trace.rollout.mask, 1.0, trace.rollout.through_layer)  # (1, T, T)
+        manifest["rollout"] = {
+            "through": trace.rollout.through_layer,
+            "weights": chunks.add(_Chunk("u16", (1, n, n), functools.partial(_fixed_weights, as_layer))),
+            "masked": trace.rollout.causal,
+        }
     config = model.config
     if config is not None and not trace.renormalized and isinstance(trace.layers[0], LayerAttention):  # step by step follows the model's own softmax
         layer = trace.layers[0]
@@ -368,9 +384,11 @@ class _Budget:
         self.used -= len(chunks.kept.pop(cid).text) + 64
 
     def fill(self, traces: Sequence[Trace], manifests: list[dict[str, Any]], chunks: _Chunks) -> list[str]:
-        # 1. every text's first layer of weights, whatever the size: a page shows something
+        # 1. every text's first layer of weights, and its rollout (one T x T), whatever the size: a page shows something
         for m in manifests:
             self._take(chunks, m["layers"][0]["weights"], force=True)
+            if m["rollout"] is not None:
+                self._take(chunks, m["rollout"]["weights"], force=True)
         # 2. the other layers' weights, in order; 3. the toy's vectors; 4. raw (and scaled) scores
         missing_weights: list[list[int]] = [[] for _ in manifests]
         for i, m in enumerate(manifests):
@@ -383,6 +401,14 @@ class _Budget:
         for m in manifests:
             if m["vectors"] is not None and not self._take(chunks, m["vectors"]["chunk"]):
                 m["vectors"] = None
+        # the norms (--norms) of the layers whose weights are in
+        self.missing_norms = [[] for _ in manifests]
+        for i, m in enumerate(manifests):
+            for layer in m["layers"]:
+                if layer["norms"] is not None and (layer["weights"] is None or not self._take(chunks, layer["norms"])):
+                    if layer["weights"] is not None:
+                        self.missing_norms[i].append(layer["index"])
+                    layer["norms"] = None
         missing_scores: list[list[int]] = [[] for _ in manifests]
         for i, (trace, m) in enumerate(zip(traces, manifests)):
             full = False
@@ -420,6 +446,8 @@ class _Budget:
                     f"{which}the raw and scaled scores of layer{'s' if len(scores[i]) > 1 else ''} {spans(scores[i])} "
                     f"are left out (the weights are there) to keep the page under {limit}; {fix}"
                 )
+            if self.missing_norms[i]:
+                notes.append(f"{which}the value-weighted norms of layers {spans(self.missing_norms[i])} are left out to keep the page under {limit}; {fix}")
             if manifests[i].get("toy") and manifests[i]["vectors"] is None:
                 notes.append(f"{which}the step-by-step view is left out to keep the page under {limit}; {fix}")
         if self.used > self.max_bytes:

@@ -9,7 +9,7 @@
   const DETAIL_ROWS = 24; // keys listed for a focused token before "… more"
   const STEP_ROWS = 48; // keys in the step-by-step tables before it keeps the strongest
   const app = document.getElementById("app");
-  const S = { t: 0, view: M.view || "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false };
+  const S = { t: 0, view: M.view || "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false, norms: false };
   const cache = new Map();
 
   // -- numbers: Python's f"{x:.4f}" for a float32 (x * 10^4 is exact in a double) --
@@ -54,7 +54,7 @@
   const layerOf = () => trace().layers[S.layer];
   const T = () => trace().tokens.labels.length;
   async function load(layer, withScores) {
-    const out = { w: layer.weights ? await chunk(layer.weights) : null, s: null, z: null };
+    const out = { w: layer.weights ? await chunk(layer.weights) : null, s: null, z: null, v: layer.norms ? await chunk(layer.norms) : null };
     if (withScores && layer.scores) {
       out.s = await chunk(layer.scores);
       out.z = layer.scaled && layer.scaled !== "derived" ? await chunk(layer.scaled) : null;
@@ -142,6 +142,7 @@
 
     const views = [["heads", "Head view"], ["matrix", "Matrix"]];
     if (tr.layers.length > 1 || tr.model.trained) views.push(["overview", "Model overview"]);
+    if (tr.rollout) views.push(["rollout", "Rollout"]);
     if (tr.vectors) views.push(["steps", "Step by step"]);
     if (!views.some(([v]) => v === S.view)) S.view = "heads";
     const tabs = el("div", { class: "tabs", role: "tablist", "aria-label": "Views" });
@@ -166,7 +167,7 @@
   function drawControls() {
     controls.textContent = "";
     const tr = trace();
-    if (S.view !== "overview") {
+    if (S.view !== "overview" && S.view !== "rollout") {
       const select = el("select", { id: "layer-picker", "aria-label": "Layer", onchange: (e) => { S.layer = Number(e.target.value); S.cell = null; draw(); } });
       tr.layers.forEach((l, i) => select.append(el("option", { value: i, selected: i === S.layer, disabled: !l.weights, text: `layer ${l.index}` + (l.weights ? "" : " (left out)") })));
       controls.append(el("label", { for: "layer-picker", text: "Layer " }), select);
@@ -186,7 +187,11 @@
       }
       controls.append(chips);
     }
-    if (S.view === "matrix" || S.view === "overview") {
+    if (S.view === "matrix" && layerOf().norms) {
+      const box = el("input", { type: "checkbox", id: "show-norms", checked: S.norms, onchange: (e) => { S.norms = e.target.checked; draw(); } });
+      controls.append(el("label", { class: "small" }, box, " colour by the value-weighted norms ||a·f(x)|| (what each weight moves)"));
+    }
+    if (S.view === "matrix" || S.view === "overview" || S.view === "rollout") {
       const box = el("input", { type: "checkbox", id: "log-scale", checked: S.log, onchange: (e) => { S.log = e.target.checked; draw(); } });
       controls.append(el("label", { class: "small" }, box, " log colour scale (long texts spread weight thin)"));
     }
@@ -201,7 +206,7 @@
     hideTip();
     busy(true);
     try {
-      const content = await ({ heads: headView, matrix: matrixView, overview: overview, steps: steps })[S.view]();
+      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, rollout: rolloutView })[S.view]();
       if (ticket !== drawing) return;
       main.textContent = "";
       main.append(content);
@@ -325,8 +330,22 @@
   }
 
   // -- matrix: the weights of one head on a canvas, with a tooltip --
-  async function matrixView() {
-    const layer = layerOf(), n = T(), d = await load(layer, true), h = S.head, tk = trace().tokens;
+  async function rolloutView() { // one T x T for every head together, drawn as a head's weights are
+    const r = trace().rollout;
+    const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked };
+    return matrixView({ layer, h: 0, kind: "rollout" });
+  }
+  async function matrixView(opts) {
+    const kind = opts ? opts.kind : S.norms && layerOf().norms ? "norms" : "weights";
+    const layer = opts ? opts.layer : layerOf(), n = T(), d = await load(layer, kind !== "rollout"), h = opts ? opts.h : S.head, tk = trace().tokens;
+    let top = 0; // the norms' colour scale: 0 to the head's largest
+    if (kind === "norms") for (let i = h * n * n; i < (h + 1) * n * n; i++) if (d.w[i] !== MASKED && d.v[i] > top) top = d.v[i];
+    const shade = (i) => { // a cell's place on the colour scale
+      if (kind !== "norms") return level(d.w[i]);
+      const v = d.v[i] / (top || 1);
+      return !S.log ? v : v <= 0 ? 0 : Math.max(0, (Math.log10(v) + P) / P);
+    };
+    const what = kind === "rollout" ? `attention rollout through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
     const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
     const labels = n <= 64;
     const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
@@ -340,7 +359,7 @@
     }
     const size = margin + cell * n;
     const canvas = el("canvas", { id: "matrix", tabindex: 0, "data-margin": margin, "data-cell": cell, "data-layer": layer.index, "data-head": h, width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px`,
-      role: "img", "aria-label": `attention weights of head ${h}, layer ${layer.index}: ${n} queries by ${n} keys; arrow keys move between cells` });
+      "data-kind": kind, role: "img", "aria-label": `${what}: ${n} queries by ${n} keys; arrow keys move between cells` });
     const overlay = el("canvas", { class: "overlay", width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px` });
     const wrap = el("div", { class: "matrixwrap" }, canvas, overlay);
     const paint = () => {
@@ -349,7 +368,7 @@
       ctx.clearRect(0, 0, size, size);
       const img = new ImageData(n, n), masked = rgbOf(css("--masked")), base = h * n * n;
       for (let i = 0; i < n * n; i++) {
-        const u = d.w[base + i], c = u === MASKED ? masked : viridis(level(u));
+        const u = d.w[base + i], c = u === MASKED ? masked : viridis(shade(base + i));
         img.data[4 * i] = c[0]; img.data[4 * i + 1] = c[1]; img.data[4 * i + 2] = c[2]; img.data[4 * i + 3] = 255;
       }
       const off = el("canvas", { width: n, height: n });
@@ -368,7 +387,8 @@
         if (cell >= 22 && n <= 16) { // numbers in the cells, two decimals (the tooltip has every digit), at a size that fits
           const shown = [];
           for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {
-            const u = d.w[base + q * n + k]; if (u !== MASKED) shown.push([q, k, u, (u / SCALE).toFixed(2).replace(/^0\./, ".")]);
+            const u = d.w[base + q * n + k], v = kind === "norms" ? d.v[base + q * n + k] : u / SCALE;
+            if (u !== MASKED) shown.push([q, k, base + q * n + k, v < 10 ? v.toFixed(2).replace(/^0\./, ".") : v.toFixed(1)]);
           }
           let px = Math.min(11, Math.floor(cell / 2.5)), widest = 0;
           for (; px >= 7; px--) {
@@ -378,8 +398,8 @@
           }
           if (px >= 7) {
             ctx.textAlign = "center";
-            for (const [q, k, u, text] of shown) {
-              ctx.fillStyle = level(u) > 0.6 ? "#000" : "#fff";
+            for (const [q, k, i, text] of shown) {
+              ctx.fillStyle = shade(i) > 0.6 ? "#000" : "#fff";
               ctx.fillText(text, margin + (k + 0.5) * cell, margin + (q + 0.5) * cell);
             }
             canvas.dataset.numberFont = px; canvas.dataset.numberWidth = widest.toFixed(1); // what the tests check fits
@@ -404,7 +424,7 @@
     const show = (c, x, y) => {
       S.cell = c; mark();
       if (!c) { hideTip(); return; }
-      showTip(cellTip(layer, d, h, c.q, c.k), x, y);
+      showTip(cellTip(layer, d, h, c.q, c.k, kind), x, y);
     };
     canvas.addEventListener("mousemove", (e) => show(cellAt(e), e.clientX, e.clientY));
     canvas.addEventListener("mouseleave", () => { hideTip(); });
@@ -425,19 +445,31 @@
     const bar = el("canvas", { width: 160, height: 12 });
     const bctx = bar.getContext("2d");
     for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
-    legend.append(el("span", { text: S.log ? "weight 10⁻⁴" : "weight 0" }), bar, el("span", { text: "1" }), el("span", { class: "swatch" }), el("span", { text: "masked: the query may not see this key" }));
+    const name = kind === "norms" ? "||a·f(x)||" : kind === "rollout" ? "rollout" : "weight";
+    const high = kind === "norms" ? fixed(top) : "1";
+    legend.append(el("span", { text: S.log ? `${name} ${kind === "norms" ? fixed(top / SCALE) : "10⁻⁴"}` : `${name} 0` }), bar, el("span", { text: high }), el("span", { class: "swatch" }),
+      el("span", { text: kind === "rollout" ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
+    const about = kind === "rollout"
+      ? `Attention rollout through layer ${layer.index} (Abnar & Zuidema 2020): each layer's weights averaged over all its heads, half the identity added for the residual, rows renormalized, multiplied from layer 0 up. Rows are queries, columns keys; a cell is how much of the key token reaches the query's position; each row sums to 1.`
+      : kind === "norms"
+        ? `Head ${h} of layer ${layer.index}, coloured by the value-weighted norm ||a·f(x)|| (Kobayashi et al. 2020): the weight times the size of what the key sends through this head and W_o, from 0 to the head's largest (${fixed(top)}). A big weight on a key that sends little is dark here.`
+        : `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1.`;
     const box = el("div", {},
-      el("p", { class: "small", text: `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1. Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (n <= 16 ? " (the cells show two decimals)." : ".") + (d.s ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (n <= 16 ? " (the cells show two decimals)." : ".") + (d.s || kind === "rollout" ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
       wrap, legend);
     box.after = () => { paint(); mark(); };
     return box;
   }
-  function cellTip(layer, d, h, q, k) {
+  function cellTip(layer, d, h, q, k, kind) {
     const n = T(), tk = trace().tokens, i = h * n * n + q * n + k, u = d.w[i];
-    const rows = [
-      ["query", `${tk.labels[q]} (${tk.positions[q]})`], ["key", `${tk.labels[k]} (${tk.positions[k]})`], ["head", `${h}, layer ${layer.index}`],
-      ["weight", u === MASKED ? "0 (masked)" : fixedWeight(u)],
-    ];
+    const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], ["key", `${tk.labels[k]} (${tk.positions[k]})`]];
+    if (kind === "rollout") {
+      rows.push(["layers", `0 to ${layer.index}, every head`], ["rollout", u === MASKED ? "0 (no path)" : fixedWeight(u)]);
+      const dl = el("dl", {}, rows.map(([k2, v]) => [el("dt", { text: k2 }), el("dd", { "data-field": k2.replace(" ", "-"), text: v })]));
+      return el("div", {}, dl);
+    }
+    rows.push(["head", `${h}, layer ${layer.index}`], ["weight", u === MASKED ? "0 (masked)" : fixedWeight(u)]);
+    if (d.v) rows.push(["norm ||a·f(x)||", u === MASKED ? "0 (masked)" : fixed(d.v[i])]);
     if (d.s) {
       rows.push(["raw score", fixed(d.s[i])]);
       rows.push(["scaled score", fixed(scaledScore(layer, d, i)) + (layer.divisorText ? ` (raw / ${layer.divisorText})` : "")]);
