@@ -288,6 +288,7 @@ from attn_cli.cli import explain as _explain_command  # noqa: E402,F401
 from attn_cli.cli import tokenizers as _tokenizers_command  # noqa: E402,F401
 from attn_cli.cli import html as _html_command  # noqa: E402,F401
 from attn_cli.cli import heads as _heads_command  # noqa: E402,F401
+from attn_cli.cli import compare as _compare_command  # noqa: E402,F401
 from attn_cli.cli import models as _models_command  # noqa: E402,F401
 from attn_cli.cli import completion as _completion_command  # noqa: E402,F401
 

@@ -108,13 +108,6 @@ def run(
     # --show norms / rollout asks for them; asked for, they join the default tables
     rollout = rollout or (shown is not None and "rollout" in shown)
     norms = norms or (shown is not None and "norms" in shown)
-    if shown is None and not (query is not None or key is not None):
-        from attn_cli.render.tables import DEFAULT_SHOW
-
-        added = {name for name, on in (("rollout", rollout), ("norms", norms)) if on}
-        shown_default = DEFAULT_SHOW | added if added else None
-    else:
-        shown_default = None
     if chosen is not Format.table and shaping:
         typer.echo(
             f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "
@@ -128,8 +121,7 @@ def run(
     selection = spec.select(source, everything=chosen is not Format.table, rollout=rollout, norms=norms)
 
     if chosen is Format.table:
-        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber,
-                default=shown_default)  # fmt: skip
+        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
     from attn_cli.render.export import write_csv, write_json
 
@@ -166,14 +158,16 @@ def _tables(
     no_color: bool,
     *,
     clobber: bool,
-    default: frozenset[str] | None = None,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
 
     focused = query is not None or key is not None
     base = View(
-        show=shown if shown is not None else (FOCUSED_SHOW if focused else default or DEFAULT_SHOW),
+        # asked for, the rollout and norms join the default tables
+        show=shown if shown is not None else FOCUSED_SHOW if focused else DEFAULT_SHOW | {
+            name for name, on in (("rollout", selection.rollout), ("norms", selection.norms)) if on
+        },
         explicit=shown is not None,
         precision=precision,
     )

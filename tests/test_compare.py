@@ -1,0 +1,151 @@
+"""`attn-cli compare`: total variation per head recomputed from transformers' attentions,
+on a minimal pair through one checkpoint and on one text through two; the refusals."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import checkpoints
+from attn_cli.cli import app
+
+A = "the quick brown fox jumps over the lazy dog"
+B = "the quick brown cat jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def other_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.built(tmp_path_factory, "compare-gpt2-other", checkpoints.build_gpt2, seed=7)
+
+
+@pytest.fixture(scope="module")
+def two_head_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.built(tmp_path_factory, "compare-gpt2-2heads", checkpoints.build_gpt2, n_head=2)
+
+
+def invoke(*args: str, code: int = 0) -> Any:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, result.stderr
+    return result
+
+
+def attentions(folder: Path, text: str) -> list[torch.Tensor]:
+    from attn_cli.checkpoint import open_checkpoint
+
+    tokens = open_checkpoint(str(folder)).tokenizer.encode(text)
+    return checkpoints.reference(folder, tokens.ids).weights
+
+
+def expected_tv(a: list[torch.Tensor], b: list[torch.Tensor]) -> dict[tuple[int, int], tuple[float, float]]:
+    """(layer, head) -> (mean, max) over query rows of 0.5 * sum_j |B - A|, from transformers' attentions."""
+    made = {}
+    for layer, (x, y) in enumerate(zip(a, b)):
+        tv = 0.5 * (y.double() - x.double()).abs().sum(-1)  # (H, T)
+        for h in range(tv.shape[0]):
+            made[(layer, h)] = (tv[h].mean().item(), tv[h].max().item())
+    return made
+
+
+def assert_tv(heads: list[dict[str, Any]], expected: dict[tuple[int, int], tuple[float, float]]) -> None:
+    assert [(h["layer"], h["head"]) for h in heads] == sorted(expected)  # model order
+    for h in heads:
+        mean, most = expected[(h["layer"], h["head"])]
+        assert h["mean_tv"] == pytest.approx(mean, abs=1e-6) and h["max_tv"] == pytest.approx(most, abs=1e-6), (h["layer"], h["head"])
+
+
+def test_a_minimal_pair_equals_transformers(gpt2_folder: Path) -> None:
+    data = json.loads(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "json").stdout)
+    ref_a, ref_b = attentions(gpt2_folder, A), attentions(gpt2_folder, B)
+    assert_tv(data["heads"], expected_tv(ref_a, ref_b))
+    assert data["a"]["text"] == A and data["b"]["text"] == B and data["a"]["model"]["family"] == "gpt2"
+    assert [t["label"] for t in data["a"]["tokens"]] != [t["label"] for t in data["b"]["tokens"]]
+    for layer in data["layers"]:
+        for head in layer["heads"]:
+            difference = ref_b[layer["layer"]][head["head"]] - ref_a[layer["layer"]][head["head"]]
+            torch.testing.assert_close(torch.tensor(head["difference"]), difference, atol=1e-6, rtol=0)
+    # the negative control: the same heads one layer off would not match
+    shifted = expected_tv(ref_a[1:] + ref_a[:1], ref_b[1:] + ref_b[:1])
+    with pytest.raises(AssertionError):
+        assert_tv(data["heads"], shifted)
+    assert all(h["mean_tv"] == 0 for h in json.loads(invoke("compare", A, A, "--model", str(gpt2_folder), "-F", "json").stdout)["heads"])
+
+
+def test_one_text_through_two_checkpoints(gpt2_folder: Path, other_gpt2: Path) -> None:
+    data = json.loads(invoke("compare", A, "--model", str(gpt2_folder), "--other-model", str(other_gpt2), "-F", "json").stdout)
+    assert_tv(data["heads"], expected_tv(attentions(gpt2_folder, A), attentions(other_gpt2, A)))
+    assert data["a"]["model"]["source"] == str(gpt2_folder) and data["b"]["model"]["source"] == str(other_gpt2)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (("compare", A, "the cat"), "have 11 and 3 tokens; compare needs the same number"),
+        (("compare", A), "compare needs two texts"),
+        (("compare", A, B, "--other-model", "x"), "not both"),
+    ],
+)
+def test_refusals(args: tuple[str, ...], said: str, gpt2_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = invoke(*args, "--model", str(gpt2_folder), "-o", str(out), code=2)
+    assert said in result.stderr and result.stderr.count("\n") == 1 and not out.exists()
+    if "tokens" in said:  # both tokenizations shown
+        assert "A: t he ␣quick" in result.stderr and "B: t he ␣cat" in result.stderr
+
+
+def test_models_with_other_heads_are_refused(gpt2_folder: Path, two_head_gpt2: Path) -> None:
+    result = invoke("compare", A, "--model", str(gpt2_folder), "--other-model", str(two_head_gpt2), code=2)
+    assert "has 4 heads" in result.stderr and "2" in result.stderr
+    result = invoke("compare", A, "--other-model", str(two_head_gpt2), "-t", "words", code=2)
+    assert "give the first with --model" in result.stderr
+
+
+def test_the_table_ranks_heads_and_csv_has_every_number(gpt2_folder: Path) -> None:
+    table = invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "table", "--top", "3").stdout
+    data = json.loads(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "json").stdout)
+    best = max(data["heads"], key=lambda h: h["mean_tv"])
+    assert "Heads that change most (of 12)" in table and "differ at position 4 (␣fox→␣cat)" in table
+    first = next(line for line in table.splitlines() if line.strip().startswith("1 "))
+    assert first.split()[1:4] == [str(best["layer"]), str(best["head"]), f"{best['mean_tv']:.3f}"]
+    rows = list(csv.DictReader(io.StringIO(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "csv").stdout)))
+    tables = {r["table"] for r in rows}
+    assert tables == {"token_a", "token_b", "mean_tv", "max_tv", "tv", "difference"}
+    assert sum(r["table"] == "difference" for r in rows) == 12 * 11 * 11
+    mean = {(int(r["layer"]), int(r["head"])): float(r["value"]) for r in rows if r["table"] == "mean_tv"}
+    assert mean[(best["layer"], best["head"])] == best["mean_tv"]
+
+
+def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from attn_cli.analysis.compare import compare
+    from attn_cli.config import Config
+    from attn_cli.render.compare import compare_figure
+    from attn_cli.source import SourceSpec
+    from attn_cli.traces import Selection
+
+    out = tmp_path / "pair.png"
+    assert invoke("compare", A, B, "--model", str(gpt2_folder), "-o", str(out)).stdout.strip() == str(out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    source = SourceSpec(Config(), model=str(gpt2_folder)).open()
+    selection = Selection((0, 1, 2), (0, 1, 2, 3), keep="weights")
+    comparison = compare(source.run(A, selection), source.run(B, selection))
+    fig = compare_figure(comparison, 2, 1)
+    images = {im.get_label(): np.ma.getdata(im.get_array()) for ax in fig.axes for im in ax.images}
+    ref_a, ref_b = attentions(gpt2_folder, A)[2][1], attentions(gpt2_folder, B)[2][1]
+    assert np.allclose(images["A layer 2 head 1"], ref_a.numpy(), atol=1e-6)
+    assert np.allclose(images["B − A layer 2 head 1"], (ref_b - ref_a).numpy(), atol=1e-6)
+    result = invoke("compare", A, B, "--model", str(gpt2_folder), "--layer", "0-1", "-o", str(tmp_path / "x.png"), code=2)
+    assert "one layer and one head" in result.stderr
+
+
+def test_the_toy_compares_two_texts_and_notes_identical_ids() -> None:
+    result = invoke("compare", "the cat sat", "the dog sat", "-t", "words", "--heads", "2", "-F", "json")
+    assert "same token ids" in result.stderr and "'words' tokenizer" in result.stderr
+    assert all(h["mean_tv"] == 0 for h in json.loads(result.stdout)["heads"])
