@@ -326,12 +326,13 @@ def page(t: Trace, *, view: str | None = None, max_size: float | None = None) ->
 
 def heads(t: Trace) -> list[dict[str, Any]]:
     """The heads census of ``t`` (masses, entropy, role) per kept layer and shown head,
-    as `attn-cli heads --no-probe` computes it."""
+    as `attn-cli heads --no-probe` computes it; ``norm_special_mass`` needs a trace with its
+    norms (``trace(..., norms=True)``), and is None otherwise."""
     from attn_cli.headroles import text_scores
 
     found: list[dict[str, Any]] = []
     for layer in t.layers:
-        scores = text_scores(layer.weights, layer=layer.layer, special=t.tokens.special, mask=layer.mask)
+        scores = text_scores(layer.weights, layer=layer.layer, special=t.tokens.special, mask=layer.mask, norms=layer.norms)
         found += [scores[h].as_dict() for h in t.shown_heads]
     return found
 

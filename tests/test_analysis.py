@@ -231,10 +231,10 @@ def test_wrong_norms_are_caught(bug: str, gpt2_folder: Path, monkeypatch: pytest
     elif bug == "W_o rows, not columns":
         real_outputs = norms_module.head_outputs
 
-        def rows(layer: Any, keys: slice = slice(None)) -> torch.Tensor:
+        def rows(layer: Any, keys: slice = slice(None), dtype: Any = torch.float64) -> torch.Tensor:
             heads, _, d_v = layer.values.shape
-            w_o = layer.projections.out.weight.double().T.reshape(-1, heads, d_v).transpose(0, 1)  # W_o^T's slices
-            return layer.values[:, keys].double() @ w_o.transpose(1, 2)
+            w_o = layer.projections.out.weight.to(dtype).T.reshape(-1, heads, d_v).transpose(0, 1)  # W_o^T's slices
+            return layer.values[:, keys].to(dtype) @ w_o.transpose(1, 2)
 
         assert real_outputs is not rows
         monkeypatch.setattr(norms_module, "head_outputs", rows)
@@ -417,7 +417,7 @@ def test_heads_reports_the_norm_share_of_the_special_tokens(bert_folder: Path) -
     assert "Special tokens: weight vs what moves" in table
 
 
-def test_a_saved_run_redraws_its_rollout_and_norms(gpt2_folder: Path, tmp_path: Path) -> None:
+def test_a_saved_run_redraws_its_rollout_and_norms(gpt2_folder: Path, bert_folder: Path, tmp_path: Path) -> None:
     saved = tmp_path / "saved.json"
     cli("run", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "-o", str(saved))
     for args in (("--rollout",), ("--what", "norms"), ("--what", "norms", "--layer", "all")):
@@ -425,6 +425,14 @@ def test_a_saved_run_redraws_its_rollout_and_norms(gpt2_folder: Path, tmp_path: 
         cli("heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(direct))
         cli("heatmap", "--from", str(saved), *args, "-o", str(again))
         assert direct.read_bytes() == again.read_bytes(), args
+    import json
+
+    bert_saved = tmp_path / "bert.json"  # BERT: [CLS] and [SEP] are special, so the share is a number
+    cli("run", TEXT, "--model", str(bert_folder), "--norms", "-o", str(bert_saved))
+    from_file = json.loads(cli("heads", "--from", str(bert_saved), "-F", "json").stdout)["heads"]
+    direct = json.loads(cli("heads", TEXT, "--model", str(bert_folder), "--no-probe", "-F", "json").stdout)["heads"]
+    assert [h["norm_special_mass"] for h in from_file] == [h["norm_special_mass"] for h in direct]
+    assert all(isinstance(h["norm_special_mass"], float) for h in direct)
     # a file without norms says so; one with a few heads cannot roll out
     from typer.testing import CliRunner
 

@@ -85,9 +85,11 @@ def test_heatmap_page_and_census_are_the_command_lines(ours: Any, minilm_path: P
     assert ours.heatmap(layer="all").get_size_inches()[0] > 4
     page = ours.page(view="model")
     assert manifest(page)["view"] == "overview"
-    census = ours.heads()
+    census = attn_cli.trace(TEXT, model=minilm_path, norms=True).heads()
     cli = json.loads(invoke("heads", TEXT, "--model", str(minilm_path), "--no-probe", "-F", "json").stdout)["heads"]
     assert census == cli
+    without = ours.heads()  # a trace without its norms: everything but the norms' share
+    assert [{**h, "norm_special_mass": None} for h in cli] == without and cli[0]["norm_special_mass"] is not None
 
 
 def test_bad_arguments_are_the_command_lines_errors(minilm_path: Path) -> None:
@@ -207,7 +209,10 @@ def test_html_and_heads_from_a_saved_trace(saved: Path, minilm_path: Path, tmp_p
     from_file = invoke("heads", "--from", str(saved), "-F", "json")
     assert "no probe: the attention comes from" in from_file.stderr
     text = invoke("heads", TEXT, "--model", str(minilm_path), "--no-probe", "-F", "json")
-    assert json.loads(from_file.stdout)["heads"] == json.loads(text.stdout)["heads"]
+    # the same census; the file was saved without --norms, so it has no norm_special_mass
+    saved_heads, text_heads = json.loads(from_file.stdout)["heads"], json.loads(text.stdout)["heads"]
+    assert all(h["norm_special_mass"] is None for h in saved_heads) and text_heads[0]["norm_special_mass"] is not None
+    assert saved_heads == [{**h, "norm_special_mass": None} for h in text_heads]
     assert attn_cli.load(saved).to_dict()["layers"][0]["heads"][0]["weights"] == json.loads(saved.read_text())["layers"][0]["heads"][0]["weights"]
 
 

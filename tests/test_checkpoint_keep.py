@@ -103,7 +103,10 @@ def test_a_run_refused_keeping_everything_goes_through_keeping_the_weights(folde
 def keeping_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """SourceSpec.select as it was before keep levels: every command keeps every tensor."""
     select = SourceSpec.select
-    monkeypatch.setattr(SourceSpec, "select", lambda self, source, *, everything, keep="all": select(self, source, everything=everything))
+    monkeypatch.setattr(
+        SourceSpec, "select",
+        lambda self, source, *, everything, keep="all", **analyses: select(self, source, everything=everything, **analyses),
+    )  # fmt: skip
 
 
 def spy_keep(monkeypatch: pytest.MonkeyPatch) -> list[str]:

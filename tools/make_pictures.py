@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
+DOCTOR = "The doctor said he was tired after the long night"  # docs/analyses.md's sentence
 # docs/NAME.png: (the attn-cli arguments after the command name, as the docs show them; what it needs)
 PICTURES: dict[str, tuple[list[str], str]] = {
     "heatmap-single.png": (["heatmap", "Life is short, eat dessert first"], ""),
@@ -37,6 +38,12 @@ PICTURES: dict[str, tuple[list[str], str]] = {
         "minilm",
     ),
     "html-page.png": (["html", "I saw a saw", "-t", "words", "--heads", "4", "--causal"], "chromium"),
+    # docs/analyses.md
+    "minilm-last-head0.png": (["heatmap", DOCTOR, "--model", "$M", "--head", "0"], "minilm"),
+    "minilm-rollout.png": (["heatmap", DOCTOR, "--model", "$M", "--rollout"], "minilm"),
+    "minilm-l4h2-weights.png": (["heatmap", DOCTOR, "--model", "$M", "--layer", "4", "--head", "2"], "minilm"),
+    "minilm-l4h2-norms.png": (["heatmap", DOCTOR, "--model", "$M", "--layer", "4", "--head", "2", "--what", "norms"], "minilm"),
+    "minilm-he-she.png": (["compare", DOCTOR, DOCTOR.replace(" he ", " she "), "--model", "$M"], "minilm"),
 }
 
 
@@ -65,7 +72,7 @@ def make(name: str, args: list[str], work: Path, model: str | None) -> str:
     """Make one picture in ``work`` and move it into docs/; returns what happened."""
     args = [model if a == "$M" else a for a in args]
     kind = args[0]
-    made = work / (name if kind == "heatmap" else name.replace(".png", ".html"))
+    made = work / (name if kind in ("heatmap", "compare") else name.replace(".png", ".html"))
     cmd = [sys.executable, "-m", "attn_cli", *args, "-o", made.name]  # relative: the page's Reproduce line shows it
     subprocess.run(cmd, check=True, capture_output=True, cwd=work, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     if kind == "html":

@@ -200,7 +200,8 @@ def compare_figure(c: Comparison, layer: int, head: int, *, dpi: float = 150, si
         models = c.a.model.name if c.a.model.source == c.b.model.source else f"A {c.a.model.name} · B {c.b.model.name}"
         title = [
             [f"Attention compared, layer {layer} head {head}: {texts}"],
-            [models, f"mean tv {change.mean_tv:.3f}", f"max tv {change.max_tv:.3f} at {labels[change.max_row]}", "grey: masked in both"],
+            [models, f"mean tv {change.mean_tv:.3f}", f"max tv {change.max_tv:.3f} at {labels[change.max_row]}",
+             *(["grey: masked in both"] if mask is not None and mask.any() else [])],  # fmt: skip
         ]
         fig.suptitle(fit_title(title, (figsize[0] - 0.2) * 72, 11), fontsize=11, parse_math=False)
     return fig
