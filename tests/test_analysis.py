@@ -31,6 +31,12 @@ def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoints.built(tmp_path_factory, "analysis-qwen2", checkpoints.build_llama, model_type="qwen2")
 
 
+@pytest.fixture(scope="module")
+def plain_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Llama itself: grouped-query (8 heads, 2 key/value heads), no biases anywhere
+    return checkpoints.built(tmp_path_factory, "analysis-llama", checkpoints.build_llama, model_type="llama")
+
+
 def checkpoint_trace(folder: Path, text: str, layers: tuple[int, ...] | None = None, **analyses: bool) -> Any:
     source = SourceSpec(Config(), model=str(folder)).open()
     chosen = layers if layers is not None else tuple(range(source.n_layers))
@@ -75,6 +81,13 @@ def test_rollout_equals_a_direct_implementation_from_transformers(
         assert trace.rollout.causal
     else:
         assert trace.rollout.mask is None
+
+
+def test_minilm_rolls_out_through_layer_2(minilm_path: Path) -> None:
+    trace = checkpoint_trace(minilm_path, TEXT, layers=(2,), rollout=True)
+    expected = direct_rollout(reference_attentions(minilm_path, TEXT), 2)
+    assert trace.rollout.through_layer == 2
+    torch.testing.assert_close(trace.rollout.weights, expected, atol=1e-5, rtol=0)
 
 
 def test_rollout_through_the_layer_chosen(gpt2_folder: Path) -> None:
@@ -187,9 +200,11 @@ def assert_norms_match(layers: Any, expected: list[tuple[torch.Tensor, torch.Ten
             torch.testing.assert_close(got, want, atol=1e-5 * float(want.abs().max()), rtol=1e-5, msg=lambda m, what=what: f"layer {layer.layer} {what} norms: {m}")
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "qwen2"])
-def test_norms_equal_those_from_transformers_tensors(name: str, bert_folder: Path, gpt2_folder: Path, llama_folder: Path) -> None:
-    folder = {"bert": bert_folder, "gpt2": gpt2_folder, "qwen2": llama_folder}[name]
+@pytest.mark.parametrize("name", ["bert", "gpt2", "qwen2", "llama"])
+def test_norms_equal_those_from_transformers_tensors(
+    name: str, bert_folder: Path, gpt2_folder: Path, llama_folder: Path, plain_llama: Path
+) -> None:
+    folder = {"bert": bert_folder, "gpt2": gpt2_folder, "qwen2": llama_folder, "llama": plain_llama}[name]
     trace = checkpoint_trace(folder, TEXT, norms=True)
     assert_norms_match(trace.layers, transformers_norms(folder, TEXT))
 
