@@ -232,8 +232,9 @@ class CheckpointSource(_Batches):
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
         parts = self.checkpoint.estimate_bytes(
-            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout
-        )
+            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout,
+            predict=bool(selection.predict),
+        )  # fmt: skip
         check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
         # Threads follow the size of one layer's operations, not the whole model's:
         # a sentence through 12 small layers is still small work for each matmul.
@@ -241,12 +242,19 @@ class CheckpointSource(_Batches):
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
         n_threads = threads.threads_for(per_layer)
         rollout = RolloutAccumulator() if selection.rollout else None
+        predictions = None
         with using_threads(n_threads):
-            layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout)
+            if selection.predict:
+                layers, predictions = self.checkpoint.predict(
+                    tokens, selection.layers, selection.predict, selection.keep, norms=selection.norms, rollout=rollout
+                )  # fmt: skip
+            else:
+                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout)
         info, layers = _with_threads(self.info, layers, n_threads)
         return Trace(
-            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None
-        )
+            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
+            predictions=predictions,
+        )  # fmt: skip
 
 
 def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Predictions
     from attn_cli.analysis.rollout import Rollout
     from attn_cli.attention import LayerWeights
     from attn_cli.config import Config
@@ -134,6 +135,7 @@ class Trace(Generic[LayerT]):
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
+    predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
 
     def shown(self) -> Trace:
         """What tables and pictures draw: without the hidden tokens, rows renormalized
@@ -299,6 +301,7 @@ class Selection:
     keep: Keep = "all"  # "weights": a checkpoint's kept layers hold their weights only (see Keep)
     rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
+    predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
 
     @property
     def last_layer(self) -> int:

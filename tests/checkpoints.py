@@ -439,7 +439,7 @@ def roberta_bpe(vocab_size: int = 400) -> Any:
 
 
 ENCODER_CLASSES = {
-    "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "distilbert": "DistilBertForMaskedLM",
+    "bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "distilbert": "DistilBertForMaskedLM",
     "mpnet": "MPNetForMaskedLM", "modernbert": "ModernBertForMaskedLM",
 }  # fmt: skip
 MODERNBERT_SIZES = dict(
@@ -457,6 +457,9 @@ def build_encoder(folder: Path, *, model_type: str, seed: int = 4, **overrides: 
     if model_type == "modernbert":
         tokenizer = roberta_bpe()
         sizes: dict[str, Any] = dict(MODERNBERT_SIZES)
+    elif model_type == "bert":
+        tokenizer = wordpiece()
+        sizes = dict(BERT_SIZES)
     elif model_type == "distilbert":
         tokenizer = wordpiece()
         sizes = dict(n_layers=3, n_heads=4, dim=32, hidden_dim=64, max_position_embeddings=64, pad_token_id=0)

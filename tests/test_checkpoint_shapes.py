@@ -63,8 +63,8 @@ def test_a_config_that_disagrees_with_its_tensors_is_exit_3_naming_them(
     def never(*args, **kwargs):
         raise AssertionError("a layer ran before the shapes were checked")
 
-    monkeypatch.setattr(base, "run_layers", never)
-    monkeypatch.setattr("attn_cli.checkpoint.families.run_layers", never)
+    monkeypatch.setattr(base, "forward", never)
+    monkeypatch.setattr("attn_cli.checkpoint.families.forward", never)
     result = CliRunner().invoke(app, ["run", "--model", str(folder), "hello world", "-F", "json"])
     assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE, result.output
     lines = result.stderr.splitlines()

@@ -227,11 +227,16 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
     return entries
 
 
+ROOT = "/"  # a tensor name that starts here is the file's own, not under the model's prefix
+
+
 class WeightReader:
     """Named float32 tensors from a checkpoint's safetensors files, read one at a time.
 
     ``prefix`` is what the save put before the model's own names ("transformer."
-    for GPT2LMHeadModel, "bert." for BertFor*, "" for GPT2Model/BertModel). A shard's
+    for GPT2LMHeadModel, "bert." for BertFor*, "" for GPT2Model/BertModel); a name
+    starting with ``ROOT`` ("/lm_head.weight") is the file's own, outside the prefix
+    (the heads a *ForCausalLM or *ForMaskedLM keeps beside its model). A shard's
     header is parsed, and the shard opened, only when a tensor in it is wanted.
     """
 
@@ -265,8 +270,20 @@ class WeightReader:
         self.prefix = found[0]
         return self.prefix
 
+    def full_name(self, name: str) -> str:
+        """The name in the file: the prefix and ``name``, or ``name`` itself after ``ROOT``."""
+        return name[len(ROOT) :] if name.startswith(ROOT) else self.prefix + name
+
+    def has(self, name: str) -> bool:
+        """Whether the checkpoint names a tensor ``name`` (an optional one: a head, a tied copy)."""
+        full = self.full_name(name)
+        if self._weight_map is not None:
+            return full in self._weight_map
+        assert self._single is not None
+        return full in self._header(self._single)
+
     def entry(self, name: str) -> TensorEntry:
-        full = self.prefix + name
+        full = self.full_name(name)
         if self._weight_map is not None:
             if full not in self._weight_map:
                 raise self._missing(name)
@@ -289,7 +306,7 @@ class WeightReader:
         """Whether the file that holds ``name`` is on disk (its header can be read)."""
         if self._weight_map is None:
             return True
-        file = self._weight_map.get(self.prefix + name)
+        file = self._weight_map.get(self.full_name(name))
         return file is not None and (self.folder / file).is_file()
 
     def read(self, name: str) -> torch.Tensor:
@@ -300,7 +317,7 @@ class WeightReader:
         does not look it up again, at no cost in memory beyond the pages already
         read. A converted one is a copy, read again each time it is asked for.
         """
-        full = self.prefix + name
+        full = self.full_name(name)
         if full in self._mapped:
             return self._mapped[full]
         entry = self.entry(name)
@@ -313,14 +330,14 @@ class WeightReader:
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` of a 2-D tensor, as ``dtype`` on ``device``, reading only those rows."""
         entry = self.entry(name)
-        return self._cast(self._call(entry.file, lambda f: f.get_slice(self.prefix + name)[start:stop]))  # (stop - start, D)
+        return self._cast(self._call(entry.file, lambda f: f.get_slice(self.full_name(name))[start:stop]))  # (stop - start, D)
 
     def read_at(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         """Rows ``rows`` (a (U,) long tensor) of a 2-D tensor, as ``dtype`` on ``device``.
         safetensors maps the file, so only those rows' pages are read, and only they
         are converted: one call, where a ``read_rows`` per row costs ~50 us each."""
         entry = self.entry(name)
-        return self._cast(self._call(entry.file, lambda f: f.get_tensor(self.prefix + name)[rows]))  # (U, D)
+        return self._cast(self._call(entry.file, lambda f: f.get_tensor(self.full_name(name))[rows]))  # (U, D)
 
     def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
         import torch
@@ -344,6 +361,6 @@ class WeightReader:
 
     def _missing(self, name: str) -> ModelUnavailable:
         return ModelUnavailable(
-            f"{self.folder}: tensor {self.prefix + name} is missing from the weights; the checkpoint is incomplete "
+            f"{self.folder}: tensor {self.full_name(name)} is missing from the weights; the checkpoint is incomplete "
             f"or another architecture than config.json says: fetch its files again"
         )

@@ -6,17 +6,22 @@ Shapes: T tokens, D d_model, H heads, F the MLP's inner size.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
+from attn_cli.analysis.effects import LOGIT_BLOCK_BYTES
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
-from attn_cli.errors import UsageError
+from attn_cli.errors import ModelUnavailable, UsageError
+from attn_cli.tokens import visible
 from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Predictions
     from attn_cli.analysis.rollout import RolloutAccumulator
+    from attn_cli.checkpoint.families.base import Head
     from attn_cli.attention import LayerAttention, LayerWeights
     from attn_cli.checkpoint.families import Family
     from attn_cli.tokens import Tokens
@@ -43,7 +48,8 @@ class Checkpoint:
         self._weights = weights
 
     def estimate_bytes(
-        self, n_tokens: int, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: bool = False
+        self, n_tokens: int, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: bool = False,
+        predict: bool = False,
     ) -> dict[str, int]:
         """Bytes a trace of ``n_tokens`` tokens keeping ``layers`` at level ``keep``
         needs, by part: weights (copies in the run's dtype of every tensor of layers
@@ -54,7 +60,8 @@ class Checkpoint:
         kept = self._check_layers(layers)
         family, t = self._family, n_tokens
         size = DTYPES[self.info.dtype]
-        layer_weights = sum(self._layer_elements(layer) for layer in range(max(kept) + 1)) * size
+        last = self.info.layers - 1 if predict else max(kept)  # predictions run every layer
+        layer_weights = sum(self._layer_elements(layer) for layer in range(last + 1)) * size
         embedding_rows = len(family.embedding_tensors) * t * family.d_model * size  # at most T rows of each table
         width = max(family.d_model, family.heads * family.head_dim)  # a (T, D) or (T, H*Dk) tensor
         # the layer being computed: hidden, residual, normed and q/k/v/context (T, D)-sized;
@@ -64,12 +71,23 @@ class Checkpoint:
             in_flight += 8 * t * family.heads**2 + NORMS_BLOCK_BYTES * 3
         if rollout:  # analysis.rollout: the float64 product, the next layer's mixed weights and their product
             in_flight += 3 * 8 * t * t
+        if predict:  # analysis.effects: one block of (positions, V) logits and their softmax, and the head's matrix
+            in_flight += LOGIT_BLOCK_BYTES + self._head_bytes(size)
         return {
             "weights": layer_weights + embedding_rows,
             # a kept layer's (H, T, T) tables, and with norms its (H, T, T) + (T, T) norms
             "tables": len(kept) * t * t * FLOAT32 * (family.heads * KEPT_TABLES[keep] + (family.heads + 1) * norms),
             "activations": len(kept) * KEPT_VECTORS[keep] * t * width * FLOAT32 + in_flight,
         }
+
+    def _head_bytes(self, size: int) -> int:
+        """The head's (V, D) matrix, read whole for the logits (a tied one too: the embedding
+        rows counted above are only the text's)."""
+        try:
+            head = self._family.head(self._weights)
+        except ModelUnavailable:  # no head: predict() says so before anything runs
+            return 0
+        return int(math.prod(self._weights.entry(head.weight).shape)) * size
 
     def _layer_elements(self, layer: int) -> int:
         """Elements of layer ``layer``'s tensors: from the safetensors headers, or from
@@ -97,8 +115,8 @@ class Checkpoint:
         """One record per requested layer, in order: a LayerAttention (every tensor) at
         ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights".
         Runs layers 0 .. max(layers) only, and never reads a later layer's weights.
-        ``norms``, ``rollout``: as ``run_layers`` takes them."""
-        from attn_cli.checkpoint.families import run_layers
+        ``norms``, ``rollout``: as ``families.forward`` takes them."""
+        from attn_cli.checkpoint.families import forward
 
         self._check_layers(layers)
         if self.info.max_positions is not None and len(tokens) > self.info.max_positions:
@@ -106,7 +124,41 @@ class Checkpoint:
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return run_layers(self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout)
+        return forward(self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout).layers
+
+    def predict(
+        self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep = "all", *, norms: bool = False,
+        rollout: RolloutAccumulator | None = None,
+    ) -> tuple[list[LayerWeights], Predictions]:
+        """``trace``'s layers, and every position's top ``k`` predictions: every layer runs,
+        then the family's final norm and its language-model head (ModelUnavailable, exit 3,
+        naming what is missing when the checkpoint has none; checked before anything runs)."""
+        from attn_cli.analysis.effects import Predictions, top_k
+        from attn_cli.checkpoint.families import forward
+
+        self._check_layers(layers)
+        head = self._family.head(self._weights)
+        done = forward(
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True
+        )  # fmt: skip
+        assert done.hidden is not None
+        family, weights = self._family, self._weights
+        import torch
+
+        with torch.inference_mode():
+            normed = family.final_norm(weights, done.hidden)  # (T, D)
+            ids, probs, logits = top_k(
+                lambda rows: family.logits(weights, head, normed[rows]), len(tokens), k, self.vocab_size(head)
+            )  # (T, K) each
+        decoded = self.tokenizer.id_texts([int(i) for i in ids.reshape(-1)])
+        width = ids.shape[-1]
+        texts = tuple(tuple(decoded[r * width : (r + 1) * width]) for r in range(len(tokens)))
+        labels = tuple(tuple(visible(text) for text in row) for row in texts)
+        return done.layers, Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
+
+    def vocab_size(self, head: Head) -> int:
+        """V: the rows of the head's matrix (from the safetensors header)."""
+        return int(self._weights.entry(head.weight).shape[0])
 
     def _check_layers(self, layers: Sequence[int]) -> list[int]:
         kept = list(layers)

@@ -12,6 +12,8 @@ token ('##s' none, 'cat' after 'the' ' cat'); tokens the tokenizer added
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import json
 import re
 from pathlib import Path
@@ -92,6 +94,12 @@ class CheckpointTokenizer:
         """Every id of the vocabulary but the special tokens."""
         special = {tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special}
         return [tid for tid in range(self._tokenizer.get_vocab_size(with_added_tokens=True)) if tid not in special]
+
+    def id_texts(self, ids: Sequence[int]) -> list[str]:
+        """Each id's text on its own (a prediction's), as ``encode`` would show that token
+        at the start of a text; special tokens as they are."""
+        special = {tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special}
+        return [self._texts([self._tokenizer.id_to_token(tid) or "?"], (tid in special,))[0][0] for tid in ids]
 
     def tokens_from_ids(self, ids: tuple[int, ...], special: tuple[bool, ...]) -> Tokens:
         """Tokens for ids chosen directly, labelled as ``encode`` labels them."""

@@ -528,6 +528,17 @@ NormsOption = Annotated[
         rich_help_panel=ANALYSIS,
     ),
 ]
+PredictOption = Annotated[
+    int,
+    typer.Option(
+        "--predict",
+        help="With --model: also each position's K most likely next tokens (decoders) or fillers (masked LMs), "
+        "running every layer, the final norm and the model's head. 0: none.",
+        min=0,
+        max=1000,
+        rich_help_panel=ANALYSIS,
+    ),
+]
 PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
 NoColorOption = Annotated[
     bool,
@@ -605,3 +616,11 @@ def choose_format(format: Format, output: Path | None, *, table_asked: bool) -> 
     if named is not None:
         return named
     return Format.table if table_asked or (output is None and stdout_is_terminal()) else Format.json
+
+
+def check_model_only(spec: SourceSpec, **options: Any) -> None:
+    """Options that need a trained model's head (``--predict``): a usage error on the toy,
+    which has no vocabulary to predict from, naming the option."""
+    given = [flag for flag, value in options.items() if value]
+    if given and spec.model is None and spec.saved is None:
+        raise UsageError(f"{given[0]} needs a trained model (--model): the toy model has no vocabulary head to predict with")

@@ -19,8 +19,10 @@ from attn_cli.cli.options import (
     NormsOption,
     OutputOption,
     PrecisionOption,
+    PredictOption,
     QueryOption,
     RolloutOption,
+    check_model_only,
     choose_format,
     run_texts,
     shared_options,
@@ -84,6 +86,7 @@ def run(
     key: KeyOption = None,
     rollout: RolloutOption = False,
     norms: NormsOption = False,
+    predict: PredictOption = 0,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
@@ -101,7 +104,9 @@ def run(
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
       attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
       attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
+      attn-cli run "The capital of France is" --model gpt2 --predict 5 --layer -1 --head 0
     """
+    check_model_only(spec, **{"--predict": predict})
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
@@ -118,7 +123,9 @@ def run(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = spec.select(source, everything=chosen is not Format.table, rollout=rollout, norms=norms)
+    selection = dataclasses.replace(
+        spec.select(source, everything=chosen is not Format.table, rollout=rollout, norms=norms), predict=predict
+    )
 
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)

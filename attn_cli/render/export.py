@@ -433,6 +433,21 @@ def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | Non
     return made
 
 
+def predictions_list(run: Trace) -> list[dict[str, Any]] | None:
+    """The top-level ``predictions`` array (--predict): per position, its top K, most likely first."""
+    p = run.predictions
+    if p is None:
+        return None
+    ids, probs, logits = p.ids.tolist(), p.probs.tolist(), p.logits.tolist()
+    return [
+        {"position": i, "top": [
+            {"id": tid, "text": text, "label": label, "prob": float32_value(prob), "logit": float32_value(logit)}
+            for tid, text, label, prob, logit in zip(ids[i], p.texts[i], p.labels[i], probs[i], logits[i])
+        ]}
+        for i in range(len(ids))
+    ]  # fmt: skip
+
+
 def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
@@ -440,6 +455,8 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     made = {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
     if run.rollout is not None:
         made["rollout"] = rollout_dict(run, table=table)
+    if run.predictions is not None:
+        made["predictions"] = predictions_list(run)
     return made
 
 
@@ -460,6 +477,8 @@ def json_pieces(run: Trace) -> Iterator[str]:
         yield ', "rollout": {'
         yield from _members(rollout)
         yield "}"
+    if run.predictions is not None:
+        yield ', "predictions": ' + _dumps(predictions_list(run))
     yield "}"
 
 
@@ -595,6 +614,11 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
 
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
         yield from layer_rows(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
+    predictions = predictions_list(run)
+    if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
+        for entry in predictions:
+            i = entry["position"]
+            yield [(index, tokenizer, "predictions", "", "", i, r, labels[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
     rollout = rollout_dict(run, table=StreamedTable)
     if rollout is not None:  # its layer: the last layer rolled out through
         yield from squares("rollout", "", rollout["through_layer"], rollout["weights"])

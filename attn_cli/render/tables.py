@@ -442,6 +442,31 @@ def tokens_table(run: Run) -> RenderableType:
     return Group(_title("Tokens"), table, *(_note(n) for n in notes), *([cut] if cut else []), Text(""))
 
 
+def predictions_table(run: Run, precision: int) -> RenderableType:
+    """--predict: each position's most likely next tokens (or fillers), with their probabilities."""
+    p = run.predictions
+    assert p is not None, "a predictions table needs a trace computed with --predict"
+    tokens = run.tokens
+    rows = rows_to_show(len(tokens))
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("pos", justify="right")
+    table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    for r in range(p.k):
+        table.add_column(f"{r + 1}", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH + precision + 3)
+    probs = p.probs.tolist()
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(2 + p.k)))
+            continue
+        cells = [Text.assemble((printable(p.labels[i][r]), "bold" if r == 0 else ""), f" {fmt(probs[i][r], precision)}") for r in range(p.k)]
+        table.add_row(str(i), label_text(tokens.labels[i], "italic" if tokens.is_special(i) else ""), *cells)
+    causal = any(layer.causal for layer in run.layers)
+    what = "the next token after each position" if causal else "what the model would put at each position (a [MASK] shows it best)"
+    notes = [f"{what}: the softmax of the position's logits, most likely first (run to the last layer, its final norm and the head)"]
+    cut = rows_note(rows, len(tokens), "positions", see_all="--format json has every position's predictions")
+    return Group(_title("Predictions", f"  top {p.k}"), table, *(_note(n) for n in notes), *([cut] if cut else []), Text(""))
+
+
 # -- matrices and vectors ------------------------------------------------------
 
 
@@ -835,6 +860,8 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
         parts.extend(_layer_view(dataclasses.replace(run, layers=(layer,)), view))
     if "rollout" in view.show and run.rollout is not None:
         parts.append(rollout_table(run, view.precision))
+    if full.predictions is not None:  # every position's, whatever --hide-tokens leaves out of the attention
+        parts.append(predictions_table(full, view.precision))
     return Group(*parts)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attn_cli.checkpoint.families.base import Family, run_layers
+from attn_cli.checkpoint.families.base import Family, forward
 from attn_cli.checkpoint.registry import MODEL_TYPES, text_config
 from attn_cli.errors import ModelUnavailable
 
-__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "run_layers"]
+__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward"]
 
 
 def family_class(model_type: str) -> type[Family]:

@@ -41,6 +41,20 @@ class Weights(Protocol):
 
     def read_at(self, name: str, rows: torch.Tensor) -> torch.Tensor: ...
 
+    def has(self, name: str) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """How the last hidden state becomes next-token (or masked-token) logits, after the
+    family's final norm: ``logits = x @ weight^T (+ bias)``, then ``softcap * tanh(logits /
+    softcap)`` where the family caps them (Gemma 2)."""
+
+    weight: str  # the (V, D) matrix's name: the head's own ("/lm_head.weight"), or the embedding table when tied
+    bias: str | None = None  # (V,)
+    softcap: float | None = None
+    tied: bool = False  # the weight is the token embedding table (tie_word_embeddings)
+
 
 def _dims(shape: Sequence[int]) -> str:
     return " x ".join(str(n) for n in shape) or "a scalar"
@@ -184,8 +198,33 @@ class Family(abc.ABC):
         """(T, D) the layer's output from its input and the attention block's output:
         residuals, norms, the MLP."""
 
+    # -- after the last layer (the whole forward: predictions) --
 
-def run_layers(
+    def head(self, weights: Weights) -> Head:
+        """The language-model head, or ModelUnavailable naming what is missing (a bare
+        encoder such as all-MiniLM-L6-v2 has none)."""
+        raise ModelUnavailable(f"attn-cli does not compute {self.family}'s language-model head yet")
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        """(P, D) -> (P, D): what the head reads from the last layer's output."""
+        return hidden
+
+    def logits(self, weights: Weights, head: Head, hidden: torch.Tensor) -> torch.Tensor:
+        """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits."""
+        bias = None if head.bias is None else weights.read(head.bias)  # (V,)
+        logits = torch.nn.functional.linear(hidden, weights.read(head.weight), bias)  # (P, D) @ (D, V) -> (P, V)
+        if head.softcap is not None:
+            logits = torch.tanh(logits / head.softcap) * head.softcap  # (P, V)
+        return logits
+
+
+@dataclasses.dataclass
+class Forward:
+    layers: list[LayerWeights]  # one record per requested layer, in the order asked
+    hidden: torch.Tensor | None  # (T, D) the last layer's output (``whole``), before the final norm; else None
+
+
+def forward(
     family: Family,
     weights: Weights,
     tokens: Tokens,
@@ -195,13 +234,15 @@ def run_layers(
     *,
     norms: bool = False,
     rollout: RolloutAccumulator | None = None,
-) -> list[LayerWeights]:
+    whole: bool = False,
+) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
     divisor) at "weights". Later layers are never read; a layer not kept, and a kept
     layer's vectors at "weights", are dropped once the next layer has its input.
     ``norms``: each kept layer with its value-weighted norms, worked out from its vectors
     before they are dropped. ``rollout``: every layer's weights are added to it, in order.
+    ``whole``: every layer runs, the last one's MLP too, and ``Forward.hidden`` is its output.
 
     The layers run in the dtype the ``weights`` come in, on ``device``; what is
     kept is handed back as float32 on the CPU, the way every renderer reads it.
@@ -209,7 +250,7 @@ def run_layers(
     wanted = set(layers)
     if len(wanted) * family.heads * len(tokens) ** 2 * 4 >= LARGE_TRACE_BYTES:
         return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
-    last = max(wanted)
+    last = family.layers - 1 if whole else max(wanted)
     kept: dict[int, LayerWeights] = {}
     with torch.inference_mode():
         hidden = family.embed(weights, tokens)  # (T, D)
@@ -236,9 +277,9 @@ def run_layers(
             # held until the next assignment, this layer's (H, T, T) weights would be a
             # second one in flight beside the next layer's.
             del layer, x
-            if index < last:
+            if index < last or whole:
                 hidden = family.finish_layer(t, hidden, output)  # (T, D)
-    return [kept[index] for index in layers]
+    return Forward([kept[index] for index in layers], hidden if whole else None)
 
 
 AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)

@@ -21,6 +21,7 @@ import torch
 from attn_cli.attention import FusedLinear, Projections
 from attn_cli.checkpoint.families.base import (
     Family,
+    Head,
     LayerTensors,
     Weights,
     activation,
@@ -28,6 +29,7 @@ from attn_cli.checkpoint.families.base import (
     token_rows,
 )
 from attn_cli.checkpoint.families.norms import layer_norm
+from attn_cli.checkpoint.files import ROOT
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
@@ -63,6 +65,16 @@ class Bert(Family):
         "vocab_rows": ("vocab_size", 30522), "act": ("hidden_act", "gelu"),
     }  # fmt: skip
 
+    # The masked-LM head of a *ForMaskedLM save, by role, outside the model's prefix: a
+    # transform (dense, activation, LayerNorm), then the decoder (tied to the word
+    # embeddings unless saved) and its bias. mlm_act: the transform's activation (None:
+    # config.json's, as BERT's; RoBERTa's head always uses exact GELU).
+    mlm: ClassVar[dict[str, str]] = {
+        "dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
+        "decoder": "cls.predictions.decoder", "bias": "cls.predictions.bias",
+    }  # fmt: skip
+    mlm_act: ClassVar[str | None] = None
+
     def __init__(self, config: dict[str, Any]) -> None:
         positions = config.get("position_embedding_type", "absolute")
         if positions != "absolute":
@@ -80,6 +92,7 @@ class Bert(Family):
         self.type_rows = int(config.get("type_vocab_size", 2))
         self.eps = float(config.get("layer_norm_eps", 1e-12))
         self.act = activation(value["act"], self.keys["act"][0], self.family)
+        self.head_act = self.act if self.mlm_act is None else activation(self.mlm_act, "the head's activation", self.family)
         self.padding_idx = int(config.get("pad_token_id") if config.get("pad_token_id") is not None else 1)
         self.max_positions = self.position_rows - self.first_position()  # the longest text: a row for each token
         self.layer_tensors = {
@@ -156,11 +169,37 @@ class Bert(Family):
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)
 
 
+    # -- after the last layer: the masked-LM head --
+
+    def head(self, weights: Weights) -> Head:
+        dense = f"{ROOT}{self.mlm['dense']}.weight"
+        if not weights.has(dense):
+            raise ModelUnavailable(
+                f"this {self.family} checkpoint has no masked-LM head ({self.mlm['dense']}.weight): a bare encoder such "
+                f"as all-MiniLM-L6-v2 (BertModel) computes attention, not predictions; use a *ForMaskedLM checkpoint"
+            )
+        decoder = f"{ROOT}{self.mlm['decoder']}.weight"
+        bias = f"{ROOT}{self.mlm['bias']}"
+        return Head(
+            decoder if weights.has(decoder) else self.embedding_tensors["words"],
+            bias if weights.has(bias) else f"{ROOT}{self.mlm['decoder']}.bias",
+            tied=not weights.has(decoder),
+        )
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's transform: dense, its activation, LayerNorm."""
+        dense, norm = f"{ROOT}{self.mlm['dense']}", f"{ROOT}{self.mlm['norm']}"
+        x = torch.nn.functional.linear(hidden, weights.read(f"{dense}.weight"), weights.read(f"{dense}.bias"))  # (P, D)
+        return layer_norm(self.head_act(x), weights.read(f"{norm}.weight"), weights.read(f"{norm}.bias"), self.eps)  # (P, D)
+
+
 class Roberta(Bert):
     """RoBERTa and XLM-RoBERTa: BERT's layers; positions count from padding_idx + 1
     (a padding token keeps padding_idx), and the one token-type row for every token."""
 
     family = "roberta"
+    mlm = {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "decoder": "lm_head.decoder", "bias": "lm_head.bias"}
+    mlm_act = "gelu"
     first_hidden = (
         "h_0 = LayerNorm(word[ids] + position[padding_idx + 1 + i] + token_type[0]) (learned embeddings; "
         "positions start after padding_idx, as fairseq counted them)"
@@ -185,6 +224,7 @@ class DistilBert(Bert):
     saved position table (read, not recomputed)."""
 
     family = "distilbert"
+    mlm = {"dense": "vocab_transform", "norm": "vocab_layer_norm", "decoder": "vocab_projector", "bias": "vocab_projector.bias"}
     first_hidden = "h_0 = LayerNorm(word[ids] + position[positions]) (learned or saved sinusoidal embeddings)"
     out_proj_name = "attention.out_lin"
     embedding_tensors = {k: v for k, v in Bert.embedding_tensors.items() if k != "token_types"}

@@ -28,7 +28,8 @@ import torch
 
 from attn_cli.attention import FusedLinear, Projections, causal_mask
 from attn_cli.checkpoint.families import norms, rotary
-from attn_cli.checkpoint.families.base import Family, LayerTensors, Weights, activation, token_rows
+from attn_cli.checkpoint.families.base import Family, Head, LayerTensors, Weights, activation, token_rows
+from attn_cli.checkpoint.files import ROOT
 from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
@@ -67,6 +68,11 @@ class Decoder(Family):
     head_dim_default: ClassVar[int | None] = None  # None: D / H
     rotary_per_layer_type: ClassVar[bool] = False  # local and global layers rotate with their own settings
     out_proj_name = "self_attn.o_proj"
+    # after the last layer: the final norm (under the model's prefix), the head (the file's own)
+    final_norm_name: ClassVar[str] = "norm"
+    head_name: ClassVar[str] = "lm_head"
+    tie_default: ClassVar[bool] = False  # tie_word_embeddings when config.json does not say
+    final_softcap_default: ClassVar[float | None] = None  # final_logit_softcapping when config.json does not say
 
     def __init__(self, config: dict[str, Any]) -> None:
         # Keys absent from config.json take the family's config defaults.
@@ -355,6 +361,26 @@ class Decoder(Family):
         if "mlp_out_norm" in self.names:
             out = self.normed(t, "mlp_out_norm", out)  # (T, D)
         return hidden + out  # (T, D) residual
+
+
+    # -- after the last layer --
+
+    def head(self, weights: Weights) -> Head:
+        cap = self.config.get("final_logit_softcapping", self.final_softcap_default)
+        softcap = float(cap) if cap else None
+        if bool(self.config.get("tie_word_embeddings", self.tie_default)):
+            return Head(self.embedding_tensors["tokens"], softcap=softcap, tied=True)
+        name = f"{ROOT}{self.head_name}.weight"
+        if not weights.has(name):
+            raise ModelUnavailable(
+                f"this {self.family} checkpoint has no language-model head ({self.head_name}.weight): a bare model "
+                f"(*Model) computes attention, not predictions; use its *ForCausalLM checkpoint"
+            )
+        return Head(name, softcap=softcap)
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        bias = weights.read(f"{self.final_norm_name}.bias") if self.norm_bias else None
+        return self.norm(hidden, weights.read(f"{self.final_norm_name}.weight"), bias, self.eps)  # (P, D)
 
 
 def types_from_pattern(layers: int, pattern: int) -> list[str]:

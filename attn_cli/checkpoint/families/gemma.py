@@ -30,6 +30,7 @@ GEMMA2_NAMES = {
 class Gemma(Decoder):
     family = "gemma"
     norm = staticmethod(norms.rms_norm_plus_one)
+    tie_default = True
     norm_text = "h_L / sqrt(mean(h_L²) + eps) · (1 + g): Gemma's RMSNorm"
     embed_scale = True
     act_default = "gelu_pytorch_tanh"
@@ -43,6 +44,7 @@ class Gemma(Decoder):
 
 class Gemma2(Gemma):
     family = "gemma2"
+    final_softcap_default = 30.0  # Gemma2Config's final_logit_softcapping
     names = GEMMA2_NAMES
     act_key = "hidden_activation"
     window_default = 4096
@@ -62,6 +64,7 @@ class Gemma2(Gemma):
 
 class Gemma3Text(Gemma2):
     family = "gemma3_text"
+    final_softcap_default = None  # Gemma3TextConfig's: none
     names = {**GEMMA2_NAMES, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
     qk_norm = "head"
     rotary_per_layer_type = True

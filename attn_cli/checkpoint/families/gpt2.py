@@ -17,6 +17,7 @@ import torch
 from attn_cli.attention import FusedLinear, Projections, causal_mask
 from attn_cli.checkpoint.families.base import (
     Family,
+    Head,
     LayerTensors,
     Weights,
     activation,
@@ -24,6 +25,8 @@ from attn_cli.checkpoint.families.base import (
     token_rows,
 )
 from attn_cli.checkpoint.families.norms import layer_norm
+from attn_cli.checkpoint.files import ROOT
+from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
 
@@ -71,6 +74,7 @@ class Gpt2(Family):
         self.scale = bool(config.get("scale_attn_weights", True))
         self.by_layer = bool(config.get("scale_attn_by_inverse_layer_idx", False))
         self.act = activation(config.get("activation_function", "gelu_new"), "activation_function", self.family)
+        self.tied = bool(config.get("tie_word_embeddings", True))
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         d, f = self.d_model, self.d_ffn
@@ -111,3 +115,15 @@ class Gpt2(Family):
         inner = self.act(FusedLinear(conv1d_as_linear(t["mlp.c_fc.weight"]), t["mlp.c_fc.bias"])(normed))  # (T, D) -> (T, F)
         mlp = FusedLinear(conv1d_as_linear(t["mlp.c_proj.weight"]), t["mlp.c_proj.bias"])(inner)  # (T, F) -> (T, D)
         return hidden + mlp  # (T, D) residual
+
+    # -- after the last layer: ln_f, then the head (wte itself unless untied) --
+
+    def head(self, weights: Weights) -> Head:
+        if self.tied:
+            return Head(self.embedding_tensors["tokens"], tied=True)
+        if not weights.has(f"{ROOT}lm_head.weight"):
+            raise ModelUnavailable("this GPT-2 checkpoint has no language-model head (lm_head.weight, untied); use GPT2LMHeadModel's files")
+        return Head(f"{ROOT}lm_head.weight")
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        return layer_norm(hidden, weights.read("ln_f.weight"), weights.read("ln_f.bias"), self.eps)  # (P, D)

@@ -25,6 +25,8 @@ class GptNeoX(Decoder):
     out_proj_name = "attention.dense"
     norm = staticmethod(norms.layer_norm)
     norm_bias = True
+    final_norm_name = "final_layer_norm"
+    head_name = "embed_out"
     norm_text = "LayerNorm(h_L): (h_L − mean) / sqrt(var + eps) · g + b"
     eps_key = "layer_norm_eps"
     eps_default = 1e-5

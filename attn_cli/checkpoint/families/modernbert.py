@@ -17,8 +17,10 @@ from typing import Any
 import torch
 
 from attn_cli.checkpoint.families import norms
-from attn_cli.checkpoint.families.base import LayerTensors, Weights
+from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activation
 from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.checkpoint.files import ROOT
+from attn_cli.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
 
@@ -54,6 +56,34 @@ class ModernBert(Decoder):
 
     def reads_head_dim(self) -> bool:
         return False
+
+    # -- after the last layer: the model's final_norm, then ModernBertForMaskedLM's head
+    # (dense, classifier_activation, norm) and the decoder, tied to tok_embeddings --
+
+    def head(self, weights: Weights) -> Head:
+        if not weights.has(f"{ROOT}head.dense.weight"):
+            raise ModelUnavailable(
+                "this modernbert checkpoint has no masked-LM head (head.dense.weight): a bare ModernBertModel computes "
+                "attention, not predictions; use its ModernBertForMaskedLM checkpoint"
+            )
+        decoder = f"{ROOT}decoder.weight"
+        bias = f"{ROOT}decoder.bias"
+        return Head(
+            decoder if weights.has(decoder) else self.embedding_tensors["tokens"],
+            bias if weights.has(bias) else None,
+            tied=not weights.has(decoder),
+        )
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        def normed(name: str, x: torch.Tensor) -> torch.Tensor:
+            bias = weights.read(f"{name}.bias") if self.norm_bias else None
+            return norms.layer_norm(x, weights.read(f"{name}.weight"), bias, self.eps)  # (P, D)
+
+        x = normed("final_norm", hidden)  # (P, D) the model's own last step
+        dense_bias = f"{ROOT}head.dense.bias" if weights.has(f"{ROOT}head.dense.bias") else None
+        x = torch.nn.functional.linear(x, weights.read(f"{ROOT}head.dense.weight"), None if dense_bias is None else weights.read(dense_bias))
+        act = activation(self.config.get("classifier_activation", "gelu"), "classifier_activation", self.family)
+        return normed(f"{ROOT}head.norm", act(x))  # (P, D)
 
     def biases(self) -> tuple[bool, bool, bool]:
         bias = bool(self.config.get("attention_bias", False))
