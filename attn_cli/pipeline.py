@@ -21,7 +21,7 @@ from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.attention import LayerWeights, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
-from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, in_batch
+from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, UsageError, in_batch
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
 from attn_cli.source import SourceSpec
@@ -215,7 +215,34 @@ class CheckpointSource(_Batches):
             tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
         except TooLargeError as err:  # over the model's positions: the flag that helps is ours
             raise TooLargeError(f"{err}; or add --truncate") from None
-        return self._trace(text, check_length(tokens, spec.config.max_tokens), selection, spec.pair)
+        tokens = check_length(tokens, spec.config.max_tokens)
+        if selection is not None and selection.generate:
+            return self._generated(text, tokens, selection)
+        return self._trace(text, tokens, selection, spec.pair)
+
+    def _generated(self, text: str, prompt: Tokens, selection: Selection) -> Trace:
+        """--generate: the prompt extended greedily, then the whole sequence traced."""
+        import dataclasses
+
+        n, info = selection.generate, self.info
+        if self.spec.pair is not None:
+            raise UsageError("--generate continues one text; drop --pair")
+        if self.checkpoint.encoder:
+            raise UsageError(f"--generate: {info.name} is an encoder (a masked LM); greedy generation needs a decoder")
+        most = min(self.spec.config.max_tokens, info.max_positions or self.spec.config.max_tokens)
+        if len(prompt) + n > most:
+            which = "--max-tokens" if most == self.spec.config.max_tokens else f"the model's {most} positions"
+            raise TooLargeError(f"the prompt's {len(prompt)} tokens and --generate {n} make {len(prompt) + n}, over {which}; generate fewer")
+        with using_threads(threads.threads_for(16 * len(prompt) * info.d_model**2)):
+            made = self.checkpoint.generate(prompt, n)
+        tokenizer = self.checkpoint.tokenizer
+        special = prompt.special or (False,) * len(prompt)
+        ids = prompt.ids + made
+        tokens = tokenizer.tokens_from_ids(ids, tuple(special) + tuple(tid in tokenizer.special_ids() for tid in made))
+        before, after = tokenizer.decode(prompt.ids), tokenizer.decode(ids)
+        continued = after[len(before) :] if after.startswith(before) else tokenizer.decode(made)  # a leading space kept
+        trace = self._trace(text, tokens, dataclasses.replace(selection, generate=0), None)
+        return dataclasses.replace(trace, prompt_length=len(prompt), generated_text=continued)
 
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]]:
         tokenizer = self.checkpoint.tokenizer

@@ -136,6 +136,13 @@ class Trace(Generic[LayerT]):
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
     predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
+    prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
+    generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
+
+    @property
+    def generated(self) -> tuple[int, ...]:
+        """The positions --generate added (none without it)."""
+        return tuple(range(self.prompt_length, len(self.tokens))) if self.prompt_length is not None else ()
 
     def shown(self) -> Trace:
         """What tables and pictures draw: without the hidden tokens, rows renormalized
@@ -302,6 +309,7 @@ class Selection:
     rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
+    generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
 
     @property
     def last_layer(self) -> int:

@@ -308,6 +308,16 @@ def folder_maker(factory: Any, prefix: str, builder: Any, table: dict[str, Any],
     return folder
 
 
+def builds_maker(factory: Any, prefix: str, builds: dict[str, tuple[Any, dict[str, Any]]]) -> Any:
+    """name -> the checkpoint ``builds[name]`` = (builder, its keyword arguments) makes, once per session."""
+
+    def folder(name: str) -> Path:
+        builder, options = builds[name]
+        return built(factory, f"{prefix}-{name}", builder, **options)
+
+    return folder
+
+
 # -- bugs for the negative controls: each changes one thing the comparison must catch
 
 

@@ -35,15 +35,7 @@ BUILDS: dict[str, tuple[Any, dict[str, Any]]] = {
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    made: dict[str, Path] = {}
-
-    def folder(name: str) -> Path:
-        if name not in made:
-            build, options = BUILDS[name]
-            made[name] = checkpoints.built(tmp_path_factory, f"predict-{name}", build, **options)
-        return made[name]
-
-    return folder
+    return checkpoints.builds_maker(tmp_path_factory, "predict", BUILDS)
 
 
 def reference_top(folder: Path, ids: tuple[int, ...], k: int = K) -> tuple[torch.Tensor, torch.Tensor]:

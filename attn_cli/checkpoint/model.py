@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, overload
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from attn_cli.analysis.effects import LOGIT_BLOCK_BYTES
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
@@ -41,9 +42,13 @@ class Checkpoint:
     """One opened checkpoint; nothing but config.json, the tokenizer and the
     safetensors headers is read until ``trace``."""
 
-    def __init__(self, info: ModelInfo, family: Family, weights: WeightReader, tokenizer: CheckpointTokenizer) -> None:
+    def __init__(
+        self, info: ModelInfo, family: Family, weights: WeightReader, tokenizer: CheckpointTokenizer, eos_ids: frozenset[int] = frozenset()
+    ) -> None:
         self.info = info
         self.tokenizer = tokenizer
+        self.eos_ids = eos_ids  # where greedy decoding stops (generation_config.json, else config.json)
+        self.encoder = family.encoder
         self._family = family
         self._weights = weights
 
@@ -156,6 +161,33 @@ class Checkpoint:
         labels = tuple(tuple(visible(text) for text in row) for row in texts)
         return done.layers, Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
 
+    def generate(self, tokens: Tokens, n: int) -> tuple[int, ...]:
+        """Greedy decoding: up to ``n`` new token ids after ``tokens``, each the argmax of the
+        last position's logits (no logits processors, whatever generation_config.json
+        says), stopping after an end-of-sequence id. Every step runs the whole forward
+        over the sequence so far (no cache: the attention shown afterwards is the full
+        sequence's, computed once more by ``trace``)."""
+        from attn_cli.checkpoint.families import forward
+
+        import torch
+
+        head = self._family.head(self._weights)
+        family, weights = self._family, self._weights
+        ids = list(tokens.ids)
+        made: list[int] = []
+        with torch.inference_mode():
+            for _ in range(n):
+                so_far = self.tokenizer.tokens_from_ids(tuple(ids), (False,) * len(ids))
+                done = forward(family, weights, so_far, (), weights.device, "weights", whole=True)
+                assert done.hidden is not None
+                last = family.final_norm(weights, done.hidden[-1:])  # (1, D)
+                chosen = int(family.logits(weights, head, last)[0].float().argmax())  # (1, V) -> the first of equal maxima
+                ids.append(chosen)
+                made.append(chosen)
+                if chosen in self.eos_ids:
+                    break
+        return tuple(made)
+
     def vocab_size(self, head: Head) -> int:
         """V: the rows of the head's matrix (from the safetensors header)."""
         return int(self._weights.entry(head.weight).shape[0])
@@ -218,7 +250,25 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
         input_text=family.input_text,
         anatomy=family.anatomy(),
     )
-    return Checkpoint(info, family, weights, tokenizer)
+    return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)))
+
+
+def eos_ids(folder: Path, config: dict[str, Any]) -> frozenset[int]:
+    """The end-of-sequence ids: generation_config.json's eos_token_id, else config.json's
+    (an id or a list of them); none when neither says."""
+    import json
+
+    found: Any = None
+    generation = folder / "generation_config.json"
+    if generation.is_file():
+        try:
+            found = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            found = None
+    if found is None:
+        found = config.get("eos_token_id")
+    values = found if isinstance(found, list) else [found]
+    return frozenset(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
 
 
 

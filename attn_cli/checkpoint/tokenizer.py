@@ -95,10 +95,18 @@ class CheckpointTokenizer:
         special = {tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special}
         return [tid for tid in range(self._tokenizer.get_vocab_size(with_added_tokens=True)) if tid not in special]
 
+    def special_ids(self) -> frozenset[int]:
+        """The ids of the special tokens (BOS, EOS, [CLS], ...)."""
+        return frozenset(tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (special tokens left out), as the tokenizer decodes it."""
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
+
     def id_texts(self, ids: Sequence[int]) -> list[str]:
         """Each id's text on its own (a prediction's), as ``encode`` would show that token
         at the start of a text; special tokens as they are."""
-        special = {tid for tid, token in self._tokenizer.get_added_tokens_decoder().items() if token.special}
+        special = self.special_ids()
         return [self._texts([self._tokenizer.id_to_token(tid) or "?"], (tid in special,))[0][0] for tid in ids]
 
     def tokens_from_ids(self, ids: tuple[int, ...], special: tuple[bool, ...]) -> Tokens:

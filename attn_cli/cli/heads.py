@@ -15,10 +15,12 @@ from attn_cli.cli.options import (
     OUTPUT,
     Format,
     FormatOption,
+    GenerateOption,
     NoClobberOption,
     NoColorOption,
     OutputOption,
     PrecisionOption,
+    check_model_only,
     choose_format,
     run_texts,
     shared_options,
@@ -59,6 +61,7 @@ def heads(
         ),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
+    generate: GenerateOption = 0,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 3,
@@ -79,12 +82,13 @@ def heads(
       attn-cli heads "I saw a saw" --heads 4 --causal
       attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
     """
+    check_model_only(spec, **{"--generate": generate})
     chosen = choose_format(format, output, table_asked=False)
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
-    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None)
+    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate)
     probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
@@ -141,7 +145,7 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
     """Per layer: (induction, duplicate) per head, from one run over the probe."""
     from attn_cli.headroles import probe_scores
 
-    trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False))  # the probe's scores read the weights
+    trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False, generate=0))  # the probe's scores read the weights
     return {layer.layer: probe_scores(layer.weights, probe) for layer in trace.layers}
 
 

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoClobberOption, RolloutOption, output_option, run_texts, shared_options
+from attn_cli.cli.options import (
+    OUTPUT,
+    GenerateOption,
+    NoClobberOption,
+    RolloutOption,
+    check_model_only,
+    output_option,
+    run_texts,
+    shared_options,
+)
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
@@ -105,6 +114,7 @@ def heatmap(
         typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
     ] = False,
     rollout: RolloutOption = False,
+    generate: GenerateOption = 0,
 ) -> None:
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
@@ -137,6 +147,7 @@ def heatmap(
 
     from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
+    check_model_only(spec, **{"--generate": generate})
     kind = what
     if rollout:
         if what not in (What.weights, What.rollout):
@@ -152,7 +163,9 @@ def heatmap(
     for note in source.notes:
         typer.echo(note, err=True)
     keep = "weights" if kind in (What.weights, What.norms, What.rollout) else "all"
-    selection = spec.select(source, everything=False, keep=keep, rollout=kind is What.rollout, norms=kind is What.norms)
+    selection = spec.select(
+        source, everything=False, keep=keep, rollout=kind is What.rollout, norms=kind is What.norms, generate=generate
+    )
     model_view = len(selection.layers) > 1 and kind is not What.rollout  # a rollout through the last kept layer is one matrix
     if model_view and not spec.heads.given:
         # The model view compares every head at a glance; --head still chooses.

@@ -18,7 +18,18 @@ import typer
 
 from attn_cli.cli import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import OUTPUT, NoClobberOption, NormsOption, RolloutOption, output_option, run_texts, shared_options
+from attn_cli.cli.options import (
+    OUTPUT,
+    GenerateOption,
+    NoClobberOption,
+    NormsOption,
+    PredictOption,
+    RolloutOption,
+    check_model_only,
+    output_option,
+    run_texts,
+    shared_options,
+)
 from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.source import SourceSpec
 
@@ -54,6 +65,8 @@ def html(
     ] = DEFAULT_MAX_MB,
     rollout: RolloutOption = False,
     norms: NormsOption = False,
+    predict: PredictOption = 0,
+    generate: GenerateOption = 0,
 ) -> None:
     """Write one HTML page to explore attention: no server, no network, any browser.
 
@@ -72,6 +85,7 @@ def html(
       attn-cli html "The cat sat on the mat" --model "$M" -o minilm.html
       attn-cli html "The cat sat on the mat" --model "$M" --rollout --norms -o analyses.html
     """
+    check_model_only(spec, **{"--predict": predict, "--generate": generate})
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)
 
@@ -80,7 +94,7 @@ def html(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms)))
+    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms, predict=predict, generate=generate)))
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic

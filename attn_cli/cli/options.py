@@ -539,6 +539,18 @@ PredictOption = Annotated[
         rich_help_panel=ANALYSIS,
     ),
 ]
+GenerateOption = Annotated[
+    int,
+    typer.Option(
+        "--generate",
+        help="With --model (a decoder): first extend the text by up to N tokens, greedily (the most likely token "
+        "each time, no sampling, stopping at the model's end-of-sequence), then show the whole sequence's attention.",
+        min=0,
+        max=4096,
+        rich_help_panel=ANALYSIS,
+        metavar="N",
+    ),
+]
 PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
 NoColorOption = Annotated[
     bool,
@@ -619,8 +631,10 @@ def choose_format(format: Format, output: Path | None, *, table_asked: bool) -> 
 
 
 def check_model_only(spec: SourceSpec, **options: Any) -> None:
-    """Options that need a trained model's head (``--predict``): a usage error on the toy,
-    which has no vocabulary to predict from, naming the option."""
+    """Options that need a trained model's head (``--predict``, ``--generate``): a usage error
+    on the toy, which has no vocabulary to predict from, and with --from, naming the option."""
     given = [flag for flag, value in options.items() if value]
-    if given and spec.model is None and spec.saved is None:
+    if given and spec.saved is not None:
+        raise UsageError(f"{given[0]} runs the model, and --from re-draws a saved trace: give TEXT and --model instead")
+    if given and spec.model is None:
         raise UsageError(f"{given[0]} needs a trained model (--model): the toy model has no vocabulary head to predict with")

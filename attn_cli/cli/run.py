@@ -19,6 +19,7 @@ from attn_cli.cli.options import (
     NormsOption,
     OutputOption,
     PrecisionOption,
+    GenerateOption,
     PredictOption,
     QueryOption,
     RolloutOption,
@@ -87,6 +88,7 @@ def run(
     rollout: RolloutOption = False,
     norms: NormsOption = False,
     predict: PredictOption = 0,
+    generate: GenerateOption = 0,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
@@ -105,8 +107,9 @@ def run(
       attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
       attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
       attn-cli run "The capital of France is" --model gpt2 --predict 5 --layer -1 --head 0
+      attn-cli run "Once upon a time" --model gpt2 --generate 20 -F json | jq .generated_text
     """
-    check_model_only(spec, **{"--predict": predict})
+    check_model_only(spec, **{"--predict": predict, "--generate": generate})
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
@@ -123,8 +126,8 @@ def run(
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
-    selection = dataclasses.replace(
-        spec.select(source, everything=chosen is not Format.table, rollout=rollout, norms=norms), predict=predict
+    selection = spec.select(
+        source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate
     )
 
     if chosen is Format.table:

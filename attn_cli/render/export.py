@@ -125,9 +125,10 @@ def check_export_size(run: Trace, *, whole: bool = True) -> None:
     budget.check({"export": export_bytes(run, whole=whole)}, {"export": what}, {"export": fix}, doing="this export")
 
 
-def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, Any]]:
+def token_dicts(tokens: Tokens, hidden: Sequence[int] = (), prompt_length: int | None = None) -> list[dict[str, Any]]:
     """The documented ``tokens`` array: position, id, text, label, special, hidden, partial (and
-    bytes for a piece of a character, segment for pairs)."""
+    bytes for a piece of a character, segment for pairs, and with --generate ``generated``:
+    whether the model added the token after the prompt's ``prompt_length``)."""
     pair = any(tokens.type_ids)
     hidden = set(hidden)
     out = []
@@ -140,6 +141,8 @@ def token_dicts(tokens: Tokens, hidden: Sequence[int] = ()) -> list[dict[str, An
             entry["bytes"] = tokens.partial_bytes(i)
         if pair:
             entry["segment"] = tokens.type_ids[i]
+        if prompt_length is not None:
+            entry["generated"] = i >= prompt_length
         out.append(entry)
     return out
 
@@ -403,15 +406,18 @@ def _header(run: Trace) -> dict[str, Any]:
     """The documented JSON object up to its layers."""
     tokens = run.tokens
     hiding = _hiding(run)
-    return {
+    made = {
         "schema_version": SCHEMA_VERSION,
         "text": run.text,
         "pair": run.pair,
         "tokenizer": tokens.tokenizer,
         "vocab_size": tokens.vocab_size,
-        "tokens": token_dicts(tokens, hiding.hidden if hiding else ()),
+        "tokens": token_dicts(tokens, hiding.hidden if hiding else (), run.prompt_length),
         "model": run.model.as_dict(),
     }
+    if run.prompt_length is not None:  # --generate: what the model added to the text
+        made["generated_text"] = run.generated_text
+    return made
 
 
 def _kept(run: Trace) -> Sequence[int] | None:
@@ -556,7 +562,7 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``csv_rows`` a few at a time (the token rows, then one row of a
     table at a time), each layer's tables made as the layer is reached."""
     hiding = _hiding(run)
-    tokens = token_dicts(run.tokens, hiding.hidden if hiding else ())
+    tokens = token_dicts(run.tokens, hiding.hidden if hiding else (), run.prompt_length)
     labels = [t["label"] for t in tokens]
     tokenizer = run.tokens.tokenizer
     yield [(index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(tokens)]

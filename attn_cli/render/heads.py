@@ -51,10 +51,11 @@ def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
     data.update(
         {
             "text": report.trace.text,
+            **({"generated_text": report.trace.generated_text} if report.trace.prompt_length is not None else {}),
             "heads": [h.as_dict() for h in report.heads],
             "probe": None if report.probe is None else report.probe.as_dict(),
             "probe_note": report.probe_note,
-            "tokens": token_dicts(report.trace.tokens, report.trace.hiding.hidden if report.trace.hiding else ()),
+            "tokens": token_dicts(report.trace.tokens, report.trace.hiding.hidden if report.trace.hiding else (), report.trace.prompt_length),
             "model": report.trace.model.as_dict(),
         }
     )

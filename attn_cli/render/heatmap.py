@@ -522,10 +522,22 @@ def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layo
                 text.set_color(SPECIAL_COLOR)
     for spine in ax.spines.values():
         spine.set_visible(False)
+    mark_prompt_end(ax, run)
     if title:
         ax.set_title(title, fontsize=layout.tick_font + 2, parse_math=False)
     if layout.annotate:
         _annotate(ax, panel, cmap, norm, layout.annotate_font)
+
+
+def mark_prompt_end(ax: Axes, run: Run) -> None:
+    """--generate: dashed lines before the first generated token's row and column."""
+    start = run.prompt_length
+    if start is None or not 0 < start < len(run.tokens):
+        return
+    if run.renormalized and run.hiding is not None:  # the shown tokens' place of the first generated one
+        start = sum(1 for i in run.hiding.kept if i < start)
+    for line in (ax.axhline, ax.axvline):
+        line(start - 0.5, color="white", linewidth=0.9, linestyle=(0, (3, 2)), alpha=0.9)
 
 
 def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: float) -> None:
@@ -625,12 +637,20 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
                   f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
                   f"each layer: mean of all {m.heads} heads, half residual (I)",
                   "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
-    return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run))]
+    return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
 
 
 def hint_lines(text: str) -> list[list[str]]:
     """A title addition written as "\\nline\\nline" (``hidden_line``, ``faint_hint``) as title lines."""
     return [[line] for line in text.split("\n") if line]
+
+
+def generated_line(run: Run) -> str:
+    """A title line saying where --generate's tokens start (the dashed lines); else ""."""
+    if run.prompt_length is None:
+        return ""
+    added = len(run.tokens) - run.prompt_length
+    return f"\n{added} generated token{'s' if added != 1 else ''} from position {run.prompt_length} (after the dashed lines)"
 
 
 def hidden_line(run: Run) -> str:

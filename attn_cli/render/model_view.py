@@ -37,9 +37,11 @@ from attn_cli.render.heatmap import (
     colour_map,
     drawn_text,
     faint_hint,
+    generated_line,
     hidden_line,
     hint_lines,
     layer_matrix,
+    mark_prompt_end,
     shorten,
 )
 from attn_cli.render.fonts import font_families
@@ -147,6 +149,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
             image.set_label(f"{kind.value} layer {layer.layer} head {h}")
             ax.set_label(f"layer{layer.layer}/head{h}")
             _edges(ax, trace, plan, left=c == 0, bottom=r == len(layers) - 1)
+            mark_prompt_end(ax, trace)
             if r == 0 and c % every == 0:
                 ax.set_title(f"head {h}" if named else str(h), fontsize=LABEL_FONT, pad=3)
             if c == 0 and r % every == 0:
@@ -273,4 +276,4 @@ def _title(trace: Trace, heads: Sequence[int], kind: What = What.weights) -> lis
     if special:
         names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))
         lines.append([f"special tokens ({names}) in purple on the edges"])
-    return lines + hint_lines(hidden_line(trace))
+    return lines + hint_lines(hidden_line(trace) + generated_line(trace))

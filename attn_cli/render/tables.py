@@ -334,6 +334,9 @@ def config_header(run: Run) -> RenderableType:
         ]
         if run.pair is not None:
             pairs.append(("pair", "segment B has token type 1"))
+        if run.prompt_length is not None:
+            added = len(run.tokens) - run.prompt_length
+            pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
         shown = ", ".join(str(layer.layer) for layer in run.layers)
         reminder = Text(
             f"A trained model's own weights; layer{'s' if len(run.layers) > 1 else ''} {shown} of {m.layers} shown, "
@@ -395,6 +398,7 @@ def tokens_table(run: Run) -> RenderableType:
     pair = any(tokens.type_ids)
     hidden = set(run.hiding.hidden) if run.hiding is not None else set()
     pieces = {i: tokens.partial_bytes(i) for i in shown if tokens.partial_bytes(i)}  # hex of a piece of a character
+    generated = set(run.generated)
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
     table.add_column("id", justify="right")
@@ -409,9 +413,11 @@ def tokens_table(run: Run) -> RenderableType:
         table.add_column("hidden")
     if pieces:
         table.add_column("bytes")
+    if generated:
+        table.add_column("generated")
     for i in rows:
         if i is None:
-            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden) + bool(pieces))))
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden) + bool(pieces) + bool(generated))))
             continue
         row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
         if with_labels:
@@ -424,6 +430,8 @@ def tokens_table(run: Run) -> RenderableType:
             row.append(Text("hidden", style="yellow") if i in hidden else "")
         if pieces:
             row.append(pieces.get(i, ""))
+        if generated:
+            row.append(Text("generated", style="cyan") if i in generated else "")
         table.add_row(*row)
     notes = []
     if pieces:

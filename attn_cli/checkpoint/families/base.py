@@ -250,7 +250,7 @@ def forward(
     wanted = set(layers)
     if len(wanted) * family.heads * len(tokens) ** 2 * 4 >= LARGE_TRACE_BYTES:
         return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
-    last = family.layers - 1 if whole else max(wanted)
+    last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
     kept: dict[int, LayerWeights] = {}
     with torch.inference_mode():
         hidden = family.embed(weights, tokens)  # (T, D)

@@ -360,6 +360,9 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows.append(["dtype", model.dtype])
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
+    if trace.prompt_length is not None:
+        added = len(tokens) - trace.prompt_length
+        rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])
     return rows
 
 
