@@ -12,7 +12,7 @@ Shapes: T tokens, D d_model, V the vocabulary, K the predictions kept per positi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,3 +57,34 @@ def top_k(logits_of: Callable[[slice], torch.Tensor], n: int, k: int, vocab: int
         probs.append(chosen)
         logits.append(top.values)
     return torch.cat(ids), torch.cat(probs), torch.cat(logits)
+
+
+def next_token_loss(logits_of: Callable[[slice], torch.Tensor], ids: Sequence[int], vocab: int) -> float:
+    """Mean next-token cross-entropy (nats) over the text: position i predicts token i + 1,
+    for i in 0 .. T-2, from ``logits_of(rows)`` -> (R, V), a block of positions at a time;
+    log-softmax in float32, the mean in float64."""
+    import torch
+
+    n = len(ids) - 1
+    if n < 1:
+        return 0.0
+    targets = torch.tensor(list(ids[1:]), dtype=torch.long)  # (T-1,)
+    total = 0.0
+    step = block_rows(vocab)
+    for start in range(0, n, step):
+        rows = slice(start, min(start + step, n))
+        log_probs = torch.log_softmax(logits_of(rows).float(), dim=-1)  # (R, V)
+        total -= float(log_probs.gather(-1, targets[rows, None]).double().sum())  # (R, 1)
+    return total / n
+
+
+@dataclasses.dataclass(frozen=True)
+class Ablation:
+    """``heads --ablate``: the change in mean next-token loss when each head is ablated."""
+
+    method: str  # "zero" or "mean"
+    clean_loss: float  # nats
+    deltas: tuple[tuple[float, ...], ...]  # (L, H) ablated loss - clean loss
+
+    def delta(self, layer: int, head: int) -> float:
+        return self.deltas[layer][head]

@@ -20,7 +20,9 @@ from attn_cli.tokens import visible
 from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:
-    from attn_cli.analysis.effects import Predictions
+    import torch
+
+    from attn_cli.analysis.effects import Ablation, Predictions
     from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.checkpoint.families.base import Head
     from attn_cli.attention import LayerAttention, LayerWeights
@@ -187,6 +189,25 @@ class Checkpoint:
                 if chosen in self.eos_ids:
                     break
         return tuple(made)
+
+    def ablate(self, tokens: Tokens, method: str) -> Ablation:
+        """Every head's change in mean next-token loss when its slice of W_o's input is set to
+        zero or to its mean over the text (``families.base.ablated_losses``); decoders with a
+        language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
+        from attn_cli.analysis.effects import Ablation, next_token_loss
+        from attn_cli.checkpoint.families.base import ablated_losses
+
+        if self.encoder:
+            raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
+        family, weights = self._family, self._weights
+        head = family.head(weights)
+        vocab = self.vocab_size(head)
+
+        def loss(normed: torch.Tensor) -> float:
+            return next_token_loss(lambda rows: family.logits(weights, head, normed[rows]), tokens.ids, vocab)
+
+        clean, losses = ablated_losses(family, weights, tokens, head, loss, method, weights.device)
+        return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in losses))
 
     def vocab_size(self, head: Head) -> int:
         """V: the rows of the head's matrix (from the safetensors header)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 from pathlib import Path
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
+from attn_cli.render.kinds import FORMATS
 from attn_cli.errors import UsageError
 from attn_cli.source import SourceSpec
 
@@ -36,6 +38,14 @@ if TYPE_CHECKING:
     from attn_cli.traces import Selection, Trace
 
 PROBE = "Probe"
+ABLATION = "Ablation"
+
+
+class Ablate(str, enum.Enum):
+    """--ablate: what a head's output is replaced with."""
+
+    zero = "zero"
+    mean = "mean"
 
 
 @app.command(cls=AttnCommand)
@@ -62,6 +72,18 @@ def heads(
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
     generate: GenerateOption = 0,
+    ablate: Annotated[
+        Optional[Ablate],
+        typer.Option(
+            "--ablate",
+            help="Also each head's change in mean next-token loss (nats) when its output, its slice of W_o's input, "
+            "is set to zero or to its mean over the text (decoders with a language-model head). -o NAME.png|svg|pdf "
+            "draws the layers x heads grid of the changes.",
+            rich_help_panel=ABLATION,
+            case_sensitive=False,
+            show_default=False,
+        ),
+    ] = None,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 3,
@@ -82,9 +104,14 @@ def heads(
       attn-cli heads "I saw a saw" --heads 4 --causal
       attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
     """
-    check_model_only(spec, **{"--generate": generate})
-    chosen = choose_format(format, output, table_asked=False)
+    check_model_only(spec, **{"--generate": generate, "--ablate": ablate is not None})
+    picture = output is not None and output.suffix.lower().lstrip(".") in FORMATS
+    if picture and ablate is None:
+        raise UsageError(f"-o {output}: heads draws a picture of --ablate's losses; add --ablate zero|mean, or write .json, .csv or .txt")
+    chosen = Format.json if picture else choose_format(format, output, table_asked=False)
     source = spec.open()
+    if ablate is not None and getattr(getattr(source, "checkpoint", None), "encoder", False):
+        raise UsageError(f"--ablate: {source.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
@@ -103,10 +130,17 @@ def heads(
         for trace in traces:
             if probe is not None and probe_scores is None:
                 probe_scores = _probe_scores(source, probe, selection)
-            yield _report(trace, probe, probe_note, probe_scores)
+            report = _report(trace, probe, probe_note, probe_scores)
+            if ablate is not None:
+                report = dataclasses.replace(report, ablation=source.checkpoint.ablate(trace.tokens, ablate.value))
+            yield report
 
     from attn_cli.render import heads as render
 
+    if picture:
+        assert output is not None
+        _pictures(list(reports()), output, clobber=not no_clobber)
+        return
     if chosen is Format.table:
         done = list(reports())  # computed under the progress bar, then printed in one go
         parts = [render.heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
@@ -163,3 +197,19 @@ def _report(
             scores = with_probe(scores, *scored[layer.layer])
         heads += [scores[h] for h in chosen]
     return HeadsReport(trace, tuple(heads), probe, probe_note)
+
+
+def _pictures(reports: list[HeadsReport], output: Path, *, clobber: bool) -> None:
+    """--ablate -o NAME.png: one picture per text (NAME-001.png ... for several)."""
+    from attn_cli.files import atomic_writer
+    from attn_cli.render.heads import ablation_figure
+    from attn_cli.render.heatmap import write_figure
+
+    fmt = output.suffix.lower().lstrip(".")
+    for i, report in enumerate(reports, start=1):
+        path = output if len(reports) == 1 else output.with_name(f"{output.stem}-{i:03d}{output.suffix}")
+        with atomic_writer(path, clobber=clobber) as f:
+            notes = write_figure(ablation_figure(report), f, fmt)
+        for note in dict.fromkeys(notes):
+            typer.echo(note, err=True)
+        typer.echo(str(path))

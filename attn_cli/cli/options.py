@@ -637,4 +637,4 @@ def check_model_only(spec: SourceSpec, **options: Any) -> None:
     if given and spec.saved is not None:
         raise UsageError(f"{given[0]} runs the model, and --from re-draws a saved trace: give TEXT and --model instead")
     if given and spec.model is None:
-        raise UsageError(f"{given[0]} needs a trained model (--model): the toy model has no vocabulary head to predict with")
+        raise UsageError(f"{given[0]} needs a trained model (--model): the toy model has no vocabulary head")

@@ -10,11 +10,14 @@ import dataclasses
 import io
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
 from attn_cli.render.export import token_dicts
 from attn_cli.traces import Trace
+
+if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Ablation
 
 SCORES = (
     "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "norm_special_mass", "induction_score",
@@ -41,6 +44,7 @@ class HeadsReport:
     heads: tuple[HeadScores, ...]  # layer by layer, head by head
     probe: Probe | None
     probe_note: str | None = None  # why there is no probe (--no-probe, the words tokenizer)
+    ablation: Ablation | None = None  # --ablate: each head's change in next-token loss
 
 
 def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
@@ -48,17 +52,23 @@ def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if index is not None:
         data["text_index"] = index
+    heads = [h.as_dict() for h in report.heads]
+    if report.ablation is not None:
+        for entry, h in zip(heads, report.heads):
+            entry["ablation_loss_delta"] = report.ablation.delta(h.layer, h.head)
     data.update(
         {
             "text": report.trace.text,
             **({"generated_text": report.trace.generated_text} if report.trace.prompt_length is not None else {}),
-            "heads": [h.as_dict() for h in report.heads],
+            "heads": heads,
             "probe": None if report.probe is None else report.probe.as_dict(),
             "probe_note": report.probe_note,
             "tokens": token_dicts(report.trace.tokens, report.trace.hiding.hidden if report.trace.hiding else (), report.trace.prompt_length),
             "model": report.trace.model.as_dict(),
         }
     )
+    if report.ablation is not None:
+        data["ablation"] = {"method": report.ablation.method, "clean_loss": report.ablation.clean_loss}
     return data
 
 
@@ -69,12 +79,58 @@ def to_json(report: HeadsReport, index: int | None = None) -> str:
 def to_csv(report: HeadsReport, *, header: bool, index: int = 0) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    ablated = report.ablation
     if header:
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow((*CSV_COLUMNS, *(("ablation_loss_delta",) if ablated else ())))
     for h in report.heads:
         row = h.as_dict()
-        writer.writerow([index, h.layer, h.head, *("" if row[s] is None else repr(row[s]) for s in SCORES), row["role"]])
+        extra = [repr(ablated.delta(h.layer, h.head))] if ablated else []
+        writer.writerow([index, h.layer, h.head, *("" if row[s] is None else repr(row[s]) for s in SCORES), row["role"], *extra])
     return out.getvalue()
+
+
+def ablation_figure(report: HeadsReport, *, dpi: float = 150) -> Any:
+    """--ablate -o NAME.png: the layers x heads grid of loss deltas on RdBu_r centred on 0
+    (red: the loss rises without the head, it matters)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+
+    from attn_cli.render.heatmap import check_pixels, colour_map
+
+    ablation = report.ablation
+    assert ablation is not None, "an ablation picture needs heads --ablate"
+    deltas = np.array(ablation.deltas, dtype=float)  # (L, H)
+    layers, heads = deltas.shape
+    extent = float(np.abs(deltas).max()) or 1.0
+    size = (max(6.0, min(18.0, 2.5 + 0.45 * heads)), max(3.5, min(18.0, 2.0 + 0.4 * layers)))
+    check_pixels(size, dpi)
+    fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    image = ax.imshow(deltas, cmap=colour_map("RdBu_r"), norm=Normalize(-extent, extent), aspect="auto", interpolation="nearest")
+    image.set_label("ablation_loss_delta")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(heads))
+    ax.set_yticks(range(layers))
+    if layers * heads <= 400:
+        for l in range(layers):
+            for h in range(heads):
+                ax.text(h, l, f"{deltas[l, h]:+.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(deltas[l, h]) > 0.6 * extent else "black")  # fmt: skip
+    fig.colorbar(image, ax=ax, shrink=0.9).set_label("loss change (nats)")
+    text = " ".join(report.trace.text.split())
+    text = text if len(text) <= 50 else text[:49] + "…"
+    from attn_cli.render.titles import fit_title
+
+    lines = [
+        [f"Head ablation ({ablation.method}): next-token loss change on “{text}”"],
+        [report.trace.model.name, f"clean loss {ablation.clean_loss:.3f} nats", "red: the loss rises without the head"],
+    ]
+    fig.suptitle(fit_title(lines, (size[0] - 0.2) * 72, 10), fontsize=10, parse_math=False)
+    return fig
 
 
 def top_heads(heads: Sequence[HeadScores], role: str, n: int) -> list[HeadScores]:
@@ -160,6 +216,22 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
     parts.append(grid)
     parts.append(Text("  ".join(f"{LETTERS[r]} {r}" for r in ROLES), style="dim"))
     parts.append(Text(thresholds_text(), style="dim"))
+    if report.ablation is not None:
+        ablation = report.ablation
+        ranked = sorted(heads, key=lambda h: -ablation.delta(h.layer, h.head))[:top]
+        parts.append(Text(""))
+        parts.append(Text(f"Heads that matter ({ablation.method} ablation)", style="bold"))  # a title line: the table is narrow
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("head")
+        table.add_column("loss change (nats)", justify="right")
+        for h in ranked:
+            table.add_row(f"L{h.layer}H{h.head}", f"{ablation.delta(h.layer, h.head):+.{precision}f}")
+        parts.append(table)
+        parts.append(Text(
+            f"the mean next-token loss of the text is {ablation.clean_loss:.{precision}f} nats; each row is how much it "
+            f"rises when that head's output (its slice of W_o's input) is set to {'zero' if ablation.method == 'zero' else 'its mean over the text'}",
+            style="dim",
+        ))  # fmt: skip
     sinks = sorted((h for h in heads if h.special_mass is not None), key=lambda h: -(h.special_mass or 0.0))[:top]
     if sinks and any(h.norm_special_mass is not None for h in sinks):
         parts.append(Text(""))

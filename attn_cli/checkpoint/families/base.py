@@ -257,15 +257,7 @@ def forward(
         shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
         shared = shared.to(device) if shared is not None else None
         for index in range(last + 1):
-            t = LayerTensors(weights, family.layer_names(index))
-            x = family.attention_input(t, hidden)  # (T, D)
-            divisor, divisor_text = family.divisor(index)
-            mask = family.layer_mask(index, shared)  # (T, T) or None
-            bias, softcap = family.score_modifiers(index, len(tokens))  # (H or 1, T, T) or None, float or None
-            layer = multi_head(
-                x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
-                functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap,
-            )  # fmt: skip
+            t, layer = attention_step(family, weights, index, hidden, shared)
             output = layer.output  # (T, D)
             if rollout is not None:
                 rollout.add(layer.weights, layer.mask)
@@ -276,10 +268,70 @@ def forward(
             # What is not kept goes now, before the MLP and the next layer allocate theirs:
             # held until the next assignment, this layer's (H, T, T) weights would be a
             # second one in flight beside the next layer's.
-            del layer, x
+            del layer
             if index < last or whole:
                 hidden = family.finish_layer(t, hidden, output)  # (T, D)
     return Forward([kept[index] for index in layers], hidden if whole else None)
+
+
+def attention_step(
+    family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None
+) -> tuple[LayerTensors, LayerAttention]:
+    """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
+    ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
+    mask every layer starts from."""
+    t = LayerTensors(weights, family.layer_names(index))
+    x = family.attention_input(t, hidden)  # (T, D)
+    divisor, divisor_text = family.divisor(index)
+    mask = family.layer_mask(index, shared)  # (T, T) or None
+    bias, softcap = family.score_modifiers(index, hidden.shape[0])  # (H or 1, T, T) or None, float or None
+    layer = multi_head(
+        x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
+        functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap,
+    )  # fmt: skip
+    return t, layer
+
+
+def ablated_losses(
+    family: Family, weights: Weights, tokens: Tokens, head: Head, loss: Callable[[torch.Tensor], float], method: str,
+    device: torch.device | str = "cpu",
+) -> tuple[float, list[list[float]]]:
+    """(the clean loss, per layer and head the loss with that head ablated): ``loss`` maps the
+    last layer's normed output (T, D) to a number. Ablating head h of layer l sets its slice
+    of W_o's input (the concat) to zero (``method`` "zero") or to its mean over the text's
+    positions ("mean"), every other head untouched. Each layer's input and concat are kept
+    from the clean run, so an ablation recomputes layers l .. L-1 only."""
+    d_v = None
+    with torch.inference_mode():
+        hidden = family.embed(weights, tokens)  # (T, D)
+        shared = family.mask(len(tokens))  # (T, T) or None
+        shared = shared.to(device) if shared is not None else None
+        clean: list[tuple[torch.Tensor, LayerTensors, torch.Tensor, Linear]] = []  # per layer: input, tensors, concat, W_o
+        for index in range(family.layers):
+            t, layer = attention_step(family, weights, index, hidden, shared)
+            clean.append((hidden, t, layer.concat, layer.projections.out))
+            d_v = layer.values.shape[-1]
+            hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
+        clean_loss = loss(family.final_norm(weights, hidden))
+
+        def finish(start: int, hidden: torch.Tensor) -> float:
+            for index in range(start, family.layers):
+                t, layer = attention_step(family, weights, index, hidden, shared)
+                hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
+            return loss(family.final_norm(weights, hidden))
+
+        assert d_v is not None
+        losses = []
+        for index, (layer_input, t, concat, out) in enumerate(clean):
+            row = []
+            for h in range(family.heads):
+                changed = concat.clone()  # (T, H*Dv)
+                cut = slice(h * d_v, (h + 1) * d_v)
+                changed[:, cut] = 0.0 if method == "zero" else concat[:, cut].mean(dim=0, keepdim=True)  # (T, Dv)
+                after = family.finish_layer(t, layer_input, out(changed))  # (T, D) this layer's output, ablated
+                row.append(finish(index + 1, after))
+            losses.append(row)
+    return clean_loss, losses
 
 
 AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)

@@ -1,0 +1,131 @@
+"""heads --ablate zero|mean: each head's change in mean next-token loss against transformers
+with a forward pre-hook on GPT-2's attn.c_proj / Llama's self_attn.o_proj that replaces the
+head's slice of its input, to 1e-4 of the loss; the outputs and the refusals."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import checkpoints
+from attn_cli.cli import app
+
+TEXT = "the quick brown fox jumps over the lazy dog and the cat"
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # grouped-query (8 heads, 2 key/value heads), tied head
+    return checkpoints.built(tmp_path_factory, "ablation-llama", checkpoints.build_llama, tie_word_embeddings=True)
+
+
+def invoke(*args: str, code: int = 0) -> Any:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, result.stderr
+    return result
+
+
+def hooked_deltas(folder: Path, ids: list[int], method: str, shift: int = 0) -> tuple[float, dict[tuple[int, int], float]]:
+    """transformers' clean loss and, per (layer, head), the loss change with a pre-hook on W_o
+    that replaces head (h + shift) % H's slice of its input (shift 0: the head itself)."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    blocks, path = (model.transformer.h, "attn.c_proj") if hasattr(model, "transformer") else (model.model.layers, "self_attn.o_proj")
+    heads = model.config.num_attention_heads
+    d_v = model.config.hidden_size // heads if not getattr(model.config, "head_dim", None) else model.config.head_dim
+    batch = torch.tensor([ids])
+    with torch.no_grad():
+        clean = model(batch, labels=batch).loss.item()
+    deltas = {}
+    for layer, block in enumerate(blocks):
+        for h in range(heads):
+            cut = slice(((h + shift) % heads) * d_v, ((h + shift) % heads + 1) * d_v)
+
+            def replace(module: Any, args: Any, cut: slice = cut) -> Any:
+                x = args[0].clone()  # (1, T, H*Dv)
+                x[..., cut] = 0.0 if method == "zero" else args[0][..., cut].mean(dim=1, keepdim=True)
+                return (x,)
+
+            handle = block.get_submodule(path).register_forward_pre_hook(replace)
+            with torch.no_grad():
+                deltas[(layer, h)] = model(batch, labels=batch).loss.item() - clean
+            handle.remove()
+    return clean, deltas
+
+
+def ablation_json(folder: Path, method: str) -> dict[str, Any]:
+    return json.loads(invoke("heads", TEXT, "--model", str(folder), "--ablate", method, "--no-probe", "-F", "json").stdout)
+
+
+def assert_deltas(data: dict[str, Any], clean: float, expected: dict[tuple[int, int], float]) -> None:
+    tolerance = 1e-4 * max(1.0, abs(clean))  # relative to the loss's size
+    assert data["ablation"]["clean_loss"] == pytest.approx(clean, abs=tolerance)
+    for entry in data["heads"]:
+        assert entry["ablation_loss_delta"] == pytest.approx(expected[(entry["layer"], entry["head"])], abs=tolerance), entry
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_deltas_equal_transformers_with_a_hook(name: str, method: str, gpt2_folder: Path, llama_folder: Path) -> None:
+    folder = gpt2_folder if name == "gpt2" else llama_folder
+    data = ablation_json(folder, method)
+    assert data["ablation"]["method"] == method
+    ids = [t["id"] for t in data["tokens"]]
+    clean, expected = hooked_deltas(folder, ids, method)
+    assert max(abs(v) for v in expected.values()) > 0.05  # heads that matter: a wrong head would show
+    assert_deltas(data, clean, expected)
+    if name == "gpt2" and method == "zero":  # the negative control: the neighbouring head's slice
+        _, shifted = hooked_deltas(folder, ids, method, shift=1)
+        with pytest.raises(AssertionError):
+            assert_deltas(data, clean, shifted)
+
+
+def test_outputs_table_csv_and_picture(gpt2_folder: Path, tmp_path: Path) -> None:
+    data = ablation_json(gpt2_folder, "zero")
+    best = max(data["heads"], key=lambda h: h["ablation_loss_delta"])
+    table = invoke("heads", TEXT, "--model", str(gpt2_folder), "--ablate", "zero", "--no-probe", "-F", "table").stdout
+    assert "Heads that matter (zero ablation)" in table
+    after = table.split("Heads that matter")[1]
+    assert f"L{best['layer']}H{best['head']}" in after.splitlines()[4]  # the first row under the header
+    rows = list(csv.DictReader(io.StringIO(invoke("heads", TEXT, "--model", str(gpt2_folder), "--ablate", "zero", "--no-probe", "-F", "csv").stdout)))
+    assert float(rows[0]["ablation_loss_delta"]) == data["heads"][0]["ablation_loss_delta"]
+    plain = invoke("heads", TEXT, "--model", str(gpt2_folder), "--no-probe", "-F", "csv").stdout
+    assert "ablation_loss_delta" not in plain.splitlines()[0]
+    picture = tmp_path / "ablation.png"
+    assert invoke("heads", TEXT, "--model", str(gpt2_folder), "--ablate", "mean", "-o", str(picture)).stdout.strip() == str(picture)
+    assert picture.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ablation_figure_draws_the_deltas(gpt2_folder: Path) -> None:
+    import numpy as np
+
+    from attn_cli.analysis.effects import Ablation
+    from attn_cli.render.heads import HeadsReport, ablation_figure
+    from attn_cli.config import Config
+    from attn_cli.source import SourceSpec
+
+    trace = SourceSpec(Config(), model=str(gpt2_folder)).open().run(TEXT)
+    deltas = ((0.5, -0.25, 0.0, 1.0), (0.1, 0.2, 0.3, 0.4), (-1.0, 0.0, 0.0, 0.0))
+    fig = ablation_figure(HeadsReport(trace, (), None, ablation=Ablation("zero", 3.0, deltas)))
+    (image,) = [im for ax in fig.axes for im in ax.images]
+    assert np.array_equal(np.asarray(image.get_array()), np.array(deltas)) and image.norm.vmin == -1.0 and image.norm.vmax == 1.0
+
+
+def test_refusals(gpt2_folder: Path, tmp_path: Path) -> None:
+    assert "--ablate needs a trained model" in invoke("heads", TEXT, "-t", "words", "--ablate", "zero", code=2).stderr
+    result = invoke("heads", TEXT, "--model", str(gpt2_folder), "-o", str(tmp_path / "x.png"), code=2)
+    assert "add --ablate" in result.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = checkpoints.built(tmp_path_factory, "ablation-bert-mlm", checkpoints.build_encoder, model_type="bert")
+    result = invoke("heads", TEXT, "--model", str(folder), "--ablate", "zero", code=2)
+    assert "is an encoder" in result.stderr and result.stderr.count("\n") == 1
