@@ -400,3 +400,17 @@ def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, 
     assert plain.page.locator("#tab-rollout").count() == 0
     plain.view("matrix")
     assert plain.page.locator("#show-norms").count() == 0
+
+
+def test_predictions_show_on_hover(open_page: Any, gpt2_folder: Any) -> None:
+    from attn_cli.config import Config
+    from attn_cli.source import SourceSpec
+    from attn_cli.traces import Selection
+
+    source = SourceSpec(Config(), model=str(gpt2_folder)).open()
+    trace = source.run("the quick brown fox", Selection((2,), (0, 1, 2, 3), predict=3))
+    p = open_page(page([trace], command="c"))
+    p.page.hover(".left .tok[data-i='2']")
+    expected = ", ".join(f"{label} {prob:.4f}" for label, prob in zip(trace.predictions.labels[2], trace.predictions.probs[2].tolist()))
+    assert p.text("#detail-predictions") == f"The model's next token here: {expected}"
+    assert p.page.get_attribute(".left .tok[data-i='2']", "title").endswith(f"next: {expected}")

@@ -135,3 +135,22 @@ def test_the_memory_estimate_counts_the_head(gpt2_folder: Path) -> None:
     assert predicting["weights"] > plain["weights"]  # every layer's weights: the forward runs to the end
     head = checkpoint._weights.entry("wte.weight").shape
     assert predicting["activations"] - plain["activations"] == LOGIT_BLOCK_BYTES + head[0] * head[1] * 4
+
+
+def test_the_page_and_the_walkthrough_show_them(gpt2_folder: Path, tmp_path: Path) -> None:
+    from html_support import manifest
+
+    data = json.loads(invoke("run", TEXT, "--model", str(gpt2_folder), "--predict", "2", "-F", "json").stdout)
+    page = tmp_path / "p.html"
+    invoke("html", TEXT, "--model", str(gpt2_folder), "--predict", "2", "-o", str(page))
+    (m,) = manifest(page.read_text(encoding="utf-8"))["traces"]
+    assert m["predictions"]["next"] and m["predictions"]["k"] == 2
+    for entry, labels, probs in zip(data["predictions"], m["predictions"]["labels"], m["predictions"]["probs"]):
+        assert labels == [t["label"] for t in entry["top"]] and probs == [f"{t['prob']:.4f}" for t in entry["top"]]
+    plain = tmp_path / "plain.html"
+    invoke("html", TEXT, "--model", str(gpt2_folder), "-o", str(plain))
+    assert manifest(plain.read_text(encoding="utf-8"))["traces"][0]["predictions"] is None
+    walk = invoke("explain", TEXT, "--model", str(gpt2_folder), "--predict", "2", "--query", "fox", "-F", "text").stdout
+    fox = next(e for e in data["predictions"] if e["position"] == 4)
+    assert "11. What the model predicts" in walk and f"{fox['top'][0]['label']} {fox['top'][0]['prob']:.4f}" in walk
+    assert "--predict needs a trained model" in invoke("explain", TEXT, "-t", "words", "--predict", "2", code=2).stderr

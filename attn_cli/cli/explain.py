@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 
 from attn_cli.cli import AttnCommand, app
-from attn_cli.cli.options import OUTPUT, NoClobberOption, NoColorOption, OutputOption, PrecisionOption, QueryOption, shared_options
+from attn_cli.cli.options import (
+    OUTPUT,
+    NoClobberOption,
+    NoColorOption,
+    OutputOption,
+    PrecisionOption,
+    PredictOption,
+    QueryOption,
+    check_model_only,
+    shared_options,
+)
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.errors import UsageError, in_batch
 from attn_cli.source import SourceSpec
@@ -41,6 +51,7 @@ def explain(
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 4,
     no_color: NoColorOption = False,
+    predict: PredictOption = 0,
 ) -> None:
     """Walk through attention one step at a time, with this text's own numbers.
 
@@ -60,13 +71,14 @@ def explain(
     from attn_cli.cli.inputs import resolve_position
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
+    check_model_only(spec, **{"--predict": predict})
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
     source = spec.open()
     for note in source.notes:
         typer.echo(note, err=True)
     layer, head = spec.one(source)
     parts = []
-    for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,))), len(texts))):
+    for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,), predict=predict)), len(texts))):
         try:
             position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
         except UsageError as err:

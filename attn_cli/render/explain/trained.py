@@ -28,7 +28,7 @@ class TrainedWalkthrough(Walkthrough):
         return [self.tokenize(), self.layer_input(), self.project()]
 
     def closing_steps(self) -> list[Step]:
-        return [self.roles()]
+        return [self.roles(), *([self.predictions()] if self.run.predictions is not None else [])]
 
     def intro(self) -> tuple[Block, ...]:
         m, text = self.model, self.run.text
@@ -183,3 +183,28 @@ class TrainedWalkthrough(Walkthrough):
         if others:
             blocks.append(Line(f"Other heads of layer {self.index} with the same role here: {', '.join(str(s.head) for s in others)}.", "note"))
         return Step(10, "What this head does", tuple(blocks))
+
+    def predictions(self) -> Step:
+        """--predict: what the whole model makes of it, at the followed query or every position."""
+        p = self.run.predictions
+        assert p is not None
+        n = len(self.run.tokens)
+        positions = [self.q] if self.q is not None else list(range(min(n, PREDICTION_ROWS)))
+        probs = p.probs.tolist()
+        rows = tuple(
+            (str(i), self.run.tokens.labels[i], *(f"{p.labels[i][r]} {self.f(probs[i][r])}" for r in range(p.k))) for i in positions
+        )
+        causal = self.layer.causal
+        blocks: list[Block] = [
+            Line(
+                f"Past layer {self.index}, the model runs to its last layer, its final norm and its head; the softmax of each "
+                f"position's logits gives its most likely {'next tokens' if causal else 'fillers (a [MASK] shows it best)'}:"
+            ),
+            Grid("", ("pos", "token", *(str(r + 1) for r in range(p.k))), rows, left=2),
+        ]
+        if self.q is None and len(positions) < n:
+            blocks.append(Line(f"… the first {len(positions)} of {n} positions; --query follows one, `run --predict -F json` has all.", "note"))
+        return Step(11, "What the model predicts", tuple(blocks))
+
+
+PREDICTION_ROWS = 12  # positions listed when no --query is followed

@@ -293,6 +293,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
         "layers": layers,
         "vectors": None,
         "rollout": None,
+        "predictions": _predictions(trace),
     }
     if trace.rollout is not None:  # --rollout: drawn like one head's weights
         from attn_cli.attention import LayerWeights
@@ -327,6 +328,21 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "dV": config.d_v,
         }
     return manifest
+
+
+def _predictions(trace: Trace) -> dict[str, Any] | None:
+    """--predict: per position, the top K labels and their probabilities (4 decimals, as fixed text)."""
+    p = trace.predictions
+    if p is None:
+        return None
+    kept = list(trace.hiding.kept) if trace.renormalized and trace.hiding is not None else list(range(len(p.labels)))
+    probs = p.probs.tolist()
+    return {
+        "k": p.k,
+        "next": any(layer.causal for layer in trace.layers),  # decoders predict the next token, masked LMs the token itself
+        "labels": [list(p.labels[i]) for i in kept],
+        "probs": [[f"{v:.{PRECISION}f}" for v in probs[i]] for i in kept],
+    }
 
 
 def _header_rows(trace: Trace) -> list[list[str]]:

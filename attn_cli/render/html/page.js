@@ -106,12 +106,17 @@
     for (const kid of kids.flat(Infinity)) if (kid !== null && kid !== undefined) e.append(kid instanceof Node ? kid : String(kid));
     return e;
   }
+  function predicted(i) { // --predict: "next: a 0.8892, G 0.0672" for position i, or ""
+    const p = trace().predictions;
+    if (!p) return "";
+    return (p.next ? " · next: " : " · predicted here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ");
+  }
   function tokenButton(i, cls, extra) {
     const tk = trace().tokens;
     const special = tk.special[i];
     return el("button", Object.assign({
       class: "tok " + cls + (special ? " special" : ""), type: "button", "data-i": i,
-      title: `${tk.labels[i]} · position ${tk.positions[i]} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : ""),
+      title: `${tk.labels[i]} · position ${tk.positions[i]} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : "") + predicted(i),
     }, extra || {}), tk.labels[i]);
   }
   function heading(text) { return el("h2", { text }); }
@@ -311,6 +316,8 @@
     const { side, i } = S.focus;
     const at = (h, other) => d.w[h * n * n + (side === "q" ? i * n + other : other * n + i)];
     detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${tk.labels[i]} (query ${tk.positions[i]}) attends to` : `Who attends to ${tk.labels[i]} (key ${tk.positions[i]})` }));
+    const p = trace().predictions;
+    if (p) detail.append(el("p", { class: "small", id: "detail-predictions", text: (p.next ? "The model's next token here: " : "The model's fillers here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ") }));
     const order = Array.from({ length: n }, (_, j) => j);
     const best = (j) => Math.max(...heads.map((h) => { const u = at(h, j); return u === MASKED ? -1 : u; }));
     order.sort((a, b) => best(b) - best(a) || a - b);
