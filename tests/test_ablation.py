@@ -129,3 +129,24 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
     folder = checkpoints.built(tmp_path_factory, "ablation-bert-mlm", checkpoints.build_encoder, model_type="bert")
     result = invoke("heads", TEXT, "--model", str(folder), "--ablate", "zero", code=2)
     assert "is an encoder" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.checkpoint.families import base
+    from attn_cli.errors import TooLargeError
+
+    checkpoint = open_checkpoint(str(gpt2_folder))
+    tokens = checkpoint.tokenizer.encode(TEXT)
+    need = sum(checkpoint.estimate_bytes(len(tokens), [2], "weights", predict=True).values())
+    real = base.ablated_losses
+    ran: list[bool] = []
+    monkeypatch.setattr(base, "ablated_losses", lambda *a, **k: ran.append(True) or real(*a, **k))
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(need / budget.SHARE) - 1)  # just short of the forward's needs
+    with pytest.raises(TooLargeError, match="^this ablation needs about"):
+        checkpoint.ablate(tokens, "zero")
+    assert not ran
+    monkeypatch.setattr(budget, "available_bytes", lambda: 100 * need)  # the negative control: room enough, it runs
+    checkpoint.ablate(tokens, "zero")
+    assert ran

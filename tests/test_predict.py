@@ -126,15 +126,15 @@ def test_no_head_and_the_toy_are_refused(minilm_path: Path, tmp_path: Path) -> N
 
 
 def test_the_memory_estimate_counts_the_head(gpt2_folder: Path) -> None:
-    from attn_cli.analysis.effects import LOGIT_BLOCK_BYTES
     from attn_cli.checkpoint import open_checkpoint
 
     checkpoint = open_checkpoint(str(gpt2_folder))
     plain = checkpoint.estimate_bytes(20, [0])
     predicting = checkpoint.estimate_bytes(20, [0], predict=True)
     assert predicting["weights"] > plain["weights"]  # every layer's weights: the forward runs to the end
-    head = checkpoint._weights.entry("wte.weight").shape
-    assert predicting["activations"] - plain["activations"] == LOGIT_BLOCK_BYTES + head[0] * head[1] * 4
+    vocab, width = checkpoint._weights.entry("wte.weight").shape
+    # the head's matrix, and 20 positions' float32 logits and softmax
+    assert predicting["activations"] - plain["activations"] == vocab * width * 4 + 2 * 4 * 20 * vocab
 
 
 def test_the_page_and_the_walkthrough_show_them(gpt2_folder: Path, tmp_path: Path) -> None:

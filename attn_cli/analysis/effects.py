@@ -1,10 +1,12 @@
-"""What attention does: the model's predictions at every position (``--predict``).
+"""What attention does: the model's predictions at every position (``--predict``) and the
+next-token loss that ablating a head changes (``heads --ablate``).
 
 The forward runs on after the last kept layer (every layer, the final norm, the head;
 ``checkpoint.families.base.forward``); this module turns the last hidden states into
 each position's K most likely next tokens (decoders) or fillers (masked LMs): the
-softmax of that position's logits in float32, most likely first. Logits are made a
-block of positions at a time, so what is held is (block, V), never (T, V).
+softmax of that position's logits in float32, most likely first; or into the mean
+next-token cross-entropy. Logits are made a block of positions at a time, so what is
+held is (block, V), never (T, V).
 
 Shapes: T tokens, D d_model, V the vocabulary, K the predictions kept per position.
 """

@@ -76,7 +76,7 @@ def _gram(layer: LayerAttention) -> torch.Tensor:
 
     heads, n = layer.values.shape[:2]
     width = layer.projections.out.weight.shape[0] if layer.projections.out is not None else heads * layer.values.shape[-1]
-    gram = torch.empty(n, heads, heads, dtype=torch.float32)  # (T, H, H)
+    gram = torch.empty(n, heads, heads, dtype=torch.float32, device=layer.values.device)  # (T, H, H)
     step = max(1, BLOCK_BYTES // (4 * heads * width))
     for start in range(0, n, step):
         sent = head_outputs(layer, slice(start, start + step), torch.float32).transpose(0, 1)  # (H, K, D) -> (K, H, D)
@@ -106,7 +106,7 @@ def value_norms(layer: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
         sent_sq = torch.diagonal(gram, dim1=1, dim2=2).transpose(0, 1)  # (T, H) -> (H, T)
     sent_norm = sent_sq.clamp(min=0).sqrt()  # (H, T) ||f_h(x_j)||
     head = weights * sent_norm[:, None, :]  # (H, T, T) * (H, 1, T)
-    layer_norms = torch.empty(n, n, dtype=torch.float32)  # (T, T)
+    layer_norms = torch.empty(n, n, dtype=torch.float32, device=weights.device)  # (T, T)
     step = max(1, BLOCK_BYTES // (4 * heads * n))
     for start in range(0, n, step):
         rows = slice(start, start + step)

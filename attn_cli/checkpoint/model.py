@@ -6,12 +6,10 @@ Shapes: T tokens, D d_model, H heads, F the MLP's inner size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from attn_cli.analysis.effects import LOGIT_BLOCK_BYTES
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
@@ -74,12 +72,12 @@ class Checkpoint:
         # the layer being computed: hidden, residual, normed and q/k/v/context (T, D)-sized;
         # the MLP's two (T, F); its (H, T, T) scores and float32 softmax block; the shared (T, T) bool mask
         in_flight = (7 * t * width + 2 * t * family.d_ffn + family.heads * t * t) * size + FLOAT32 * t * t + t * t
-        if norms:  # analysis.norms: the float64 Gram matrices and a block of rows (or keys), beside the layer
+        if norms:  # analysis.norms: the Gram matrices and a block of rows (or keys), beside the layer
             in_flight += 8 * t * family.heads**2 + NORMS_BLOCK_BYTES * 3
         if rollout:  # analysis.rollout: the float64 product, the next layer's mixed weights and their product
             in_flight += 3 * 8 * t * t
         if predict:  # analysis.effects: one block of (positions, V) logits and their softmax, and the head's matrix
-            in_flight += LOGIT_BLOCK_BYTES + self._head_bytes(size)
+            in_flight += self._head_bytes(size, t)
         return {
             "weights": layer_weights + embedding_rows,
             # a kept layer's (H, T, T) tables, and with norms its (H, T, T) + (T, T) norms
@@ -87,14 +85,18 @@ class Checkpoint:
             "activations": len(kept) * KEPT_VECTORS[keep] * t * width * FLOAT32 + in_flight,
         }
 
-    def _head_bytes(self, size: int) -> int:
+    def _head_bytes(self, size: int, n_tokens: int) -> int:
         """The head's (V, D) matrix, read whole for the logits (a tied one too: the embedding
-        rows counted above are only the text's)."""
+        rows counted above are only the text's), and one block of (positions, V) float32
+        logits with their softmax (``analysis.effects.block_rows``)."""
+        from attn_cli.analysis.effects import block_rows
+
         try:
             head = self._family.head(self._weights)
         except ModelUnavailable:  # no head: predict() says so before anything runs
             return 0
-        return int(math.prod(self._weights.entry(head.weight).shape)) * size
+        vocab, width = self._weights.entry(head.weight).shape
+        return vocab * width * size + 2 * FLOAT32 * min(n_tokens, block_rows(vocab)) * vocab
 
     def _layer_elements(self, layer: int) -> int:
         """Elements of layer ``layer``'s tensors: from the safetensors headers, or from
@@ -140,6 +142,8 @@ class Checkpoint:
         """``trace``'s layers, and every position's top ``k`` predictions: every layer runs,
         then the family's final norm and its language-model head (ModelUnavailable, exit 3,
         naming what is missing when the checkpoint has none; checked before anything runs)."""
+        import torch
+
         from attn_cli.analysis.effects import Predictions, top_k
         from attn_cli.checkpoint.families import forward
 
@@ -150,8 +154,6 @@ class Checkpoint:
         )  # fmt: skip
         assert done.hidden is not None
         family, weights = self._family, self._weights
-        import torch
-
         with torch.inference_mode():
             normed = family.final_norm(weights, done.hidden)  # (T, D)
             ids, probs, logits = top_k(
@@ -169,9 +171,9 @@ class Checkpoint:
         says), stopping after an end-of-sequence id. Every step runs the whole forward
         over the sequence so far (no cache: the attention shown afterwards is the full
         sequence's, computed once more by ``trace``)."""
-        from attn_cli.checkpoint.families import forward
-
         import torch
+
+        from attn_cli.checkpoint.families import forward
 
         head = self._family.head(self._weights)
         family, weights = self._family, self._weights
@@ -197,11 +199,23 @@ class Checkpoint:
         from attn_cli.analysis.effects import Ablation, next_token_loss
         from attn_cli.checkpoint.families.base import ablated_losses
 
+        from attn_cli import budget
+
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
         family, weights = self._family, self._weights
         head = family.head(weights)
         vocab = self.vocab_size(head)
+        # the whole forward's needs, and each layer's input and concat kept from the clean run
+        parts = self.estimate_bytes(len(tokens), [self.info.layers - 1], "weights", predict=True)
+        parts["activations"] += self.info.layers * len(tokens) * (family.d_model + family.heads * family.head_dim) * FLOAT32
+        budget.check(
+            parts,
+            {"weights": "the weights of every layer and the head", "tables": "a layer's T x T tables",
+             "activations": f"each layer's input and heads kept for {len(tokens)} tokens, and the logits"},
+            {"weights": "use a smaller model", "tables": "use a shorter text", "activations": "use a shorter text"},
+            doing="this ablation",
+        )  # fmt: skip
 
         def loss(normed: torch.Tensor) -> float:
             return next_token_loss(lambda rows: family.logits(weights, head, normed[rows]), tokens.ids, vocab)

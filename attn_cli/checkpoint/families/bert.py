@@ -168,7 +168,6 @@ class Bert(Family):
         out = FusedLinear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)
 
-
     # -- after the last layer: the masked-LM head --
 
     def head(self, weights: Weights) -> Head:

@@ -362,7 +362,6 @@ class Decoder(Family):
             out = self.normed(t, "mlp_out_norm", out)  # (T, D)
         return hidden + out  # (T, D) residual
 
-
     # -- after the last layer --
 
     def head(self, weights: Weights) -> Head:
