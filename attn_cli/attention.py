@@ -400,9 +400,9 @@ def _check_finite(tensors: tuple[torch.Tensor, ...], what: str, fix: str) -> Non
 
 
 def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
-    """Head h's columns of a (T, H*d) projection, heads first."""
-    n_tokens = m.shape[0]
-    return m.reshape(n_tokens, heads, -1).transpose(0, 1)  # (T, H*d) -> (T, H, d) -> (H, T, d)
+    """Head h's columns of a (..., T, H*d) projection, heads first (a checkpoint's
+    ablations run a batch of texts: the leading dimensions)."""
+    return m.reshape(*m.shape[:-1], heads, -1).transpose(-3, -2)  # (..., T, H*d) -> (..., T, H, d) -> (..., H, T, d)
 
 
 def _draw(init: Init, d_in: int, d_out: int, bias: bool) -> Linear:

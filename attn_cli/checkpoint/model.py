@@ -196,10 +196,11 @@ class Checkpoint:
         """Every head's change in mean next-token loss when its slice of W_o's input is set to
         zero or to its mean over the text (``families.base.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
-        from attn_cli.analysis.effects import Ablation, next_token_loss
+        from attn_cli.analysis.effects import Ablation, next_token_losses
         from attn_cli.checkpoint.families.base import ablated_losses
 
         from attn_cli import budget
+        from attn_cli.checkpoint.families.base import ablation_batch
 
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
@@ -209,6 +210,8 @@ class Checkpoint:
         # the whole forward's needs, and each layer's input and concat kept from the clean run
         parts = self.estimate_bytes(len(tokens), [self.info.layers - 1], "weights", predict=True)
         parts["activations"] += self.info.layers * len(tokens) * (family.d_model + family.heads * family.head_dim) * FLOAT32
+        batch, per_text = ablation_batch(family, len(tokens))
+        parts["activations"] += batch * per_text  # a layer's ablations in flight together
         budget.check(
             parts,
             {"weights": "the weights of every layer and the head", "tables": "a layer's T x T tables",
@@ -217,11 +220,12 @@ class Checkpoint:
             doing="this ablation",
         )  # fmt: skip
 
-        def loss(normed: torch.Tensor) -> float:
-            return next_token_loss(lambda rows: family.logits(weights, head, normed[rows]), tokens.ids, vocab)
+        def losses(normed: torch.Tensor) -> list[float]:  # (B, T, D) -> each text's loss
+            flat = normed.reshape(-1, normed.shape[-1])  # (B*T, D)
+            return next_token_losses(lambda rows: family.logits(weights, head, flat[rows]), tokens.ids, normed.shape[0], vocab)
 
-        clean, losses = ablated_losses(family, weights, tokens, head, loss, method, weights.device)
-        return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in losses))
+        clean, ablated = ablated_losses(family, weights, tokens, head, losses, method, weights.device)
+        return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))
 
     def vocab_size(self, head: Head) -> int:
         """V: the rows of the head's matrix (from the safetensors header)."""

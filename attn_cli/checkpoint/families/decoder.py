@@ -307,7 +307,7 @@ class Decoder(Family):
             if self.qk_norm == "whole":
                 return lambda m: norm(m, weight, None, eps)  # (T, H*Dk) over all of it
             # (T, H*Dk) -> (T, H, Dk), each head normed over its Dk -> (T, H*Dk)
-            return lambda m: norm(m.view(m.shape[0], -1, dk), weight, None, eps).view(m.shape[0], -1)
+            return lambda m: norm(m.view(*m.shape[:-1], -1, dk), weight, None, eps).view(m.shape)  # (..., T, H*Dk) per head
 
         return make(t["q_norm.weight"]), make(t["k_norm.weight"])
 

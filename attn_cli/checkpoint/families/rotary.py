@@ -194,7 +194,7 @@ class Rotary:
 
     def apply(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(H, T, Dk) queries and (Hkv, T, Dk) keys, position t at token t, rotated."""
-        cos, sin = self.cos_sin(queries.shape[1], queries.dtype, queries.device)  # (T, R) each
+        cos, sin = self.cos_sin(queries.shape[-2], queries.dtype, queries.device)  # (T, R) each
         return turn(queries, cos, sin), turn(keys, cos, sin)
 
     def text(self) -> str:
