@@ -213,6 +213,12 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     rollout = data.get("rollout")
     if isinstance(rollout, dict) and rollout.get("weights") is not None:
         made = dataclasses.replace(made, rollout=_rollout(rollout, where, n))
+    generated = [bool(entry.get("generated")) for entry in tokens if isinstance(entry, dict)]
+    if any(generated) and len(generated) == n:  # --generate: where the prompt ended, drawn again
+        text_after = data.get("generated_text")
+        made = dataclasses.replace(
+            made, prompt_length=generated.index(True), generated_text=text_after if isinstance(text_after, str) else None
+        )
     return made
 
 

@@ -107,3 +107,16 @@ def test_every_command_takes_it(gpt2_folder: Path, tmp_path: Path) -> None:
     assert header["generated"].startswith("4 tokens from position")
     table = invoke("run", PROMPT, "--model", str(gpt2_folder), "--generate", "2", "--show", "tokens").stdout
     assert "generated 2 tokens from position" in table and table.count("generated") >= 3
+
+
+def test_a_saved_generation_is_drawn_again(gpt2_folder: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "g.json"
+    invoke("run", PROMPT, "--model", str(gpt2_folder), "--generate", "4", "-o", str(saved))
+    direct, again = tmp_path / "direct.png", tmp_path / "again.png"
+    invoke("heatmap", PROMPT, "--model", str(gpt2_folder), "--generate", "4", "-o", str(direct))
+    invoke("heatmap", "--from", str(saved), "-o", str(again))
+    assert direct.read_bytes() == again.read_bytes()  # the dashed lines and the title line included
+    from attn_cli.saved import load_json
+
+    trace = load_json(saved)
+    assert trace.prompt_length == len(trace.tokens) - 4 and trace.generated_text == json.loads(saved.read_text())["generated_text"]
