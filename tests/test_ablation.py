@@ -150,3 +150,37 @@ def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeyp
     monkeypatch.setattr(budget, "available_bytes", lambda: 100 * need)  # the negative control: room enough, it runs
     checkpoint.ablate(tokens, "zero")
     assert ran
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocked_losses_equal_cross_entropy(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """next_token_losses works each block of logits in place, in a buffer kept between calls:
+    with blocks of 7 rows over 3 texts of 10 tokens (27 rows: blocks of 7, 7, 7, 6) and a second
+    call reusing the first's buffer, each text's loss is F.cross_entropy's."""
+    from attn_cli.analysis import effects
+
+    vocab, n, texts = 50, 10, 3
+    monkeypatch.setattr(effects, "LOSS_BLOCK_BYTES", 7 * 4 * vocab)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (n,), generator=generator).tolist()
+    weight = (torch.randn(vocab, 16, generator=generator) * 3).to(dtype)  # sharp: large logits, where a missing max would overflow
+
+    def expected(hidden: torch.Tensor) -> list[float]:
+        logits = (hidden.reshape(-1, 16) @ weight.t()).float().reshape(texts, n, vocab)
+        return [torch.nn.functional.cross_entropy(logits[b, :-1], torch.tensor(ids[1:])).item() for b in range(texts)]
+
+    scratch: list[torch.Tensor] = []
+    made: list[torch.Tensor] = []
+    for _ in range(2):
+        hidden = (torch.randn(texts, n, 16, generator=generator) * 3).to(dtype)
+        flat = hidden.reshape(-1, 16)
+
+        def logits_of(rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+            result = flat[rows] @ weight.t() if out is None else torch.mm(flat[rows], weight.t(), out=out)
+            made.append(result)
+            return result
+
+        got = effects.next_token_losses(logits_of, ids, texts, vocab, scratch)
+        assert got == pytest.approx(expected(hidden), rel=1e-5 if dtype == torch.float32 else 1e-3)
+    assert [len(block) for block in made] == [7, 7, 7, 6] * 2
+    assert all(block.data_ptr() == made[0].data_ptr() for block in made)  # one buffer, every block, both calls

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     import torch
 
 LOGIT_BLOCK_BYTES = 64 * 2**20  # float32 logits of one block of positions (and their softmax)
+# float32 logits of one block of rows for the loss, worked on in place and reused from call
+# to call: bigger blocks make the head's matmul faster (GPT-2's 50,257-row head: 210 GFLOP/s
+# at 166 rows, 250 at 333, 295 at 756: a layer's 12 ablations at T = 64 in one block)
+LOSS_BLOCK_BYTES = 256 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +47,11 @@ def block_rows(vocab: int) -> int:
     return max(1, LOGIT_BLOCK_BYTES // (2 * 4 * max(vocab, 1)))
 
 
+def loss_rows(vocab: int) -> int:
+    """Rows whose logits ``next_token_losses`` makes at once: ``LOSS_BLOCK_BYTES`` of (rows, V) float32."""
+    return max(1, LOSS_BLOCK_BYTES // (4 * max(vocab, 1)))
+
+
 def top_k(logits_of: Callable[[slice], torch.Tensor], n: int, k: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, probs, logits), each (T, K), from ``logits_of(rows)`` -> (R, V) logits of
     positions ``rows``, a block of rows at a time; the softmax in float32."""
@@ -61,13 +70,23 @@ def top_k(logits_of: Callable[[slice], torch.Tensor], n: int, k: int, vocab: int
     return torch.cat(ids), torch.cat(probs), torch.cat(logits)
 
 
-def next_token_losses(logits_of: Callable[[torch.Tensor], torch.Tensor], ids: Sequence[int], texts: int, vocab: int) -> list[float]:
+def next_token_losses(
+    logits_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    ids: Sequence[int],
+    texts: int,
+    vocab: int,
+    scratch: list[torch.Tensor] | None = None,
+) -> list[float]:
     """Each of ``texts`` texts' mean next-token cross-entropy (nats): in each, position i
     predicts token i + 1 of ``ids`` (the same ids in every text; an ablation changes the
-    states, not the tokens), for i in 0 .. T-2. ``logits_of(rows)`` -> (R, V) logits of
-    flat rows ``b * T + i``; a block of rows at a time (texts together: one bigger
-    matmul), log-softmax in float32 (torch's logsumexp took 5x as long on CPU), each sum in
-    float64."""
+    states, not the tokens), for i in 0 .. T-2. ``logits_of(rows, out)`` -> (R, V) logits of
+    flat rows ``b * T + i``, written into ``out`` (R, V) when it is not None; blocks of at
+    most ``loss_rows`` rows, of equal size (texts together: one bigger matmul), every block
+    into one tensor, kept in ``scratch`` (a list holding it, or empty) for the next call with
+    the same list. The log-softmax of the target, logit - max - log(sum(exp(logits - max))), is
+    worked out in float32 in that tensor, in place (``torch.log_softmax`` and
+    ``torch.logsumexp`` each allocate a fresh (R, V) block, whose page faults were 1.5 s of
+    ``bench/ablation.py``'s 7), each sum in float64."""
     import torch
 
     n = len(ids)
@@ -76,12 +95,19 @@ def next_token_losses(logits_of: Callable[[torch.Tensor], torch.Tensor], ids: Se
     rows = torch.tensor([b * n + i for b in range(texts) for i in range(n - 1)], dtype=torch.long)  # (B*(T-1),)
     targets = torch.tensor(list(ids[1:]) * texts, dtype=torch.long)  # (B*(T-1),)
     sums = torch.zeros(texts, dtype=torch.float64)  # (B,)
-    step = block_rows(vocab)
+    step = -(-len(rows) // -(-len(rows) // loss_rows(vocab)))  # the fewest blocks, of equal size
+    scratch = [] if scratch is None else scratch
     for start in range(0, len(rows), step):
         chosen = rows[start : start + step]  # (R,)
-        log_probs = torch.log_softmax(logits_of(chosen).float(), dim=-1)  # (R, V)
-        picked = log_probs.gather(-1, targets[start : start + step, None])[:, 0]  # (R,) log p(target)
-        sums.index_add_(0, chosen // n, picked.double())  # each row to its text
+        fits = scratch and scratch[0].shape[0] >= len(chosen)
+        logits = logits_of(chosen, scratch[0][: len(chosen)] if fits else None)  # (R, V) the model's dtype
+        if not fits:
+            scratch[:] = [logits]
+        block = logits.float()  # (R, V) itself when float32: overwritten below
+        picked = block.gather(-1, targets[start : start + step, None])[:, 0]  # (R,) the target's logit
+        top = block.amax(dim=-1)  # (R,)
+        total = block.sub_(top[:, None]).exp_().sum(dim=-1)  # (R,) sum of exp(logit - max)
+        sums.index_add_(0, chosen // n, (picked - top - total.log()).double())  # log p(target), each row to its text
     return (-sums / (n - 1)).tolist()
 
 

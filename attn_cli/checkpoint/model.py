@@ -196,7 +196,7 @@ class Checkpoint:
         """Every head's change in mean next-token loss when its slice of W_o's input is set to
         zero or to its mean over the text (``families.base.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
-        from attn_cli.analysis.effects import Ablation, next_token_losses
+        from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
         from attn_cli.checkpoint.families.base import ablated_losses
 
         from attn_cli import budget
@@ -212,6 +212,10 @@ class Checkpoint:
         parts["activations"] += self.info.layers * len(tokens) * (family.d_model + family.heads * family.head_dim) * FLOAT32
         batch, per_text = ablation_batch(family, len(tokens))
         parts["activations"] += batch * per_text  # a layer's ablations in flight together
+        # the loss's block of logits, in the run's dtype, and its float32 copy when that is another
+        size = DTYPES[self.info.dtype]
+        rows = min(batch * (len(tokens) - 1), loss_rows(vocab))
+        parts["activations"] += rows * vocab * (size + (FLOAT32 if size != FLOAT32 else 0))
         budget.check(
             parts,
             {"weights": "the weights of every layer and the head", "tables": "a layer's T x T tables",
@@ -220,9 +224,13 @@ class Checkpoint:
             doing="this ablation",
         )  # fmt: skip
 
+        scratch: list[torch.Tensor] = []  # the loss's block of logits, reused from batch to batch
+
         def losses(normed: torch.Tensor) -> list[float]:  # (B, T, D) -> each text's loss
             flat = normed.reshape(-1, normed.shape[-1])  # (B*T, D)
-            return next_token_losses(lambda rows: family.logits(weights, head, flat[rows]), tokens.ids, normed.shape[0], vocab)
+            return next_token_losses(
+                lambda rows, out: family.logits(weights, head, flat[rows], out), tokens.ids, normed.shape[0], vocab, scratch
+            )
 
         clean, ablated = ablated_losses(family, weights, tokens, head, losses, method, weights.device)
         return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))

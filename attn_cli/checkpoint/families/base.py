@@ -209,12 +209,20 @@ class Family(abc.ABC):
         """(P, D) -> (P, D): what the head reads from the last layer's output."""
         return hidden
 
-    def logits(self, weights: Weights, head: Head, hidden: torch.Tensor) -> torch.Tensor:
-        """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits."""
+    def logits(self, weights: Weights, head: Head, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits; written into
+        ``out`` (P, V) when given (a block buffer reused: a fresh (P, V) block is mapped
+        and faulted in afresh each time, which cost ``heads --ablate`` a third of its head)."""
         bias = None if head.bias is None else weights.read(head.bias)  # (V,)
-        logits = torch.nn.functional.linear(hidden, weights.read(head.weight), bias)  # (P, D) @ (D, V) -> (P, V)
+        weight = weights.read(head.weight)  # (V, D)
+        if out is None:
+            logits = torch.nn.functional.linear(hidden, weight, bias)  # (P, D) @ (D, V) -> (P, V)
+        else:
+            logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
+            if bias is not None:
+                logits.add_(bias)
         if head.softcap is not None:
-            logits = torch.tanh(logits / head.softcap) * head.softcap  # (P, V)
+            logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
         return logits
 
 
