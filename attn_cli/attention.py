@@ -64,10 +64,12 @@ class Projections:
     query_norm: Callable[[torch.Tensor], torch.Tensor] | None = None
     key_norm: Callable[[torch.Tensor], torch.Tensor] | None = None
 
-    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T, H*Dk) queries and (T, Hkv*Dk) keys from X (T, D): projected, then normed where the family norms them."""
+    def queries_keys(self, x: torch.Tensor, source: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(T, H*Dk) queries and (S, Hkv*Dk) keys from X (T, D) and, for cross-attention, the
+        keys' own sequence ``source`` (S, D) (else X: S = T): projected, then normed where the
+        family norms them."""
         assert self.query is not None and self.key is not None
-        queries, keys = self.query(x), self.key(x)  # (T, H*Dk), (T, Hkv*Dk)
+        queries, keys = self.query(x), self.key(x if source is None else source)  # (T, H*Dk), (S, Hkv*Dk)
         if self.query_norm is not None:
             queries = self.query_norm(queries)
         if self.key_norm is not None:

@@ -36,12 +36,12 @@ def sharpen(model: torch.nn.Module, seed: int = 0) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=generator)
-            if "LayerNorm" in name or ".ln_" in name or name.startswith("ln_") or "norm.weight" in name:
+            if "LayerNorm" in name or "layernorm" in name or ".ln_" in name or name.startswith("ln_") or "norm.weight" in name:
                 p.copy_(1 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
             elif any(
                 key in name
                 for key in ("wte", "wpe", "word_embeddings", "position_embeddings", "token_type", "embed_tokens", "embed_in", "tok_embeddings",
-                            "relative_attention_bias")
+                            "relative_attention_bias", "shared.weight", "embed_positions")
             ):  # fmt: skip
                 p.copy_(noise)
             elif p.dim() >= 2:

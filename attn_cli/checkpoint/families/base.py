@@ -393,19 +393,22 @@ def multi_head(
     *,
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
+    source: torch.Tensor | None = None,
 ) -> LayerAttention:
     """One layer's multi-head attention over X (T, D), every tensor kept; keys and
     values per query head (a shared key/value head repeated for its group). X may have
     leading batch dimensions (B, T, D): the same operations, each tensor (B, ...) too
-    (``ablated_losses`` runs a layer's ablations as one batch)."""
+    (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
+    cross-attention, the keys and values projected from it (an encoder's output), so the
+    weights are (H, T, S)."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens, lead = x.shape[-2], x.shape[:-2]
     kv_heads = kv_heads or heads
     # 1. project (and norm, where the family norms queries and keys), split into heads
-    queries, keys = projections.queries_keys(x)  # (T, D) -> (T, H*Dk), (T, Hkv*Dk)
+    queries, keys = projections.queries_keys(x, source)  # (T, D) -> (T, H*Dk), (S, Hkv*Dk)
     queries = split_heads(queries, heads)  # (T, H*Dk) -> (H, T, Dk)
-    keys = split_heads(keys, kv_heads)  # (T, Hkv*Dk) -> (Hkv, T, Dk)
-    values = split_heads(projections.value(x), kv_heads)  # (T, D) -> (T, Hkv*Dv) -> (Hkv, T, Dv)
+    keys = split_heads(keys, kv_heads)  # (S, Hkv*Dk) -> (Hkv, S, Dk)
+    values = split_heads(projections.value(x if source is None else source), kv_heads)  # (S, D) -> (S, Hkv*Dv) -> (Hkv, S, Dv)
     # 2. positions, where the family rotates queries and keys (RoPE)
     if rotate is not None:
         queries, keys = rotate(queries, keys)  # (H, T, Dk), (Hkv, T, Dk)

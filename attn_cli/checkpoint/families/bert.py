@@ -298,13 +298,20 @@ class MPNet(Roberta):
         return self._bias[n_tokens], None
 
 
-def relative_buckets(relative: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
-    """(T, T) each distance's bucket, as MPNet (and T5's encoder) compute it: half the
-    buckets for each sign, exact for small distances, logarithmic up to max_distance."""
-    n = -relative  # (T, T)
-    half = buckets // 2
-    bucket = (n < 0).to(torch.long) * half  # (T, T) the sign's half
-    n = torch.abs(n)
+def relative_buckets(relative: torch.Tensor, buckets: int = 32, max_distance: int = 128, bidirectional: bool = True) -> torch.Tensor:
+    """(T, S) each distance j - i's bucket, as MPNet and T5 compute it: bidirectional (MPNet,
+    T5's encoder), half the buckets for each sign; else (T5's decoder) every bucket for
+    keys at or before the query, a later key in bucket 0. Exact for small distances,
+    logarithmic up to max_distance."""
+    n = -relative  # (T, S) i - j
+    if bidirectional:
+        half = buckets // 2
+        bucket = (n < 0).to(torch.long) * half  # (T, S) the sign's half
+        n = torch.abs(n)
+    else:
+        half = buckets
+        bucket = torch.zeros_like(n)
+        n = torch.clamp(n, min=0)  # a key after the query: distance 0
     exact = half // 2
     large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact) * (half - exact)).to(torch.long)
     large = torch.min(large, torch.full_like(large, half - 1))

@@ -1,0 +1,224 @@
+"""Encoder-decoder engine (issue 20, first slice): BART and T5 (v1.0 ReLU, Flan-style gated GELU)
+against transformers' eager attention on sharpened tiny *ForConditionalGeneration checkpoints:
+every layer and head of the three stacks (encoder_attentions, decoder_attentions,
+cross_attentions) to 1e-5, the decoder's inputs as transformers shifts the labels, and
+negative controls for each family's own steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import checkpoints
+from attn_cli.checkpoint.families import seq2seq
+from attn_cli.checkpoint.families.seq2seq import open_pair
+
+SOURCE = [0, 50, 61, 72, 83, 94, 105, 116, 127, 2]  # BART: <s> ... </s>
+LABELS = [0, 30, 40, 41, 42, 43, 2]
+T5_SOURCE = [50, 61, 72, 83, 94, 105, 116, 127, 1]  # T5: ... </s>
+T5_LABELS = [30, 40, 41, 42, 43, 1]
+
+
+def build_bart(folder: Path) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = checkpoints.roberta_bpe()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.BartConfig(
+        vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+        decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2, scale_embedding=True,
+    )  # fmt: skip
+    model = transformers.BartForConditionalGeneration(config)
+    checkpoints.sharpen(model, 6)
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_t5(folder: Path, feed_forward_proj: str) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = transformers.T5Config(
+        vocab_size=300, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+        feed_forward_proj=feed_forward_proj, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    )  # fmt: skip
+    model = transformers.T5ForConditionalGeneration(config)
+    checkpoints.sharpen(model, 7)
+    with torch.no_grad():  # T5 does not scale its scores: std-0.25 queries make every row one-hot
+        for name, p in model.named_parameters():
+            if name.endswith((".q.weight", ".k.weight")):
+                p.mul_(0.3)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("seq2seq")
+    return {
+        "bart": build_bart(root / "bart"),
+        "t5": build_t5(root / "t5", "relu"),
+        "flan-t5": build_t5(root / "flan-t5", "gated-gelu"),
+    }
+
+
+def ids_for(name: str) -> tuple[list[int], list[int]]:
+    return (SOURCE, LABELS) if name == "bart" else (T5_SOURCE, T5_LABELS)
+
+
+def reference(folder: Path, source: list[int], decoder: list[int]) -> Any:
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder]), output_attentions=True)
+
+
+def assert_stacks_match(folder: Path, name: str) -> None:
+    source, labels = ids_for(name)
+    model, weights = open_pair(folder)
+    decoder = model.decoder_inputs(labels)
+    ours = model.forward(weights, source, decoder)
+    theirs = reference(folder, source, decoder)
+    for stack, mine, ref in (
+        ("encoder", ours.encoder, theirs.encoder_attentions),
+        ("decoder", ours.decoder, theirs.decoder_attentions),
+        ("cross", ours.cross, theirs.cross_attentions),
+    ):
+        assert len(mine) == len(ref), stack
+        for index, (layer, expected) in enumerate(zip(mine, ref)):
+            assert layer.weights.shape == expected[0].shape, (stack, index)
+            torch.testing.assert_close(layer.weights, expected[0], atol=1e-5, rtol=0, msg=f"{stack} layer {index}")
+
+
+@pytest.mark.parametrize("name", ["bart", "t5", "flan-t5"])
+def test_three_stacks_equal_transformers(name: str, folders: dict[str, Path]) -> None:
+    assert_stacks_match(folders[name], name)
+    source, labels = ids_for(name)
+    model, weights = open_pair(folders[name])
+    ours = model.forward(weights, source, model.decoder_inputs(labels))
+    for stack, causal in ((ours.encoder, False), (ours.decoder, True), (ours.cross, False)):
+        # sharp enough that a wrong step shows (a row's largest weight over uniform's), not one-hot
+        for layer in stack:
+            peaks = layer.weights.max(-1).values  # (H, rows)
+            visible = torch.arange(1, peaks.shape[-1] + 1) if causal else torch.full((peaks.shape[-1],), layer.weights.shape[-1])
+            assert (peaks * visible).mean() > 1.25 and peaks.mean() < 0.97, peaks
+    assert ours.cross[0].weights.shape == (model.heads["decoder"], len(labels), len(source))
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_decoder_inputs_are_the_shifted_labels(name: str, folders: dict[str, Path]) -> None:
+    import transformers
+    from transformers.models.bart.modeling_bart import shift_tokens_right
+
+    _, labels = ids_for(name)
+    model, _ = open_pair(folders[name])
+    if name == "bart":
+        expected = shift_tokens_right(torch.tensor([labels]), 1, 2)[0].tolist()
+        assert model.decoder_inputs(labels)[:2] == [2, 0]  # </s> <s> y ...
+    else:
+        reference_model = transformers.T5ForConditionalGeneration.from_pretrained(folders[name])
+        expected = reference_model._shift_right(torch.tensor([labels]))[0].tolist()
+        assert model.decoder_inputs(labels)[0] == 0  # <pad> y ...
+    assert model.decoder_inputs(labels) == expected
+
+
+def test_t5_without_decoder_start_in_its_config_starts_with_pad(tmp_path: Path) -> None:
+    config = {"model_type": "t5", "d_model": 8, "d_kv": 2, "num_layers": 1, "num_heads": 4, "pad_token_id": 0}
+    assert seq2seq.T5(config).decoder_inputs([5, 6, 1]) == [0, 5, 6]
+
+
+def bidirectional_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = seq2seq.T5.position_bias
+
+    def wrong(self: Any, weights: Any, stack: str, n_tokens: int) -> torch.Tensor:
+        return real(self, weights, "encoder", n_tokens) if stack == "encoder" else _decoder_bias(self, weights, n_tokens, True)
+
+    monkeypatch.setattr(seq2seq.T5, "position_bias", wrong)
+
+
+def bias_not_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bias in the first block only, as if each block used its own table (only block 0 has one)."""
+    real = seq2seq.multi_head
+
+    def first_only(*args: Any, bias: Any = None, **kwargs: Any) -> Any:
+        return real(*args, bias=bias if args[5] == 0 else None, **kwargs)  # args[5]: the layer's index
+
+    monkeypatch.setattr(seq2seq, "multi_head", first_only)
+
+
+def _decoder_bias(model: Any, weights: Any, n_tokens: int, bidirectional: bool) -> torch.Tensor:
+    from attn_cli.checkpoint.families.bert import relative_buckets
+
+    table = weights.read("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
+    relative = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]
+    return table[relative_buckets(relative, model.buckets, model.max_distance, bidirectional)].permute(2, 0, 1)
+
+
+def no_position_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seq2seq.Bart, "POSITION_OFFSET", 0)
+
+
+def no_embedding_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = seq2seq.Bart.__init__
+
+    def init(self: Any, config: dict[str, Any]) -> None:
+        real(self, config)
+        self.scale = 1.0
+
+    monkeypatch.setattr(seq2seq.Bart, "__init__", init)
+
+
+def cross_reads_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = seq2seq.Seq2Seq.run_stack
+
+    def run_stack(self: Any, weights: Any, stack: str, ids: Any, memory: Any = None) -> Any:
+        if memory is None:
+            return real(self, weights, stack, ids, None)
+        return real(self, weights, stack, ids, self.embed(weights, "encoder", ids))  # the decoder's own tokens as the source
+
+    monkeypatch.setattr(seq2seq.Seq2Seq, "run_stack", run_stack)
+
+
+def scaled_like_bart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seq2seq.T5, "divisor", lambda self, stack: (8**0.5, "sqrt(8)"))
+
+
+@pytest.mark.parametrize(
+    "name, bug",
+    [
+        ("t5", bidirectional_decoder),
+        ("t5", bias_not_shared),
+        ("t5", scaled_like_bart),
+        ("flan-t5", cross_reads_the_decoder),
+        ("bart", no_position_offset),
+        ("bart", no_embedding_scale),
+    ],
+)
+def test_negative_controls(name: str, bug: Any, folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    bug(monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_stacks_match(folders[name], name)
+
+
+def test_an_unknown_feed_forward_is_refused() -> None:
+    from attn_cli.errors import ModelUnavailable
+
+    config = {"model_type": "t5", "d_model": 8, "d_kv": 2, "num_layers": 1, "num_heads": 4, "feed_forward_proj": "gated-swiglu-x"}
+    with pytest.raises(ModelUnavailable, match="feed_forward_proj"):
+        seq2seq.T5(config)
+
+
+def test_the_configs_are_what_transformers_writes(folders: dict[str, Path]) -> None:
+    """The keys the engine reads are in the saved configs (a rename in transformers would show here)."""
+    bart = json.loads((folders["bart"] / "config.json").read_text())
+    t5 = json.loads((folders["flan-t5"] / "config.json").read_text())
+    assert {"encoder_layers", "decoder_attention_heads", "scale_embedding", "decoder_start_token_id"} <= bart.keys()
+    assert {"num_layers", "num_decoder_layers", "d_kv", "feed_forward_proj", "relative_attention_num_buckets"} <= t5.keys()
