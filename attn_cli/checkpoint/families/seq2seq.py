@@ -1,4 +1,4 @@
-"""Encoder-decoder models (issue 20, first slice: the engine): BART and T5 / Flan-T5.
+"""Encoder-decoder models (issue 20, first slice: the engine): BART, Marian and T5 / Flan-T5.
 
 Three stacks, as transformers computes them: the encoder's self-attention over the source
 (S x S), the decoder's causal self-attention over its inputs (T x T), and in every decoder
@@ -213,6 +213,36 @@ class Bart(Seq2Seq):
         return layer_norm(hidden + out, t["final_layer_norm.weight"], t["final_layer_norm.bias"], self.EPS)
 
 
+class Marian(Bart):
+    """Marian (modeling_marian.py): BART's layers with sinusoidal positions that checkpoints do
+    not store (``sinusoid``: sines in the first half of each vector, cosines in the second),
+    from position 0; no ``layernorm_embedding``; the embeddings times sqrt(D) where
+    ``scale_embedding``; one shared token table, or one per stack (``share_encoder_decoder_embeddings``
+    false: the decoder's has ``decoder_vocab_size`` rows); the decoder starts with the pad id."""
+
+    family = "marian"
+
+    @property
+    def decoder_start(self) -> int:
+        start = self.config.get("decoder_start_token_id")
+        return int(start if start is not None else self.pad)
+
+    def embed(self, weights: Weights, stack: str, ids: Sequence[int]) -> torch.Tensor:
+        name = "shared.weight" if weights.has("shared.weight") else f"{stack}.embed_tokens.weight"
+        table = weights.read(name)
+        rows = token_rows(weights, name, ids, table.shape[0]) * self.scale  # (N, D)
+        return rows + sinusoid(len(ids), self.d_model).to(rows.dtype)  # (N, D)
+
+
+def sinusoid(n_positions: int, dim: int) -> torch.Tensor:
+    """(N, D) Marian's position table, as MarianSinusoidalPositionalEmbedding makes it: angle
+    pos / 10000^(2 (j // 2) / D) in float64, the sines of the even j in the first half (the
+    first ceil(D / 2) columns), the cosines of the odd j after them (not interleaved), in float32."""
+    j = torch.arange(dim, dtype=torch.float64)  # (D,)
+    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] / torch.pow(10000.0, 2 * torch.div(j, 2, rounding_mode="floor") / dim)
+    return torch.cat([torch.sin(angles[:, 0::2]), torch.cos(angles[:, 1::2])], dim=-1).to(torch.float32)  # (N, D)
+
+
 class T5(Seq2Seq):
     """T5 v1.0 and v1.1 / Flan-T5 (modeling_t5.py): no scaling of the scores; a relative position
     bias from each stack's first block, shared by its layers (bidirectional buckets in the
@@ -308,7 +338,7 @@ class T5(Seq2Seq):
         return rms_norm(hidden, weights.read(f"{stack}.final_layer_norm.weight"), None, self.eps)
 
 
-SEQ2SEQ: dict[str, type[Seq2Seq]] = {"bart": Bart, "t5": T5}
+SEQ2SEQ: dict[str, type[Seq2Seq]] = {"bart": Bart, "marian": Marian, "t5": T5}
 
 
 def open_pair(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Seq2Seq, Weights]:
