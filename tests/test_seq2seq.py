@@ -203,14 +203,19 @@ def no_position_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seq2seq.Bart, "POSITION_OFFSET", 0)
 
 
-def no_embedding_scale(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = seq2seq.Bart.__init__
+def unscaled(family: type) -> Any:
+    """The bug: ``family``'s embeddings not multiplied by sqrt(D) though its config says so."""
 
-    def init(self: Any, config: dict[str, Any]) -> None:
-        real(self, config)
-        self.scale = 1.0
+    def bug(monkeypatch: pytest.MonkeyPatch) -> None:
+        real = family.__init__
 
-    monkeypatch.setattr(seq2seq.Bart, "__init__", init)
+        def init(self: Any, config: dict[str, Any]) -> None:
+            real(self, config)
+            self.scale = 1.0
+
+        monkeypatch.setattr(family, "__init__", init)
+
+    return bug
 
 
 def cross_reads_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,16 +227,6 @@ def cross_reads_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(self, weights, stack, ids, self.embed(weights, "encoder", ids))  # the decoder's own tokens as the source
 
     monkeypatch.setattr(seq2seq.Seq2Seq, "run_stack", run_stack)
-
-
-def marian_unscaled(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = seq2seq.Marian.__init__
-
-    def init(self: Any, config: dict[str, Any]) -> None:
-        real(self, config)
-        self.scale = 1.0
-
-    monkeypatch.setattr(seq2seq.Marian, "__init__", init)
 
 
 def interleaved_sinusoid(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,8 +254,8 @@ def scaled_like_bart(monkeypatch: pytest.MonkeyPatch) -> None:
         ("t5", scaled_like_bart),
         ("flan-t5", cross_reads_the_decoder),
         ("bart", no_position_offset),
-        ("bart", no_embedding_scale),
-        ("marian", marian_unscaled),
+        ("bart", unscaled(seq2seq.Bart)),
+        ("marian", unscaled(seq2seq.Marian)),
         ("marian", interleaved_sinusoid),
     ],
 )
