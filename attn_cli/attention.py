@@ -111,6 +111,7 @@ class LayerWeights:
     # Value-weighted norms (attn_cli.analysis.norms), when asked for (--norms):
     norms: torch.Tensor | None = None  # (H, T, T) ||a_ij^h f_h(x_j)||: what head h moves from key j to query i
     layer_norms: torch.Tensor | None = None  # (T, T) ||sum_h a_ij^h f_h(x_j)||: what the layer moves
+    cross: bool = False  # cross-attention: (H, T, S), queries from one text, keys from another (an encoder-decoder's)
 
     @property
     def n_heads(self) -> int:
@@ -138,7 +139,7 @@ class LayerWeights:
             return self
         return LayerWeights(
             self.weights, self.mask, self.divisor, self.layer, self.divisor_text, self.threads, self.bias, self.softcap,
-            self.norms, self.layer_norms,
+            self.norms, self.layer_norms, self.cross,
         )  # fmt: skip
 
     def softmax_input(

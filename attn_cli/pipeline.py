@@ -27,9 +27,9 @@ from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tok
 from attn_cli.source import SourceSpec
 from attn_cli import threads
 from attn_cli.threads import attention_flops, using_threads
-from attn_cli.traces import TOY, ModelInfo, Run, Selection, Trace
+from attn_cli.traces import TOY, IndexSpec, ModelInfo, Run, Selection, Trace
 
-__all__ = ["CheckpointSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
+__all__ = ["CheckpointSource", "PairSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
 
 
 class Source(Protocol):
@@ -54,7 +54,18 @@ PROBE_TEXT = "(probe)"  # a probe trace's text: its tokens are ids drawn at rand
 
 
 def open_source(spec: SourceSpec) -> Source:
-    return CheckpointSource(spec) if spec.model is not None else Pipeline(spec.config)
+    if spec.model is None:
+        if spec.target is not None:
+            raise UsageError("--target is the decoder's text of an encoder-decoder --model (BART, T5, Marian); the toy model has one stack")
+        return Pipeline(spec.config)
+    from attn_cli.checkpoint.files import locate, read_config
+    from attn_cli.checkpoint.registry import is_seq2seq
+
+    if is_seq2seq(read_config(locate(spec.model, spec.revision).folder)):
+        return PairSource(spec)
+    if spec.target is not None:
+        raise UsageError(f"--target is for encoder-decoder models (BART, T5, Marian); {spec.model} has one stack: drop --target")
+    return CheckpointSource(spec)
 
 
 def check_text(text: str) -> None:
@@ -282,6 +293,101 @@ class CheckpointSource(_Batches):
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
             predictions=predictions,
         )  # fmt: skip
+
+
+class PairSource(_Batches):
+    """An encoder-decoder checkpoint (``--model`` with ``--target``): the text through the
+    encoder, the target's labels shifted right through the decoder (``attn_cli.checkpoint.pair``);
+    the trace holds the three stacks (``Trace.stack`` shows one)."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        from attn_cli.checkpoint.pair import open_pair_checkpoint
+
+        assert spec.model is not None
+        self.spec = spec
+        self.notes: list[str] = []
+        self.checkpoint = open_pair_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
+        self.info = self.checkpoint.info
+        # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
+        self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
+        self.n_heads = max(self.info.heads, self.info.decoder_heads or 0)
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        check_text(text)
+        spec, info = self.spec, self.info
+        self._check_command()
+        if spec.target is None:
+            raise UsageError(
+                f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
+                f"(`attn-cli run TEXT --model MODEL --target TARGET`)"
+            )
+        check_text(spec.target)
+        if spec.pair is not None or spec.hide is not None or spec.truncate:
+            flag = "--pair" if spec.pair is not None else "--hide-tokens" if spec.hide is not None else "--truncate"
+            raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
+        if selection is not None and (selection.rollout or selection.norms or selection.predict or selection.generate):
+            raise UsageError("--rollout, --norms, --predict and --generate are not available with an encoder-decoder model yet")
+        tokenizer = self.checkpoint.tokenizer
+        source = check_length(tokenizer.encode(text), spec.config.max_tokens)
+        decoder = check_length(self.checkpoint.decoder_tokens(self.checkpoint.encode_target(spec.target)), spec.config.max_tokens)
+        keep = selection.keep if selection is not None else "all"
+        check_budget(
+            self.checkpoint.estimate_bytes(len(source), len(decoder), keep),
+            {
+                "weights": ("the weights of both stacks", "use a smaller model"),
+                "tables": (
+                    f"the tables of {len(source)} source and {len(decoder)} target tokens in every layer of three stacks",
+                    "use shorter texts",
+                ),
+                "activations": ("the hidden states of both texts", "use shorter texts"),
+            },
+        )
+        n = max(len(source), len(decoder))
+        n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
+        with using_threads(n_threads):
+            stacks = self.checkpoint.trace(source, decoder, keep)
+        info = dataclasses.replace(info, threads=n_threads)
+        heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
+        layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
+        everything = selection is None or (
+            selection.layers == tuple(range(self.n_layers)) and selection.heads == tuple(range(self.n_heads))
+        )  # JSON and CSV: every layer and head of each stack, unless --layer or --head say otherwise
+
+        def chosen(stack: str, kept: Sequence[LayerWeights]) -> tuple[LayerWeights, ...]:
+            count = layers["decoder" if stack == "cross" else stack]
+            default = None if everything else [count - 1]
+            wanted = self._resolve(spec.layers, count, "layer", stack, default)
+            return tuple(dataclasses.replace(kept[i], threads=n_threads) for i in wanted)
+
+        encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(4, heads["encoder"])))
+        decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(4, heads["decoder"])))
+        return Trace(
+            text, source, info, chosen("encoder", stacks.encoder), chosen_heads=encoder_heads, target=spec.target,
+            target_tokens=decoder, decoder_layers=chosen("decoder", stacks.decoder), cross_layers=chosen("cross", stacks.cross),
+            decoder_chosen_heads=decoder_heads,
+        )  # fmt: skip
+
+    @staticmethod
+    def _resolve(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
+        """``--layer``/``--head`` within one stack; an index the stack lacks names the stack."""
+        try:
+            return index.resolve(count, what, default=default)
+        except UsageError as err:
+            raise UsageError(f"{err} (the {stack} stack)") from None
+
+    def _check_command(self) -> None:
+        if not self.spec.stacks:
+            raise UsageError(
+                f"{self.info.name} is an encoder-decoder ({self.info.family}): this command does not draw its three stacks yet; "
+                f"`attn-cli run TEXT --model MODEL --target TARGET` and `heatmap` show them"
+            )
+
+    def probe_pool(self) -> str:
+        self._check_command()
+        return "the repeated-token probe is not available for an encoder-decoder model yet"
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        raise UsageError("an encoder-decoder model traces a text and a --target, not ids")
 
 
 def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:

@@ -128,6 +128,8 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     if version != 2:
         raise UsageError(f"{where}: schema_version {version!r}; attn-cli reads schema 2 (run -F json writes it)")
     tokens, layers = data.get("tokens"), data.get("layers")
+    if "cross_layers" in data or "decoder_layers" in data:
+        raise UsageError(f"{where}: an encoder-decoder's trace (run --target); --from does not re-draw its three stacks yet")
     if not isinstance(tokens, list) or not tokens:
         raise UsageError(f"{where}: no tokens[]; a schema-2 trace lists its tokens")
     if not isinstance(layers, list) or not layers:

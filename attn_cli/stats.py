@@ -50,7 +50,7 @@ class HeadStats:
     entropy_bits: list[float]  # (R,)
     effective_tokens: list[float]  # (R,) 2 ** entropy_bits
     visible_keys: list[int]  # (R,) keys the row may attend to: T, or fewer under a mask (i + 1 when causal)
-    self_mass: float
+    self_mass: float | None  # None, with the other masses, for cross-attention (queries and keys of two texts)
     previous_mass: float | None
     first_mass: float | None
     rows: tuple[int, ...] | None = None  # the query rows the lists hold, in order; None: 0 .. T-1
@@ -75,15 +75,15 @@ class HeadStats:
     def as_dict(self) -> dict[str, object]:
         """The ``stats`` object of a head in the JSON output."""
         self._every_row(self.entropy_bits)
-        return {
+        made: dict[str, object] = {
             "most_attended": self.most_attended,
             "top_weight": self.top_weight,
             "entropy_bits": self.entropy_bits,
             "effective_tokens": self.effective_tokens,
-            "self_mass": self.self_mass,
-            "previous_mass": self.previous_mass,
-            "first_mass": self.first_mass,
         }
+        if self.self_mass is not None:  # cross-attention leaves the masses out: no query is a key
+            made.update(self_mass=self.self_mass, previous_mass=self.previous_mass, first_mass=self.first_mass)
+        return made
 
 
 def entropy_bits(weights: torch.Tensor) -> torch.Tensor:
@@ -99,9 +99,12 @@ def effective_tokens(bits: torch.Tensor) -> torch.Tensor:
     return torch.exp2(bits.double())  # (...,)
 
 
-def head_masses(weights: torch.Tensor) -> tuple[float, float | None, float | None]:
-    """(T, T) -> (self, previous-token, first-token) mean weights, as defined above."""
+def head_masses(weights: torch.Tensor) -> tuple[float | None, float | None, float | None]:
+    """(T, T) -> (self, previous-token, first-token) mean weights, as defined above; none of
+    them for (T, S) cross-attention, whose queries and keys are tokens of two texts."""
     n_tokens = weights.shape[-1]
+    if weights.shape[-2] != n_tokens:
+        return None, None, None
     self_mass = weights.diagonal().double().mean().item()  # (T,)
     if n_tokens < 2:
         return self_mass, None, None
@@ -123,10 +126,11 @@ def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
 
 
 def attention_stats(
-    weights: torch.Tensor, *, mask: torch.Tensor | None = None, rows: Sequence[int] | None = None
+    weights: torch.Tensor, *, mask: torch.Tensor | None = None, rows: Sequence[int] | None = None, cross: bool = False
 ) -> list[HeadStats]:
     """(H, T, T) weights -> one HeadStats per head; ``mask`` (T, T) True = hidden key;
-    ``rows``: the query rows to give per-row numbers for (None: every row)."""
+    ``rows``: the query rows to give per-row numbers for (None: every row); ``cross``:
+    cross-attention's (H, T, S), whose masses are not defined (None), even where S = T."""
     n_tokens = weights.shape[-1]
     picked = weights if rows is None else weights[:, list(rows)]  # (H, T, T), or (H, R, T): a copy of those rows
     top_key = picked.argmax(dim=-1)  # (H, R) argmax picks the first of equal maxima
@@ -137,7 +141,7 @@ def attention_stats(
     visible = [n_tokens] * n_rows if mask is None else (~(mask if rows is None else mask[list(rows)])).sum(dim=-1).tolist()  # (R,)
     stats = []
     for h in range(weights.shape[0]):
-        self_mass, previous, first = head_masses(weights[h])
+        self_mass, previous, first = (None, None, None) if cross else head_masses(weights[h])
         stats.append(
             HeadStats(
                 head=h,

@@ -38,6 +38,10 @@ SHORT_NAME = 40  # characters of a source shown whole in titles
 Keep = Literal["all", "weights"]
 KEEP_LEVELS: tuple[Keep, ...] = ("all", "weights")
 
+# An encoder-decoder's stacks (--stack): the source's self-attention, the decoder's causal
+# self-attention, and cross-attention from the decoder's inputs (rows) to the source (columns)
+STACKS = ("encoder", "decoder", "cross")
+
 LayerT = TypeVar("LayerT", bound="LayerWeights", covariant=True)
 
 
@@ -78,6 +82,9 @@ class ModelInfo:
     threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
     anatomy: Anatomy | None = None  # a checkpoint family's steps in words; None for the toy
     model_type: str | None = None  # config.json's model_type (its text model's, when nested); None for the toy
+    decoder_layers: int | None = None  # an encoder-decoder's decoder (layers, heads: encoder's); None: one stack
+    decoder_heads: int | None = None
+    decoder_head_dim: int | None = None
 
     @property
     def name(self) -> str:
@@ -115,6 +122,8 @@ class ModelInfo:
             "dtype": self.dtype,
             "threads": self.threads,
         }
+        if self.decoder_layers is not None:
+            data["decoder_layers"], data["decoder_heads"] = self.decoder_layers, self.decoder_heads
         if self.config is not None:
             data["config"] = self.config.as_dict()
         return data
@@ -138,6 +147,16 @@ class Trace(Generic[LayerT]):
     predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
+    # An encoder-decoder (--target): ``tokens`` and ``layers`` are the encoder's; the decoder's
+    # inputs, its self-attention (T x T) and cross-attention (T rows x S source columns) here
+    target: str | None = None
+    target_tokens: Tokens | None = None
+    decoder_layers: tuple[LayerT, ...] = ()
+    cross_layers: tuple[LayerT, ...] = ()
+    decoder_chosen_heads: tuple[int, ...] | None = None  # the decoder's and cross-attention's heads to show; None: all
+    stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
+    key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
+    key_text: str | None = None  # their text (cross-attention: the source)
 
     @property
     def generated(self) -> tuple[int, ...]:
@@ -150,6 +169,34 @@ class Trace(Generic[LayerT]):
         from attn_cli.hiding import shown
 
         return shown(self)
+
+    @property
+    def columns(self) -> Tokens:
+        """The tokens the weights' columns (the keys) stand for."""
+        return self.key_tokens if self.key_tokens is not None else self.tokens
+
+    def stack(self, name: str) -> Trace:
+        """An encoder-decoder's stack ``name`` as a trace of its own, which every renderer draws:
+        "encoder" (the source), "decoder" (the decoder's inputs, causal) or "cross" (rows: the
+        decoder's inputs, columns: the source). Raises UsageError for a trace of one stack."""
+        if self.target_tokens is None:
+            raise UsageError(f"--stack {name}: this model has one stack; --stack is for encoder-decoder models (with --target)")
+        if name == "encoder":
+            return dataclasses.replace(self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name)
+        model = dataclasses.replace(
+            self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
+            kv_heads=self.model.decoder_heads or 0, head_dim=self.model.decoder_head_dim or self.model.head_dim,
+        )  # fmt: skip
+        view: dict[str, Any] = dict(
+            text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
+            decoder_layers=(), cross_layers=(), stack_name=name, rollout=None, predictions=None, pair=None,
+            chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None,
+        )  # fmt: skip
+        if name == "decoder":
+            return dataclasses.replace(self, layers=self.decoder_layers, **view)
+        if name == "cross":
+            return dataclasses.replace(self, layers=self.cross_layers, key_tokens=self.tokens, key_text=self.text, **view)
+        raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
 
     @property
     def shown_heads(self) -> tuple[int, ...]:

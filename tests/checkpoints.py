@@ -433,6 +433,20 @@ def build_decoder(folder: Path, *, model_type: str, seed: int = 3, old_keys: Any
     return folder
 
 
+def t5_unigram(vocab_size: int = 300) -> Any:
+    """T5's kind of tokenizer.json: a SentencePiece-style Unigram model with Metaspace pieces,
+    <pad> 0, </s> 1, <unk> 2, and </s> after every text (TemplateProcessing)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
+    return tokenizer
+
+
 def roberta_bpe(vocab_size: int = 400) -> Any:
     """RoBERTa's kind of tokenizer.json: byte-level BPE, <s> 0, <pad> 1, </s> 2, and
     RobertaProcessing (<s> A </s></s> B </s>)."""
@@ -543,3 +557,65 @@ def sharpness(layer: Any) -> float:
     """The mean over queries of (largest weight x keys visible): 1 for uniform rows."""
     visible = torch.tensor(layer.visible_keys(), dtype=torch.float32)  # (T,)
     return float((layer.weights.max(-1).values * visible).mean())
+
+
+# Encoder-decoders (tests/test_seq2seq*.py, tools/make_pictures.py): *ForConditionalGeneration / MarianMTModel
+
+
+def build_bart(folder: Path) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = roberta_bpe()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = transformers.BartConfig(
+        vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+        decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2, scale_embedding=True,
+    )  # fmt: skip
+    model = transformers.BartForConditionalGeneration(config)
+    sharpen(model, 6)
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_marian(folder: Path, *, shared: bool = True) -> Path:
+    """As opus-mt checkpoints are configured: scaled embeddings, swish, the pad id starting the
+    decoder; ``shared`` false: a table per stack, the decoder's with its own vocabulary size."""
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = transformers.MarianConfig(
+        vocab_size=300, decoder_vocab_size=None if shared else 280, d_model=32, encoder_layers=2, decoder_layers=3,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64,
+        pad_token_id=299 if shared else 279, eos_token_id=0, decoder_start_token_id=299 if shared else 279,
+        share_encoder_decoder_embeddings=shared, scale_embedding=True, activation_function="swish",
+    )  # fmt: skip
+    model = transformers.MarianMTModel(config)
+    sharpen(model, 8)
+    with torch.no_grad():  # sqrt(32)-scaled embeddings of std 1 would drown the positions
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight") or name.endswith("shared.weight"):
+                p.mul_(0.2)
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_t5(folder: Path, feed_forward_proj: str) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = transformers.T5Config(
+        vocab_size=300, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+        feed_forward_proj=feed_forward_proj, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    )  # fmt: skip
+    t5_unigram(config.vocab_size).save(str(folder / "tokenizer.json"))
+    model = transformers.T5ForConditionalGeneration(config)
+    sharpen(model, 7)
+    with torch.no_grad():  # T5 does not scale its scores: std-0.25 queries make every row one-hot
+        for name, p in model.named_parameters():
+            if name.endswith((".q.weight", ".k.weight")):
+                p.mul_(0.3)
+    model.save_pretrained(folder)
+    return folder

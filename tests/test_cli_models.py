@@ -53,6 +53,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     index = {"metadata": {"total_size": 14_000_000_000}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
     snapshot(root, "meta/llama-7b", {"model_type": "llama"}, {"model.safetensors.index.json": json.dumps(index)})
     snapshot(root, "google/t5", {"model_type": "t5"}, {"model.safetensors": safetensors_bytes({"shared.weight": (3, 2)})})
+    snapshot(root, "state/mamba", {"model_type": "mamba"}, {"model.safetensors": safetensors_bytes({"embeddings.weight": (3, 2)})})
     snapshot(root, "old/bert", {"model_type": "bert"}, {"pytorch_model.bin": b"pickle"})
     return root
 
@@ -61,14 +62,15 @@ def test_models_lists_the_cache_as_json(cache: Path) -> None:
     result = CliRunner().invoke(app, ["models", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"tiny/gpt2", "meta/llama-7b", "google/t5", "old/bert"}
+    assert set(rows) == {"tiny/gpt2", "meta/llama-7b", "google/t5", "state/mamba", "old/bert"}
     gpt2 = rows["tiny/gpt2"]
     assert (gpt2["family"], gpt2["parameters"], gpt2["bytes"], gpt2["supported"]) == ("gpt2", 44, 176, True)
     assert gpt2["architecture"] == "GPT2LMHeadModel" and gpt2["path"].endswith("c" * 40)
     llama = rows["meta/llama-7b"]
     assert (llama["family"], llama["parameters"], llama["bytes"], llama["supported"]) == ("llama", None, 14_000_000_000, False)
     assert llama["why"] == "1 of 1 shards missing"
-    assert rows["google/t5"]["supported"] is False and "model_type 't5'" in rows["google/t5"]["why"]
+    assert rows["google/t5"]["supported"] is True and rows["google/t5"]["family"] == "t5"  # an encoder-decoder: run --target
+    assert rows["state/mamba"]["supported"] is False and "model_type 'mamba'" in rows["state/mamba"]["why"]
     assert rows["old/bert"]["why"].startswith("no safetensors weights")
 
 
@@ -91,6 +93,16 @@ def test_every_supported_model_type_has_a_family() -> None:
     for model_type, (family, _) in MODEL_TYPES.items():
         adapter = family_class(model_type)
         assert issubclass(adapter, Family) and adapter.family == family, model_type
+
+
+def test_every_encoder_decoder_model_type_has_an_adapter() -> None:
+    from attn_cli.checkpoint.families import seq2seq_class
+    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.checkpoint.registry import SEQ2SEQ_TYPES
+
+    for model_type, (family, _) in SEQ2SEQ_TYPES.items():
+        adapter = seq2seq_class(model_type)
+        assert issubclass(adapter, Seq2Seq) and adapter.family == family, model_type
 
 
 def test_listing_does_not_import_torch(cache: Path) -> None:

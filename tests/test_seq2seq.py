@@ -15,8 +15,19 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.checkpoint.families import seq2seq
-from attn_cli.checkpoint.families.seq2seq import open_pair
+from attn_cli.checkpoint.families import seq2seq, seq2seq_class
+
+
+def open_pair(folder: Path) -> tuple[Any, Any]:
+    """The engine and the weights of a folder (no tokenizer needed: the ids are given)."""
+    from attn_cli.checkpoint.files import WeightReader
+
+    config = json.loads((folder / "config.json").read_text())
+    model = seq2seq_class(config["model_type"])(config)
+    weights = WeightReader(folder)
+    weights.find_prefix(model.anchor, model.family)
+    return model, weights
+
 
 SOURCE = [0, 50, 61, 72, 83, 94, 105, 116, 127, 2]  # BART: <s> ... </s>
 LABELS = [0, 30, 40, 41, 42, 43, 2]
@@ -24,73 +35,15 @@ T5_SOURCE = [50, 61, 72, 83, 94, 105, 116, 127, 1]  # T5: ... </s>
 T5_LABELS = [30, 40, 41, 42, 43, 1]
 
 
-def build_bart(folder: Path) -> Path:
-    import transformers
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = checkpoints.roberta_bpe()
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = transformers.BartConfig(
-        vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64, pad_token_id=1,
-        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2, scale_embedding=True,
-    )  # fmt: skip
-    model = transformers.BartForConditionalGeneration(config)
-    checkpoints.sharpen(model, 6)
-    model.save_pretrained(folder)
-    return folder
-
-
-def build_marian(folder: Path, *, shared: bool = True) -> Path:
-    """As opus-mt checkpoints are configured: scaled embeddings, swish, the pad id starting the
-    decoder; ``shared`` false: a table per stack, the decoder's with its own vocabulary size."""
-    import transformers
-
-    folder.mkdir(parents=True, exist_ok=True)
-    config = transformers.MarianConfig(
-        vocab_size=300, decoder_vocab_size=None if shared else 280, d_model=32, encoder_layers=2, decoder_layers=3,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64,
-        pad_token_id=299 if shared else 279, eos_token_id=0, decoder_start_token_id=299 if shared else 279,
-        share_encoder_decoder_embeddings=shared, scale_embedding=True, activation_function="swish",
-    )  # fmt: skip
-    model = transformers.MarianMTModel(config)
-    checkpoints.sharpen(model, 8)
-    with torch.no_grad():  # sqrt(32)-scaled embeddings of std 1 would drown the positions
-        for name, p in model.named_parameters():
-            if name.endswith("embed_tokens.weight") or name.endswith("shared.weight"):
-                p.mul_(0.2)
-    model.save_pretrained(folder)
-    return folder
-
-
-def build_t5(folder: Path, feed_forward_proj: str) -> Path:
-    import transformers
-
-    folder.mkdir(parents=True, exist_ok=True)
-    config = transformers.T5Config(
-        vocab_size=300, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
-        feed_forward_proj=feed_forward_proj, relative_attention_num_buckets=8, relative_attention_max_distance=20,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-    )  # fmt: skip
-    model = transformers.T5ForConditionalGeneration(config)
-    checkpoints.sharpen(model, 7)
-    with torch.no_grad():  # T5 does not scale its scores: std-0.25 queries make every row one-hot
-        for name, p in model.named_parameters():
-            if name.endswith((".q.weight", ".k.weight")):
-                p.mul_(0.3)
-    model.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("seq2seq")
     return {
-        "bart": build_bart(root / "bart"),
-        "t5": build_t5(root / "t5", "relu"),
-        "flan-t5": build_t5(root / "flan-t5", "gated-gelu"),
-        "marian": build_marian(root / "marian"),
-        "marian-separate": build_marian(root / "marian-separate", shared=False),
+        "bart": checkpoints.build_bart(root / "bart"),
+        "t5": checkpoints.build_t5(root / "t5", "relu"),
+        "flan-t5": checkpoints.build_t5(root / "flan-t5", "gated-gelu"),
+        "marian": checkpoints.build_marian(root / "marian"),
+        "marian-separate": checkpoints.build_marian(root / "marian-separate", shared=False),
     }
 
 

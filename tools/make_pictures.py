@@ -47,6 +47,9 @@ PICTURES: dict[str, tuple[list[str], str]] = {
     # docs/effects.md: a sharpened tiny random GPT-2 ($G), as the tests build it (no trained decoder ships here)
     "tiny-gpt2-generate.png": (["heatmap", "the quick brown fox", "--model", "$G", "--generate", "8", "--head", "0-1"], "tiny"),
     "tiny-gpt2-ablation.png": (["heads", "the quick brown fox jumps over the lazy dog", "--model", "$G", "--ablate", "zero"], "tiny"),
+    # docs/encoder-decoder.md: a sharpened tiny random BART ($B), as the tests build it (no translation model ships here)
+    "tiny-bart-cross.png": (["heatmap", "The cat sat on the mat.", "--model", "$B", "--target", "the dog sat on the log", "--head", "0-1"], "tiny"),
+    "tiny-bart-cross-all.png": (["heatmap", "The cat sat on the mat.", "--model", "$B", "--target", "the dog sat on the log", "--layer", "all"], "tiny"),
 }
 
 
@@ -71,8 +74,9 @@ def screenshot(page: Path, out: Path) -> None:
         browser.close()
 
 
-def tiny_gpt2(work: Path) -> str | None:
-    """The tests' sharpened tiny GPT-2 (tests/checkpoints.py), built in ``work``; None without transformers."""
+def tiny(work: Path, name: str) -> str | None:
+    """The tests' sharpened tiny GPT-2 ("tiny-gpt2") or BART ("tiny-bart") (tests/checkpoints.py),
+    built in ``work``; None without transformers."""
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -80,15 +84,15 @@ def tiny_gpt2(work: Path) -> str | None:
     sys.path.insert(0, str(ROOT / "tests"))
     import checkpoints
 
-    folder = work / "tiny-gpt2"
+    folder = work / name
     if not (folder / "config.json").is_file():
-        checkpoints.build_gpt2(folder)
-    return folder.name  # relative to the working folder the commands run in: titles say "tiny-gpt2"
+        (checkpoints.build_bart if name == "tiny-bart" else checkpoints.build_gpt2)(folder)
+    return folder.name  # relative to the working folder the commands run in: titles say "tiny-gpt2", "tiny-bart"
 
 
 def make(name: str, args: list[str], work: Path, model: str | None, tiny: str | None = None) -> str:
     """Make one picture in ``work`` and move it into docs/; returns what happened."""
-    args = [model if a == "$M" else tiny if a == "$G" else a for a in args]
+    args = [model if a == "$M" else tiny if a in ("$G", "$B") else a for a in args]
     kind = args[0]
     made = work / (name if kind in ("heatmap", "compare", "heads") else name.replace(".png", ".html"))
     cmd = [sys.executable, "-m", "attn_cli", *args, "-o", made.name]  # relative: the page's Reproduce line shows it
@@ -117,7 +121,7 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="attn-cli-pictures-") as tmp:
         for name, (command, needs) in PICTURES.items():
-            line = "attn-cli " + shlex.join(command).replace("'$M'", '"$M"').replace("'$G'", '"$G"')
+            line = "attn-cli " + shlex.join(command).replace("'$M'", '"$M"').replace("'$G'", '"$G"').replace("'$B'", '"$B"')
             if args.list:
                 print(f"docs/{name}: {line}")
                 continue
@@ -127,12 +131,12 @@ def main() -> int:
             if needs == "chromium" and not browser:
                 print(f"skipped docs/{name}: needs playwright and Chromium")
                 continue
-            tiny = tiny_gpt2(Path(tmp)) if needs == "tiny" else None
-            if needs == "tiny" and tiny is None:
-                print(f"skipped docs/{name}: needs transformers (pip install -e '.[test]') to build the tiny GPT-2")
+            built = tiny(Path(tmp), "tiny-bart" if "$B" in command else "tiny-gpt2") if needs == "tiny" else None
+            if needs == "tiny" and built is None:
+                print(f"skipped docs/{name}: needs transformers (pip install -e '.[test]') to build the tiny checkpoint")
                 continue
             try:
-                print(f"{make(name, command, Path(tmp), model, tiny)} docs/{name}: {line}", flush=True)
+                print(f"{make(name, command, Path(tmp), model, built)} docs/{name}: {line}", flush=True)
             except subprocess.CalledProcessError as err:
                 failed += 1
                 print(f"FAILED docs/{name}: {line}\n{err.stderr.decode(errors='replace').strip()}")

@@ -29,6 +29,19 @@ MODEL_TYPES: dict[str, tuple[str, str]] = {
 }
 
 
+# Encoder-decoder model types (checkpoint.pair, families/seq2seq.py): the source through the
+# encoder, a target (--target) through the decoder, three stacks of attention
+SEQ2SEQ_TYPES: dict[str, tuple[str, str]] = {
+    "bart": ("bart", "seq2seq:Bart"),
+    "marian": ("marian", "seq2seq:Marian"),
+    "t5": ("t5", "seq2seq:T5"),
+}
+
+
+def is_seq2seq(config: dict[str, Any]) -> bool:
+    return config.get("model_type") in SEQ2SEQ_TYPES
+
+
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config of the text model attn-cli computes: config.json itself, or the
     language model a multimodal config nests (``text_config``, as Gemma 3's
@@ -42,5 +55,5 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def family_name(config: dict[str, Any]) -> str | None:
     """The family that computes config.json (or its text model), or None."""
-    found = MODEL_TYPES.get(str(text_config(config).get("model_type")))
+    found = MODEL_TYPES.get(str(text_config(config).get("model_type"))) or SEQ2SEQ_TYPES.get(str(config.get("model_type")))
     return found[0] if found else None

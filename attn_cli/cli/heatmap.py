@@ -148,6 +148,7 @@ def heatmap(
     from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
     check_model_only(spec, **{"--generate": generate})
+    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: the --stack chosen (cross by default)
     kind = what
     if rollout:
         if what not in (What.weights, What.rollout):
@@ -198,9 +199,13 @@ def heatmap(
     # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
     for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
         stem = fixed_name or slug(trace.text)
+        drawn = pictures
+        if trace.target_tokens is not None or spec.stack is not None:  # an encoder-decoder: one stack drawn, its heads
+            trace = trace.stack(spec.stack or "cross")
+            drawn = [(h, (h,)) for h in trace.shown_heads] if split_heads else [(None, tuple(trace.shown_heads))]
         if numbered:
             stem = f"{stem}-{index:0{width}d}"
-        for split_head, heads in pictures:
+        for split_head, heads in drawn:
             fig = draw(trace, dataclasses.replace(options, heads=heads), new_figure=new_figure)
             if show and output is None:
                 continue

@@ -25,7 +25,7 @@ from attn_cli.cli.inputs import read_texts
 from attn_cli.errors import UsageError, in_batch
 from attn_cli.hiding import HideSpec
 from attn_cli.source import TABLE_HEADS, SourceSpec
-from attn_cli.traces import IndexSpec
+from attn_cli.traces import STACKS, IndexSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
@@ -208,6 +208,35 @@ TRAINED_PARAMS = [
         None,
     ),
     _param(
+        "target",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--target",
+                help="For an encoder-decoder --model (BART, T5, Marian): the decoder's text, read teacher-forced "
+                "(its labels shifted right), beside the source TEXT.",
+                rich_help_panel=TRAINED,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    _param(
+        "stack",
+        Annotated[
+            Optional[str],
+            typer.Option(
+                "--stack",
+                help="With --target: the stack tables and pictures show: encoder (source x source), decoder (target x target) "
+                "or cross (target rows x source columns, the default). JSON and CSV have all three.",
+                rich_help_panel=TRAINED,
+                show_default=False,
+                metavar="encoder|decoder|cross",
+            ),
+        ],
+        None,
+    ),
+    _param(
         "truncate",
         Annotated[bool, typer.Option("--truncate", help="Cut a text longer than the model's positions instead of refusing it.", rich_help_panel=TRAINED)],
         False,
@@ -288,7 +317,7 @@ TOY_ONLY = (
     "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
     "qkv_bias", "out_proj", "init", "no_projections", "positional", "embeddings",
 )  # fmt: skip
-MODEL_ONLY = ("revision", "pair", "truncate", "dtype", "device")
+MODEL_ONLY = ("revision", "pair", "target", "stack", "truncate", "dtype", "device")
 
 # --from FILE: heatmap, html and heads re-draw a saved trace instead of running a source
 SAVED_PARAMS = [
@@ -366,6 +395,8 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
             )
         if shared["emit_python"]:
             raise UsageError("--emit-python reproduces the seeded toy model; it cannot be used with --model")
+        if shared["target"] is not None and shared["lines"]:
+            raise UsageError("--target pairs one source with one target: drop --lines (one pair per run)")
     else:
         trained = _given(ctx, MODEL_ONLY)
         if trained:
@@ -381,7 +412,15 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
         layers=IndexSpec.parse(shared["layer"], "--layer"),
         heads=IndexSpec.parse(shared["head"], "--head"),
         hide=HideSpec.parse(shared["hide_tokens"]),
+        target=shared["target"],
+        stack=_stack(shared["stack"]),
     )
+
+
+def _stack(value: str | None) -> str | None:
+    if value is not None and value not in STACKS:
+        raise UsageError(f"--stack {value}: choose {', '.join(STACKS[:-1])} or {STACKS[-1]}")
+    return value
 
 
 def saved_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:

@@ -110,7 +110,8 @@ def run(
       attn-cli run "Once upon a time" --model gpt2 --generate 20 -F json | jq .generated_text
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key)) if value is not None]
+    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder's three stacks: JSON and CSV have all, tables one
+    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key), ("--stack", spec.stack)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
     # --show norms / rollout asks for them; asked for, they join the default tables
@@ -186,13 +187,15 @@ def _tables(
     parts = []
     for i, result in enumerate(runs):
         view = base
+        if result.target_tokens is not None or spec.stack is not None:  # an encoder-decoder: one stack's tables
+            result = result.stack(spec.stack or "cross")
         if focused:
-            texts_, labels = result.tokens.texts, result.tokens.labels
+            rows, columns = result.tokens, result.columns  # cross-attention: --key names a source token
             try:
                 view = dataclasses.replace(
                     base,
-                    query=None if query is None else _shown_position(result, resolve_position(query, texts_, labels, "--query"), "--query"),
-                    key=None if key is None else _shown_position(result, resolve_position(key, texts_, labels, "--key"), "--key"),
+                    query=None if query is None else _shown_position(result, resolve_position(query, rows.texts, rows.labels, "--query"), "--query"),
+                    key=None if key is None else _shown_position(result, resolve_position(key, columns.texts, columns.labels, "--key"), "--key"),
                 )
             except UsageError as err:
                 raise in_batch(err, i, len(texts))

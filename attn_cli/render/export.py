@@ -72,18 +72,21 @@ def export_numbers(run: Trace) -> int:
     hidden = run.hiding is not None and run.hiding.active
     total = (2 if hidden else 1) * n * n if run.rollout is not None else 0  # rollout (and its weights_shown)
     for layer in run.layers:
-        shown = heads * n * n if hidden else 0  # weights_shown
+        rows, cols = layer.weights.shape[-2:]  # T x T, or T x S for cross-attention
+        cells = rows * cols
+        shown = heads * cells if hidden else 0  # weights_shown
         if layer.norms is not None:
-            total += heads * n * n + n * n  # norms per head and per layer
+            total += heads * cells + cells  # norms per head and per layer
         if not isinstance(layer, LayerAttention):  # weights alone (a saved trace, attention from elsewhere)
-            total += heads * n * n + shown
+            total += heads * cells + shown
             continue
         d_k, d_v, d_in = layer.queries.shape[-1], layer.values.shape[-1], layer.x.shape[-1] if layer.x is not None else 0
-        squares = (4 if layer.dropped_weights is not None else 3) * heads * n * n  # scores, scaled_scores, weights (dropped)
+        squares = (4 if layer.dropped_weights is not None else 3) * heads * cells  # scores, scaled_scores, weights (dropped)
         squares += shown
-        vectors = n * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
+        width = max(rows, cols)  # cross-attention's keys and values are the source's
+        vectors = width * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
         total += squares + vectors
-    return total
+    return total + sum(export_numbers(stack) for _, stack in decoder_stacks(run))
 
 
 def export_bytes(run: Trace, *, whole: bool = False) -> int:
@@ -341,7 +344,7 @@ def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
     vectorized stretch or the tail), so one head at a time would change last digits.
     A subset of the heads is a copy."""
     every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
-    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask)
+    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
 
 
 def _weights_layer_dict(layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table) -> dict[str, Any]:
@@ -417,7 +420,18 @@ def _header(run: Trace) -> dict[str, Any]:
     }
     if run.prompt_length is not None:  # --generate: what the model added to the text
         made["generated_text"] = run.generated_text
+    if run.target_tokens is not None:  # an encoder-decoder: the decoder's text and inputs
+        made["target"] = run.target
+        made["target_tokens"] = token_dicts(run.target_tokens)
     return made
+
+
+def decoder_stacks(run: Trace) -> list[tuple[str, Trace]]:
+    """An encoder-decoder's ``decoder_layers`` and ``cross_layers`` as the traces of their stacks
+    (``Trace.stack``); none for a model of one stack."""
+    if run.target_tokens is None:
+        return []
+    return [("decoder_layers", run.stack("decoder")), ("cross_layers", run.stack("cross"))]
 
 
 def _kept(run: Trace) -> Sequence[int] | None:
@@ -459,6 +473,8 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
     made = {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
+    for key, stack in decoder_stacks(run):
+        made[key] = [layer_dict(layer, stack.shown_heads, None, table=table) for layer in stack.layers]
     if run.rollout is not None:
         made["rollout"] = rollout_dict(run, table=table)
     if run.predictions is not None:
@@ -478,6 +494,13 @@ def json_pieces(run: Trace) -> Iterator[str]:
         yield from _members(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
         yield "}"
     yield "]"
+    for key, stack in decoder_stacks(run):
+        yield f', "{key}": ['
+        for i, layer in enumerate(stack.layers):
+            yield "{" if i == 0 else ", {"
+            yield from _members(layer_dict(layer, stack.shown_heads, None, table=StreamedTable))
+            yield "}"
+        yield "]"
     rollout = rollout_dict(run, table=StreamedTable)
     if rollout is not None:
         yield ', "rollout": {'
@@ -575,11 +598,15 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     ]
     hidden = {i for i, t in enumerate(tokens) if t["hidden"]}
 
-    def vectors(table: str, head: Any, layer: int, values: StreamedTable) -> Iterator[list[tuple[Any, ...]]]:
+    # An encoder-decoder's decoder and cross-attention tables are named "decoder.weights",
+    # "cross.weights", ...: ``p`` the prefix, ``rl`` and ``cl`` the row and column labels.
+    def vectors(table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, p: str = "") -> Iterator[list[tuple[Any, ...]]]:
         for i, vec in enumerate(values.row_lists()):
-            yield [(index, tokenizer, table, head, layer, i, d, labels[i], "", v) for d, v in enumerate(vec)]
+            yield [(index, tokenizer, p + table, head, layer, i, d, rl[i], "", v) for d, v in enumerate(vec)]
 
-    def squares(table: str, head: Any, layer: int, values: StreamedTable) -> Iterator[list[tuple[Any, ...]]]:
+    def squares(
+        table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = ""
+    ) -> Iterator[list[tuple[Any, ...]]]:
         if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
                 if i not in hidden:
@@ -589,37 +616,47 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
                     ]
             return
         for i, vec in enumerate(values.row_lists()):
-            yield [(index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
+            yield [(index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
 
-    def layer_rows(layer: dict[str, Any]) -> Iterator[list[tuple[Any, ...]]]:
+    def layer_rows(
+        layer: dict[str, Any], rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "", out_proj: bool = run.model.out_proj
+    ) -> Iterator[list[tuple[Any, ...]]]:
         n = layer["layer"]
         if layer["input"] is not None:
-            yield from vectors("input", "", n, layer["input"])
+            yield from vectors("input", "", n, layer["input"], rl, p)
         for head in layer["heads"]:
             h = head["head"]
             for table in VECTOR_TABLES:
-                if table in head:  # a layer of weights alone has no vectors
-                    yield from vectors(table, h, n, head[table])
+                if table in head:  # a layer of weights alone has no vectors; cross-attention's keys and values are the source's
+                    yield from vectors(table, h, n, head[table], cl if table in ("keys", "values") else rl, p)
             for table in MATRIX_TABLES:
                 if table in head:
-                    yield from squares(table, h, n, head[table])
+                    yield from squares(table, h, n, head[table], rl, cl, p)
             stats = head["stats"]
             yield [
-                (index, tokenizer, "most_attended", h, n, i, j, labels[i], labels[j], w)
+                (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
                 for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
             ]
             for table in ("entropy_bits", "effective_tokens"):
-                yield [(index, tokenizer, table, h, n, i, "", labels[i], "", v) for i, v in enumerate(stats[table])]
-            yield [(index, tokenizer, table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats[table] is not None]
+                yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
+            yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
         if "norms" in layer:
-            yield from squares("layer_norms", "", n, layer["norms"])
-        if run.model.out_proj and "concat" in layer:  # otherwise concat is the output itself
-            yield from vectors("concat", "", n, layer["concat"])
+            yield from squares("layer_norms", "", n, layer["norms"], rl, cl, p)
+        if out_proj and "concat" in layer:  # otherwise concat is the output itself
+            yield from vectors("concat", "", n, layer["concat"], rl, p)
         if "output" in layer:
-            yield from vectors("output", "", n, layer["output"])
+            yield from vectors("output", "", n, layer["output"], rl, p)
 
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
         yield from layer_rows(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
+    for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
+        target = [t["label"] for t in token_dicts(stack.tokens)]
+        prefix = "decoder." if key == "decoder_layers" else "cross."
+        if prefix == "decoder.":  # the decoder's inputs, one per decoder row
+            yield [(index, tokenizer, "decoder.token_id", "", "", i, "", target[i], "", tid) for i, tid in enumerate(stack.tokens.ids)]
+        columns = target if prefix == "decoder." else labels
+        for layer in stack.layers:
+            yield from layer_rows(layer_dict(layer, stack.shown_heads, None, table=StreamedTable), target, columns, prefix, True)
     predictions = predictions_list(run)
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
         for entry in predictions:

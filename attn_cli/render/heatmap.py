@@ -32,7 +32,7 @@ from attn_cli.render.fonts import font_families, missing_glyph_note, missing_gly
 from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
 from attn_cli.render.titles import fit_title, title_font
 from attn_cli.traces import Trace as Run
-from attn_cli.tokens import visible
+from attn_cli.tokens import Tokens, visible
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,8 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
 
 def drawn_text(trace: Run) -> str:
     """Every character a picture of ``trace`` may draw: the text and the token labels."""
-    return trace.text + "".join(trace.tokens.labels) + "".join(visible(t) for t in trace.tokens.texts)
+    tokens = (trace.tokens,) if trace.key_tokens is None else (trace.tokens, trace.key_tokens)  # cross-attention: both texts
+    return trace.text + "".join("".join(t.labels) + "".join(visible(x) for x in t.texts) for t in tokens)
 
 
 def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
@@ -128,13 +129,13 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     kinds = KINDS[options.what]
     cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
 
-    n_tokens = len(run.tokens)
+    n_tokens = max(len(run.tokens), len(run.columns))  # cross-attention's panels are T_target x T_source
     n_panels = len(heads) * len(kinds)
     # --what all: one column per matrix, in the order attention computes them, one row per head.
     rows, cols = (len(heads), len(kinds)) if len(kinds) > 1 else grid_shape(len(heads))
     # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
     colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
-    layout = _Layout.plan(n_tokens, rows, cols, run.tokens.labels, options, colorbars_across=colorbars_across)
+    layout = _Layout.plan(n_tokens, rows, cols, [*run.tokens.labels, *run.columns.labels], options, colorbars_across=colorbars_across)
     if layout.annotate and options.annotate and n_panels * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
         raise UsageError(annotate_refusal(n_tokens, n_panels, len(kinds)))
     check_pixels(layout.figsize, options.dpi)
@@ -478,7 +479,8 @@ class _Layout:
 
 
 def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layout, *, title: str, left: bool, bottom: bool) -> None:
-    n_tokens = panel.matrix.shape[0]
+    n_rows, n_cols = panel.matrix.shape  # queries x keys: the same tokens, or cross-attention's target x source
+    n_tokens = max(n_rows, n_cols)
     norm = LogNorm(*panel.limits, clip=True) if panel.log else Normalize(*panel.limits)
     pixels = ax.get_figure().dpi * layout.panel
     image = ax.imshow(
@@ -492,32 +494,33 @@ def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layo
     image.set_label(f"{panel.kind.value} head {panel.head}")
     ax.set_label(f"{panel.kind.value}/head{panel.head}")
 
-    labels = run.tokens.labels
-    ticks = list(range(0, n_tokens, layout.step))
+    rows, columns = run.tokens, run.columns
+    row_ticks, col_ticks = list(range(0, n_rows, layout.step)), list(range(0, n_cols, layout.step))
     thinned = layout.step > 1
 
-    def label(i: int) -> str:
+    def label(tokens: Tokens, i: int) -> str:
         if thinned:  # the position leads, so repeats need no #pos suffix
-            return f"{run.tokens.position(i)} {shorten(visible(run.tokens.texts[i]), layout.label_limit)}"
-        return shorten(labels[i], layout.label_limit)
+            return f"{tokens.position(i)} {shorten(visible(tokens.texts[i]), layout.label_limit)}"
+        return shorten(tokens.labels[i], layout.label_limit)
 
-    ax.set_xticks(ticks)
-    ax.set_yticks(ticks)
+    ax.set_xticks(col_ticks)
+    ax.set_yticks(row_ticks)
+    cross = run.key_tokens is not None
     if bottom:
-        ax.set_xticklabels([label(i) for i in ticks], rotation=layout.rotate, ha="right" if layout.rotate < 90 else "center",
+        ax.set_xticklabels([label(columns, i) for i in col_ticks], rotation=layout.rotate, ha="right" if layout.rotate < 90 else "center",
                            rotation_mode="anchor" if layout.rotate < 90 else "default", fontsize=layout.tick_font, parse_math=False)
-        ax.set_xlabel("key", fontsize=layout.tick_font + 1)
+        ax.set_xlabel("key (source)" if cross else "key", fontsize=layout.tick_font + 1)
     else:
         ax.set_xticklabels([])
     if left:
-        ax.set_yticklabels([label(i) for i in ticks], fontsize=layout.tick_font, parse_math=False)
-        ax.set_ylabel("query", fontsize=layout.tick_font + 1)
+        ax.set_yticklabels([label(rows, i) for i in row_ticks], fontsize=layout.tick_font, parse_math=False)
+        ax.set_ylabel("query (target)" if cross else "query", fontsize=layout.tick_font + 1)
     else:
         ax.set_yticklabels([])
     ax.tick_params(length=2 if thinned else 0, pad=2)
-    for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+    for tokens, ticks, tick_labels in ((columns, col_ticks, ax.get_xticklabels()), (rows, row_ticks, ax.get_yticklabels())):
         for i, text in zip(ticks, tick_labels):
-            if run.tokens.is_special(i):  # added by the model's tokenizer: marked, as in the tables
+            if tokens.is_special(i):  # added by the model's tokenizer: marked, as in the tables
                 text.set_fontstyle("italic")
                 text.set_color(SPECIAL_COLOR)
     for spine in ax.spines.values():
@@ -542,12 +545,12 @@ def mark_prompt_end(ax: Axes, run: Run) -> None:
 
 def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: float) -> None:
     data = panel.matrix
-    n_tokens = data.shape[0]
+    n_rows, n_cols = data.shape
     rgba = cmap(norm(data.filled(0.0)))  # (T, T, 4)
     luminance = 0.2126 * rgba[..., 0] + 0.7152 * rgba[..., 1] + 0.0722 * rgba[..., 2]  # (T, T)
     mask = np.ma.getmaskarray(data)
-    for i in range(n_tokens):
-        for j in range(n_tokens):
+    for i in range(n_rows):
+        for j in range(n_cols):
             if mask[i, j]:
                 continue
             value = float(data[i, j])
@@ -620,6 +623,8 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
     )
     if m.config is None:
         source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
+        if run.stack_name is not None:  # one stack of an encoder-decoder
+            source.append(STACK_TITLES[run.stack_name])
         config = [*source, f"heads {shown}", *([f"head_dim {m.head_dim}"] if m.head_dim else []), masked]  # 0: not known (a saved trace)
     else:
         c = m.config
@@ -637,7 +642,18 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
                   f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
                   f"each layer: mean of all {m.heads} heads, half residual (I)",
                   "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
+    if run.key_text is not None:  # cross-attention: the target's rows read the source
+        source = " ".join(run.key_text.split())
+        source = source if len(source) <= 60 else source[:59] + "…"
+        return [[f"{headline}: “{text}”", f"← “{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
     return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
+
+
+STACK_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention: target rows, source columns",
+}
 
 
 def hint_lines(text: str) -> list[list[str]]:

@@ -47,7 +47,7 @@ from attn_cli.render.heatmap import (
 from attn_cli.render.fonts import font_families
 from attn_cli.render.titles import fit_title, title_font
 from attn_cli.traces import Trace
-from attn_cli.tokens import visible
+from attn_cli.tokens import Tokens, visible
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
 MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit
@@ -109,7 +109,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     check_model_view(options, len(layers), len(heads))
     if options.size is not None:
         check_pixels(options.size, options.dpi)
-    check_picture_memory(len(trace.tokens), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
+    check_picture_memory(max(len(trace.tokens), len(trace.columns)), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
                          options.dpi, one_panel=1, fewer="choose fewer layers and heads with --layer and --head")
     kind = options.what
     drawn = [[layer_matrix(layer, kind, h) for h in heads] for layer in layers]  # L x H of (T, T)
@@ -118,14 +118,14 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     norm = LogNorm(*limits, clip=True) if options.log else Normalize(*limits)
     cmap = colour_map(options.cmap or DEFAULT_CMAPS[kind])
 
-    n_tokens = len(trace.tokens)
+    n_tokens = max(len(trace.tokens), len(trace.columns))  # cross-attention's panels are T_target x T_source
     title_lines = _title(trace, heads, kind) + (hint_lines(faint_hint(flat, options)) if kind is What.weights else [])
     # The title wraps to the figure's width, and its lines take height from the panels:
     # plan, wrap, plan again until the width the title was wrapped for stays put.
     font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
     title = fit_title(title_lines, MAX_MODEL_INCHES * 72, font)
     for _ in range(4):
-        plan = _plan(n_tokens, len(layers), len(heads), trace.tokens.labels, (title.count("\n") + 1) * font / 72, options)
+        plan = _plan(n_tokens, len(layers), len(heads), [*trace.tokens.labels, *trace.columns.labels], (title.count("\n") + 1) * font / 72, options)
         wrapped = fit_title(title_lines, (plan.figsize[0] - _title_left(plan) - 0.1) * 72, font)
         if wrapped == title:
             break
@@ -230,22 +230,22 @@ def _plan(n_tokens: int, rows: int, cols: int, labels: Sequence[str], title_heig
 def _edges(ax: Axes, trace: Trace, plan: _Plan, *, left: bool, bottom: bool) -> None:
     """Token labels on the edge panels when they fit; else purple ticks where the
     special tokens are (the title names them)."""
-    tokens = trace.tokens
-    n_tokens = len(tokens)
-    special = [i for i in range(n_tokens) if tokens.is_special(i)]
-    ticks = list(range(n_tokens)) if plan.token_labels else special
-    ax.set_xticks(ticks if bottom else [])
-    ax.set_yticks(ticks if left else [])
+    def ticks_of(tokens: Tokens) -> list[int]:
+        special = [i for i in range(len(tokens)) if tokens.is_special(i)]
+        return list(range(len(tokens))) if plan.token_labels else special
+
+    rows, columns = trace.tokens, trace.columns  # the same tokens, or cross-attention's target and source
+    ax.set_xticks(ticks_of(columns) if bottom else [])
+    ax.set_yticks(ticks_of(rows) if left else [])
     if plan.token_labels:
-        names = [shorten(tokens.labels[i], LABEL_CHARS) for i in ticks]
         if bottom:
-            ax.set_xticklabels(names, rotation=90, fontsize=plan.tick_font, parse_math=False)
+            ax.set_xticklabels([shorten(columns.labels[i], LABEL_CHARS) for i in ticks_of(columns)], rotation=90, fontsize=plan.tick_font, parse_math=False)
         if left:
-            ax.set_yticklabels(names, fontsize=plan.tick_font, parse_math=False)
+            ax.set_yticklabels([shorten(rows.labels[i], LABEL_CHARS) for i in ticks_of(rows)], fontsize=plan.tick_font, parse_math=False)
     else:
         ax.set_xticklabels([])
         ax.set_yticklabels([])
-    for axis in (ax.xaxis, ax.yaxis):
+    for axis, tokens in ((ax.xaxis, columns), (ax.yaxis, rows)):
         for tick, text in zip(axis.get_major_ticks(), axis.get_ticklabels()):
             position = int(round(tick.get_loc()))
             if tokens.is_special(position):  # added by the model's tokenizer: marked, as in the tables
@@ -272,6 +272,10 @@ def _title(trace: Trace, heads: Sequence[int], kind: What = What.weights) -> lis
         [f"{'Attention weights' if kind is What.weights else 'Value-weighted norms ‖a·f(x)‖'}, layers x heads: “{text}”"],
         [m.name, shown_layers, shown_heads, f"{len(trace.tokens)} tokens", "each panel: query rows, key columns", masked],
     ]
+    if trace.key_tokens is not None:  # cross-attention
+        lines[1][3:5] = [f"{len(trace.tokens)} target x {len(trace.key_tokens)} source tokens", "cross-attention: target rows, source columns"]
+    elif trace.stack_name is not None:
+        lines[1].insert(3, f"{trace.stack_name} self-attention")
     special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]
     if special:
         names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))

@@ -312,6 +312,13 @@ class Pairs:
         yield line
 
 
+STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels shifted right
+    "encoder": "encoder self-attention (source x source)",
+    "decoder": "decoder self-attention (target shifted right, causal)",
+    "cross": "cross-attention (target rows x source columns)",
+}
+
+
 def config_header(run: Run) -> RenderableType:
     """What ran: the toy model's configuration (and where its numbers come from: the
     seed, the user's file), or the checkpoint's."""
@@ -334,6 +341,10 @@ def config_header(run: Run) -> RenderableType:
         ]
         if run.pair is not None:
             pairs.append(("pair", "segment B has token type 1"))
+        if run.stack_name is not None:  # one stack of an encoder-decoder (--stack)
+            pairs.append(("stack", STACK_TEXTS[run.stack_name]))
+            if run.key_tokens is not None:
+                pairs.append(("source tokens", str(len(run.key_tokens))))
         if run.prompt_length is not None:
             added = len(run.tokens) - run.prompt_length
             pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
@@ -484,12 +495,14 @@ def _head_suffix(run: Run, head: int) -> str:
 
 
 def vector_table(
-    run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None
+    run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None,
+    *, keys: bool = False,
 ) -> FittedTable:
-    """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all)."""
+    """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all);
+    ``keys``: a row per key token (cross-attention's keys and values are the source's)."""
     dims = range(matrix.shape[-1]) if dims is None else dims  # matrix: (T, d)
     return FittedTable(
-        title, "token \\ dim", run.tokens.labels, [str(d) for d in dims],
+        title, "token \\ dim", (run.columns if keys else run.tokens).labels, [str(d) for d in dims],
         lambda i, j: Text(fmt(matrix[i, dims[j]].item(), precision)),
         what="dims", rows_what="tokens", captions=captions, numbers=dims,
     )
@@ -505,7 +518,7 @@ def square_table(
 ) -> FittedTable:
     """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
     causally masked cell shows (None: its value)."""
-    labels = run.tokens.labels
+    labels, columns = run.tokens.labels, run.columns.labels
     result = run.result
     hides = result.causal and masked is not None
 
@@ -515,7 +528,7 @@ def square_table(
         return Text(fmt(value(i, j), precision))
 
     return FittedTable(
-        title, "query \\ key", labels, labels, cell,
+        title, "query \\ key", labels, columns, cell,
         what="keys", rows_what="queries", captions=captions, hint=ROW_HINT, row_hint=ROW_HINT,
     )
 
@@ -550,7 +563,7 @@ def rows_table(
 ) -> FittedTable:
     """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
     value, the row's largest bold, masked cells a dot; NaN: a renormalized row with no weight left."""
-    labels = run.tokens.labels
+    labels, columns = run.tokens.labels, run.columns.labels
     causal = mask is not None and bool(mask.any())
     best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
 
@@ -576,7 +589,7 @@ def rows_table(
         caption += "; · masked (weight exactly 0)"
     caption += extra
     return FittedTable(
-        title, "query \\ key", labels, labels, cell,
+        title, "query \\ key", labels, columns, cell,
         what="keys", rows_what="queries", captions=[_note(caption)], hint=ROW_HINT, row_hint=ROW_HINT,
     )
 
@@ -629,8 +642,9 @@ def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
         ("Values", "v", result.values, "d_v", m.value_dim),
     ):
         formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = X (no projections)"
-        title = _title(name, f"  {formula}{suffix} ({len(run.tokens)} x {size} {width})")
-        tables.append(vector_table(run, title, tensor[head], precision))
+        rows = len(run.tokens if letter == "q" else run.columns)
+        title = _title(name, f"  {formula}{suffix} ({rows} x {size} {width})")
+        tables.append(vector_table(run, title, tensor[head], precision, keys=letter != "q"))
     return tables
 
 
@@ -708,13 +722,20 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
         k = stats.row(i)
         table.add_row(
             Text(labels[i]),
-            Text(labels[stats.most_attended[k]]),
+            Text(run.columns.labels[stats.most_attended[k]]),
             fmt(stats.top_weight[k], precision),
             fmt(stats.entropy_bits[k], precision),
             fmt(stats.effective_tokens[k], precision),
             str(stats.visible_keys[k]),
         )
     title = _title("Statistics", f"  of the attention weights{_head_suffix(run, stats.head)}")
+    cut = rows_note(rows, len(labels), "queries", "--query N shows one query's entropy")
+    if stats.self_mass is None:  # cross-attention: no query is among the keys; the most attended source token aligns
+        meaning = _note(
+            "entropy 0: all weight on one key; effective tokens = 2^entropy (n for an even spread over n keys). "
+            "Most attended: the source token each decoder input aligns with in this head."
+        )
+        return Group(title, table, *([cut] if cut else []), *([meaning] if explain else []), Text(""))
     masses = Pairs(
         [
             ("self (diagonal) mass", _mass(stats.self_mass, precision)),
@@ -728,7 +749,6 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
         "Masses: the mean weight a query puts on itself, on the token before it, on the first token "
         "(the last two over queries 1..T-1)."
     )
-    cut = rows_note(rows, len(labels), "queries", "--query N shows one query's entropy")
     return Group(title, table, *([cut] if cut else []), masses, *([meaning] if explain else []), Text(""))
 
 
@@ -756,7 +776,7 @@ def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> Rend
 
 
 def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
-    labels = run.tokens.labels
+    labels, columns = run.tokens.labels, run.columns.labels
     row = run.result.weights[head][query].tolist()  # (T,)
     visible = _unmasked(run, query=query) if run.result.causal else range(len(row))
     order = sorted(visible, key=lambda j: -row[j])  # stable: equal weights keep position order
@@ -767,7 +787,7 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
     for rank, j in enumerate(order[:TOP_KEYS], start=1):
-        table.add_row(str(rank), str(run.tokens.position(j)), Text(labels[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
+        table.add_row(str(rank), str(run.columns.position(j)), Text(columns[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
     title = Text.assemble(
         ("Query ", "bold"), (labels[query], "bold"), (f" (position {run.tokens.position(query)})", "bold"),
         f": what it attends to, most first{_head_suffix(run, head)}",
@@ -792,7 +812,7 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
 
 
 def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
-    labels = run.tokens.labels
+    labels, columns = run.tokens.labels, run.columns.labels
     column = run.result.weights[head][:, key].tolist()  # (T,)
     queries = _unmasked(run, key=key) if run.result.causal else range(len(column))
     best = max(queries, key=lambda i: column[i])
@@ -810,7 +830,7 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
         style = "bold" if i == best else ""
         table.add_row(str(run.tokens.position(i)), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
     title = Text.assemble(
-        ("Key ", "bold"), (labels[key], "bold"), (f" (position {run.tokens.position(key)})", "bold"),
+        ("Key ", "bold"), (columns[key], "bold"), (f" (position {run.columns.position(key)})", "bold"),
         f": who attends to it, in query order{_head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )
@@ -845,7 +865,7 @@ def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text
     raw = result.scores[head][query][key].item()
     scaled = scaled_score(run, head, query, key)
     return Text.assemble(
-        (labels[query], "bold"), " -> ", (labels[key], "bold"), f"{_head_suffix(run, head)}: weight ",
+        (labels[query], "bold"), " -> ", (run.columns.labels[key], "bold"), f"{_head_suffix(run, head)}: weight ",
         (fmt(weight, precision), "bold"),
         f", raw score {fmt(raw, precision)}, scaled score {'-inf (masked)' if scaled == -math.inf else fmt(scaled, precision)}",
     )
@@ -890,7 +910,7 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             weights = run.result.weights[h : h + 1]  # (1, T, T)
             if run.renormalized:  # a renormalized row with no weight left (NaN) counts as all zeros
                 weights = weights.nan_to_num(0.0)
-            (one,) = attention_stats(weights, mask=run.result.mask, rows=rows)
+            (one,) = attention_stats(weights, mask=run.result.mask, rows=rows, cross=run.result.cross)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:

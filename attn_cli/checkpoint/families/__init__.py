@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.checkpoint.families.base import Family, forward
-from attn_cli.checkpoint.registry import MODEL_TYPES, text_config
+from attn_cli.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, text_config
 from attn_cli.errors import ModelUnavailable
 
-__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward"]
+if TYPE_CHECKING:
+    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
+
+__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward", "seq2seq_class"]
 
 
 def family_class(model_type: str) -> type[Family]:
     module, name = MODEL_TYPES[model_type][1].split(":")
+    return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
+
+
+def seq2seq_class(model_type: str) -> type[Seq2Seq]:
+    """The encoder-decoder adapter for ``model_type`` (registry.SEQ2SEQ_TYPES)."""
+    module, name = SEQ2SEQ_TYPES[model_type][1].split(":")
     return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
 
 
@@ -26,7 +35,7 @@ def family_for(config: dict[str, Any], where: str) -> Family:
         named = f"model_type {model_type!r}" + (f" ({architectures[0]})" if architectures else "")
         raise ModelUnavailable(
             f"{where}: {named} is not an architecture attn-cli computes; supported model_type: "
-            f"{', '.join(MODEL_TYPES)}"
+            f"{', '.join(MODEL_TYPES)}; encoder-decoders (with --target): {', '.join(SEQ2SEQ_TYPES)}"
         )
     family = family_class(str(model_type))(config)
     why = family.inconsistency()

@@ -441,6 +441,7 @@ def multi_head(
         divisor_text=divisor_text,
         bias=bias,
         softcap=softcap,
+        cross=source is not None,
     )
 
 

@@ -10,18 +10,15 @@ embeddings, the scale and T5's relative position bias, each a method below.
 The decoder reads its inputs teacher-forced: ``decoder_inputs`` builds them from the labels
 (the tokenizer's encoding of the target) as transformers' ``shift_tokens_right`` does.
 
-Not yet wired to the CLI: ``registry`` still refuses these model types (exit 3) until the
-commands can show three stacks. Shapes: S source tokens, T decoder tokens, D d_model, H heads.
+``checkpoint.pair`` opens a checkpoint of one of these families. Shapes: S source tokens, T decoder tokens, D d_model, H heads.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -54,10 +51,14 @@ class Seq2Seq(abc.ABC):
     anchor: ClassVar[str]  # finds the save's prefix
     layer_name: ClassVar[dict[str, str]]  # stack -> a layer's name prefix with {layer}
 
+    input_text: ClassVar[str]  # what each attention's queries read, in words
+
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.d_model = int(config["d_model"])
         self.pad = int(config.get("pad_token_id") if config.get("pad_token_id") is not None else 0)
+        positions = config.get("max_position_embeddings")
+        self.max_positions: int | None = int(positions) if positions is not None else None  # None: relative positions only
 
     # -- sizes per stack --
     layers: dict[str, int]
@@ -159,6 +160,7 @@ class Bart(Seq2Seq):
 
     family = "bart"
     anchor = "encoder.layers.0.self_attn.q_proj.weight"
+    input_text = "h_(l-1), the layer's input (each norm comes after its residual)"
     layer_name = {"encoder": "encoder.layers.{layer}.", "decoder": "decoder.layers.{layer}."}
     POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding: position p is row p + 2
     EPS = 1e-5  # nn.LayerNorm's default
@@ -251,6 +253,7 @@ class T5(Seq2Seq):
 
     family = "t5"
     anchor = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    input_text = "RMSNorm(h_(l-1)), the layer's normed input"
     layer_name = {"encoder": "encoder.block.{layer}.", "decoder": "decoder.block.{layer}."}
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -272,6 +275,7 @@ class T5(Seq2Seq):
         name = "gelu_new" if proj == "gated-gelu" else parts[-1]
         self.act = activation(name, "feed_forward_proj", self.family)
         self._bias: dict[tuple[str, int], torch.Tensor] = {}
+        self.max_positions = None  # relative positions: any length
 
     def head_dim(self, stack: str) -> int:
         return self.d_kv
@@ -337,19 +341,3 @@ class T5(Seq2Seq):
     def stack_output(self, weights: Weights, stack: str, hidden: torch.Tensor) -> torch.Tensor:
         return rms_norm(hidden, weights.read(f"{stack}.final_layer_norm.weight"), None, self.eps)
 
-
-SEQ2SEQ: dict[str, type[Seq2Seq]] = {"bart": Bart, "marian": Marian, "t5": T5}
-
-
-def open_pair(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Seq2Seq, Weights]:
-    """The architecture and the weights of the encoder-decoder checkpoint in ``folder``."""
-    from attn_cli.checkpoint.files import WeightReader
-
-    config = json.loads((folder / "config.json").read_text())
-    model_type = config.get("model_type")
-    if model_type not in SEQ2SEQ:
-        raise ModelUnavailable(f"{folder}: model_type {model_type!r} is not an encoder-decoder attn-cli computes ({', '.join(SEQ2SEQ)})")
-    model = SEQ2SEQ[model_type](config)
-    weights = WeightReader(folder, dtype=dtype)
-    weights.find_prefix(model.anchor, model.family)
-    return model, weights

@@ -1,0 +1,139 @@
+"""An encoder-decoder checkpoint as a source of attention (issue 20): its info, its tokenizer,
+the decoder's inputs for a target, a memory estimate and the three stacks' layers.
+
+The source text goes through the encoder; the decoder reads the target teacher-forced: the
+labels are the tokenizer's encoding of the target with its special tokens (as
+``tokenizer(text_target=TARGET)`` gives for BART and T5, whose targets share the source's
+tokenizer), and the decoder's inputs are the labels shifted right (``Seq2Seq.decoder_inputs``).
+
+Shapes: S source tokens, T decoder tokens, D d_model, H heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.checkpoint.files import ROOT, WeightReader, locate, read_config
+from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
+from attn_cli.errors import ModelUnavailable, UsageError
+from attn_cli.traces import Keep, ModelInfo
+
+if TYPE_CHECKING:
+    from attn_cli.attention import LayerWeights
+    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.tokens import Tokens
+
+FLOAT32 = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class PairLayers:
+    """The kept layers of each stack, in layer order: encoder (H, S, S), decoder (H, T, T),
+    cross (H, T, S), float32 on the CPU."""
+
+    encoder: tuple[LayerWeights, ...]
+    decoder: tuple[LayerWeights, ...]
+    cross: tuple[LayerWeights, ...]
+
+
+class PairCheckpoint:
+    """One opened encoder-decoder checkpoint; config.json, the tokenizer and the safetensors
+    headers are read when it opens, the weights when ``trace`` runs."""
+
+    encoder = False  # not an encoder-only model: --pair does not apply
+
+    def __init__(self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer) -> None:
+        self.info = info
+        self.tokenizer = tokenizer
+        self.model = model
+        self._weights = weights
+
+    def encode_target(self, target: str) -> Tokens:
+        """The labels: the target's tokens with the tokenizer's special tokens."""
+        return self.tokenizer.encode(target)
+
+    def decoder_tokens(self, labels: Tokens) -> Tokens:
+        """The decoder's inputs: ``decoder_start_token_id``, then every label but the last."""
+        ids = tuple(self.model.decoder_inputs(list(labels.ids)))
+        special = self.tokenizer.special_ids()
+        return self.tokenizer.tokens_from_ids(ids, tuple(i in special for i in ids))
+
+    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all") -> dict[str, int]:
+        """What a trace of every layer of the three stacks needs, by part: weights (every
+        tensor of both stacks, and the token rows read), tables (the kept (H, S, S),
+        (H, T, T) and (H, T, S) weights, twice at ``keep="all"``, where the raw scores are
+        derived too) and activations (the kept vectors and one layer in flight)."""
+        s, t, d = n_source, n_target, self.model.d_model
+        weights = sum(self._weights.entry(ROOT + name).numel for name in self._weights.names()) * FLOAT32
+        he, hd = self.model.heads["encoder"], self.model.heads["decoder"]
+        le, ld = self.model.layers["encoder"], self.model.layers["decoder"]
+        per_table = 2 if keep == "all" else 1
+        tables = per_table * FLOAT32 * (le * he * s * s + ld * hd * (t * t + t * s))
+        vectors = 6 if keep == "all" else 0  # x, queries, keys, values, concat, output: (N, D)-sized
+        width = max(d, he * self.model.head_dim("encoder"), hd * self.model.head_dim("decoder"))
+        kept = vectors * FLOAT32 * width * (le * s + 2 * ld * t + ld * s)
+        n = max(s, t)
+        in_flight = FLOAT32 * (8 * n * width + 2 * n * 4 * d + 2 * max(he, hd) * n * n)
+        return {"weights": weights, "tables": tables, "activations": kept + in_flight}
+
+    def trace(self, source: Tokens, decoder: Tokens, keep: Keep = "all") -> PairLayers:
+        """Every layer of the three stacks over the source and the decoder's inputs."""
+        from attn_cli.checkpoint.families.base import as_float32
+
+        forward = self.model.forward(self._weights, list(source.ids), list(decoder.ids))
+
+        def kept(layers: Sequence[Any]) -> tuple[LayerWeights, ...]:
+            return tuple(as_float32(layer if keep == "all" else layer.weights_only()) for layer in layers)
+
+        return PairLayers(kept(forward.encoder), kept(forward.decoder), kept(forward.cross))
+
+
+def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> PairCheckpoint:
+    """Open the encoder-decoder checkpoint ``spec`` names (float32 on the CPU only, for now)."""
+    import torch
+
+    from attn_cli.checkpoint.families import seq2seq_class
+    from attn_cli.checkpoint.registry import SEQ2SEQ_TYPES
+
+    if dtype != "float32" or device != "cpu":
+        raise UsageError("an encoder-decoder model runs in float32 on the CPU for now; drop --dtype and --device")
+    located = locate(spec, revision)
+    folder = located.folder
+    config = read_config(folder)
+    model_type = str(config.get("model_type"))
+    if model_type not in SEQ2SEQ_TYPES:
+        raise ModelUnavailable(f"{folder}: model_type {model_type!r} is not an encoder-decoder attn-cli computes ({', '.join(SEQ2SEQ_TYPES)})")
+    model = seq2seq_class(model_type)(config)
+    weights = WeightReader(folder, dtype=torch.float32, device=device)
+    weights.find_prefix(model.anchor, model.family)
+    if not (folder / "tokenizer.json").is_file():
+        raise ModelUnavailable(
+            f"{folder} has no tokenizer.json: attn-cli reads an encoder-decoder's tokenizer from it "
+            f"(Marian's source.spm and target.spm are not read yet)"
+        )
+    tokenizer = load_tokenizer(folder, located.name, family=model.family, max_positions=model.max_positions, pairs=False)
+    architectures = config.get("architectures") or [model_type]
+    info = ModelInfo(
+        source=spec,
+        architecture=str(architectures[0]),
+        family=model.family,
+        model_type=model_type,
+        layers=model.layers["encoder"],
+        heads=model.heads["encoder"],
+        kv_heads=model.heads["encoder"],
+        head_dim=model.head_dim("encoder"),
+        d_model=model.d_model,
+        dtype=dtype,
+        revision=located.revision,
+        path=str(folder),
+        max_positions=model.max_positions,
+        qkv_bias=model.family != "t5",
+        out_proj=True,
+        input_text=model.input_text,
+        decoder_layers=model.layers["decoder"],
+        decoder_heads=model.heads["decoder"],
+        decoder_head_dim=model.head_dim("decoder"),
+    )
+    return PairCheckpoint(info, model, weights, tokenizer)

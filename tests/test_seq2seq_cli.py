@@ -1,0 +1,210 @@
+"""`run --model ENCODER-DECODER --target TEXT` (issue 20): the three stacks in JSON, CSV and tables,
+against transformers (its tokenizer for the source ids and the labels, its
+prepare_decoder_input_ids_from_labels for the decoder's inputs, its eager attentions for every
+layer and head to 1e-5), and the usage errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import checkpoints
+from attn_cli.cli import app
+
+SOURCE = "The cat sat on the mat."
+TARGET = "the dog sat on the log"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("seq2seq-cli")
+    return {"bart": checkpoints.build_bart(root / "bart"), "t5": checkpoints.build_t5(root / "t5", "gated-gelu")}
+
+
+def invoke(*args: str, code: int = 0) -> Any:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return result
+
+
+def reference(folder: Path) -> tuple[list[int], list[int], Any]:
+    """transformers' source ids, decoder inputs and attentions for SOURCE and TARGET."""
+    import transformers
+
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    source = tokenizer(SOURCE)["input_ids"]
+    labels = torch.tensor([tokenizer(text_target=TARGET)["input_ids"]])
+    decoder = model.prepare_decoder_input_ids_from_labels(labels=labels)
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([source]), decoder_input_ids=decoder, output_attentions=True)
+    return source, decoder[0].tolist(), out
+
+
+def transformers_labels(folder: Path) -> list[int]:
+    import transformers
+
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    return list(tokenizer(text_target=TARGET)["input_ids"])
+
+
+def assert_layers(layers: list[dict[str, Any]], expected: Any) -> None:
+    assert len(layers) == len(expected)
+    for layer, ref in zip(layers, expected):
+        assert len(layer["heads"]) == ref.shape[1]
+        for head in layer["heads"]:
+            torch.testing.assert_close(torch.tensor(head["weights"]), ref[0, head["head"]], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_json_has_the_three_stacks_as_transformers_computes_them(name: str, folders: dict[str, Path]) -> None:
+    data = json.loads(invoke("run", SOURCE, "--model", str(folders[name]), "--target", TARGET, "-F", "json").stdout)
+    source, decoder, out = reference(folders[name])
+    assert [t["id"] for t in data["tokens"]] == source
+    assert [t["id"] for t in data["target_tokens"]] == decoder  # labels shifted right, as transformers builds them
+    assert data["target"] == TARGET
+    model = data["model"]
+    assert (model["layers"], model["decoder_layers"]) == (len(out.encoder_attentions), len(out.decoder_attentions))
+    assert (model["heads"], model["decoder_heads"]) == (out.encoder_attentions[0].shape[1], out.decoder_attentions[0].shape[1])
+    assert_layers(data["layers"], out.encoder_attentions)
+    assert_layers(data["decoder_layers"], out.decoder_attentions)
+    assert_layers(data["cross_layers"], out.cross_attentions)
+    cross = data["cross_layers"][0]["heads"][0]
+    assert len(cross["weights"]) == len(decoder) and len(cross["weights"][0]) == len(source)
+    assert len(cross["keys"]) == len(source) and len(cross["queries"]) == len(decoder)
+    assert "self_mass" not in cross["stats"] and "self_mass" in data["decoder_layers"][0]["heads"][0]["stats"]
+    labels = transformers_labels(folders[name])  # the control: the labels unshifted are not the decoder's inputs
+    assert labels != decoder and labels[:-1] == decoder[1:]
+
+
+def test_csv_names_the_decoder_and_cross_tables(folders: dict[str, Path]) -> None:
+    text = invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "csv").stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    data = json.loads(invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json").stdout)
+    source = [t["label"] for t in data["tokens"]]
+    target = [t["label"] for t in data["target_tokens"]]
+    tables = {row["table"] for row in rows}
+    assert {"weights", "decoder.weights", "cross.weights", "decoder.token_id", "cross.most_attended"} <= tables
+    cross = [row for row in rows if row["table"] == "cross.weights" and row["layer"] == "1" and row["head"] == "0"]
+    assert len(cross) == len(target) * len(source)
+    for row in cross:
+        i, j = int(row["row"]), int(row["col"])
+        assert (row["row_token"], row["col_token"]) == (target[i], source[j])
+        assert float(row["value"]) == data["cross_layers"][1]["heads"][0]["weights"][i][j]
+    decoder = [row for row in rows if row["table"] == "decoder.weights"]
+    assert {row["col_token"] for row in decoder} <= set(target)
+
+
+def test_tables_show_cross_attention_by_default_and_another_stack_when_asked(folders: dict[str, Path]) -> None:
+    folder = str(folders["bart"])
+    table = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "table", "--show", "weights").stdout
+    assert "stack cross-attention (target rows x source columns)" in table and "␣mat" in table  # a source token among the columns
+    header = next(line for line in table.splitlines() if "query \\ key" in line)
+    assert "␣mat" in header and "</s>" in header
+    decoder = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "table", "--stack", "decoder", "--show", "weights").stdout
+    assert "decoder self-attention" in decoder and "·" in decoder  # causal
+    header = next(line for line in decoder.splitlines() if "query \\ key" in line)
+    assert "␣mat" not in header
+    encoder = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "table", "--stack", "encoder", "--show", "weights").stdout
+    assert "encoder self-attention" in encoder and "␣dog" not in encoder
+
+
+def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = str(folders["bart"])
+    gpt2 = str(checkpoints.built(tmp_path_factory, "seq2seq-cli-gpt2", checkpoints.build_gpt2))
+    cases = [
+        (["run", SOURCE, "--model", folder], "--target"),
+        (["run", SOURCE, "--model", gpt2, "--target", TARGET], "has one stack"),
+        (["run", SOURCE, "--target", TARGET], "--model"),
+        (["run", SOURCE, "--model", gpt2, "--stack", "cross", "-F", "table"], "one stack"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--stack", "middle"], "choose encoder"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "2"], "encoder stack"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--head", "3"], "decoder stack"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--lines"], "drop --lines"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special"], "--hide-tokens is not available"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "not available with an encoder-decoder"),
+        (["html", SOURCE, "--model", folder, "--target", TARGET, "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "run TEXT --model MODEL --target"),
+        (["explain", SOURCE, "--model", folder, "--target", TARGET], "run TEXT --model MODEL --target"),
+        (["heads", SOURCE, "--model", folder, "--target", TARGET], "run TEXT --model MODEL --target"),
+    ]
+    for args, words in cases:
+        result = invoke(*args, code=2)
+        assert words in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
+    # --layer 1: both stacks have it (the encoder 2 layers, the decoder 3)
+    data = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "1", "-F", "json").stdout)
+    assert [layer["layer"] for layer in data["layers"] + data["decoder_layers"] + data["cross_layers"]] == [1, 1, 1]
+
+
+def test_a_pair_that_cannot_fit_is_refused_first(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+    from attn_cli.checkpoint import pair
+
+    ran: list[bool] = []
+    real = pair.PairCheckpoint.trace
+    monkeypatch.setattr(pair.PairCheckpoint, "trace", lambda *a, **k: ran.append(True) or real(*a, **k))
+    monkeypatch.setattr(budget, "available_bytes", lambda: 1000)
+    result = invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json", code=4)
+    assert "three stacks" in result.stderr or "weights" in result.stderr
+    assert not ran
+    monkeypatch.setattr(budget, "available_bytes", lambda: 10**12)  # the control: room enough, it runs
+    invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json")
+    assert ran
+
+
+@pytest.mark.parametrize("stack", ["cross", "decoder", "encoder"])
+def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[str, Path]) -> None:
+    import numpy as np
+
+    from attn_cli.config import Config
+    from attn_cli.render.heatmap import heatmap_figure
+    from attn_cli.render.kinds import What
+    from attn_cli.render.model_view import model_view_figure
+    from attn_cli.render.heatmap import HeatmapOptions
+    from attn_cli.source import SourceSpec
+
+    spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET, stacks=True)
+    trace = spec.open().run(SOURCE).stack(stack)
+    data = json.loads(invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json").stdout)
+    key = {"cross": "cross_layers", "decoder": "decoder_layers", "encoder": "layers"}[stack]
+    rows = [t["label"] for t in (data["tokens"] if stack == "encoder" else data["target_tokens"])]
+    columns = [t["label"] for t in (data["target_tokens"] if stack == "decoder" else data["tokens"])]
+    fig = heatmap_figure(trace, HeatmapOptions(what=What.weights, heads=(0,)))
+    (ax,) = [a for a in fig.axes if a.images and a.get_label().startswith("weights")]
+    drawn = np.asarray(ax.images[0].get_array().filled(0.0))
+    assert drawn.shape == (len(rows), len(columns))
+    shown = next(layer for layer in data[key] if layer["layer"] == trace.result.layer)  # the layer a one-layer picture draws
+    np.testing.assert_allclose(drawn, np.array(shown["heads"][0]["weights"]), atol=1e-6)
+    assert [t.get_text() for t in ax.get_xticklabels()] == columns and [t.get_text() for t in ax.get_yticklabels()] == rows
+    if stack == "cross":
+        assert "cross-attention" in fig._suptitle.get_text() and "← “The cat sat on the mat.”" in fig._suptitle.get_text()
+    model = model_view_figure(trace, HeatmapOptions(what=What.weights))
+    panels = [a for a in model.axes if a.images]
+    assert len(panels) == len(trace.layers) * len(trace.shown_heads)
+    bottom = [a for a in panels if a.get_xticklabels() and a.get_xticklabels()[0].get_text()]
+    assert [t.get_text() for t in bottom[0].get_xticklabels()] == columns
+
+
+def test_heatmap_command_writes_the_cross_attention_picture(folders: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cross.png"
+    invoke("heatmap", SOURCE, "--model", str(folders["t5"]), "--target", TARGET, "-o", str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    every = tmp_path / "every.png"
+    invoke("heatmap", SOURCE, "--model", str(folders["t5"]), "--target", TARGET, "--layer", "all", "--stack", "decoder", "-o", str(every))
+    assert every.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_key_names_a_source_token_in_cross_attention_and_from_refuses_the_file(folders: dict[str, Path], tmp_path: Path) -> None:
+    folder = str(folders["bart"])
+    table = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "table", "--key", "mat").stdout
+    assert "Key ␣mat (position 6)" in table  # the source's token, which the target has not
+    saved = tmp_path / "pair.json"
+    invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "json", "-o", str(saved))
+    result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
+    assert "encoder-decoder" in result.stderr and not (tmp_path / "x.png").exists()
