@@ -316,23 +316,37 @@ class PairSource(_Batches):
         check_text(text)
         spec, info = self.spec, self.info
         self._check_command()
-        if spec.target is None:
-            raise UsageError(
-                f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
-                f"(`attn-cli run TEXT --model MODEL --target TARGET`)"
-            )
-        check_text(spec.target)
         if spec.pair is not None or spec.hide is not None or spec.truncate:
             flag = "--pair" if spec.pair is not None else "--hide-tokens" if spec.hide is not None else "--truncate"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        if selection is not None and (selection.rollout or selection.norms or selection.predict or selection.generate):
-            raise UsageError("--rollout, --norms, --predict and --generate are not available with an encoder-decoder model yet")
+        if selection is not None and (selection.rollout or selection.norms):
+            raise UsageError("--rollout and --norms are not available with an encoder-decoder model yet")
         tokenizer = self.checkpoint.tokenizer
         source = check_length(tokenizer.encode(text), spec.config.max_tokens)
-        decoder = check_length(self.checkpoint.decoder_tokens(self.checkpoint.encode_target(spec.target)), spec.config.max_tokens)
+        generate = selection.generate if selection is not None else 0
+        target = spec.target
+        if generate:  # the target is the model's own: greedy, from decoder_start_token_id
+            if target is not None:
+                raise UsageError("--generate writes the target itself: drop --target, or drop --generate to read yours")
+            most = min(spec.config.max_tokens, info.max_positions or spec.config.max_tokens)
+            if generate + 1 > most:
+                raise TooLargeError(f"--generate {generate} and the decoder's start token make {generate + 1}, over {most}; generate fewer")
+            made = self.checkpoint.generate(source, generate)
+            target = tokenizer.decode(made)
+            labels = tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
+        else:
+            if target is None:
+                raise UsageError(
+                    f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
+                    f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
+                )
+            check_text(target)
+            labels = self.checkpoint.encode_target(target)
+        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         keep = selection.keep if selection is not None else "all"
+        predict = selection.predict if selection is not None else 0
         check_budget(
-            self.checkpoint.estimate_bytes(len(source), len(decoder), keep),
+            self.checkpoint.estimate_bytes(len(source), len(decoder), keep, predict=bool(predict)),
             {
                 "weights": ("the weights of both stacks", "use a smaller model"),
                 "tables": (
@@ -345,7 +359,7 @@ class PairSource(_Batches):
         n = max(len(source), len(decoder))
         n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
         with using_threads(n_threads):
-            stacks = self.checkpoint.trace(source, decoder, keep)
+            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict)
         info = dataclasses.replace(info, threads=n_threads)
         heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
         layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
@@ -362,9 +376,9 @@ class PairSource(_Batches):
         encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(4, heads["encoder"])))
         decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(4, heads["decoder"])))
         return Trace(
-            text, source, info, chosen("encoder", stacks.encoder), chosen_heads=encoder_heads, target=spec.target,
+            text, source, info, chosen("encoder", stacks.encoder), chosen_heads=encoder_heads, target=target,
             target_tokens=decoder, decoder_layers=chosen("decoder", stacks.decoder), cross_layers=chosen("cross", stacks.cross),
-            decoder_chosen_heads=decoder_heads,
+            decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
         )  # fmt: skip
 
     @staticmethod

@@ -182,14 +182,17 @@ class Trace(Generic[LayerT]):
         if self.target_tokens is None:
             raise UsageError(f"--stack {name}: this model has one stack; --stack is for encoder-decoder models (with --target)")
         if name == "encoder":
-            return dataclasses.replace(self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name)
+            return dataclasses.replace(
+                self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
+                generated_text=None,
+            )  # fmt: skip
         model = dataclasses.replace(
             self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
             kv_heads=self.model.decoder_heads or 0, head_dim=self.model.decoder_head_dim or self.model.head_dim,
         )  # fmt: skip
         view: dict[str, Any] = dict(
             text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
-            decoder_layers=(), cross_layers=(), stack_name=name, rollout=None, predictions=None, pair=None,
+            decoder_layers=(), cross_layers=(), stack_name=name, rollout=None, pair=None,
             chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None,
         )  # fmt: skip
         if name == "decoder":

@@ -575,6 +575,8 @@ def build_bart(folder: Path) -> Path:
     )  # fmt: skip
     model = transformers.BartForConditionalGeneration(config)
     sharpen(model, 6)
+    with torch.no_grad():  # a buffer, not a parameter: drawn here so that a head without it would show
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=torch.Generator().manual_seed(6)))
     model.save_pretrained(folder)
     return folder
 
@@ -593,6 +595,8 @@ def build_marian(folder: Path, *, shared: bool = True) -> Path:
     )  # fmt: skip
     model = transformers.MarianMTModel(config)
     sharpen(model, 8)
+    with torch.no_grad():
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=torch.Generator().manual_seed(8)))
     with torch.no_grad():  # sqrt(32)-scaled embeddings of std 1 would drown the positions
         for name, p in model.named_parameters():
             if name.endswith("embed_tokens.weight") or name.endswith("shared.weight"):

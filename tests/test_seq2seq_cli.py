@@ -208,3 +208,72 @@ def test_key_names_a_source_token_in_cross_attention_and_from_refuses_the_file(f
     invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "json", "-o", str(saved))
     result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
     assert "encoder-decoder" in result.stderr and not (tmp_path / "x.png").exists()
+
+
+@pytest.fixture(scope="module")
+def t5_v1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """T5 v1.0: ReLU, tied embeddings, so the decoder's output is scaled by d_model ** -0.5 before the head."""
+    return checkpoints.build_t5(tmp_path_factory.mktemp("seq2seq-t5-v1") / "t5", "relu")
+
+
+def head_broken(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bugs the head's own steps guard against: BART's final_logits_bias left out, T5's rescaling left out."""
+    import dataclasses
+
+    from attn_cli.checkpoint.families import seq2seq
+
+    family = seq2seq.Bart if kind == "bart" else seq2seq.T5
+    real = family.head
+    change = {"bias": None} if kind == "bart" else {"input_scale": None}
+    monkeypatch.setattr(family, "head", lambda self, weights: dataclasses.replace(real(self, weights), **change))
+
+
+@pytest.mark.parametrize("name", ["bart", "t5", "t5-v1"])
+def test_predictions_equal_transformers_logits(name: str, folders: dict[str, Path], t5_v1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    folder = t5_v1 if name == "t5-v1" else folders[name]
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "--predict", "3", "-F", "json").stdout)
+    source, decoder, _ = reference(folder)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder])).logits[0]  # (T, V)
+    probs = torch.softmax(logits.float(), dim=-1)
+    top = torch.topk(probs, 3, dim=-1)
+    assert [entry["position"] for entry in data["predictions"]] == list(range(len(decoder)))
+    for entry, ids, values in zip(data["predictions"], top.indices.tolist(), top.values):
+        assert [t["id"] for t in entry["top"]] == ids
+        torch.testing.assert_close(torch.tensor([t["prob"] for t in entry["top"]]), values, atol=1e-5, rtol=0)
+    kind = "bart" if name == "bart" else "t5" if name == "t5-v1" else None
+    if kind is not None:  # the negative control: the family's own step left out changes the predictions
+        head_broken(kind, monkeypatch)
+        broken = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "--predict", "3", "-F", "json").stdout)
+        assert [e["top"][0]["prob"] for e in broken["predictions"]] != pytest.approx([e["top"][0]["prob"] for e in data["predictions"]], abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_generate_writes_the_target_as_transformers_generate(name: str, folders: dict[str, Path]) -> None:
+    import transformers
+
+    folder = folders[name]
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--generate", "6", "-F", "json").stdout)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    config = json.loads((folder / "config.json").read_text())
+    start = config.get("decoder_start_token_id", config.get("pad_token_id"))
+    generation = transformers.GenerationConfig(
+        eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"], decoder_start_token_id=start
+    )
+    source = [t["id"] for t in data["tokens"]]
+    with torch.inference_mode():
+        # use_cache=False: transformers 5 sizes its cache by the encoder's layers, and this BART has fewer of them than decoder layers
+        sequence = model.generate(torch.tensor([source]), generation_config=generation, do_sample=False, max_new_tokens=6, use_cache=False)[0].tolist()
+    made = sequence[1:]  # after decoder_start_token_id
+    decoder = [t["id"] for t in data["target_tokens"]]
+    assert decoder == [start, *made[:-1]]  # the generated tokens read back teacher-forced: row t predicts made[t]
+    assert data["generated_text"] == data["target"]
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder]), output_attentions=True)
+    assert_layers(data["cross_layers"], out.cross_attentions)
+    assert_layers(data["decoder_layers"], out.decoder_attentions)
+    result = invoke("run", SOURCE, "--model", str(folder), "--generate", "2", "--target", TARGET, code=2)
+    assert "drop --target" in result.stderr

@@ -144,7 +144,7 @@ class Checkpoint:
         naming what is missing when the checkpoint has none; checked before anything runs)."""
         import torch
 
-        from attn_cli.analysis.effects import Predictions, top_k
+        from attn_cli.analysis.effects import top_k
         from attn_cli.checkpoint.families import forward
 
         self._check_layers(layers)
@@ -159,11 +159,7 @@ class Checkpoint:
             ids, probs, logits = top_k(
                 lambda rows: family.logits(weights, head, normed[rows]), len(tokens), k, self.vocab_size(head)
             )  # (T, K) each
-        decoded = self.tokenizer.id_texts([int(i) for i in ids.reshape(-1)])
-        width = ids.shape[-1]
-        texts = tuple(tuple(decoded[r * width : (r + 1) * width]) for r in range(len(tokens)))
-        labels = tuple(tuple(visible(text) for text in row) for row in texts)
-        return done.layers, Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
+        return done.layers, predictions_of(self.tokenizer, ids, probs, logits)
 
     def generate(self, tokens: Tokens, n: int) -> tuple[int, ...]:
         """Greedy decoding: up to ``n`` new token ids after ``tokens``, each the argmax of the
@@ -247,6 +243,18 @@ class Checkpoint:
             if not 0 <= layer < self.info.layers:
                 raise UsageError(f"layer {layer} is out of range: {self.info.source} has layers 0 to {self.info.layers - 1}")
         return kept
+
+
+def predictions_of(tokenizer: CheckpointTokenizer, ids: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor) -> Predictions:
+    """Each position's top K (``analysis.effects.top_k``'s (T, K) tensors) with the tokenizer's
+    text of every predicted id, and its printable label."""
+    from attn_cli.analysis.effects import Predictions
+
+    decoded = tokenizer.id_texts([int(i) for i in ids.reshape(-1)])
+    width = ids.shape[-1]
+    texts = tuple(tuple(decoded[r * width : (r + 1) * width]) for r in range(ids.shape[0]))
+    labels = tuple(tuple(visible(text) for text in row) for row in texts)
+    return Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
 
 
 def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> Checkpoint:

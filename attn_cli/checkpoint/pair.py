@@ -21,7 +21,9 @@ from attn_cli.errors import ModelUnavailable, UsageError
 from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Predictions
     from attn_cli.attention import LayerWeights
+    from attn_cli.checkpoint.families.base import Head
     from attn_cli.checkpoint.families.seq2seq import Seq2Seq
     from attn_cli.tokens import Tokens
 
@@ -44,10 +46,13 @@ class PairCheckpoint:
 
     encoder = False  # not an encoder-only model: --pair does not apply
 
-    def __init__(self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer) -> None:
+    def __init__(
+        self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer, eos_ids: frozenset[int] = frozenset()
+    ) -> None:
         self.info = info
         self.tokenizer = tokenizer
         self.model = model
+        self.eos_ids = eos_ids  # where greedy decoding stops (generation_config.json, else config.json)
         self._weights = weights
 
     def encode_target(self, target: str) -> Tokens:
@@ -60,7 +65,7 @@ class PairCheckpoint:
         special = self.tokenizer.special_ids()
         return self.tokenizer.tokens_from_ids(ids, tuple(i in special for i in ids))
 
-    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all") -> dict[str, int]:
+    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all", *, predict: bool = False) -> dict[str, int]:
         """What a trace of every layer of the three stacks needs, by part: weights (every
         tensor of both stacks, and the token rows read), tables (the kept (H, S, S),
         (H, T, T) and (H, T, S) weights, twice at ``keep="all"``, where the raw scores are
@@ -76,18 +81,63 @@ class PairCheckpoint:
         kept = vectors * FLOAT32 * width * (le * s + 2 * ld * t + ld * s)
         n = max(s, t)
         in_flight = FLOAT32 * (8 * n * width + 2 * n * 4 * d + 2 * max(he, hd) * n * n)
+        if predict:  # a block of (positions, V) logits and their softmax (the head's matrix is among the weights)
+            from attn_cli.analysis.effects import block_rows
+
+            vocab = self.vocab_size(self.model.head(self._weights))
+            in_flight += 2 * FLOAT32 * min(t, block_rows(vocab)) * vocab
         return {"weights": weights, "tables": tables, "activations": kept + in_flight}
 
-    def trace(self, source: Tokens, decoder: Tokens, keep: Keep = "all") -> PairLayers:
-        """Every layer of the three stacks over the source and the decoder's inputs."""
-        from attn_cli.checkpoint.families.base import as_float32
+    def trace(self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0) -> tuple[PairLayers, Predictions | None]:
+        """Every layer of the three stacks over the source and the decoder's inputs; with
+        ``predict`` K, every decoder position's top K next tokens through the model's head
+        (``Seq2Seq.head``), softmax in float32."""
+        import torch
 
+        from attn_cli.analysis.effects import top_k
+        from attn_cli.checkpoint.families.base import as_float32, head_logits
+        from attn_cli.checkpoint.model import predictions_of
+
+        head = self.model.head(self._weights) if predict else None
         forward = self.model.forward(self._weights, list(source.ids), list(decoder.ids))
 
         def kept(layers: Sequence[Any]) -> tuple[LayerWeights, ...]:
             return tuple(as_float32(layer if keep == "all" else layer.weights_only()) for layer in layers)
 
-        return PairLayers(kept(forward.encoder), kept(forward.decoder), kept(forward.cross))
+        predictions = None
+        if head is not None:
+            with torch.inference_mode():
+                ids, probs, logits = top_k(
+                    lambda rows: head_logits(self._weights, head, forward.hidden[rows]), len(decoder), predict, self.vocab_size(head)
+                )  # (T, K) each
+            predictions = predictions_of(self.tokenizer, ids, probs, logits)
+        return PairLayers(kept(forward.encoder), kept(forward.decoder), kept(forward.cross)), predictions
+
+    def generate(self, source: Tokens, n: int) -> tuple[int, ...]:
+        """Greedy decoding of up to ``n`` target tokens: from ``decoder_start_token_id``, each
+        step the argmax of the last decoder position's logits (no logits processors, whatever
+        generation_config.json says), stopping after an end-of-sequence id. The encoder runs
+        once; each step runs the whole decoder over the tokens so far (no cache)."""
+        import torch
+
+        from attn_cli.checkpoint.families.base import head_logits
+
+        head = self.model.head(self._weights)
+        ids = [self.model.decoder_start]
+        made: list[int] = []
+        with torch.inference_mode():
+            _, _, memory = self.model.run_stack(self._weights, "encoder", list(source.ids))
+            for _ in range(n):
+                _, _, hidden = self.model.run_stack(self._weights, "decoder", ids, memory)
+                chosen = int(head_logits(self._weights, head, hidden[-1:])[0].float().argmax())  # the first of equal maxima
+                ids.append(chosen)
+                made.append(chosen)
+                if chosen in self.eos_ids:
+                    break
+        return tuple(made)
+
+    def vocab_size(self, head: Head) -> int:
+        return int(self._weights.entry(head.weight).shape[0])
 
 
 def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> PairCheckpoint:
@@ -95,6 +145,7 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
     import torch
 
     from attn_cli.checkpoint.families import seq2seq_class
+    from attn_cli.checkpoint.model import eos_ids
     from attn_cli.checkpoint.registry import SEQ2SEQ_TYPES
 
     if dtype != "float32" or device != "cpu":
@@ -136,4 +187,4 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
         decoder_heads=model.heads["decoder"],
         decoder_head_dim=model.head_dim("decoder"),
     )
-    return PairCheckpoint(info, model, weights, tokenizer)
+    return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))

@@ -422,6 +422,8 @@ def _header(run: Trace) -> dict[str, Any]:
         made["generated_text"] = run.generated_text
     if run.target_tokens is not None:  # an encoder-decoder: the decoder's text and inputs
         made["target"] = run.target
+        if run.generated_text is not None:  # --generate wrote the target
+            made["generated_text"] = run.generated_text
         made["target_tokens"] = token_dicts(run.target_tokens)
     return made
 
@@ -659,9 +661,10 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             yield from layer_rows(layer_dict(layer, stack.shown_heads, None, table=StreamedTable), target, columns, prefix, True)
     predictions = predictions_list(run)
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
+        positions = labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's
         for entry in predictions:
             i = entry["position"]
-            yield [(index, tokenizer, "predictions", "", "", i, r, labels[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
+            yield [(index, tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
     rollout = rollout_dict(run, table=StreamedTable)
     if rollout is not None:  # its layer: the last layer rolled out through
         yield from squares("rollout", "", rollout["through_layer"], rollout["weights"])

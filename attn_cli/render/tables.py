@@ -479,7 +479,7 @@ def predictions_table(run: Run, precision: int) -> RenderableType:
             continue
         cells = [Text.assemble((printable(p.labels[i][r]), "bold" if r == 0 else ""), f" {fmt(probs[i][r], precision)}") for r in range(p.k)]
         table.add_row(str(i), label_text(tokens.labels[i], "italic" if tokens.is_special(i) else ""), *cells)
-    causal = any(layer.causal for layer in run.layers)
+    causal = run.stack_name in ("decoder", "cross") or any(layer.causal for layer in run.layers)  # an encoder-decoder's decoder predicts
     what = "the next token after each position" if causal else "what the model would put at each position (a [MASK] shows it best)"
     notes = [f"{what}: the softmax of the position's logits, most likely first (run to the last layer, its final norm and the head)"]
     cut = rows_note(rows, len(tokens), "positions", see_all="--format json has every position's predictions")

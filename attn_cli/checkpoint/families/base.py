@@ -51,9 +51,10 @@ class Head:
     softcap)`` where the family caps them (Gemma 2)."""
 
     weight: str  # the (V, D) matrix's name: the head's own ("/lm_head.weight"), or the embedding table when tied
-    bias: str | None = None  # (V,)
+    bias: str | None = None  # (V,), or (1, V) (BART's and Marian's final_logits_bias)
     softcap: float | None = None
     tied: bool = False  # the weight is the token embedding table (tie_word_embeddings)
+    input_scale: float | None = None  # the hidden state times this first (T5's d_model ** -0.5 with tied embeddings)
 
 
 def _dims(shape: Sequence[int]) -> str:
@@ -210,20 +211,27 @@ class Family(abc.ABC):
         return hidden
 
     def logits(self, weights: Weights, head: Head, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits; written into
-        ``out`` (P, V) when given (a block buffer reused: a fresh (P, V) block is mapped
-        and faulted in afresh each time, which cost ``heads --ablate`` a third of its head)."""
-        bias = None if head.bias is None else weights.read(head.bias)  # (V,)
-        weight = weights.read(head.weight)  # (V, D)
-        if out is None:
-            logits = torch.nn.functional.linear(hidden, weight, bias)  # (P, D) @ (D, V) -> (P, V)
-        else:
-            logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
-            if bias is not None:
-                logits.add_(bias)
-        if head.softcap is not None:
-            logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
-        return logits
+        """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits (``head_logits``)."""
+        return head_logits(weights, head, hidden, out)
+
+
+def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """(P, D) hidden states -> (P, V) logits through ``head``; written into ``out`` (P, V) when
+    given (a block buffer reused: a fresh (P, V) block is mapped and faulted in afresh each
+    time, which cost ``heads --ablate`` a third of its head)."""
+    bias = None if head.bias is None else weights.read(head.bias).reshape(-1)  # (V,)
+    weight = weights.read(head.weight)  # (V, D)
+    if head.input_scale is not None:
+        hidden = hidden * head.input_scale  # (P, D)
+    if out is None:
+        logits = torch.nn.functional.linear(hidden, weight, bias)  # (P, D) @ (D, V) -> (P, V)
+    else:
+        logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
+        if bias is not None:
+            logits.add_(bias)
+    if head.softcap is not None:
+        logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
+    return logits
 
 
 @dataclasses.dataclass

@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 import torch
 
 from attn_cli.attention import FusedLinear, LayerAttention, Projections, causal_mask
-from attn_cli.checkpoint.families.base import LayerTensors, Weights, activation, multi_head, token_rows
+from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activation, multi_head, token_rows
 from attn_cli.checkpoint.families.bert import relative_buckets
 from attn_cli.checkpoint.families.norms import layer_norm, rms_norm
+from attn_cli.checkpoint.files import ROOT
 from attn_cli.errors import ModelUnavailable
 
 STACKS = ("encoder", "decoder")
@@ -116,6 +117,10 @@ class Seq2Seq(abc.ABC):
     def stack_output(self, weights: Weights, stack: str, hidden: torch.Tensor) -> torch.Tensor:
         """The stack's output from its last layer's (a final norm, where the family has one)."""
         return hidden
+
+    @abc.abstractmethod
+    def head(self, weights: Weights) -> Head:
+        """The language-model head the decoder's output goes through (``base.head_logits``)."""
 
     # -- the forward --
 
@@ -209,6 +214,17 @@ class Bart(Seq2Seq):
     def after_attention(self, t: LayerTensors, kind: str, hidden: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         return layer_norm(hidden + output, t[f"{kind}.norm.weight"], t[f"{kind}.norm.bias"], self.EPS)
 
+    def head(self, weights: Weights) -> Head:
+        """``lm_head``: the shared token table (tied, as BartForConditionalGeneration saves it) or
+        the file's own ``lm_head.weight``, plus ``final_logits_bias``."""
+        own = f"{ROOT}lm_head.weight"
+        weight = own if weights.has(own) else self.token_table(weights, "decoder")
+        bias = f"{ROOT}final_logits_bias"
+        return Head(weight, bias if weights.has(bias) else None, tied=weight != own)
+
+    def token_table(self, weights: Weights, stack: str) -> str:
+        return "shared.weight"
+
     def feed_forward(self, t: LayerTensors, stack: str, hidden: torch.Tensor) -> torch.Tensor:
         inner = self.act(FusedLinear(t["fc1.weight"], t["fc1.bias"])(hidden))  # (N, F)
         out = FusedLinear(t["fc2.weight"], t["fc2.bias"])(inner)  # (N, D)
@@ -229,8 +245,11 @@ class Marian(Bart):
         start = self.config.get("decoder_start_token_id")
         return int(start if start is not None else self.pad)
 
+    def token_table(self, weights: Weights, stack: str) -> str:
+        return "shared.weight" if weights.has("shared.weight") else f"{stack}.embed_tokens.weight"
+
     def embed(self, weights: Weights, stack: str, ids: Sequence[int]) -> torch.Tensor:
-        name = "shared.weight" if weights.has("shared.weight") else f"{stack}.embed_tokens.weight"
+        name = self.token_table(weights, stack)
         table = weights.read(name)
         rows = token_rows(weights, name, ids, table.shape[0]) * self.scale  # (N, D)
         return rows + sinusoid(len(ids), self.d_model).to(rows.dtype)  # (N, D)
@@ -340,4 +359,13 @@ class T5(Seq2Seq):
 
     def stack_output(self, weights: Weights, stack: str, hidden: torch.Tensor) -> torch.Tensor:
         return rms_norm(hidden, weights.read(f"{stack}.final_layer_norm.weight"), None, self.eps)
+
+    def head(self, weights: Weights) -> Head:
+        """``lm_head``: the file's own ``lm_head.weight`` (v1.1, Flan) or the shared table; the
+        decoder's output times d_model ** -0.5 first where the config ties the embeddings (T5
+        v1.0; transformers 5 writes the choice as ``scale_decoder_outputs``)."""
+        own = f"{ROOT}lm_head.weight"
+        scaled = self.config.get("scale_decoder_outputs", self.config.get("tie_word_embeddings", True) is not False)
+        weight = own if weights.has(own) else "shared.weight"
+        return Head(weight, tied=weight != own, input_scale=self.d_model**-0.5 if scaled else None)
 
