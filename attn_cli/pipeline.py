@@ -393,7 +393,7 @@ class PairSource(_Batches):
         if not self.spec.stacks:
             raise UsageError(
                 f"{self.info.name} is an encoder-decoder ({self.info.family}): this command does not draw its three stacks yet; "
-                f"`attn-cli run TEXT --model MODEL --target TARGET` and `heatmap` show them"
+                f"`run`, `heatmap` and `html` with --target show them"
             )
 
     def probe_pool(self) -> str:

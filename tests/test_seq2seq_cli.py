@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
+from test_html_browser import Page, browser  # noqa: F401  (the fixture: headless Chromium)
 
 SOURCE = "The cat sat on the mat."
 TARGET = "the dog sat on the log"
@@ -130,9 +131,9 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--lines"], "drop --lines"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special"], "--hide-tokens is not available"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "not available with an encoder-decoder"),
-        (["html", SOURCE, "--model", folder, "--target", TARGET, "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "run TEXT --model MODEL --target"),
-        (["explain", SOURCE, "--model", folder, "--target", TARGET], "run TEXT --model MODEL --target"),
-        (["heads", SOURCE, "--model", folder, "--target", TARGET], "run TEXT --model MODEL --target"),
+        (["html", SOURCE, "--model", gpt2, "--stack", "cross", "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "one stack"),
+        (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap` and `html` with --target"),
+        (["heads", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap` and `html` with --target"),
     ]
     for args, words in cases:
         result = invoke(*args, code=2)
@@ -277,3 +278,54 @@ def test_generate_writes_the_target_as_transformers_generate(name: str, folders:
     assert_layers(data["decoder_layers"], out.decoder_attentions)
     result = invoke("run", SOURCE, "--model", str(folder), "--generate", "2", "--target", TARGET, code=2)
     assert "drop --target" in result.stderr
+
+
+def test_the_page_holds_the_three_stacks_and_opens_on_cross_attention(folders: dict[str, Path], tmp_path: Path) -> None:
+    from html_support import chunk, manifest
+
+    out = tmp_path / "pair.html"
+    folder = str(folders["bart"])
+    invoke("html", SOURCE, "--model", folder, "--target", TARGET, "-o", str(out))
+    html = out.read_text()
+    data = manifest(html)
+    reference_json = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "json").stdout)
+    assert [t["stack"] for t in data["traces"]] == ["encoder", "decoder", "cross"] and data["start"] == 2
+    cross = data["traces"][2]
+    assert cross["keys"]["labels"] == [t["label"] for t in reference_json["tokens"]]  # the source's tokens, the columns
+    assert cross["tokens"]["labels"] == [t["label"] for t in reference_json["target_tokens"]]
+    assert data["traces"][0]["keys"] is None and data["traces"][1]["keys"] is None
+    for layer, expected in zip(cross["layers"], reference_json["cross_layers"]):
+        weights = chunk(html, layer["weights"])  # (H, T_target, T_source) uint16 = round(w * 10^4)
+        assert weights.shape == (2, len(cross["tokens"]["labels"]), len(cross["keys"]["labels"]))
+        np_expected = [[[round(w * 10_000) for w in row] for row in head["weights"]] for head in expected["heads"]]
+        assert weights.tolist() == np_expected
+    opened = tmp_path / "decoder.html"
+    invoke("html", SOURCE, "--model", folder, "--target", TARGET, "--stack", "decoder", "-o", str(opened))
+    assert manifest(opened.read_text())["start"] == 1
+
+
+def test_the_page_draws_cross_attention_in_a_browser(folders: dict[str, Path], tmp_path: Path, browser: Any) -> None:
+    """The head view lists the source on the right, the matrix is T_target x T_source with the
+    source's token in the tooltip, and the picker opens the decoder's stack."""
+    out = tmp_path / "pair.html"
+    invoke("html", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-o", str(out))
+    data = json.loads(invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json", "--layer", "0").stdout)
+    source = [t["label"] for t in data["tokens"]]
+    target = [t["label"] for t in data["target_tokens"]]
+    p = Page(browser, out)
+    assert p.page.locator(".left .tok").count() == len(target) and p.page.locator(".right .tok").count() == len(source)
+    assert [b.inner_text() for b in p.page.locator(".right .tok").all()] == source
+    p.page.hover(".left .tok[data-i='2']")
+    assert p.text("#detail-title").startswith(target[2])
+    assert p.page.locator("#detail-table tbody tr").count() == len(source)
+    p.view("matrix")
+    label = p.page.locator("#matrix").get_attribute("aria-label")
+    assert f"{len(target)} queries by {len(source)} keys" in label
+    tip = p.hover_cell(3, len(source) - 1)
+    weight = data["cross_layers"][0]["heads"][0]["weights"][3][len(source) - 1]
+    assert tip["key-(source)"].startswith(source[-1]) and tip["weight"] == f"{weight:.4f}"
+    p.page.select_option("#text-picker", "1")
+    p.ready()
+    assert f"{len(target)} queries by {len(target)} keys" in p.page.locator("#matrix").get_attribute("aria-label")  # the decoder's own
+    assert not p.problems, p.problems
+    p.context.close()

@@ -7,6 +7,8 @@ stdout and, with --open, hands it to the system's browser.
 
 from __future__ import annotations
 
+import dataclasses
+
 import enum
 import os
 import shlex
@@ -86,6 +88,7 @@ def html(
       attn-cli html "The cat sat on the mat" --model "$M" --rollout --norms -o analyses.html
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
+    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: its three stacks, a picker between them
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)
 
@@ -95,7 +98,9 @@ def html(
     for note in source.notes:
         typer.echo(note, err=True)
     traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms, predict=predict, generate=generate)))
-    page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None)
+    if spec.stack is not None and traces[0].target_tokens is None:
+        traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
+    page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
     data = page.html.encode("utf-8")
     from attn_cli.files import write_atomic
 

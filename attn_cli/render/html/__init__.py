@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.render.commands import command_line
 from attn_cli.render.fit import spans
-from attn_cli.traces import EXTERNAL
+from attn_cli.traces import EXTERNAL, STACKS
 
 if TYPE_CHECKING:
     from attn_cli.attention import LayerAttention, LayerWeights
+    from attn_cli.tokens import Tokens
     from attn_cli.traces import Trace
 
 DEFAULT_MAX_BYTES = 20 * 2**20  # a 512-token page of a 12-layer model keeps a few layers
@@ -84,10 +85,19 @@ def page(
 
 def build(
     traces: Sequence[Trace], *, command: str, max_bytes: int | None = DEFAULT_MAX_BYTES, title: str | None = None,
-    view: str | None = None,
+    view: str | None = None, stack: str | None = None,
 ) -> Page:  # fmt: skip
+    """``page``'s page and what it left out. An encoder-decoder's trace (one, with --target)
+    becomes its three stacks, the page's picker choosing between them; ``stack`` the one
+    it opens on (default cross-attention)."""
     if not traces:
         raise ValueError("a page needs at least one trace")
+    start = 0
+    if traces[0].target_tokens is not None:
+        if len(traces) > 1:
+            raise ValueError("a page holds one encoder-decoder trace")
+        traces = [traces[0].stack(name) for name in STACKS]
+        start = STACKS.index(stack or "cross")
     traces = [trace.shown() for trace in traces]  # --hide-tokens: the page never sees the hidden tokens
     chunks = _Chunks()
     manifests = [_trace_manifest(trace, chunks) for trace in traces]
@@ -106,6 +116,7 @@ def build(
         "traces": manifests,
         "chunks": {cid: chunk.meta() for cid, chunk in chunks.kept.items()},
         "view": VIEWS.get(view or "head", "heads"),
+        "start": start,  # the trace the page opens on
     }
     data = [f'<script type="application/json" id="attn-manifest">{_json(manifest)}</script>']
     data += [f'<script type="text/plain" id="{cid}">{chunk.text}</script>' for cid, chunk in chunks.kept.items()]
@@ -244,7 +255,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
     from attn_cli.attention import LayerAttention, SavedScores
 
     tokens = trace.tokens
-    n = len(tokens)
+    n, m = len(tokens), len(trace.columns)  # queries and keys: T x T, or cross-attention's T_target x T_source
     model = trace.model
     layers = []
     for layer in trace.layers:
@@ -255,27 +266,20 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "divisor": layer.divisor,
             "divisorText": layer.divisor_text,
             "masked": layer.causal,
-            "weights": chunks.add(_Chunk("u16", (heads, n, n), functools.partial(_fixed_weights, layer))),
+            "weights": chunks.add(_Chunk("u16", (heads, n, m), functools.partial(_fixed_weights, layer))),
             # a trace of weights alone (a saved one, attention from elsewhere) has no scores to show
-            "scores": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_scores, layer)))
+            "scores": chunks.add(_Chunk("f32", (heads, n, m), functools.partial(_f32_scores, layer)))
             if isinstance(layer, (LayerAttention, SavedScores))
             else None,
             "scaled": None,  # decided with the scores: "derived", or a chunk of its own
             # --norms: each head's value-weighted norms ||a f(x)||, float32 (H, T, T)
-            "norms": chunks.add(_Chunk("f32", (heads, n, n), functools.partial(_f32_norms, layer))) if layer.norms is not None else None,
+            "norms": chunks.add(_Chunk("f32", (heads, n, m), functools.partial(_f32_norms, layer))) if layer.norms is not None else None,
         }
         layers.append(entry)
     manifest: dict[str, Any] = {
         "text": trace.text,
         "pair": trace.pair,
-        "tokens": {
-            "labels": list(tokens.labels),
-            "texts": list(tokens.texts),
-            "ids": list(tokens.ids),
-            "special": [tokens.is_special(i) for i in range(n)],
-            "positions": [tokens.position(i) for i in range(n)],
-            "tokenizer": tokens.tokenizer,
-        },
+        "tokens": _token_lists(tokens),
         "model": {
             "trained": model.trained,
             "source": model.source,
@@ -290,6 +294,9 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "inputText": model.input_text,
         },
         "header": _header_rows(trace),
+        "stack": trace.stack_name,  # one stack of an encoder-decoder, or None
+        # cross-attention's columns: the source's tokens (the rows are the decoder's inputs)
+        "keys": _token_lists(trace.key_tokens) if trace.key_tokens is not None else None,
         "layers": layers,
         "vectors": None,
         "rollout": None,
@@ -328,6 +335,18 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
             "dV": config.d_v,
         }
     return manifest
+
+
+def _token_lists(tokens: Tokens) -> dict[str, Any]:
+    n = len(tokens)
+    return {
+        "labels": list(tokens.labels),
+        "texts": list(tokens.texts),
+        "ids": list(tokens.ids),
+        "special": [tokens.is_special(i) for i in range(n)],
+        "positions": [tokens.position(i) for i in range(n)],
+        "tokenizer": tokens.tokenizer,
+    }
 
 
 def _predictions(trace: Trace) -> dict[str, Any] | None:
@@ -376,10 +395,21 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows.append(["dtype", model.dtype])
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
+    if trace.stack_name is not None:  # one stack of an encoder-decoder: the stack picker chooses
+        rows.append(["stack", STACK_ROWS[trace.stack_name]])
+        if trace.key_text is not None:
+            rows.append(["source", trace.key_text])
     if trace.prompt_length is not None:
         added = len(tokens) - trace.prompt_length
         rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])
     return rows
+
+
+STACK_ROWS = {
+    "encoder": "encoder self-attention: the source's tokens attend to each other",
+    "decoder": "decoder self-attention, causal: the decoder's inputs (the target shifted right) attend to those before them",
+    "cross": "cross-attention: each decoder input (left) attends to the source's tokens (right)",
+}
 
 
 class _Budget:
@@ -438,8 +468,8 @@ class _Budget:
                     if _scaled_is_derived(layer):
                         entry["scaled"] = "derived"
                         continue
-                    n = len(trace.tokens)
-                    scaled = chunks.add(_Chunk("f32", (layer.n_heads, n, n), functools.partial(_scaled_bytes, layer)))
+                    n, m = len(trace.tokens), len(trace.columns)
+                    scaled = chunks.add(_Chunk("f32", (layer.n_heads, n, m), functools.partial(_scaled_bytes, layer)))
                     if self._take(chunks, scaled):
                         entry["scaled"] = scaled
                         continue
@@ -457,7 +487,7 @@ class _Budget:
         fix = f"{SIZE_FLAG} 0 keeps everything, or give a larger {SIZE_FLAG} in MB"
         notes = []
         for i, trace in enumerate(traces):
-            which = f"text {i + 1}: " if len(traces) > 1 else ""
+            which = f"{trace.stack_name}: " if trace.stack_name else f"text {i + 1}: " if len(traces) > 1 else ""
             if weights[i]:
                 notes.append(f"{which}layers {spans(weights[i])} are left out to keep the page under {limit}; {fix}")
             if scores[i]:

@@ -1,6 +1,7 @@
 // attn-cli html: the page's script. Standard web APIs only, no requests.
 // Data: the manifest (JSON) and binary chunks (base64, maybe gzip), decoded on first use.
-// Shapes: T tokens, H heads; weights (H, T, T) uint16 = round(w * 10^4), MASKED = hidden.
+// Shapes: T tokens, H heads; weights (H, T, K) uint16 = round(w * 10^4), MASKED = hidden; K = T keys,
+// or, for an encoder-decoder's cross-attention, the source's K tokens (trace().keys) beside T decoder rows.
 "use strict";
 (function () {
   const M = JSON.parse(document.getElementById("attn-manifest").textContent);
@@ -9,8 +10,9 @@
   const DETAIL_ROWS = 24; // keys listed for a focused token before "… more"
   const STEP_ROWS = 48; // keys in the step-by-step tables before it keeps the strongest
   const app = document.getElementById("app");
-  const S = { t: 0, view: M.view || "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false, norms: false };
+  const S = { t: M.start || 0, view: M.view || "heads", layer: 0, heads: new Set([0]), head: 0, focus: null, locked: false, query: 0, cell: null, log: false, norms: false };
   const cache = new Map();
+  const STACK_NAMES = { encoder: "encoder self-attention (source × source)", decoder: "decoder self-attention (target × target, causal)", cross: "cross-attention (target rows × source columns)" };
 
   // -- numbers: Python's f"{x:.4f}" for a float32 (x * 10^4 is exact in a double) --
   function fixed(x) {
@@ -52,7 +54,9 @@
   }
   const trace = () => M.traces[S.t];
   const layerOf = () => trace().layers[S.layer];
-  const T = () => trace().tokens.labels.length;
+  const T = () => trace().tokens.labels.length; // queries (rows)
+  const keyTokens = () => trace().keys || trace().tokens; // the columns' tokens
+  const K = () => keyTokens().labels.length; // keys (columns)
   async function load(layer, withScores) {
     const out = { w: layer.weights ? await chunk(layer.weights) : null, s: null, z: null, v: layer.norms ? await chunk(layer.norms) : null };
     if (withScores && layer.scores) {
@@ -111,12 +115,12 @@
     if (!p) return "";
     return (p.next ? " · next: " : " · predicted here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ");
   }
-  function tokenButton(i, cls, extra) {
-    const tk = trace().tokens;
+  function tokenButton(i, cls, extra, keySide) {
+    const tk = keySide ? keyTokens() : trace().tokens, source = keySide && trace().keys;
     const special = tk.special[i];
     return el("button", Object.assign({
       class: "tok " + cls + (special ? " special" : ""), type: "button", "data-i": i,
-      title: `${tk.labels[i]} · position ${tk.positions[i]} · id ${tk.ids[i]}` + (special ? " · special token added by the tokenizer" : "") + predicted(i),
+      title: `${tk.labels[i]} · position ${tk.positions[i]} · id ${tk.ids[i]}` + (source ? " · source" : "") + (special ? " · special token added by the tokenizer" : "") + (source ? "" : predicted(i)),
     }, extra || {}), tk.labels[i]);
   }
   function heading(text) { return el("h2", { text }); }
@@ -129,13 +133,15 @@
     const tr = trace();
     const header = el("header", {});
     header.append(el("h1", { text: "Attention, explored" + (tr.model.trained ? ": " + tr.model.name : ": the toy model") }));
+    const stacks = M.traces.every((t) => t.stack); // an encoder-decoder: one trace per stack
     if (M.traces.length > 1) {
-      const select = el("select", { id: "text-picker", "aria-label": "Text", onchange: (e) => { S.t = Number(e.target.value); S.layer = 0; S.focus = null; S.locked = false; S.query = 0; S.cell = null; resetHeads(); frame(); } });
+      const select = el("select", { id: "text-picker", "aria-label": stacks ? "Stack" : "Text", onchange: (e) => { S.t = Number(e.target.value); S.layer = 0; S.focus = null; S.locked = false; S.query = 0; S.cell = null; resetHeads(); frame(); } });
       M.traces.forEach((t, i) => {
         const words = t.text.replace(/\s+/g, " ");
-        select.append(el("option", { value: i, selected: i === S.t, text: `${i + 1}: ${words.length > 70 ? words.slice(0, 69) + "…" : words}` }));
+        const name = stacks ? STACK_NAMES[t.stack] : `${i + 1}: ${words.length > 70 ? words.slice(0, 69) + "…" : words}`;
+        select.append(el("option", { value: i, selected: i === S.t, text: name }));
       });
-      header.append(el("div", { class: "picker" }, el("label", { for: "text-picker", text: `Text (${M.traces.length}): ` }), select));
+      header.append(el("div", { class: "picker" }, el("label", { for: "text-picker", text: stacks ? "Stack: " : `Text (${M.traces.length}): ` }), select));
     }
     header.append(el("div", { class: "text", id: "text", text: tr.text + (tr.pair !== null ? "\n— " + tr.pair : "") }));
     const dl = el("dl", { id: "about" });
@@ -228,8 +234,8 @@
   function strongest(d, layer, h, limit) { // the smallest fixed weight among the `limit` strongest lines of head h
     const key = `${S.t}/${layer.index}/${h}/${limit}`;
     if (thresholds.has(key)) return thresholds.get(key);
-    const n = T(), counts = new Uint32Array(SCALE + 1), base = h * n * n;
-    for (let i = 0; i < n * n; i++) { const u = d.w[base + i]; if (u !== MASKED) counts[u]++; }
+    const n = T() * K(), counts = new Uint32Array(SCALE + 1), base = h * n;
+    for (let i = 0; i < n; i++) { const u = d.w[base + i]; if (u !== MASKED) counts[u]++; }
     let kept = 0, u = SCALE;
     for (; u > 0; u--) { if (kept + counts[u] > limit) break; kept += counts[u]; }
     const t = Math.max(u + 1, 1);
@@ -237,22 +243,20 @@
     return t;
   }
   async function headView() {
-    const layer = layerOf(), n = T(), d = await load(layer, false);
-    const row = n > 200 ? 15 : n > 60 ? 18 : 22;
+    const layer = layerOf(), n = T(), m = K(), d = await load(layer, false);
+    const row = Math.max(n, m) > 200 ? 15 : Math.max(n, m) > 60 ? 18 : 22;
     const wrap = el("div", { class: "headview", style: `--row: ${row}px; --tokfont: ${row < 20 ? "0.8em" : "0.95em"}` });
-    const left = el("ol", { class: "left", "aria-label": "Queries" }), right = el("ol", { class: "right", "aria-label": "Keys" });
-    for (let i = 0; i < n; i++) {
-      left.append(el("li", {}, tokenButton(i, "q", { "data-side": "q" })));
-      right.append(el("li", {}, tokenButton(i, "k", { "data-side": "k" })));
-    }
-    const width = 220, height = n * row;
+    const left = el("ol", { class: "left", "aria-label": "Queries" }), right = el("ol", { class: "right", "aria-label": trace().keys ? "Keys (source)" : "Keys" });
+    for (let i = 0; i < n; i++) left.append(el("li", {}, tokenButton(i, "q", { "data-side": "q" })));
+    for (let i = 0; i < m; i++) right.append(el("li", {}, tokenButton(i, "k", { "data-side": "k" }, true)));
+    const width = 220, height = Math.max(n, m) * row;
     const canvas = el("canvas", { width: width * devicePixelRatio, height: Math.min(height * devicePixelRatio, 32000), style: `width: ${width}px; height: ${height}px`, "aria-hidden": "true" });
     const detail = el("aside", { class: "detail", id: "detail", "aria-live": "polite" });
     const note = el("p", { class: "small", id: "thinned" });
     wrap.append(
       el("div", {}, el("div", { class: "colhead", text: "query" }), left),
       el("div", {}, el("div", { class: "colhead", text: "attends to" }), canvas),
-      el("div", {}, el("div", { class: "colhead", text: "key" }), right),
+      el("div", {}, el("div", { class: "colhead", text: trace().keys ? "key (source)" : "key" }), right),
       detail,
     );
     const heads = [...S.heads].filter((h) => h < layer.heads).sort((a, b) => a - b);
@@ -266,13 +270,13 @@
         ctx.strokeStyle = headColour(h, layer.heads);
         // each head's lines start and end a little apart within the row, so the colours do not cover each other
         const dy = heads.length > 1 ? ((slot + 0.5) / heads.length - 0.5) * row * 0.6 : 0;
-        const base = h * n * n;
+        const base = h * n * m;
         const limit = S.focus ? 0 : strongest(d, layer, h, Math.floor(LINE_LIMIT / heads.length));
         for (let q = 0; q < n; q++) {
           if (S.focus && S.focus.side === "q" && S.focus.i !== q) continue;
-          for (let kk = 0; kk < n; kk++) {
+          for (let kk = 0; kk < m; kk++) {
             if (S.focus && S.focus.side === "k" && S.focus.i !== kk) continue;
-            const u = d.w[base + q * n + kk];
+            const u = d.w[base + q * m + kk];
             if (u === MASKED || u === 0) continue;
             total++;
             if (u < limit) { thinned++; continue; }
@@ -304,24 +308,25 @@
       paint();
     });
     repaintHeads = paint;
-    const box = el("div", {}, wrap, note, el("p", { class: "small", text: "Lines join each query (left) to the keys it attends to (right), one colour per head, as opaque as the weight. Hover or focus a token to follow it; click to keep it; Esc lets go. Special tokens are in italics." }));
+    const box = el("div", {}, wrap, note, el("p", { class: "small", text: (trace().keys ? "Lines join each decoder input (left) to the source tokens it attends to (right)" : "Lines join each query (left) to the keys it attends to (right)") + ", one colour per head, as opaque as the weight. Hover or focus a token to follow it; click to keep it; Esc lets go. Special tokens are in italics." }));
     box.after = paint;
     return box;
   }
   function fillDetail(detail, layer, d, heads) {
     detail.textContent = "";
-    const n = T(), tk = trace().tokens;
+    const n = T(), m = K(), qtk = trace().tokens, ktk = keyTokens();
     if (!S.focus) { detail.append(el("p", { class: "small", text: "Hover, focus or click a token to list its weights here." })); return; }
     if (!heads.length) { detail.append(el("p", { class: "small", text: "No head is switched on." })); return; }
     const { side, i } = S.focus;
-    const at = (h, other) => d.w[h * n * n + (side === "q" ? i * n + other : other * n + i)];
-    detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${tk.labels[i]} (query ${tk.positions[i]}) attends to` : `Who attends to ${tk.labels[i]} (key ${tk.positions[i]})` }));
+    const at = (h, other) => d.w[h * n * m + (side === "q" ? i * m + other : other * m + i)];
+    const own = side === "q" ? qtk : ktk, tk = side === "q" ? ktk : qtk, count = side === "q" ? m : n; // the focused token's list, the others'
+    detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${own.labels[i]} (query ${own.positions[i]}) attends to` : `Who attends to ${own.labels[i]} (key ${own.positions[i]})` }));
     const p = trace().predictions;
-    if (p) detail.append(el("p", { class: "small", id: "detail-predictions", text: (p.next ? "The model's next token here: " : "The model's fillers here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ") }));
-    const order = Array.from({ length: n }, (_, j) => j);
+    if (p && side === "q") detail.append(el("p", { class: "small", id: "detail-predictions", text: (p.next ? "The model's next token here: " : "The model's fillers here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ") }));
+    const order = Array.from({ length: count }, (_, j) => j);
     const best = (j) => Math.max(...heads.map((h) => { const u = at(h, j); return u === MASKED ? -1 : u; }));
     order.sort((a, b) => best(b) - best(a) || a - b);
-    const shown = order.slice(0, n <= DETAIL_ROWS + 4 ? n : DETAIL_ROWS);
+    const shown = order.slice(0, count <= DETAIL_ROWS + 4 ? count : DETAIL_ROWS);
     const table = el("table", { id: "detail-table" });
     table.append(el("thead", {}, el("tr", {}, el("th", { text: side === "q" ? "key" : "query" }), heads.map((h) => el("th", { style: `--c: ${headColour(h, layer.heads)}` }, el("span", { class: "sw" }), `head ${h}`)))));
     const body = el("tbody", {});
@@ -333,7 +338,7 @@
     }
     table.append(body);
     detail.append(table);
-    if (shown.length < n) detail.append(el("p", { class: "small", text: `… ${n - shown.length} more (every weight: the matrix view's tooltip)` }));
+    if (shown.length < count) detail.append(el("p", { class: "small", text: `… ${count - shown.length} more (every weight: the matrix view's tooltip)` }));
   }
 
   // -- matrix: the weights of one head on a canvas, with a tooltip --
@@ -344,9 +349,10 @@
   }
   async function matrixView(opts) {
     const kind = opts ? opts.kind : S.norms && layerOf().norms ? "norms" : "weights";
-    const layer = opts ? opts.layer : layerOf(), n = T(), d = await load(layer, kind !== "rollout"), h = opts ? opts.h : S.head, tk = trace().tokens;
+    const layer = opts ? opts.layer : layerOf(), n = T(), m = kind === "rollout" ? n : K(), d = await load(layer, kind !== "rollout"), h = opts ? opts.h : S.head;
+    const tk = trace().tokens, ktk = kind === "rollout" ? tk : keyTokens(), big = Math.max(n, m); // rows: queries; columns: keys
     let top = 0; // the norms' colour scale: 0 to the head's largest
-    if (kind === "norms") for (let i = h * n * n; i < (h + 1) * n * n; i++) if (d.w[i] !== MASKED && d.v[i] > top) top = d.v[i];
+    if (kind === "norms") for (let i = h * n * m; i < (h + 1) * n * m; i++) if (d.w[i] !== MASKED && d.v[i] > top) top = d.v[i];
     const shade = (i) => { // a cell's place on the colour scale
       if (kind !== "norms") return level(d.w[i]);
       const v = d.v[i] / (top || 1);
@@ -354,48 +360,50 @@
     };
     const what = kind === "rollout" ? `attention rollout through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
     const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
-    const labels = n <= 64;
+    const labels = big <= 64;
     const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
     const short = (s) => (s.length > 18 ? s.slice(0, 17) + "…" : s);
-    let cell = Math.max(1, Math.min(34, Math.floor(avail / n))), margin = 0;
+    let cell = Math.max(1, Math.min(34, Math.floor(avail / big))), margin = 0;
     if (labels) {
-      const m = document.createElement("canvas").getContext("2d");
-      m.font = `${fontPx(cell)}px system-ui, sans-serif`;
-      margin = Math.ceil(12 + Math.max(...tk.labels.map((s) => m.measureText(short(s)).width)));
-      cell = Math.max(1, Math.min(34, Math.floor((avail - margin) / n)));
+      const c = document.createElement("canvas").getContext("2d");
+      c.font = `${fontPx(cell)}px system-ui, sans-serif`;
+      margin = Math.ceil(12 + Math.max(...tk.labels.concat(ktk.labels).map((s) => c.measureText(short(s)).width)));
+      cell = Math.max(1, Math.min(34, Math.floor((avail - margin) / big)));
     }
-    const size = margin + cell * n;
-    const canvas = el("canvas", { id: "matrix", tabindex: 0, "data-margin": margin, "data-cell": cell, "data-layer": layer.index, "data-head": h, width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px`,
-      "data-kind": kind, role: "img", "aria-label": `${what}: ${n} queries by ${n} keys; arrow keys move between cells` });
-    const overlay = el("canvas", { class: "overlay", width: size * devicePixelRatio, height: size * devicePixelRatio, style: `width: ${size}px; height: ${size}px` });
+    const wide = margin + cell * m, tall = margin + cell * n;
+    const canvas = el("canvas", { id: "matrix", tabindex: 0, "data-margin": margin, "data-cell": cell, "data-layer": layer.index, "data-head": h, width: wide * devicePixelRatio, height: tall * devicePixelRatio, style: `width: ${wide}px; height: ${tall}px`,
+      "data-kind": kind, role: "img", "aria-label": `${what}: ${n} queries by ${m} keys${ktk !== tk ? " (the source's tokens)" : ""}; arrow keys move between cells` });
+    const overlay = el("canvas", { class: "overlay", width: wide * devicePixelRatio, height: tall * devicePixelRatio, style: `width: ${wide}px; height: ${tall}px` });
     const wrap = el("div", { class: "matrixwrap" }, canvas, overlay);
     const paint = () => {
       const ctx = canvas.getContext("2d");
       ctx.setTransform(devicePixelRatio, 0, 0, devicePixelRatio, 0, 0);
-      ctx.clearRect(0, 0, size, size);
-      const img = new ImageData(n, n), masked = rgbOf(css("--masked")), base = h * n * n;
-      for (let i = 0; i < n * n; i++) {
+      ctx.clearRect(0, 0, wide, tall);
+      const img = new ImageData(m, n), masked = rgbOf(css("--masked")), base = h * n * m;
+      for (let i = 0; i < n * m; i++) {
         const u = d.w[base + i], c = u === MASKED ? masked : viridis(shade(base + i));
         img.data[4 * i] = c[0]; img.data[4 * i + 1] = c[1]; img.data[4 * i + 2] = c[2]; img.data[4 * i + 3] = 255;
       }
-      const off = el("canvas", { width: n, height: n });
+      const off = el("canvas", { width: m, height: n });
       off.getContext("2d").putImageData(img, 0, 0);
       ctx.imageSmoothingEnabled = false;
-      ctx.drawImage(off, margin, margin, cell * n, cell * n);
+      ctx.drawImage(off, margin, margin, cell * m, cell * n);
       if (labels) {
         ctx.font = `${fontPx(cell)}px system-ui, sans-serif`;
         ctx.textBaseline = "middle";
-        for (let i = 0; i < n; i++) {
-          const text = short(tk.labels[i]);
+        for (let i = 0; i < n; i++) { // the queries, down the left
           ctx.fillStyle = tk.special[i] ? css("--special") : css("--fg");
-          ctx.textAlign = "right"; ctx.fillText(text, margin - 6, margin + (i + 0.5) * cell);
-          ctx.save(); ctx.translate(margin + (i + 0.5) * cell, margin - 6); ctx.rotate(-Math.PI / 2.6); ctx.textAlign = "left"; ctx.fillText(text, 0, 0); ctx.restore();
+          ctx.textAlign = "right"; ctx.fillText(short(tk.labels[i]), margin - 6, margin + (i + 0.5) * cell);
         }
-        if (cell >= 22 && n <= 16) { // numbers in the cells, two decimals (the tooltip has every digit), at a size that fits
+        for (let j = 0; j < m; j++) { // the keys, along the top
+          ctx.fillStyle = ktk.special[j] ? css("--special") : css("--fg");
+          ctx.save(); ctx.translate(margin + (j + 0.5) * cell, margin - 6); ctx.rotate(-Math.PI / 2.6); ctx.textAlign = "left"; ctx.fillText(short(ktk.labels[j]), 0, 0); ctx.restore();
+        }
+        if (cell >= 22 && big <= 16) { // numbers in the cells, two decimals (the tooltip has every digit), at a size that fits
           const shown = [];
-          for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {
-            const u = d.w[base + q * n + k], v = kind === "norms" ? d.v[base + q * n + k] : u / SCALE;
-            if (u !== MASKED) shown.push([q, k, base + q * n + k, v < 10 ? v.toFixed(2).replace(/^0\./, ".") : v.toFixed(1)]);
+          for (let q = 0; q < n; q++) for (let k = 0; k < m; k++) {
+            const u = d.w[base + q * m + k], v = kind === "norms" ? d.v[base + q * m + k] : u / SCALE;
+            if (u !== MASKED) shown.push([q, k, base + q * m + k, v < 10 ? v.toFixed(2).replace(/^0\./, ".") : v.toFixed(1)]);
           }
           let px = Math.min(11, Math.floor(cell / 2.5)), widest = 0;
           for (; px >= 7; px--) {
@@ -417,16 +425,16 @@
     const mark = () => {
       const ctx = overlay.getContext("2d");
       ctx.setTransform(devicePixelRatio, 0, 0, devicePixelRatio, 0, 0);
-      ctx.clearRect(0, 0, size, size);
-      if (!S.cell) return;
+      ctx.clearRect(0, 0, wide, tall);
+      if (!S.cell || S.cell.q >= n || S.cell.k >= m) return;
       ctx.strokeStyle = css("--focus"); ctx.lineWidth = 2;
       ctx.strokeRect(margin + S.cell.k * cell - 1, margin + S.cell.q * cell - 1, cell + 2, cell + 2);
-      if (cell < 6) { ctx.globalAlpha = 0.5; ctx.strokeRect(margin, margin + S.cell.q * cell, cell * n, cell); ctx.strokeRect(margin + S.cell.k * cell, margin, cell, cell * n); ctx.globalAlpha = 1; }
+      if (cell < 6) { ctx.globalAlpha = 0.5; ctx.strokeRect(margin, margin + S.cell.q * cell, cell * m, cell); ctx.strokeRect(margin + S.cell.k * cell, margin, cell, cell * n); ctx.globalAlpha = 1; }
     };
     const cellAt = (e) => {
       const r = canvas.getBoundingClientRect(), x = e.clientX - r.left - margin, y = e.clientY - r.top - margin;
       const k = Math.floor(x / cell), q = Math.floor(y / cell);
-      return q >= 0 && k >= 0 && q < n && k < n ? { q, k } : null;
+      return q >= 0 && k >= 0 && q < n && k < m ? { q, k } : null;
     };
     const show = (c, x, y) => {
       S.cell = c; mark();
@@ -437,13 +445,13 @@
     canvas.addEventListener("mouseleave", () => { hideTip(); });
     canvas.addEventListener("click", (e) => { const c = cellAt(e); if (c) { S.query = c.q; S.focus = { side: "q", i: c.q }; S.locked = true; } });
     canvas.addEventListener("keydown", (e) => {
-      const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1], Home: [0, -n], End: [0, n] };
+      const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1], Home: [0, -m], End: [0, m] };
       if (e.key === "Escape") { S.cell = null; mark(); hideTip(); return; }
       if (e.key === "Enter" && S.cell) { S.query = S.cell.q; S.focus = { side: "q", i: S.cell.q }; S.locked = true; return; }
       if (!moves[e.key]) return;
       e.preventDefault();
       const c = S.cell || { q: 0, k: 0 };
-      const q = Math.min(n - 1, Math.max(0, c.q + moves[e.key][0])), k = Math.min(n - 1, Math.max(0, c.k + moves[e.key][1]));
+      const q = Math.min(n - 1, Math.max(0, c.q + moves[e.key][0])), k = Math.min(m - 1, Math.max(0, c.k + moves[e.key][1]));
       const r = canvas.getBoundingClientRect();
       show({ q, k }, r.left + margin + (k + 1) * cell, r.top + margin + (q + 1) * cell);
     });
@@ -460,16 +468,17 @@
       ? `Attention rollout through layer ${layer.index} (Abnar & Zuidema 2020): each layer's weights averaged over all its heads, half the identity added for the residual, rows renormalized, multiplied from layer 0 up. Rows are queries, columns keys; a cell is how much of the key token reaches the query's position; each row sums to 1.`
       : kind === "norms"
         ? `Head ${h} of layer ${layer.index}, coloured by the value-weighted norm ||a·f(x)|| (Kobayashi et al. 2020): the weight times the size of what the key sends through this head and W_o, from 0 to the head's largest (${fixed(top)}). A big weight on a key that sends little is dark here.`
-        : `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1.`;
+        : ktk !== tk ? `Head ${h} of layer ${layer.index}, cross-attention: rows are the decoder's inputs, columns the source's tokens; each row sums to 1.`
+          : `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1.`;
     const box = el("div", {},
-      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (n <= 16 ? " (the cells show two decimals)." : ".") + (d.s || kind === "rollout" ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (big <= 16 ? " (the cells show two decimals)." : ".") + (d.s || kind === "rollout" ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
       wrap, legend);
     box.after = () => { paint(); mark(); };
     return box;
   }
   function cellTip(layer, d, h, q, k, kind) {
-    const n = T(), tk = trace().tokens, i = h * n * n + q * n + k, u = d.w[i];
-    const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], ["key", `${tk.labels[k]} (${tk.positions[k]})`]];
+    const n = T(), m = kind === "rollout" ? n : K(), tk = trace().tokens, ktk = kind === "rollout" ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
+    const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], [ktk !== tk ? "key (source)" : "key", `${ktk.labels[k]} (${ktk.positions[k]})`]];
     if (kind === "rollout") {
       rows.push(["layers", `0 to ${layer.index}, every head`], ["rollout", u === MASKED ? "0 (no path)" : fixedWeight(u)]);
       const dl = el("dl", {}, rows.map(([k2, v]) => [el("dt", { text: k2 }), el("dd", { "data-field": k2.replace(" ", "-"), text: v })]));
@@ -494,7 +503,7 @@
 
   // -- model overview: a thumbnail per kept layer and head --
   async function overview() {
-    const tr = trace(), n = T(), px = n >= 64 ? 64 : n * Math.max(1, Math.floor(64 / n));
+    const tr = trace(), n = T(), m = K(), big = Math.max(n, m), px = big >= 64 ? 64 : big * Math.max(1, Math.floor(64 / big));
     const grid = el("div", { class: "overview", id: "overview" });
     const masked = rgbOf(css("--masked"));
     const data = await Promise.all(tr.layers.map((l) => l.weights ? load(l, false) : null));
@@ -513,23 +522,23 @@
           const c = el("canvas", { width: px, height: px, style: `width: ${px}px; height: ${px}px` });
           thumbs.append(el("button", { type: "button", class: "thumb", "data-layer": layer.index, "data-head": h, title: `layer ${layer.index}, head ${h}: open in the matrix`, "aria-label": `layer ${layer.index}, head ${h}`,
             onclick: () => { S.layer = li; S.head = h; S.heads = new Set([h]); S.view = "matrix"; S.cell = null; draw(); } }, c));
-          after.push(() => thumbnail(c, data[li].w, h, n, px, masked));
+          after.push(() => thumbnail(c, data[li].w, h, n, m, px, masked));
         }
       }
       grid.append(el("div", { class: "lname", text: `layer ${layer.index}` }), thumbs);
     });
     grid.style.gridTemplateColumns = "max-content 1fr";
-    const box = el("div", {}, el("p", { class: "small", text: `Every kept layer and head (${tr.model.layers} layers of ${tr.model.heads} heads in the model). Each square is a head's weights, queries down, keys across; bright = strong. Click one to open it.` + (n > px ? ` Squares of ${n} tokens show the largest weight of each ${Math.ceil(n / px)}×${Math.ceil(n / px)} block.` : "") }), grid);
+    const box = el("div", {}, el("p", { class: "small", text: `Every kept layer and head (${tr.model.layers} layers of ${tr.model.heads} heads in the model). Each square is a head's weights, queries down, keys across` + (tr.keys ? ` (${n} decoder inputs × ${m} source tokens)` : "") + `; bright = strong. Click one to open it.` + (big > px ? ` Squares of ${big} tokens show the largest weight of each block.` : "") }), grid);
     box.after = () => after.forEach((f) => f());
     return box;
   }
-  function thumbnail(canvas, w, h, n, px, masked) {
-    const img = new ImageData(px, px), base = h * n * n;
+  function thumbnail(canvas, w, h, n, m, px, masked) { // rows: n queries; columns: m keys
+    const img = new ImageData(px, px), base = h * n * m;
     for (let y = 0; y < px; y++) for (let x = 0; x < px; x++) {
       const q0 = Math.floor((y * n) / px), q1 = Math.max(q0 + 1, Math.floor(((y + 1) * n) / px));
-      const k0 = Math.floor((x * n) / px), k1 = Math.max(k0 + 1, Math.floor(((x + 1) * n) / px));
+      const k0 = Math.floor((x * m) / px), k1 = Math.max(k0 + 1, Math.floor(((x + 1) * m) / px));
       let best = -1;
-      for (let q = q0; q < q1; q++) for (let k = k0; k < k1; k++) { const u = w[base + q * n + k]; if (u !== MASKED && u > best) best = u; }
+      for (let q = q0; q < q1; q++) for (let k = k0; k < k1; k++) { const u = w[base + q * m + k]; if (u !== MASKED && u > best) best = u; }
       const c = best < 0 ? masked : viridis(level(best)), o = 4 * (y * px + x);
       img.data[o] = c[0]; img.data[o + 1] = c[1]; img.data[o + 2] = c[2]; img.data[o + 3] = 255;
     }
