@@ -60,7 +60,7 @@ class Probe:
 class HeadScores:
     layer: int
     head: int
-    self_mass: float
+    self_mass: float | None  # None with the other masses: cross-attention (queries and keys of two texts)
     previous_mass: float | None
     first_mass: float | None
     mean_entropy_bits: float
@@ -69,6 +69,7 @@ class HeadScores:
     induction_score: float | None = None  # None: no probe
     duplicate_score: float | None = None
     norm_special_mass: float | None = None  # None: no special tokens, or no norms (weights from elsewhere)
+    alignment: tuple[int, ...] | None = None  # cross-attention: each query's most attended key (a source token)
 
     @property
     def role(self) -> str:
@@ -88,6 +89,7 @@ class HeadScores:
             "induction_score": self.induction_score,
             "duplicate_score": self.duplicate_score,
             "role": self.role,
+            **({"alignment": list(self.alignment)} if self.alignment is not None else {}),
         }
 
 
@@ -117,14 +119,15 @@ def text_scores(
     special: Sequence[bool] = (),
     mask: torch.Tensor | None = None,
     norms: torch.Tensor | None = None,
+    cross: bool = False,
 ) -> list[HeadScores]:
     """(H, T, T) weights of one layer over a text -> one HeadScores per head.
-    ``special`` (T,) flags the special tokens; ``mask`` (T, T) True = hidden key;
-    ``norms`` (H, T, T) the value-weighted norms, for ``norm_special_mass``."""
-    n_tokens = weights.shape[-1]
-    stats = attention_stats(weights, mask=mask)  # run's own numbers, head by head
-    # the most entropy a row can have: log2 of its visible keys
-    most = math.fsum(math.log2(n) for n in stats[0].visible_keys) / n_tokens if stats else 0.0
+    ``special`` (T,) flags the special tokens (the keys'); ``mask`` (T, T) True = hidden key;
+    ``norms`` (H, T, T) the value-weighted norms, for ``norm_special_mass``; ``cross``:
+    cross-attention's (H, T, S), without masses, with each query's alignment."""
+    stats = attention_stats(weights, mask=mask, cross=cross)  # run's own numbers, head by head
+    # the most entropy a row can have: log2 of its visible keys, averaged over the rows
+    most = math.fsum(math.log2(n) for n in stats[0].visible_keys) / len(stats[0].visible_keys) if stats else 0.0
     flags = torch.tensor(list(special), dtype=torch.bool) if any(special) else None  # (T,)
     result = []
     for h, st in enumerate(stats):
@@ -144,6 +147,7 @@ def text_scores(
                 special_mass=special_mass,
                 spread=st.mean_entropy_bits / most if most > 0 else 0.0,
                 norm_special_mass=norm_special_mass,
+                alignment=tuple(st.most_attended) if cross else None,
             )
         )
     return result

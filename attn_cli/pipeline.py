@@ -300,6 +300,8 @@ class PairSource(_Batches):
     encoder, the target's labels shifted right through the decoder (``attn_cli.checkpoint.pair``);
     the trace holds the three stacks (``Trace.stack`` shows one)."""
 
+    pair = True  # commands ask: no norms, a stack at a time
+
     def __init__(self, spec: SourceSpec) -> None:
         from attn_cli.checkpoint.pair import open_pair_checkpoint
 
@@ -393,12 +395,12 @@ class PairSource(_Batches):
         if not self.spec.stacks:
             raise UsageError(
                 f"{self.info.name} is an encoder-decoder ({self.info.family}): this command does not draw its three stacks yet; "
-                f"`run`, `heatmap` and `html` with --target show them"
+                f"`run`, `heatmap`, `html` and `heads` with --target show them"
             )
 
     def probe_pool(self) -> str:
         self._check_command()
-        return "the repeated-token probe is not available for an encoder-decoder model yet"
+        return "the repeated-token probe (a decoder's self-attention over repeated ids) is not run for encoder-decoders yet"
 
     def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
         raise UsageError("an encoder-decoder model traces a text and a --target, not ids")

@@ -132,8 +132,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special"], "--hide-tokens is not available"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "not available with an encoder-decoder"),
         (["html", SOURCE, "--model", gpt2, "--stack", "cross", "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "one stack"),
-        (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap` and `html` with --target"),
-        (["heads", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap` and `html` with --target"),
+        (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap`, `html` and `heads` with --target"),
     ]
     for args, words in cases:
         result = invoke(*args, code=2)
@@ -329,3 +328,29 @@ def test_the_page_draws_cross_attention_in_a_browser(folders: dict[str, Path], t
     assert f"{len(target)} queries by {len(target)} keys" in p.page.locator("#matrix").get_attribute("aria-label")  # the decoder's own
     assert not p.problems, p.problems
     p.context.close()
+
+
+@pytest.mark.parametrize("stack", ["cross", "decoder", "encoder"])
+def test_heads_scores_one_stack(stack: str, folders: dict[str, Path]) -> None:
+    """heads --stack: the masses of a self-attention stack from its weights; cross-attention has
+    no masses, its alignment is each row's argmax and its special_mass is on the source's specials."""
+    folder = str(folders["bart"])
+    data = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "json").stdout)
+    report = json.loads(invoke("heads", SOURCE, "--model", folder, "--target", TARGET, "--stack", stack, "-F", "json").stdout)
+    key = {"cross": "cross_layers", "decoder": "decoder_layers", "encoder": "layers"}[stack]
+    keys = data["tokens"] if stack != "decoder" else data["target_tokens"]
+    special = [t["special"] for t in keys]
+    assert report["stack"] == stack and len(report["heads"]) == sum(len(layer["heads"]) for layer in data[key])
+    for entry in report["heads"]:
+        weights = torch.tensor(next(layer for layer in data[key] if layer["layer"] == entry["layer"])["heads"][entry["head"]]["weights"], dtype=torch.float64)
+        expected_special = weights[:, torch.tensor(special)].sum(dim=-1).mean().item()
+        assert entry["special_mass"] == pytest.approx(expected_special, abs=1e-6)
+        if stack == "cross":
+            assert entry["self_mass"] is None and entry["previous_mass"] is None and entry["first_mass"] is None
+            assert entry["alignment"] == weights.argmax(dim=-1).tolist()
+        else:
+            assert entry["self_mass"] == pytest.approx(weights.diagonal().mean().item(), abs=1e-6) and "alignment" not in entry
+    if stack == "cross":
+        assert [t["label"] for t in report["source_tokens"]] == [t["label"] for t in data["tokens"]]
+        table = invoke("heads", SOURCE, "--model", folder, "--target", TARGET, "-F", "table").stdout
+        assert "Alignment, layer 2" in table

@@ -105,6 +105,7 @@ def heads(
       attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
     """
     check_model_only(spec, **{"--generate": generate, "--ablate": ablate is not None})
+    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: the stack --stack names
     picture = output is not None and output.suffix.lower().lstrip(".") in FORMATS
     if picture and ablate is None:
         raise UsageError(f"-o {output}: heads draws a picture of --ablate's losses; add --ablate zero|mean, or write .json, .csv or .txt")
@@ -115,7 +116,8 @@ def heads(
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
-    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate)
+    pair = getattr(source, "pair", False)  # an encoder-decoder: one stack's heads (--stack, default cross)
+    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None and not pair, generate=generate)
     probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
@@ -128,6 +130,8 @@ def heads(
     def reports() -> Iterator[HeadsReport]:
         nonlocal probe_scores
         for trace in traces:
+            if trace.target_tokens is not None or spec.stack is not None:
+                trace = trace.stack(spec.stack or "cross")
             if probe is not None and probe_scores is None:
                 probe_scores = _probe_scores(source, probe, selection)
             report = _report(trace, probe, probe_note, probe_scores)
@@ -192,7 +196,9 @@ def _report(
     heads: list[HeadScores] = []
     for layer in trace.layers:
         chosen = list(trace.shown_heads)
-        scores = text_scores(layer.weights, layer=layer.layer, special=trace.tokens.special, mask=layer.mask, norms=layer.norms)
+        scores = text_scores(
+            layer.weights, layer=layer.layer, special=trace.columns.special, mask=layer.mask, norms=layer.norms, cross=layer.cross
+        )  # fmt: skip
         if scored is not None:
             scores = with_probe(scores, *scored[layer.layer])
         heads += [scores[h] for h in chosen]

@@ -47,6 +47,13 @@ class HeadsReport:
     ablation: Ablation | None = None  # --ablate: each head's change in next-token loss
 
 
+STACK_LINES = {
+    "encoder": "stack: encoder self-attention (--stack decoder|cross for the others)",
+    "decoder": "stack: decoder self-attention, causal (--stack encoder|cross for the others)",
+    "cross": "stack: cross-attention, decoder inputs to source tokens: the masses are not defined (--stack encoder|decoder for the others)",
+}
+
+
 def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
     """The documented JSON object of `attn-cli heads`."""
     data: dict[str, Any] = {}
@@ -67,6 +74,11 @@ def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
             "model": report.trace.model.as_dict(),
         }
     )
+    if report.trace.stack_name is not None:  # an encoder-decoder: the stack scored, and cross-attention's source
+        data["stack"] = report.trace.stack_name
+        if report.trace.key_tokens is not None:
+            data["source"] = report.trace.key_text
+            data["source_tokens"] = token_dicts(report.trace.key_tokens)
     if report.ablation is not None:
         data["ablation"] = {"method": report.ablation.method, "clean_loss": report.ablation.clean_loss}
     return data
@@ -164,6 +176,8 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
     title.append(f"{shown!r}", style="bold")
     title.append(f"  {model.name}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} head{'s' if model.heads != 1 else ''}, T = {len(trace.tokens)}")
     parts: list[Any] = [title]
+    if trace.stack_name is not None:  # one stack of an encoder-decoder (--stack)
+        parts.append(Text(STACK_LINES[trace.stack_name], style="dim"))
     hiding = trace.hiding
     if hiding is not None and hiding.active:
         parts.append(
@@ -248,4 +262,16 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
             "norms ||a f(x)|| on them: much lower means the weight parks there and moves little (a sink)",
             style="dim",
         ))  # fmt: skip
+    aligned = [h for h in heads if h.alignment is not None and h.layer == heads[-1].layer]
+    if aligned:  # cross-attention: each decoder input's most attended source token, in the last layer scored
+        parts.append(Text(""))
+        parts.append(Text(f"Alignment, layer {aligned[0].layer}: each decoder input's most attended source token", style="bold"))
+        align = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        align.add_column("decoder input", no_wrap=True)
+        for h in aligned:
+            align.add_column(f"H{h.head}", no_wrap=True)
+        source = trace.columns.labels
+        for i, label in enumerate(trace.tokens.labels):
+            align.add_row(Text(label), *(Text(source[h.alignment[i]]) for h in aligned))
+        parts.append(align)
     return Group(*parts)
