@@ -581,16 +581,51 @@ def build_bart(folder: Path) -> Path:
     return folder
 
 
+def marian_spm(folder: Path, side: str, seed_text: list[str]) -> dict[str, int]:
+    """A SentencePiece model ``{side}.spm`` trained on ``seed_text`` and its vocabulary as Marian
+    lays one out: </s> 0, <unk> 1, the pieces, <pad> last."""
+    import io
+
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(seed_text), model_writer=model, vocab_size=90, hard_vocab_limit=False, model_type="unigram",
+        character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2,
+    )  # fmt: skip
+    (folder / f"{side}.spm").write_bytes(model.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size()) if processor.id_to_piece(i) != "<unk>"]
+    return {piece: i for i, piece in enumerate(["</s>", "<unk>", *pieces, "<pad>"])}
+
+
 def build_marian(folder: Path, *, shared: bool = True) -> Path:
     """As opus-mt checkpoints are configured: scaled embeddings, swish, the pad id starting the
-    decoder; ``shared`` false: a table per stack, the decoder's with its own vocabulary size."""
+    decoder, source.spm / target.spm and vocab.json; ``shared`` false: a table per stack, the
+    decoder's with its own vocabulary (target_vocab.json, tokenizer_config.json's separate_vocabs)."""
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
+    source_vocab = marian_spm(folder, "source", CORPUS)
+    target_vocab = marian_spm(folder, "target", [line.lower() for line in CORPUS[::-1]])
+    if shared:  # one vocabulary: the source's pieces, then the target's others
+        merged = dict(source_vocab)
+        merged.pop("<pad>")
+        for piece in target_vocab:
+            if piece not in merged and piece != "<pad>":
+                merged[piece] = len(merged)
+        merged["<pad>"] = len(merged)
+        source_vocab = target_vocab = merged
+        (folder / "vocab.json").write_text(json.dumps(merged, ensure_ascii=False))
+    else:
+        (folder / "vocab.json").write_text(json.dumps(source_vocab, ensure_ascii=False))
+        (folder / "target_vocab.json").write_text(json.dumps(target_vocab, ensure_ascii=False))
+        (folder / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+    pad = target_vocab["<pad>"]
     config = transformers.MarianConfig(
-        vocab_size=300, decoder_vocab_size=None if shared else 280, d_model=32, encoder_layers=2, decoder_layers=3,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=40, max_position_embeddings=64,
-        pad_token_id=299 if shared else 279, eos_token_id=0, decoder_start_token_id=299 if shared else 279,
+        vocab_size=len(source_vocab), decoder_vocab_size=None if shared else len(target_vocab), d_model=32, encoder_layers=2,
+        decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=40,
+        max_position_embeddings=64, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
         share_encoder_decoder_embeddings=shared, scale_embedding=True, activation_function="swish",
     )  # fmt: skip
     model = transformers.MarianMTModel(config)

@@ -354,3 +354,61 @@ def test_heads_scores_one_stack(stack: str, folders: dict[str, Path]) -> None:
         assert [t["label"] for t in report["source_tokens"]] == [t["label"] for t in data["tokens"]]
         table = invoke("heads", SOURCE, "--model", folder, "--target", TARGET, "-F", "table").stdout
         assert "Alignment, layer 2" in table
+
+
+@pytest.fixture(scope="module")
+def marians(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("seq2seq-marian")
+    return {"shared": checkpoints.build_marian(root / "shared"), "separate": checkpoints.build_marian(root / "separate", shared=False)}
+
+
+def marian_reference(folder: Path, source: str, target: str) -> tuple[list[int], list[int]]:
+    import transformers
+
+    separate = (folder / "target_vocab.json").is_file()
+    tokenizer = transformers.MarianTokenizer(
+        vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
+        separate_vocabs=separate, target_vocab_file=str(folder / "target_vocab.json") if separate else None,
+    )  # fmt: skip
+    return tokenizer(source)["input_ids"], tokenizer(text_target=target)["input_ids"]
+
+
+@pytest.mark.parametrize("kind", ["shared", "separate"])
+def test_marian_reads_its_sentencepiece_models_as_transformers(kind: str, marians: dict[str, Path]) -> None:
+    """Source ids from source.spm, labels from target.spm (and target_vocab.json when separate),
+    </s> after each, unknown pieces as <unk>, a >>xx<< code kept whole; the stacks over them."""
+    import transformers
+
+    folder = marians[kind]
+    target = ">>fr<< the dog sat on the log, quietly!"  # a language code, and a word the tiny vocabularies lack pieces for
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", target, "-F", "json").stdout)
+    source_ids, labels = marian_reference(folder, SOURCE, target)
+    assert [t["id"] for t in data["tokens"]] == source_ids
+    pad = json.loads((folder / "config.json").read_text())["pad_token_id"]
+    assert [t["id"] for t in data["target_tokens"]] == [pad, *labels[:-1]]
+    assert labels != source_ids and data["tokenizer"].endswith("source.spm+target.spm")
+    model = transformers.MarianMTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([source_ids]), decoder_input_ids=torch.tensor([[pad, *labels[:-1]]]), output_attentions=True)
+    assert_layers(data["cross_layers"], out.cross_attentions)
+    assert_layers(data["decoder_layers"], out.decoder_attentions)
+
+
+def test_marian_without_sentencepiece_says_what_to_install(marians: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # import fails as when it is not installed
+    result = invoke("run", SOURCE, "--model", str(marians["shared"]), "--target", TARGET, code=3)
+    assert 'pip install "attn-cli[sentencepiece]"' in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_marian_control_the_target_through_the_source_side_differs(marians: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative control: a target read with the source's SentencePiece model and vocabulary
+    does not give transformers' labels, so the test above tells the sides apart."""
+    from attn_cli.checkpoint.tokenizer import MarianTokenizer
+
+    folder = marians["separate"]
+    monkeypatch.setattr(MarianTokenizer, "encode_target", lambda self, text: self._encode(text, "source"))
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "-F", "json").stdout)
+    _, labels = marian_reference(folder, SOURCE, TARGET)
+    assert [t["id"] for t in data["target_tokens"]][1:] != labels[:-1]

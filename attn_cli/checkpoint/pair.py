@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.checkpoint.files import ROOT, WeightReader, locate, read_config
-from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
+from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 from attn_cli.errors import ModelUnavailable, UsageError
 from attn_cli.traces import Keep, ModelInfo
 
@@ -47,8 +48,9 @@ class PairCheckpoint:
     encoder = False  # not an encoder-only model: --pair does not apply
 
     def __init__(
-        self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer, eos_ids: frozenset[int] = frozenset()
-    ) -> None:
+        self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer | MarianTokenizer,
+        eos_ids: frozenset[int] = frozenset(),
+    ) -> None:  # fmt: skip
         self.info = info
         self.tokenizer = tokenizer
         self.model = model
@@ -56,8 +58,10 @@ class PairCheckpoint:
         self._weights = weights
 
     def encode_target(self, target: str) -> Tokens:
-        """The labels: the target's tokens with the tokenizer's special tokens."""
-        return self.tokenizer.encode(target)
+        """The labels: the target's tokens with the tokenizer's special tokens (Marian: its
+        target SentencePiece model and vocabulary)."""
+        encode_target = getattr(self.tokenizer, "encode_target", None)
+        return encode_target(target) if encode_target is not None else self.tokenizer.encode(target)
 
     def decoder_tokens(self, labels: Tokens) -> Tokens:
         """The decoder's inputs: ``decoder_start_token_id``, then every label but the last."""
@@ -159,12 +163,11 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
     model = seq2seq_class(model_type)(config)
     weights = WeightReader(folder, dtype=torch.float32, device=device)
     weights.find_prefix(model.anchor, model.family)
-    if not (folder / "tokenizer.json").is_file():
-        raise ModelUnavailable(
-            f"{folder} has no tokenizer.json: attn-cli reads an encoder-decoder's tokenizer from it "
-            f"(Marian's source.spm and target.spm are not read yet)"
-        )
-    tokenizer = load_tokenizer(folder, located.name, family=model.family, max_positions=model.max_positions, pairs=False)
+    tokenizer: CheckpointTokenizer | MarianTokenizer
+    if model.family == "marian":  # source.spm and target.spm through vocab.json, as MarianTokenizer
+        tokenizer = MarianTokenizer(folder, located.name, separate_vocabs=_separate_vocabs(folder), max_positions=model.max_positions)
+    else:
+        tokenizer = load_tokenizer(folder, located.name, family=model.family, max_positions=model.max_positions, pairs=False)
     architectures = config.get("architectures") or [model_type]
     info = ModelInfo(
         source=spec,
@@ -188,3 +191,16 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
         decoder_head_dim=model.head_dim("decoder"),
     )
     return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))
+
+
+def _separate_vocabs(folder: Path) -> bool:
+    """tokenizer_config.json's ``separate_vocabs`` (Marian: the target has its own target_vocab.json)."""
+    import json
+
+    path = folder / "tokenizer_config.json"
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise ModelUnavailable(f"{path} is not readable JSON; fetch the model's files again") from None
+    return bool(isinstance(settings, dict) and settings.get("separate_vocabs"))
+
