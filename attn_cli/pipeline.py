@@ -300,8 +300,6 @@ class PairSource(_Batches):
     encoder, the target's labels shifted right through the decoder (``attn_cli.checkpoint.pair``);
     the trace holds the three stacks (``Trace.stack`` shows one)."""
 
-    pair = True  # commands ask: no norms, a stack at a time
-
     def __init__(self, spec: SourceSpec) -> None:
         from attn_cli.checkpoint.pair import open_pair_checkpoint
 
@@ -321,8 +319,12 @@ class PairSource(_Batches):
         if spec.pair is not None or spec.hide is not None or spec.truncate:
             flag = "--pair" if spec.pair is not None else "--hide-tokens" if spec.hide is not None else "--truncate"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        if selection is not None and (selection.rollout or selection.norms):
-            raise UsageError("--rollout and --norms are not available with an encoder-decoder model yet")
+        rollout_stack = spec.stack or "cross"
+        if selection is not None and selection.rollout and rollout_stack == "cross":
+            raise UsageError(
+                "--rollout multiplies a stack's layers from its input up, and cross-attention's rows and columns are two texts: "
+                "roll out --stack encoder or --stack decoder"
+            )
         tokenizer = self.checkpoint.tokenizer
         source = check_length(tokenizer.encode(text), spec.config.max_tokens)
         generate = selection.generate if selection is not None else 0
@@ -347,8 +349,9 @@ class PairSource(_Batches):
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         keep = selection.keep if selection is not None else "all"
         predict = selection.predict if selection is not None else 0
+        norms = selection is not None and selection.norms
         check_budget(
-            self.checkpoint.estimate_bytes(len(source), len(decoder), keep, predict=bool(predict)),
+            self.checkpoint.estimate_bytes(len(source), len(decoder), keep, predict=bool(predict), norms=norms),
             {
                 "weights": ("the weights of both stacks", "use a smaller model"),
                 "tables": (
@@ -361,7 +364,7 @@ class PairSource(_Batches):
         n = max(len(source), len(decoder))
         n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
         with using_threads(n_threads):
-            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict)
+            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
         info = dataclasses.replace(info, threads=n_threads)
         heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
         layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
@@ -377,10 +380,15 @@ class PairSource(_Batches):
 
         encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(4, heads["encoder"])))
         decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(4, heads["decoder"])))
+        kept = {"encoder": chosen("encoder", stacks.encoder), "decoder": chosen("decoder", stacks.decoder), "cross": chosen("cross", stacks.cross)}
+        rollout = None
+        if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
+            rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
         return Trace(
-            text, source, info, chosen("encoder", stacks.encoder), chosen_heads=encoder_heads, target=target,
-            target_tokens=decoder, decoder_layers=chosen("decoder", stacks.decoder), cross_layers=chosen("cross", stacks.cross),
+            text, source, info, kept["encoder"], chosen_heads=encoder_heads, target=target,
+            target_tokens=decoder, decoder_layers=kept["decoder"], cross_layers=kept["cross"],
             decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
+            rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
         )  # fmt: skip
 
     @staticmethod

@@ -154,6 +154,7 @@ class Trace(Generic[LayerT]):
     decoder_layers: tuple[LayerT, ...] = ()
     cross_layers: tuple[LayerT, ...] = ()
     decoder_chosen_heads: tuple[int, ...] | None = None  # the decoder's and cross-attention's heads to show; None: all
+    rollout_stack: str | None = None  # an encoder-decoder's rollout: of its encoder or its decoder's self-attention
     stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
     key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
     key_text: str | None = None  # their text (cross-attention: the source)
@@ -181,10 +182,11 @@ class Trace(Generic[LayerT]):
         decoder's inputs, columns: the source). Raises UsageError for a trace of one stack."""
         if self.target_tokens is None:
             raise UsageError(f"--stack {name}: this model has one stack; --stack is for encoder-decoder models (with --target)")
+        rollout = self.rollout if self.rollout_stack == name else None
         if name == "encoder":
             return dataclasses.replace(
                 self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
-                generated_text=None,
+                generated_text=None, rollout=rollout,
             )  # fmt: skip
         model = dataclasses.replace(
             self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
@@ -192,7 +194,7 @@ class Trace(Generic[LayerT]):
         )  # fmt: skip
         view: dict[str, Any] = dict(
             text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
-            decoder_layers=(), cross_layers=(), stack_name=name, rollout=None, pair=None,
+            decoder_layers=(), cross_layers=(), stack_name=name, rollout=rollout, pair=None,
             chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None,
         )  # fmt: skip
         if name == "decoder":

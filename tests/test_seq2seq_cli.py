@@ -130,7 +130,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--head", "3"], "decoder stack"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--lines"], "drop --lines"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special"], "--hide-tokens is not available"),
-        (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "not available with an encoder-decoder"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "roll out --stack encoder or --stack decoder"),
         (["html", SOURCE, "--model", gpt2, "--stack", "cross", "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "one stack"),
         (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap`, `html` and `heads` with --target"),
     ]
@@ -412,3 +412,43 @@ def test_marian_control_the_target_through_the_source_side_differs(marians: dict
     data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "-F", "json").stdout)
     _, labels = marian_reference(folder, SOURCE, TARGET)
     assert [t["id"] for t in data["target_tokens"]][1:] != labels[:-1]
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_rollout_of_a_stack_equals_a_direct_rollout_of_transformers_attentions(stack: str, folders: dict[str, Path]) -> None:
+    folder = folders["bart"]
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "--rollout", "--stack", stack, "-F", "json").stdout)
+    _, _, out = reference(folder)
+    attentions = out.encoder_attentions if stack == "encoder" else out.decoder_attentions
+    product = None
+    for layer in attentions:  # 0.5 * mean over heads + 0.5 * I, rows renormalized, multiplied from layer 0 up
+        a = 0.5 * layer[0].double().mean(dim=0) + 0.5 * torch.eye(layer.shape[-1], dtype=torch.float64)
+        a = a / a.sum(dim=-1, keepdim=True)
+        product = a if product is None else a @ product
+    assert data["rollout"]["stack"] == stack and data["rollout"]["through_layer"] == len(attentions) - 1
+    torch.testing.assert_close(torch.tensor(data["rollout"]["weights"], dtype=torch.float64), product, atol=1e-5, rtol=0)
+
+
+def test_cross_attention_norms_equal_a_direct_computation_from_transformers(folders: dict[str, Path]) -> None:
+    """||a_ij f_h(x_j)|| with f_h(x_j) = (x_j W_v^h + b_v^h) W_o^h, x the encoder's output, from the
+    model's own encoder_attn weights in float64; per layer ||sum_h a_ij f_h(x_j)||."""
+    import transformers
+
+    folder = folders["bart"]
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "--norms", "-F", "json").stdout)
+    source, decoder, out = reference(folder)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    memory = out.encoder_last_hidden_state[0].double()  # (S, D)
+    for index, layer in enumerate(data["cross_layers"]):
+        attn = model.model.decoder.layers[index].encoder_attn
+        heads, d_v = attn.num_heads, attn.head_dim
+        values = (memory @ attn.v_proj.weight.double().T + attn.v_proj.bias.double()).view(-1, heads, d_v).transpose(0, 1)  # (H, S, Dv)
+        w_o = attn.out_proj.weight.double().view(-1, heads, d_v).transpose(0, 1)  # (H, D, Dv)
+        sent = values @ w_o.transpose(1, 2)  # (H, S, D)
+        a = out.cross_attentions[index][0].double()  # (H, T, S)
+        moved = a[..., None] * sent[:, None]  # (H, T, S, D)
+        expected_heads, expected_layer = moved.norm(dim=-1), moved.sum(dim=0).norm(dim=-1)
+        scale = expected_layer.max().item()
+        for head in layer["heads"]:
+            torch.testing.assert_close(torch.tensor(head["norms"], dtype=torch.float64), expected_heads[head["head"]], atol=1e-5 * scale, rtol=0)
+        torch.testing.assert_close(torch.tensor(layer["norms"], dtype=torch.float64), expected_layer, atol=1e-5 * scale, rtol=0)

@@ -95,8 +95,8 @@ def value_norms(layer: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
     far smaller than that, never absolute ones."""
     import torch
 
-    weights = mixing_weights(layer).float()  # (H, T, T)
-    heads, n = weights.shape[0], weights.shape[-1]
+    weights = mixing_weights(layer).float()  # (H, T, T), or cross-attention's (H, T, S)
+    heads, queries, n = weights.shape  # n keys
     if layer.projections.out is None:  # disjoint slices: ||f_h(x_j)|| = ||v_hj||, G_j diagonal
         values = layer.values.float()  # (H, T, Dv)
         sent_sq = (values * values).sum(dim=-1)  # (H, T)
@@ -106,9 +106,9 @@ def value_norms(layer: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
         sent_sq = torch.diagonal(gram, dim1=1, dim2=2).transpose(0, 1)  # (T, H) -> (H, T)
     sent_norm = sent_sq.clamp(min=0).sqrt()  # (H, T) ||f_h(x_j)||
     head = weights * sent_norm[:, None, :]  # (H, T, T) * (H, 1, T)
-    layer_norms = torch.empty(n, n, dtype=torch.float32, device=weights.device)  # (T, T)
+    layer_norms = torch.empty(queries, n, dtype=torch.float32, device=weights.device)  # (T, T)
     step = max(1, BLOCK_BYTES // (4 * heads * n))
-    for start in range(0, n, step):
+    for start in range(0, queries, step):
         rows = slice(start, start + step)
         # a_ij^T G_j a_ij for every (i, j), key j as the batch: (T_j, H, H) @ (T_j, H, R). Each
         # head's (R, T_j) block transposed (a 2-D copy), then viewed with j first: a 3-D

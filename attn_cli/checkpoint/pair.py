@@ -69,7 +69,7 @@ class PairCheckpoint:
         special = self.tokenizer.special_ids()
         return self.tokenizer.tokens_from_ids(ids, tuple(i in special for i in ids))
 
-    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all", *, predict: bool = False) -> dict[str, int]:
+    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all", *, predict: bool = False, norms: bool = False) -> dict[str, int]:
         """What a trace of every layer of the three stacks needs, by part: weights (every
         tensor of both stacks, and the token rows read), tables (the kept (H, S, S),
         (H, T, T) and (H, T, S) weights, twice at ``keep="all"``, where the raw scores are
@@ -79,7 +79,9 @@ class PairCheckpoint:
         he, hd = self.model.heads["encoder"], self.model.heads["decoder"]
         le, ld = self.model.layers["encoder"], self.model.layers["decoder"]
         per_table = 2 if keep == "all" else 1
-        tables = per_table * FLOAT32 * (le * he * s * s + ld * hd * (t * t + t * s))
+        tables = (per_table + norms) * FLOAT32 * (le * he * s * s + ld * hd * (t * t + t * s))  # with norms, one more per head
+        if norms:  # and the layers' (T, T) norms
+            tables += FLOAT32 * (le * s * s + ld * (t * t + t * s))
         vectors = 6 if keep == "all" else 0  # x, queries, keys, values, concat, output: (N, D)-sized
         width = max(d, he * self.model.head_dim("encoder"), hd * self.model.head_dim("decoder"))
         kept = vectors * FLOAT32 * width * (le * s + 2 * ld * t + ld * s)
@@ -92,13 +94,17 @@ class PairCheckpoint:
             in_flight += 2 * FLOAT32 * min(t, block_rows(vocab)) * vocab
         return {"weights": weights, "tables": tables, "activations": kept + in_flight}
 
-    def trace(self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0) -> tuple[PairLayers, Predictions | None]:
+    def trace(
+        self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0, norms: bool = False
+    ) -> tuple[PairLayers, Predictions | None]:
         """Every layer of the three stacks over the source and the decoder's inputs; with
         ``predict`` K, every decoder position's top K next tokens through the model's head
-        (``Seq2Seq.head``), softmax in float32."""
+        (``Seq2Seq.head``), softmax in float32; with ``norms``, every layer's value-weighted
+        norms (``analysis.norms``: cross-attention's keys send the encoder's output)."""
         import torch
 
         from attn_cli.analysis.effects import top_k
+        from attn_cli.analysis.norms import with_norms
         from attn_cli.checkpoint.families.base import as_float32, head_logits
         from attn_cli.checkpoint.model import predictions_of
 
@@ -106,6 +112,8 @@ class PairCheckpoint:
         forward = self.model.forward(self._weights, list(source.ids), list(decoder.ids))
 
         def kept(layers: Sequence[Any]) -> tuple[LayerWeights, ...]:
+            if norms:
+                layers = [with_norms(layer) for layer in layers]
             return tuple(as_float32(layer if keep == "all" else layer.weights_only()) for layer in layers)
 
         predictions = None

@@ -116,8 +116,7 @@ def heads(
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
-    pair = getattr(source, "pair", False)  # an encoder-decoder: one stack's heads (--stack, default cross)
-    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None and not pair, generate=generate)
+    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate)
     probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)

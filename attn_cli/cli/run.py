@@ -111,7 +111,8 @@ def run(
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
     spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder's three stacks: JSON and CSV have all, tables one
-    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key), ("--stack", spec.stack)) if value is not None]
+    stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
+    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key), ("--stack", stack_shapes)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
     shown = _parse_show(show)
     # --show norms / rollout asks for them; asked for, they join the default tables

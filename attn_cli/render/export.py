@@ -448,6 +448,8 @@ def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | Non
     if rollout is None:
         return None
     made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
+    if run.rollout_stack is not None:  # an encoder-decoder's: which stack's layers were rolled out
+        made = {"stack": run.rollout_stack, **made}
     kept = _kept(run)
     if kept is not None:
         as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
