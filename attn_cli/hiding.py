@@ -62,11 +62,36 @@ class HideSpec:
     def positions(self, tokens: Tokens) -> tuple[tuple[int, ...], str | None]:
         """(the positions to hide, sorted; a note for the user or None). A position or
         token that matches nothing, or hiding every token, is a UsageError listing the tokens."""
+        chosen, unmatched, note = self._matches(tokens)
+        if unmatched:
+            self._refuse(unmatched[0], tokens)
+        self._leave_one(chosen, tokens)
+        return tuple(sorted(chosen)), note
+
+    def pair_positions(self, source: Tokens, target: Tokens) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+        """An encoder-decoder's (source positions, target positions, note): each item hides what
+        it names in either sequence (``special`` and a position in both); an item that matches
+        neither, or hiding every token of one, is a UsageError."""
+        in_source, missed_source, note = self._matches(source)
+        in_target, missed_target, _ = self._matches(target)
+        for item in missed_source:
+            if item in missed_target:
+                if _POSITION.fullmatch(item):
+                    raise UsageError(f"{FLAG} {item} is out of range: the source has {len(source)} tokens and the target {len(target)}")
+                raise UsageError(f"{FLAG} {item!r} is not a token of the source or the target: give special, a position or one of "
+                                 f"{_listed(source.labels)} / {_listed(target.labels)}")  # fmt: skip
+        self._leave_one(in_source, source, "source")
+        self._leave_one(in_target, target, "target")
+        return tuple(sorted(in_source)), tuple(sorted(in_target)), note
+
+    def _matches(self, tokens: Tokens) -> tuple[set[int], list[str], str | None]:
+        """(the positions the items name, the items that name none, a note or None)."""
         from attn_cli.tokens import visible
 
         n = len(tokens)
         labels = tokens.labels
         chosen: set[int] = set()
+        unmatched: list[str] = []
         note = None
         for item in self.items:
             if item.lower() == SPECIAL:
@@ -77,17 +102,27 @@ class HideSpec:
                 continue
             if _POSITION.fullmatch(item):
                 position = int(item)
-                if not -n <= position < n:
-                    raise UsageError(f"{FLAG} {item} is out of range: the text has {n} tokens, positions 0 to {n - 1} ({_listed(labels)})")
-                chosen.add(position % n)
+                if -n <= position < n:
+                    chosen.add(position % n)
+                else:
+                    unmatched.append(item)
                 continue
             found = [i for i in range(n) if item in (labels[i], tokens.texts[i], visible(tokens.texts[i])) or item == tokens.texts[i].strip()]
             if not found:
-                raise UsageError(f"{FLAG} {item!r} is not a token of the text: give special, a position 0 to {n - 1} or one of {_listed(labels)}")
+                unmatched.append(item)
             chosen.update(found)
-        if len(chosen) == n:
-            raise UsageError(f"{FLAG} {self.text!r} hides every token ({_listed(labels)}): leave at least one to show")
-        return tuple(sorted(chosen)), note
+        return chosen, unmatched, note
+
+    def _refuse(self, item: str, tokens: Tokens) -> None:
+        n, labels = len(tokens), tokens.labels
+        if _POSITION.fullmatch(item):
+            raise UsageError(f"{FLAG} {item} is out of range: the text has {n} tokens, positions 0 to {n - 1} ({_listed(labels)})")
+        raise UsageError(f"{FLAG} {item!r} is not a token of the text: give special, a position 0 to {n - 1} or one of {_listed(labels)}")
+
+    def _leave_one(self, chosen: set[int], tokens: Tokens, what: str = "") -> None:
+        if len(chosen) == len(tokens):
+            whose = f" of the {what}" if what else ""
+            raise UsageError(f"{FLAG} {self.text!r} hides every token{whose} ({_listed(tokens.labels)}): leave at least one to show")
 
 
 def _listed(labels: Sequence[str]) -> str:
@@ -114,13 +149,22 @@ class Hiding:
 
 
 def hide(trace: Trace, spec: HideSpec | None) -> Trace:
-    """``trace`` with ``spec``'s tokens marked hidden (the same trace when ``spec`` is None)."""
+    """``trace`` with ``spec``'s tokens marked hidden (the same trace when ``spec`` is None); an
+    encoder-decoder's in the source (``hiding``) and the decoder's inputs (``target_hiding``)."""
     if spec is None:
         return trace
+    if trace.target_tokens is not None:
+        in_source, in_target, note = spec.pair_positions(trace.tokens, trace.target_tokens)
+        return dataclasses.replace(
+            trace, hiding=_hiding(trace.tokens, in_source, note), target_hiding=_hiding(trace.target_tokens, in_target, None)
+        )  # fmt: skip
     hidden, note = spec.positions(trace.tokens)
-    kept = tuple(i for i in range(len(trace.tokens)) if i not in set(hidden))
-    labels = tuple(trace.tokens.labels[i] for i in hidden)
-    return dataclasses.replace(trace, hiding=Hiding(hidden, kept, labels, note))
+    return dataclasses.replace(trace, hiding=_hiding(trace.tokens, hidden, note))
+
+
+def _hiding(tokens: Tokens, hidden: Sequence[int], note: str | None) -> Hiding:
+    kept = tuple(i for i in range(len(tokens)) if i not in set(hidden))
+    return Hiding(tuple(hidden), kept, tuple(tokens.labels[i] for i in hidden), note)
 
 
 def renormalize(weights: torch.Tensor, kept: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
@@ -140,10 +184,22 @@ def renormalize(weights: torch.Tensor, kept: Sequence[int], rows: Sequence[int] 
 
 def shown(trace: Trace) -> Trace:
     """The trace the tables and pictures draw: without its hidden tokens (rows and
-    columns), each kept row renormalized. A trace with nothing hidden is returned as is."""
-    hiding = trace.hiding
-    if hiding is None or not hiding.active or trace.renormalized:
+    columns), each kept row renormalized. A trace with nothing hidden is returned as is.
+    Cross-attention (``key_hiding``: the source's hidden tokens) loses its hidden rows
+    (the decoder's inputs) and columns (the source's) separately."""
+    hiding, key_hiding = trace.hiding, trace.key_hiding
+    rows_cut = hiding is not None and hiding.active
+    if trace.renormalized or not (rows_cut or (key_hiding is not None and key_hiding.active)):
         return trace
+    if trace.key_tokens is not None:  # cross-attention: rows and columns are two texts
+        rows = hiding.kept if hiding is not None and rows_cut else tuple(range(len(trace.tokens)))
+        columns = key_hiding.kept if key_hiding is not None and key_hiding.active else tuple(range(len(trace.key_tokens)))
+        cross = tuple(_with_norms_cut(_layer(layer, columns, rows), columns, rows) for layer in trace.layers)
+        return dataclasses.replace(
+            trace, tokens=trace.tokens.subset(rows), key_tokens=trace.key_tokens.subset(columns), layers=cross, renormalized=True,
+            hiding=hiding if rows_cut else Hiding((), rows, ()),
+        )  # fmt: skip
+    assert hiding is not None
     tokens = trace.tokens.subset(hiding.kept)
     layers = tuple(_with_norms_cut(_layer(layer, hiding.kept), hiding.kept) for layer in trace.layers)
     rollout = trace.rollout
@@ -154,51 +210,57 @@ def shown(trace: Trace) -> Trace:
     return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=rollout)
 
 
-def _pairs(table: torch.Tensor | None, kept: Sequence[int]) -> torch.Tensor | None:
-    """(..., T, T) -> (..., K, K): the kept tokens' rows and columns (None stays None)."""
+def _pairs(table: torch.Tensor | None, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> torch.Tensor | None:
+    """(..., T, T) -> (..., K, K): the kept tokens' rows and columns (None stays None);
+    ``kept_rows``: other rows than columns (cross-attention's)."""
     import torch
 
     if table is None:
         return None
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
-    return table.index_select(-2, index).index_select(-1, index)
+    rows = index if kept_rows is None else torch.tensor(list(kept_rows), dtype=torch.long)  # (R,)
+    return table.index_select(-2, rows).index_select(-1, index)
 
 
-def _with_norms_cut(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
+def _with_norms_cut(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> LayerWeights:
     """The layer's value-weighted norms without the hidden tokens' rows and columns: they
     are magnitudes of what moved, not shares of a row, so nothing is renormalized."""
     if layer.norms is None and layer.layer_norms is None:
         return layer
-    return dataclasses.replace(layer, norms=_pairs(layer.norms, kept), layer_norms=_pairs(layer.layer_norms, kept))
+    return dataclasses.replace(layer, norms=_pairs(layer.norms, kept, kept_rows), layer_norms=_pairs(layer.layer_norms, kept, kept_rows))
 
 
-def _layer(layer: LayerWeights, kept: Sequence[int]) -> LayerWeights:
+def _layer(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> LayerWeights:
     """The layer without the hidden tokens: its weights renormalized over the kept keys,
-    its mask (and, for a full LayerAttention, its per-token vectors) cut to the kept rows."""
+    its mask (and, for a full LayerAttention, its per-token vectors) cut to the kept rows.
+    ``kept_rows``: the query rows kept when they are not the keys (cross-attention's)."""
     import torch
 
     from attn_cli.attention import LayerAttention, SavedScores
 
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
-    mask = None if layer.mask is None else layer.mask.index_select(0, index).index_select(1, index)  # (K, K)
+    row_index = index if kept_rows is None else torch.tensor(list(kept_rows), dtype=torch.long)  # (R,)
+    mask = None if layer.mask is None else layer.mask.index_select(0, row_index).index_select(1, index)  # (R, K)
     # a family's additive position bias (MPNet) is per pair of tokens, like the mask
-    bias = None if layer.bias is None else layer.bias.index_select(-2, index).index_select(-1, index)  # (H or 1, K, K)
+    bias = None if layer.bias is None else layer.bias.index_select(-2, row_index).index_select(-1, index)  # (H or 1, R, K)
+    renormalized = lambda w: renormalize(w, kept, rows=kept_rows)  # noqa: E731  (H, T, T) -> (H, R, K)
     if isinstance(layer, SavedScores):  # a saved trace's scores are per pair of tokens too
-        pairs = lambda t: t.index_select(-2, index).index_select(-1, index)  # noqa: E731  (H, T, T) -> (H, K, K)
+        pairs = lambda t: t.index_select(-2, row_index).index_select(-1, index)  # noqa: E731  (H, T, T) -> (H, R, K)
         return dataclasses.replace(
-            layer, weights=renormalize(layer.weights, kept), mask=mask, bias=bias,
+            layer, weights=renormalized(layer.weights), mask=mask, bias=bias,
             scores=pairs(layer.scores), scaled_scores=pairs(layer.scaled_scores),
         )  # fmt: skip
     if not isinstance(layer, LayerAttention):  # keep="weights": there is nothing else to cut
-        return dataclasses.replace(layer, weights=renormalize(layer.weights, kept), mask=mask, bias=bias)
-    rows = lambda t: t.index_select(-2, index)  # noqa: E731  (H, T, d) -> (H, K, d), (T, d) -> (K, d)
+        return dataclasses.replace(layer, weights=renormalized(layer.weights), mask=mask, bias=bias)
+    rows = lambda t: t.index_select(-2, row_index)  # noqa: E731  (H, T, d) -> (H, R, d), (T, d) -> (R, d)
+    keys = lambda t: t.index_select(-2, index)  # noqa: E731  the keys' and values' rows: the source's for cross-attention
     return dataclasses.replace(
         layer,
         queries=rows(layer.queries),
-        keys=rows(layer.keys),
-        values=rows(layer.values),
-        weights=renormalize(layer.weights, kept),
-        dropped_weights=None if layer.dropped_weights is None else renormalize(layer.dropped_weights, kept),
+        keys=keys(layer.keys),
+        values=keys(layer.values),
+        weights=renormalized(layer.weights),
+        dropped_weights=None if layer.dropped_weights is None else renormalized(layer.dropped_weights),
         context=rows(layer.context),
         concat=rows(layer.concat),
         output=rows(layer.output),

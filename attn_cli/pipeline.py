@@ -316,8 +316,8 @@ class PairSource(_Batches):
         check_text(text)
         spec, info = self.spec, self.info
         self._check_command()
-        if spec.pair is not None or spec.hide is not None or spec.truncate:
-            flag = "--pair" if spec.pair is not None else "--hide-tokens" if spec.hide is not None else "--truncate"
+        if spec.pair is not None or spec.truncate:
+            flag = "--pair" if spec.pair is not None else "--truncate"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":

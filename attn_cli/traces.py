@@ -155,6 +155,8 @@ class Trace(Generic[LayerT]):
     cross_layers: tuple[LayerT, ...] = ()
     decoder_chosen_heads: tuple[int, ...] | None = None  # the decoder's and cross-attention's heads to show; None: all
     rollout_stack: str | None = None  # an encoder-decoder's rollout: of its encoder or its decoder's self-attention
+    target_hiding: Hiding | None = None  # --hide-tokens in the decoder's inputs (``hiding``: the source's)
+    key_hiding: Hiding | None = None  # cross-attention's view: the source's hidden tokens (its columns)
     stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
     key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
     key_text: str | None = None  # their text (cross-attention: the source)
@@ -186,7 +188,7 @@ class Trace(Generic[LayerT]):
         if name == "encoder":
             return dataclasses.replace(
                 self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
-                generated_text=None, rollout=rollout,
+                generated_text=None, rollout=rollout, target_hiding=None,
             )  # fmt: skip
         model = dataclasses.replace(
             self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
@@ -195,12 +197,14 @@ class Trace(Generic[LayerT]):
         view: dict[str, Any] = dict(
             text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
             decoder_layers=(), cross_layers=(), stack_name=name, rollout=rollout, pair=None,
-            chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None,
+            chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None, hiding=self.target_hiding, target_hiding=None,
         )  # fmt: skip
         if name == "decoder":
             return dataclasses.replace(self, layers=self.decoder_layers, **view)
         if name == "cross":
-            return dataclasses.replace(self, layers=self.cross_layers, key_tokens=self.tokens, key_text=self.text, **view)
+            return dataclasses.replace(
+                self, layers=self.cross_layers, key_tokens=self.tokens, key_text=self.text, key_hiding=self.hiding, **view
+            )  # fmt: skip
         raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
 
     @property

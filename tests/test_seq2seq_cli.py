@@ -6,6 +6,7 @@ layer and head to 1e-5), and the usage errors."""
 from __future__ import annotations
 
 import csv
+import math
 import io
 import json
 from pathlib import Path
@@ -129,7 +130,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "2"], "encoder stack"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--head", "3"], "decoder stack"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--lines"], "drop --lines"),
-        (["run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special"], "--hide-tokens is not available"),
+        (["run", SOURCE, "--model", folder, "--target", TARGET, "--truncate"], "--truncate is not available"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "roll out --stack encoder or --stack decoder"),
         (["html", SOURCE, "--model", gpt2, "--stack", "cross", "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "one stack"),
         (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap`, `html` and `heads` with --target"),
@@ -452,3 +453,42 @@ def test_cross_attention_norms_equal_a_direct_computation_from_transformers(fold
         for head in layer["heads"]:
             torch.testing.assert_close(torch.tensor(head["norms"], dtype=torch.float64), expected_heads[head["head"]], atol=1e-5 * scale, rtol=0)
         torch.testing.assert_close(torch.tensor(layer["norms"], dtype=torch.float64), expected_layer, atol=1e-5 * scale, rtol=0)
+
+
+def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path) -> None:
+    """--hide-tokens hides what it names in the source and in the decoder's inputs: cross-attention
+    loses hidden rows (decoder inputs) and columns (source tokens) apart, each row renormalized over
+    the source tokens shown; the decoder's self-attention over its own shown tokens."""
+    import numpy as np
+
+    folder = str(folders["bart"])
+    data = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special,mat", "-F", "json").stdout)
+    source_hidden = [t["hidden"] for t in data["tokens"]]
+    target_hidden = [t["hidden"] for t in data["target_tokens"]]
+    assert source_hidden == [t["special"] or t["label"] == "␣mat" for t in data["tokens"]]
+    assert target_hidden == [t["special"] for t in data["target_tokens"]] and any(target_hidden)
+    rows = [i for i, h in enumerate(target_hidden) if not h]
+    for key, columns in (("cross_layers", [j for j, h in enumerate(source_hidden) if not h]), ("decoder_layers", rows)):
+        head = data[key][-1]["heads"][0]
+        w = torch.tensor(head["weights"], dtype=torch.float64)
+        shown = torch.tensor([[math.nan if v is None else v for v in row] for row in head["weights_shown"]], dtype=torch.float64)
+        part = w[rows][:, columns]
+        torch.testing.assert_close(shown[rows][:, columns], part / part.sum(dim=-1, keepdim=True), atol=1e-6, rtol=0, equal_nan=True)
+        hidden_cols = [j for j in range(w.shape[1]) if j not in columns]
+        assert torch.isnan(shown[:, hidden_cols]).all() and torch.isnan(shown[[i for i in range(w.shape[0]) if i not in rows]]).all()
+    table = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special", "-F", "table", "--show", "weights").stdout
+    assert "Hidden: target rows" in table and "source columns" in table
+    out = tmp_path / "hidden.png"
+    invoke("heatmap", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special", "--head", "0", "-o", str(out))
+    from attn_cli.config import Config
+    from attn_cli.hiding import HideSpec, hide
+    from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
+    from attn_cli.render.kinds import What
+    from attn_cli.source import SourceSpec
+
+    trace = hide(SourceSpec(Config(), model=folder, target=TARGET, stacks=True).open().run(SOURCE), HideSpec.parse("special"))
+    fig = heatmap_figure(trace.stack("cross"), HeatmapOptions(what=What.weights, heads=(0,)))
+    (ax,) = [a for a in fig.axes if a.images]
+    assert np.asarray(ax.images[0].get_array()).shape == (sum(not h for h in target_hidden), sum(not t["special"] for t in data["tokens"]))
+    result = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "zebra", code=2)
+    assert "not a token of the source or the target" in result.stderr

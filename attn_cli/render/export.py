@@ -289,7 +289,8 @@ Table = Callable[..., Any]  # as_lists or StreamedTable: what run_dict makes of 
 
 
 def layer_dict(
-    layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists
+    layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists,
+    kept_rows: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
     ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
@@ -297,7 +298,7 @@ def layer_dict(
     of weights alone (a saved trace, attention from elsewhere) has its weights, what is
     shown of them and their statistics, and none of the vectors or scores."""
     if not isinstance(layer, LayerAttention):
-        return _weights_layer_dict(layer, heads, kept, table)
+        return _weights_layer_dict(layer, heads, kept, table, kept_rows)
     scores = _raw_scores(layer)  # (H, T, T)
     stats = _head_stats(layer, heads)
     entries = []
@@ -315,7 +316,7 @@ def layer_dict(
         if layer.dropped_weights is not None:
             entry["dropped_weights"] = table(layer.dropped_weights[h])
         if kept is not None:
-            entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept, kept_rows), nulls=True)
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
@@ -347,13 +348,15 @@ def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
     return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
 
 
-def _weights_layer_dict(layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table) -> dict[str, Any]:
+def _weights_layer_dict(
+    layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table, kept_rows: Sequence[int] | None = None
+) -> dict[str, Any]:
     stats = _head_stats(layer, heads)
     entries = []
     for h, head_stats in zip(heads, stats):
         entry: dict[str, Any] = {"head": h, "weights": table(layer.weights[h])}
         if kept is not None:
-            entry["weights_shown"] = table(_weights_shown(layer, h, kept), nulls=True)
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept, kept_rows), nulls=True)
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
@@ -380,14 +383,15 @@ def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor, head: int) 
     return Rows(tuple(scores.shape), scores.dtype, rows)
 
 
-def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int]) -> Rows:
+def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> Rows:
     """(T, T): head ``h``'s renormalized weights (``attn_cli.hiding``) at the model's
     positions, a block of rows at a time; NaN (``null``) in the hidden tokens' rows and
-    columns, and in a row with no weight left."""
+    columns, and in a row with no weight left. ``kept_rows``: the rows kept when they are not
+    the columns (cross-attention: the decoder's inputs; the columns are the source's)."""
     from attn_cli.hiding import renormalize
 
-    n = layer.weights.shape[-1]
-    shown = set(kept)
+    n_rows, n = layer.weights.shape[-2:]
+    shown = set(kept if kept_rows is None else kept_rows)
     columns = torch.tensor(list(kept))  # (K,)
 
     def rows(start: int, stop: int) -> torch.Tensor:
@@ -398,7 +402,7 @@ def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int]) -> Rows:
             full[at, columns[None, :]] = renormalize(layer.weights[h : h + 1], kept, rows=queries)[0]  # (R', K)
         return full
 
-    return Rows((n, n), layer.weights.dtype, rows)
+    return Rows((n_rows, n), layer.weights.dtype, rows)
 
 
 def _hiding(run: Trace) -> Hiding | None:
@@ -424,7 +428,8 @@ def _header(run: Trace) -> dict[str, Any]:
         made["target"] = run.target
         if run.generated_text is not None:  # --generate wrote the target
             made["generated_text"] = run.generated_text
-        made["target_tokens"] = token_dicts(run.target_tokens)
+        target_hidden = run.target_hiding.hidden if run.target_hiding is not None else ()
+        made["target_tokens"] = token_dicts(run.target_tokens, target_hidden)
     return made
 
 
@@ -437,8 +442,22 @@ def decoder_stacks(run: Trace) -> list[tuple[str, Trace]]:
 
 
 def _kept(run: Trace) -> Sequence[int] | None:
+    """The columns --hide-tokens keeps (None: nothing hidden): the keys, the source's for cross-attention."""
+    if run.key_tokens is not None:
+        key_hiding = run.key_hiding if run.key_hiding is not None and run.key_hiding.active else None
+        if key_hiding is None and _hiding(run) is None:
+            return None
+        return key_hiding.kept if key_hiding is not None else tuple(range(len(run.key_tokens)))
     hiding = _hiding(run)
     return hiding.kept if hiding else None
+
+
+def _kept_rows(run: Trace) -> Sequence[int] | None:
+    """Cross-attention's rows --hide-tokens keeps, when some columns or rows are hidden; None otherwise."""
+    if run.key_tokens is None or _kept(run) is None:
+        return None
+    hiding = _hiding(run)
+    return hiding.kept if hiding is not None else tuple(range(len(run.tokens)))
 
 
 def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
@@ -478,7 +497,7 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     check_export_size(run)
     made = {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
     for key, stack in decoder_stacks(run):
-        made[key] = [layer_dict(layer, stack.shown_heads, None, table=table) for layer in stack.layers]
+        made[key] = [layer_dict(layer, stack.shown_heads, _kept(stack), table=table, kept_rows=_kept_rows(stack)) for layer in stack.layers]
     if run.rollout is not None:
         made["rollout"] = rollout_dict(run, table=table)
     if run.predictions is not None:
@@ -502,7 +521,7 @@ def json_pieces(run: Trace) -> Iterator[str]:
         yield f', "{key}": ['
         for i, layer in enumerate(stack.layers):
             yield "{" if i == 0 else ", {"
-            yield from _members(layer_dict(layer, stack.shown_heads, None, table=StreamedTable))
+            yield from _members(layer_dict(layer, stack.shown_heads, _kept(stack), table=StreamedTable, kept_rows=_kept_rows(stack)))
             yield "}"
         yield "]"
     rollout = rollout_dict(run, table=StreamedTable)
@@ -609,22 +628,24 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             yield [(index, tokenizer, p + table, head, layer, i, d, rl[i], "", v) for d, v in enumerate(vec)]
 
     def squares(
-        table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = ""
-    ) -> Iterator[list[tuple[Any, ...]]]:
+        table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "",
+        rh: set[int] = hidden, ch: set[int] = hidden,
+    ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
         if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
-                if i not in hidden:
+                if i not in rh:
                     yield [
-                        (index, tokenizer, table, head, layer, i, j, labels[i], labels[j], "" if v is None else v)
-                        for j, v in enumerate(vec) if j not in hidden
+                        (index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "" if v is None else v)
+                        for j, v in enumerate(vec) if j not in ch
                     ]
             return
         for i, vec in enumerate(values.row_lists()):
             yield [(index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
 
     def layer_rows(
-        layer: dict[str, Any], rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "", out_proj: bool = run.model.out_proj
-    ) -> Iterator[list[tuple[Any, ...]]]:
+        layer: dict[str, Any], rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "", out_proj: bool = run.model.out_proj,
+        rh: set[int] = hidden, ch: set[int] = hidden,
+    ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
         n = layer["layer"]
         if layer["input"] is not None:
             yield from vectors("input", "", n, layer["input"], rl, p)
@@ -635,7 +656,7 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
                     yield from vectors(table, h, n, head[table], cl if table in ("keys", "values") else rl, p)
             for table in MATRIX_TABLES:
                 if table in head:
-                    yield from squares(table, h, n, head[table], rl, cl, p)
+                    yield from squares(table, h, n, head[table], rl, cl, p, rh, ch)
             stats = head["stats"]
             yield [
                 (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
@@ -659,8 +680,11 @@ def _csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
         if prefix == "decoder.":  # the decoder's inputs, one per decoder row
             yield [(index, tokenizer, "decoder.token_id", "", "", i, "", target[i], "", tid) for i, tid in enumerate(stack.tokens.ids)]
         columns = target if prefix == "decoder." else labels
+        row_hidden = set(stack.hiding.hidden) if stack.hiding is not None else set()
+        column_hidden = row_hidden if prefix == "decoder." else hidden
         for layer in stack.layers:
-            yield from layer_rows(layer_dict(layer, stack.shown_heads, None, table=StreamedTable), target, columns, prefix, True)
+            made = layer_dict(layer, stack.shown_heads, _kept(stack), table=StreamedTable, kept_rows=_kept_rows(stack))
+            yield from layer_rows(made, target, columns, prefix, True, row_hidden, column_hidden)
     predictions = predictions_list(run)
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
         positions = labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's

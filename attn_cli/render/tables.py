@@ -880,7 +880,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     if "tokens" in view.show:
         parts.append(tokens_table(run))
     full, run = run, run.shown()  # every table after the tokens: without the hidden tokens
-    if full.hiding is not None and full.hiding.active:
+    if (full.hiding is not None and full.hiding.active) or (full.key_hiding is not None and full.key_hiding.active):
         parts.append(hidden_note(full))
     for layer in run.layers:
         if len(run.layers) > 1:
@@ -954,6 +954,16 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
 def hidden_note(run: Run) -> Text:
     """The line before the layers' tables when --hide-tokens left tokens out of them."""
     hiding = run.hiding
+    if run.key_tokens is not None:  # cross-attention: the decoder's inputs (rows) and the source's tokens (columns)
+        named = lambda h, what: f"{what} {', '.join(h.labels)} (position{'s' if len(h.hidden) > 1 else ''} {', '.join(map(str, h.hidden))})"  # noqa: E731
+        cut = [named(h, what) for h, what in ((hiding, "target rows"), (run.key_hiding, "source columns")) if h is not None and h.active]
+        columns = run.key_hiding.kept if run.key_hiding is not None and run.key_hiding.active else range(len(run.key_tokens))
+        return Text.assemble(
+            ("Hidden: ", "bold yellow"), ("; ".join(cut), "bold"),
+            f" are left out of every table below; each query's weights are divided by their sum over the {len(columns)} "
+            f"source tokens shown (--hide-tokens). Statistics are of those renormalized weights; --format json keeps the model's own.",
+            "\n",
+        )  # fmt: skip
     assert hiding is not None
     where = ", ".join(map(str, hiding.hidden))
     return Text.assemble(
