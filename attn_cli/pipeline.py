@@ -311,6 +311,7 @@ class PairSource(_Batches):
         # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
         self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
         self.n_heads = max(self.info.heads, self.info.decoder_heads or 0)
+        self._source: Tokens | None = None
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         check_text(text)
@@ -327,6 +328,7 @@ class PairSource(_Batches):
             )
         tokenizer = self.checkpoint.tokenizer
         source = check_length(tokenizer.encode(text), spec.config.max_tokens)
+        self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
         generate = selection.generate if selection is not None else 0
         target = spec.target
         if generate:  # the target is the model's own: greedy, from decoder_start_token_id
@@ -406,12 +408,27 @@ class PairSource(_Batches):
                 f"`run`, `heatmap`, `html` and `heads` with --target show them"
             )
 
-    def probe_pool(self) -> str:
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:
+        """The repeated-token probe reads the decoder's self-attention: its inputs are
+        ``decoder_start_token_id`` and the probe's ids (the encoder reads the text, see ``trace_ids``)."""
         self._check_command()
-        return "the repeated-token probe (a decoder's self-attention over repeated ids) is not run for encoder-decoders yet"
+        if self.spec.stack != "decoder":
+            return "the repeated-token probe reads a decoder's self-attention: heads --stack decoder runs it"
+        return (self.checkpoint.model.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()
 
     def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
-        raise UsageError("an encoder-decoder model traces a text and a --target, not ids")
+        """The decoder over ``ids`` as its inputs (the probe), the encoder over the last text run."""
+        if self._source is None:
+            raise UsageError("an encoder-decoder's probe reads the decoder over the ids, with a text in the encoder: run a text first")
+        tokenizer = self.checkpoint.tokenizer
+        decoder = tokenizer.tokens_from_ids(tuple(ids), tuple(i == 0 for i in range(len(ids))))
+        keep = selection.keep if selection is not None else "all"
+        with using_threads(threads.threads_for(16 * len(ids) * self.info.d_model**2)):
+            stacks, _ = self.checkpoint.trace(self._source, decoder, keep)
+        return Trace(
+            PROBE_TEXT, self._source, self.info, stacks.encoder, target=PROBE_TEXT, target_tokens=decoder,
+            decoder_layers=stacks.decoder, cross_layers=stacks.cross,
+        )  # fmt: skip
 
 
 def _with_threads(info: ModelInfo, layers: Sequence[LayerWeights], n_threads: int) -> tuple[ModelInfo, tuple[LayerWeights, ...]]:

@@ -492,3 +492,28 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     assert np.asarray(ax.images[0].get_array()).shape == (sum(not h for h in target_hidden), sum(not t["special"] for t in data["tokens"]))
     result = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "zebra", code=2)
     assert "not a token of the source or the target" in result.stderr
+
+
+def test_the_probe_reads_the_decoders_self_attention(folders: dict[str, Path]) -> None:
+    """heads --stack decoder: the repeated-token probe as the decoder's inputs (after
+    decoder_start_token_id), the text in the encoder; induction and duplicate scores from
+    transformers' decoder_attentions over the same ids. Other stacks: no probe, a note."""
+    import transformers
+
+    folder = folders["bart"]
+    report = json.loads(invoke("heads", SOURCE, "--model", str(folder), "--target", TARGET, "--stack", "decoder", "-F", "json").stdout)
+    probe = report["probe"]
+    assert probe["ids"][0] == 2 and probe["start"] == 1  # BART's decoder_start_token_id
+    r, start, ids = probe["repeat_length"], probe["start"], probe["ids"]
+    assert ids[start : start + r] == ids[start + r : start + 2 * r]
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([tokenizer(SOURCE)["input_ids"]]), decoder_input_ids=torch.tensor([ids]), output_attentions=True)
+    second = torch.arange(start + r, start + 2 * r)
+    for entry in report["heads"]:
+        w = out.decoder_attentions[entry["layer"]][0, entry["head"]].double()
+        assert entry["induction_score"] == pytest.approx(w[second, second - r + 1].mean().item(), abs=1e-5)
+        assert entry["duplicate_score"] == pytest.approx(w[second, second - r].mean().item(), abs=1e-5)
+    cross = invoke("heads", SOURCE, "--model", str(folder), "--target", TARGET, "-F", "json")
+    assert json.loads(cross.stdout)["probe"] is None and "--stack decoder runs it" in cross.stderr

@@ -299,3 +299,8 @@ class MarianTokenizer:
 
     def id_texts(self, ids: Sequence[int]) -> list[str]:
         return [self._pieces["target"].get(i, "<unk>").replace("\u2581", " ") for i in ids]
+
+    def ordinary_ids(self) -> list[int]:
+        """The target vocabulary's ids but the special tokens (the heads' probe draws from them)."""
+        special = self.special_ids()
+        return sorted(i for i in self._pieces["target"] if i not in special)

@@ -183,7 +183,8 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
     from attn_cli.headroles import probe_scores
 
     trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False, generate=0))  # the probe's scores read the weights
-    return {layer.layer: probe_scores(layer.weights, probe) for layer in trace.layers}
+    layers = trace.decoder_layers if trace.target_tokens is not None else trace.layers  # an encoder-decoder: the decoder's
+    return {layer.layer: probe_scores(layer.weights, probe) for layer in layers}
 
 
 def _report(
