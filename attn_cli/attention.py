@@ -188,6 +188,7 @@ class LayerAttention(LayerWeights):
     output: torch.Tensor  # (T, Dout) concat, through W_o when there is one
     projections: Projections  # the layer's W_q, W_k, W_v (all heads' rows) and W_o; query None: Q = K = V = X
     x: torch.Tensor | None = None  # (T, D) what the projections read: the toy's X, a checkpoint layer's normed input
+    source: torch.Tensor | None = None  # (S, D) cross-attention: what the keys and values read (the encoder's output)
 
     # The raw and scaled scores are derived, not stored: a run keeps one T x T
     # tensor per head (the weights), like torch's own attention, and recomputing

@@ -267,4 +267,5 @@ def _layer(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | 
         mask=mask,
         bias=bias,
         x=None if layer.x is None else rows(layer.x),
+        source=None if layer.source is None else keys(layer.source),
     )

@@ -405,7 +405,7 @@ class PairSource(_Batches):
         if not self.spec.stacks:
             raise UsageError(
                 f"{self.info.name} is an encoder-decoder ({self.info.family}): this command does not draw its three stacks yet; "
-                f"`run`, `heatmap`, `html` and `heads` with --target show them"
+                f"`run`, `heatmap`, `html`, `heads` and `explain` with --target show them"
             )
 
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:

@@ -157,6 +157,7 @@ class Trace(Generic[LayerT]):
     rollout_stack: str | None = None  # an encoder-decoder's rollout: of its encoder or its decoder's self-attention
     target_hiding: Hiding | None = None  # --hide-tokens in the decoder's inputs (``hiding``: the source's)
     key_hiding: Hiding | None = None  # cross-attention's view: the source's hidden tokens (its columns)
+    stack_texts: tuple[str, str] | None = None  # a stack's view: (the source, the target) it came from
     stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
     key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
     key_text: str | None = None  # their text (cross-attention: the source)
@@ -185,10 +186,11 @@ class Trace(Generic[LayerT]):
         if self.target_tokens is None:
             raise UsageError(f"--stack {name}: this model has one stack; --stack is for encoder-decoder models (with --target)")
         rollout = self.rollout if self.rollout_stack == name else None
+        texts = (self.text, self.target or "")
         if name == "encoder":
             return dataclasses.replace(
                 self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
-                generated_text=None, rollout=rollout, target_hiding=None,
+                generated_text=None, rollout=rollout, target_hiding=None, stack_texts=texts,
             )  # fmt: skip
         model = dataclasses.replace(
             self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
@@ -198,6 +200,7 @@ class Trace(Generic[LayerT]):
             text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
             decoder_layers=(), cross_layers=(), stack_name=name, rollout=rollout, pair=None,
             chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None, hiding=self.target_hiding, target_hiding=None,
+            stack_texts=texts,
         )  # fmt: skip
         if name == "decoder":
             return dataclasses.replace(self, layers=self.decoder_layers, **view)

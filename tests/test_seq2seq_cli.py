@@ -122,6 +122,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
     folder = str(folders["bart"])
     gpt2 = str(checkpoints.built(tmp_path_factory, "seq2seq-cli-gpt2", checkpoints.build_gpt2))
     cases = [
+        (["compare", SOURCE, SOURCE, "--model", folder, "--target", TARGET], "with --target show them"),
         (["run", SOURCE, "--model", folder], "--target"),
         (["run", SOURCE, "--model", gpt2, "--target", TARGET], "has one stack"),
         (["run", SOURCE, "--target", TARGET], "--model"),
@@ -133,7 +134,6 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--truncate"], "--truncate is not available"),
         (["run", SOURCE, "--model", folder, "--target", TARGET, "--rollout"], "roll out --stack encoder or --stack decoder"),
         (["html", SOURCE, "--model", gpt2, "--stack", "cross", "-o", str(tmp_path_factory.mktemp("x") / "a.html")], "one stack"),
-        (["explain", SOURCE, "--model", folder, "--target", TARGET], "`run`, `heatmap`, `html` and `heads` with --target"),
     ]
     for args, words in cases:
         result = invoke(*args, code=2)
@@ -517,3 +517,30 @@ def test_the_probe_reads_the_decoders_self_attention(folders: dict[str, Path]) -
         assert entry["duplicate_score"] == pytest.approx(w[second, second - r].mean().item(), abs=1e-5)
     cross = invoke("heads", SOURCE, "--model", str(folder), "--target", TARGET, "-F", "json")
     assert json.loads(cross.stdout)["probe"] is None and "--stack decoder runs it" in cross.stderr
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_explain_follows_one_cross_attention_head(name: str, folders: dict[str, Path]) -> None:
+    """explain --model ENCODER-DECODER --target: one cross-attention head, its queries from the
+    decoder's input x and its keys and values from the encoder's output m; the numbers are the
+    trace's (JSON), the keys the source's tokens, no mask; --stack decoder follows the causal stack."""
+    folder = str(folders[name])
+    text = invoke("explain", SOURCE, "--model", folder, "--target", TARGET, "--head", "1", "--query", "2", "-F", "text").stdout
+    data = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "json").stdout)
+    source = [t["label"] for t in data["tokens"]]
+    target = [t["label"] for t in data["target_tokens"]]
+    layer = data["cross_layers"][-1]
+    assert f"Attention in layer {layer['layer']}, head 1" in text and "cross-attention, from the decoder's inputs" in text
+    assert "Source tokens (the keys)" in text and "m, the encoder's output" in text
+    assert f"K = m W_kᵀ" in text and f"({len(source)} × " in text
+    assert "None: cross-attention, every decoder input sees every source token" in text
+    weights = layer["heads"][1]["weights"][2]  # query 2's row
+    softmax = text.split("7. Softmax")[1].split("8. Context")[0].split("Query 2")[1]  # the followed query's table
+    table = softmax.split("÷ Σ = weight")[1].split("\n\n")[0].splitlines()[2:]  # the rows under the header's rule
+    assert len(table) == min(len(source), 12) or "Summarised (S" in softmax
+    for line in table:  # the followed query's keys are source tokens, each with its weight from the trace
+        label, *_, weight = line.split()
+        assert weight == f"{weights[source.index(label)]:.4f}", line
+    assert f"--target '{TARGET}' --stack cross" in text  # the suggested commands reproduce the stack
+    decoder = invoke("explain", SOURCE, "--model", folder, "--target", TARGET, "--stack", "decoder", "-F", "text").stdout
+    assert "decoder's causal self-attention" in decoder and "Causal mask" in decoder and "Source tokens" not in decoder

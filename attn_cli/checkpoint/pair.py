@@ -197,6 +197,7 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
         decoder_layers=model.layers["decoder"],
         decoder_heads=model.heads["decoder"],
         decoder_head_dim=model.head_dim("decoder"),
+        anatomy=model.anatomy(),
     )
     return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))
 

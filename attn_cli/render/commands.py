@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def command_line(trace: Trace, command: str, *extra: str) -> str:
     """``attn-cli COMMAND TEXT`` with the options that made ``trace``, then ``extra``."""
-    args = ["attn-cli", command, trace.text]
+    args = ["attn-cli", command, trace.text if trace.stack_texts is None else trace.stack_texts[0]]
     config = trace.model.config
     if config is not None:
         args += toy_flags(config, trace.tokens.tokenizer)
@@ -23,6 +23,8 @@ def command_line(trace: Trace, command: str, *extra: str) -> str:
         args += ["--model", os.fspath(trace.model.source)]
         if trace.pair is not None:
             args += ["--pair", trace.pair]
+        if trace.stack_texts is not None:  # one stack of an encoder-decoder
+            args += ["--target", trace.stack_texts[1], "--stack", trace.stack_name or "cross"]
         if trace.model.dtype != "float32":
             args += ["--dtype", trace.model.dtype]
     return " ".join(quote(arg) for arg in [*args, *extra])

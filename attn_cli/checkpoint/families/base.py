@@ -450,6 +450,7 @@ def multi_head(
         bias=bias,
         softcap=softcap,
         cross=source is not None,
+        source=source,
     )
 
 

@@ -29,6 +29,7 @@ from attn_cli.checkpoint.families.bert import relative_buckets
 from attn_cli.checkpoint.families.norms import layer_norm, rms_norm
 from attn_cli.checkpoint.files import ROOT
 from attn_cli.errors import ModelUnavailable
+from attn_cli.traces import Anatomy
 
 STACKS = ("encoder", "decoder")
 
@@ -53,6 +54,8 @@ class Seq2Seq(abc.ABC):
     layer_name: ClassVar[dict[str, str]]  # stack -> a layer's name prefix with {layer}
 
     input_text: ClassVar[str]  # what each attention's queries read, in words
+    first_hidden: ClassVar[str]  # h_0 in words (explain's step 2)
+    out_proj_name: ClassVar[str]  # the checkpoint's names for W_o
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -118,6 +121,10 @@ class Seq2Seq(abc.ABC):
         """The stack's output from its last layer's (a final norm, where the family has one)."""
         return hidden
 
+    def anatomy(self) -> Anatomy:
+        """The steps in words, for the walk-through (``explain``)."""
+        return Anatomy(self.first_hidden, self.input_text, self.out_proj_name)
+
     @abc.abstractmethod
     def head(self, weights: Weights) -> Head:
         """The language-model head the decoder's output goes through (``base.head_logits``)."""
@@ -165,7 +172,9 @@ class Bart(Seq2Seq):
 
     family = "bart"
     anchor = "encoder.layers.0.self_attn.q_proj.weight"
-    input_text = "h_(l-1), the layer's input (each norm comes after its residual)"
+    input_text = "x = h_(l-1), the layer's input as it is (post-norm: each norm comes after its residual)"
+    first_hidden = "h_0 = LayerNorm(token embedding (× sqrt(d_model) where scale_embedding) + learned position (row p + 2))"
+    out_proj_name = "self_attn.out_proj, and encoder_attn.out_proj in cross-attention"
     layer_name = {"encoder": "encoder.layers.{layer}.", "decoder": "decoder.layers.{layer}."}
     POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding: position p is row p + 2
     EPS = 1e-5  # nn.LayerNorm's default
@@ -239,6 +248,7 @@ class Marian(Bart):
     false: the decoder's has ``decoder_vocab_size`` rows); the decoder starts with the pad id."""
 
     family = "marian"
+    first_hidden = "h_0 = token embedding (× sqrt(d_model) where scale_embedding) + sinusoidal position (sines | cosines)"
 
     @property
     def decoder_start(self) -> int:
@@ -272,7 +282,9 @@ class T5(Seq2Seq):
 
     family = "t5"
     anchor = "encoder.block.0.layer.0.SelfAttention.q.weight"
-    input_text = "RMSNorm(h_(l-1)), the layer's normed input"
+    input_text = "x = RMSNorm(h_(l-1)) (T5's norm: no mean, no bias)"
+    first_hidden = "h_0 = token embedding (the shared table, unscaled); positions enter each layer's scores as a learned bias"
+    out_proj_name = "SelfAttention.o, and EncDecAttention.o in cross-attention"
     layer_name = {"encoder": "encoder.block.{layer}.", "decoder": "decoder.block.{layer}."}
 
     def __init__(self, config: dict[str, Any]) -> None:

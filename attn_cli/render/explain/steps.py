@@ -52,6 +52,10 @@ class Walkthrough:
         self.p = precision
         self.labels = run.tokens.labels
         self.T = len(run.tokens)
+        # the keys: the same tokens, or cross-attention's source tokens (S of them)
+        self.cross = run.key_tokens is not None
+        self.key_labels = run.columns.labels
+        self.S = len(run.columns)
         self.H = self.layer.n_heads
         self.d_k = run.model.head_dim
         self.d_v = run.model.value_dim
@@ -122,16 +126,16 @@ class Walkthrough:
     def query_keys(self) -> list[int]:
         """The keys the per-query tables list: all of them, or for long texts the
         CORNER keys the query weights most, in text order."""
-        if self.T <= FULL_T or self.q is None:
-            return list(range(min(self.T, FULL_T)))
+        if self.S <= FULL_T or self.q is None:
+            return list(range(min(self.S, FULL_T)))
         top = torch.topk(self.one.weights[self.q], CORNER).indices.tolist()
         return sorted(top)
 
     @property
     def query_keys_note(self) -> Line:
         return Line(
-            f"Summarised (T = {self.T} > {FULL_T} tokens): keys {spans(self.query_keys, dash='–')} shown, the {CORNER} this "
-            f"query weights most; the sums run over all {self.T} keys.",
+            f"Summarised ({'S' if self.cross else 'T'} = {self.S} > {FULL_T} tokens): keys {spans(self.query_keys, dash='–')} shown, "
+            f"the {CORNER} this query weights most; the sums run over all {self.S} keys.",
             "note",
         )
 
@@ -153,16 +157,19 @@ class Walkthrough:
         emphasise_max: bool = False,
         masked_as: str | None = None,
         row_sums: bool = False,
+        key_rows: bool = False,
     ) -> list[Block]:
-        """A (T, n) tensor as a grid: rows are tokens, columns tokens or dimensions;
-        summarised (a corner plus statistics) past FULL_T tokens or FULL_D dimensions."""
+        """A (T, n) tensor as a grid: rows are tokens (the keys' with ``key_rows``: cross-attention's
+        K and V are the source's), columns the keys or dimensions; summarised (a corner plus
+        statistics) past FULL_T tokens or FULL_D dimensions."""
+        row_labels = self.key_labels if key_rows else self.labels
         values = m.tolist()
         n_rows, n_cols = len(values), len(values[0]) if values else 0
         row_idx = list(range(n_rows)) if n_rows <= FULL_T else _corner_rows(self.q)
         col_limit = FULL_T if cols == "tokens" else FULL_D
         col_idx = list(range(n_cols)) if n_cols <= col_limit else list(range(CORNER))
         if cols == "tokens":
-            header = [self.labels[j] for j in col_idx]
+            header = [self.key_labels[j] for j in col_idx]
         else:
             header = [str(col_offset + j) for j in col_idx]
         cut_cols = len(col_idx) < n_cols
@@ -193,7 +200,7 @@ class Walkthrough:
                 best = max(range(n_cols), key=row.__getitem__)
                 if best in col_idx:
                     emphasis.add((len(rows), col_idx.index(best) + 1))
-            rows.append((self.labels[i], *cells))
+            rows.append((row_labels[i], *cells))
         blocks: list[Block] = [
             Grid(f"{title}   {n_rows} × {n_cols}", ("",) + tuple(header), tuple(rows), frozenset(emphasis), 1 if row_sums else 0)
         ]
@@ -231,11 +238,12 @@ class Walkthrough:
         assert proj.query is not None and proj.key is not None and proj.value is not None
         has_bias = proj.query.bias is not None
         bias = (" + b_q", " + b_k", " + b_v") if has_bias else ("", "", "")
+        m, S = ("m", self.S) if self.cross else (x, self.T)  # cross-attention: keys and values from the encoder's output m
         blocks: list[Block] = []
         blocks += [
             Line(f"Q = {x} W_qᵀ{bias[0]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"K = {x} W_kᵀ{bias[1]}   ({self.T} × {D}) · ({D} × {Hkv * dk}) → {self.T} × {Hkv * dk}", "formula"),
-            Line(f"V = {x} W_vᵀ{bias[2]}   ({self.T} × {D}) · ({D} × {Hkv * dv}) → {self.T} × {Hkv * dv}", "formula"),
+            Line(f"K = {m} W_kᵀ{bias[1]}   ({S} × {D}) · ({D} × {Hkv * dk}) → {S} × {Hkv * dk}", "formula"),
+            Line(f"V = {m} W_vᵀ{bias[2]}   ({S} × {D}) · ({D} × {Hkv * dv}) → {S} × {Hkv * dv}", "formula"),
         ]
         blocks.append(
             Line(
@@ -277,12 +285,12 @@ class Walkthrough:
                 when = f"after {name}_norm (RMSNorm), before the rotation" if normed is not None else "before the rotation"
                 blocks += self.matrix(f"{name.upper()} {when}{self.head_note}", before[name], cols="dims")
             else:
-                blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims")
+                blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims", key_rows=name != "q" and self.cross)
         if rotary:
             blocks.append(Line(f"Then positions: {rotary}. The scores (step 4) use the rotated Q and K:", "formula"))
             blocks += self.matrix(f"Q{self.head_note}, rotated", one.queries, cols="dims")
             blocks += self.matrix(f"K{self.head_note}, rotated", one.keys, cols="dims")
-        if self.q is not None and self.T > FULL_T:
+        if self.q is not None and self.S > FULL_T:
             keys = self.query_keys
             blocks.append(
                 Line(
@@ -334,7 +342,7 @@ class Walkthrough:
         values = m.tolist()
         header = ["", "position", *(str(d) for d in cols)] + (["…"] if len(cols) < n else [])
         rows = tuple(
-            (self.labels[j], str(j), *(self.f(values[j][d]) for d in cols), *(["…"] if len(cols) < n else []))
+            (self.key_labels[j], str(j), *(self.f(values[j][d]) for d in cols), *(["…"] if len(cols) < n else []))
             for j in idx
         )
         return Grid(f"{title}   {len(rows)} of {m.shape[0]} × {n}", tuple(header), rows)
@@ -385,15 +393,15 @@ class Walkthrough:
         return blocks
 
     def raw_scores(self) -> Step:
-        one, dk, T = self.one, self.d_k, self.T
+        one, dk, T, S = self.one, self.d_k, self.T, self.S
         s = one.scores
         blocks: list[Block] = [
-            Line(f"S = Q Kᵀ   ({T} × {dk}) · ({dk} × {T}) → {T} × {T}", "formula"),
+            Line(f"S = Q Kᵀ   ({T} × {dk}) · ({dk} × {S}) → {T} × {S}", "formula"),
             Line(f"S[i, j] = q_i · k_j = Σ_d Q[i, d] K[j, d], a sum of d_k = {dk} products: how well query i matches key j."),
         ]
-        if self.q is None and T > 1:
+        if self.q is None and S > 1:
             i, j = 0, 1
-            blocks.append(Line(f"For example S[{i}, {j}] = Q[{self.labels[i]}] · K[{self.labels[j]}] = {self.f(s[i, j].item())}.", "note"))
+            blocks.append(Line(f"For example S[{i}, {j}] = Q[{self.labels[i]}] · K[{self.key_labels[j]}] = {self.f(s[i, j].item())}.", "note"))
         blocks += self.matrix(f"S, raw scores{self.head_note}", s)
         if self.q is not None:
             q = self.q
@@ -417,9 +425,9 @@ class Walkthrough:
             cells = [cell(j) for _, cell in first] + [self.signed(values[j][d]) for d in cols]
             if len(cols) < n:
                 cells.append("…")
-            rows.append((self.labels[j], *cells, total(j)))
+            rows.append((self.key_labels[j], *cells, total(j)))
         blocks: list[Block] = [Grid("", tuple(header), tuple(rows), keep_last=1)]
-        if len(keys) < self.T:
+        if len(keys) < self.S:
             blocks.append(self.query_keys_note)
         return blocks
 
@@ -429,7 +437,7 @@ class Walkthrough:
         factor = 1.0 / self.run.result.divisor
         blocks: list[Block] = []
         text = self.scale_text(factor)
-        blocks += [Line(text), Line(f"Z = S × {factor:.6g}   {self.T} × {self.T}", "formula")]
+        blocks += [Line(text), Line(f"Z = S × {factor:.6g}   {self.T} × {self.S}", "formula")]
         blocks.append(
             Line(
                 f"Spread of the scores: std {self.f(_std(s))} → {self.f(_std(z))}, max − min "
@@ -461,12 +469,12 @@ class Walkthrough:
         if self.q is not None:
             q = self.q
             rows = tuple(
-                (self.labels[j], self.f(s[q, j].item()), f"× {factor:.6g}", self.f(z[q, j].item()))
+                (self.key_labels[j], self.f(s[q, j].item()), f"× {factor:.6g}", self.f(z[q, j].item()))
                 for j in self.query_keys
             )
             blocks.append(Line(f"Query {self.ql()}: its scores from step 4, scaled:"))
             blocks.append(Grid("", ("key", f"S[{q}, j]", "", f"Z[{q}, j]"), rows))
-            if self.T > FULL_T:
+            if self.S > FULL_T:
                 blocks.append(self.query_keys_note)
         return Step(5, "Scale", tuple(blocks))
 
@@ -559,27 +567,27 @@ class Walkthrough:
             blocks.append(Line(f"Query {self.ql()}: m = max_j Z[{q}, j] = {self.f(m)}; Σ_j exp(Z[{q}, j] − m) = {self.f(total)}."))
             keys = self.query_keys
             rows = tuple(
-                (self.labels[j], self.f(z[j].item()), self.f(z[j].item() - m), self.f(e[j].item()), self.f(one.weights[q, j].item()))
+                (self.key_labels[j], self.f(z[j].item()), self.f(z[j].item() - m), self.f(e[j].item()), self.f(one.weights[q, j].item()))
                 for j in keys
             )
             blocks.append(Grid("", ("key", f"Z[{q}, j]", "− m", "exp", "÷ Σ = weight"), rows))
-            if T > FULL_T:
+            if self.S > FULL_T:
                 blocks.append(self.query_keys_note)
         blocks += self.softmax_extra()
         return Step(7, "Softmax", tuple(blocks))
 
     def context(self) -> Step:
-        one, T, dv = self.one, self.T, self.d_v
+        one, T, dv, S = self.one, self.T, self.d_v, self.S
         result = self.run.result
         blocks: list[Block] = [
-            Line(f"context = weights · V   ({T} × {T}) · ({T} × {dv}) → {T} × {dv}", "formula"),
+            Line(f"context = weights · V   ({T} × {S}) · ({S} × {dv}) → {T} × {dv}", "formula"),
             Line("context[i] = Σ_j weights[i, j] V[j]: each query's weighted average of the value vectors."),
         ]
         mixing = one.weights
         if result.dropped_weights is not None:
             mixing = result.dropped_weights[self.h]  # (T, T)
             blocks += self.dropout_blocks(mixing)
-        if self.q is None and T <= FULL_T:
+        if self.q is None and S <= FULL_T:
             w, v = mixing[0].tolist(), one.values[:, 0].tolist()
             terms = " + ".join(f"{self.f(a)}×{self.f(b)}" for a, b in zip(w, v))
             name = "weights" if result.dropped_weights is None else "dropped"
@@ -594,12 +602,12 @@ class Walkthrough:
             keys = self.query_keys
             header = ["key", "weight", *(f"d={d}" for d in cols)] + (["…"] if len(cols) < n else [])
             rows = [
-                (self.labels[j], self.f(mixing[q, j].item()), *(self.f(weighted[j, d].item()) for d in cols), *(["…"] if len(cols) < n else []))
+                (self.key_labels[j], self.f(mixing[q, j].item()), *(self.f(weighted[j, d].item()) for d in cols), *(["…"] if len(cols) < n else []))
                 for j in keys
             ]
             rows.append((f"Σ = context[{q}]", self.f(mixing[q].sum().item()), *(self.f(one.context[q, d].item()) for d in cols), *(["…"] if len(cols) < n else [])))
             blocks.append(Grid("", tuple(header), tuple(rows), frozenset({(len(rows) - 1, k) for k in range(1, len(header))})))
-            if len(keys) < T:
+            if len(keys) < S:
                 blocks.append(self.query_keys_note)
         return Step(8, "Context vectors", tuple(blocks))
 
@@ -625,10 +633,10 @@ class Walkthrough:
             ]
             follow = self.q
             summary_rows = []
-            for st in attention_stats(result.weights, mask=result.mask):  # run's statistics, head by head
+            for st in attention_stats(result.weights, mask=result.mask, cross=result.cross):  # run's statistics, head by head
                 if follow is not None:
                     best = st.most_attended[follow]
-                    summary_rows.append((str(st.head), self.labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
+                    summary_rows.append((str(st.head), self.key_labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
                 else:
                     summary_rows.append((str(st.head), self.f(_mean_top(st)), self.f(st.mean_entropy_bits)))
             if follow is not None:

@@ -49,6 +49,10 @@ class TrainedWalkthrough(Walkthrough):
         ]
         if self.run.pair is not None:
             blocks.append(Line(f"Second segment (--pair, token type 1): {self.run.pair!r}", "note"))
+        if self.run.stack_name is not None and self.run.stack_texts is not None:
+            source, target = self.run.stack_texts
+            blocks.append(Line(f"An encoder-decoder, one stack of three: {STACK_WORDS[self.run.stack_name]} (--stack chooses). "
+                               f"Source {source!r}; target {target!r}.", "note"))  # fmt: skip
         if self.q is not None:
             blocks.append(Line(f"Following query {self.ql()} through every step: its row of each matrix, and its sums term by term.", "note"))
         return tuple(blocks)
@@ -79,9 +83,14 @@ class TrainedWalkthrough(Walkthrough):
             + ((str(tokens.type_ids[i]),) if pair else ())
             for i in shown
         )
-        blocks.append(Grid("Tokens", header, rows, left=2))
+        blocks.append(Grid("Tokens" if not self.cross else "Tokens: the decoder's inputs (the queries)", header, rows, left=2))
         if self.T > len(shown):
             blocks.append(Line(f"Summarised: the first {len(shown)} of {self.T} tokens are listed.", "note"))
+        if self.cross:  # the keys are the source's tokens
+            source = self.run.columns
+            listed = range(min(self.S, FULL_T * 2))
+            blocks.append(Grid("Source tokens (the keys)", ("position", "token", "id", "special"),
+                               tuple((str(j), self.key_labels[j], str(source.ids[j]), "★" if source.is_special(j) else "") for j in listed), left=2))  # fmt: skip
         repeats = _repeats(tokens)
         if repeats:
             text, where = repeats[0]
@@ -100,6 +109,17 @@ class TrainedWalkthrough(Walkthrough):
 
     def layer_input(self) -> Step:
         m, L = self.model, self.index
+        if self.cross:
+            assert self.layer.x is not None and self.layer.source is not None
+            cross: list[Block] = [
+                Line(f"Cross-attention in decoder layer {L}: its queries read x, the decoder's hidden state after this layer's "
+                     "self-attention block (normed first where the family norms before a block); its keys and values read m, the "
+                     "encoder's output, the same m for every decoder layer."),  # fmt: skip
+                Line(f"Q from x ({self.T} × {m.d_model}); K, V from m ({self.S} × {m.d_model})", "formula"),
+            ]
+            cross += self.matrix(f"x, decoder layer {L}'s queries' input", self.layer.x, cols="dims")
+            cross += self.matrix("m, the encoder's output", self.layer.source, cols="dims", key_rows=True)
+            return Step(2, "The layer's inputs", tuple(cross))
         blocks: list[Block] = [Line(self.anatomy.first_hidden, "formula")]
         if L > 0:
             blocks.append(
@@ -131,6 +151,8 @@ class TrainedWalkthrough(Walkthrough):
         return Step(3, "Project", tuple(blocks))
 
     def mask_off(self) -> Step:
+        if self.cross:
+            return Step(6, "Mask", (Line("None: cross-attention, every decoder input sees every source token (one text each, no padding)."),), skipped=True)
         return Step(
             6,
             "Mask",
@@ -154,8 +176,7 @@ class TrainedWalkthrough(Walkthrough):
         return "each head's own steps 2 to 8: --head N"
 
     def roles(self) -> Step:
-        tokens = self.run.tokens
-        scores = text_scores(self.layer.weights, layer=self.index, special=tokens.special, mask=self.layer.mask)
+        scores = text_scores(self.layer.weights, layer=self.index, special=self.run.columns.special, mask=self.layer.mask, cross=self.layer.cross)
         mine = scores[self.h]
         rows = []
         for name, value in role_scores(mine).items():
@@ -208,3 +229,8 @@ class TrainedWalkthrough(Walkthrough):
 
 
 PREDICTION_ROWS = 12  # positions listed when no --query is followed
+STACK_WORDS = {
+    "encoder": "the encoder's self-attention over the source",
+    "decoder": "the decoder's causal self-attention over its inputs (the target shifted right)",
+    "cross": "cross-attention, from the decoder's inputs (queries) to the source's tokens (keys)",
+}
