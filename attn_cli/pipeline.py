@@ -346,7 +346,8 @@ class PairSource(_Batches):
                     f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
                     f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
                 )
-            check_text(target)
+            if not target.strip():
+                raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
             labels = self.checkpoint.encode_target(target)
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         keep = selection.keep if selection is not None else "all"

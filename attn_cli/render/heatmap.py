@@ -135,7 +135,8 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     rows, cols = (len(heads), len(kinds)) if len(kinds) > 1 else grid_shape(len(heads))
     # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
     colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
-    layout = _Layout.plan(n_tokens, rows, cols, [*run.tokens.labels, *run.columns.labels], options, colorbars_across=colorbars_across)
+    shape = (len(run.tokens) / n_tokens, len(run.columns) / n_tokens)  # a panel's height and width over its longer side
+    layout = _Layout.plan(n_tokens, rows, cols, [*run.tokens.labels, *run.columns.labels], options, colorbars_across=colorbars_across, shape=shape)
     if layout.annotate and options.annotate and n_panels * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
         raise UsageError(annotate_refusal(n_tokens, n_panels, len(kinds)))
     check_pixels(layout.figsize, options.dpi)
@@ -421,7 +422,12 @@ class _Layout:
     panel: float  # inches a side of one panel, about
 
     @classmethod
-    def plan(cls, n_tokens: int, rows: int, cols: int, labels: Sequence[str], options: HeatmapOptions, *, colorbars_across: int) -> _Layout:
+    def plan(
+        cls, n_tokens: int, rows: int, cols: int, labels: Sequence[str], options: HeatmapOptions, *, colorbars_across: int,
+        shape: tuple[float, float] = (1.0, 1.0),
+    ) -> _Layout:  # fmt: skip
+        """``shape``: a panel's (height, width) over its longer side, 1 for square panels (cross-attention's
+        T_target x T_source are not): the figure is as tall and wide as its panels."""
         # Panels grow with T (about half an inch a cell, room for a number) up to a cap,
         # and shrink so that the whole grid stays within MAX_FIGURE_INCHES.
         per_cell = 0.5 if rows * cols == 1 else 0.42
@@ -451,8 +457,9 @@ class _Layout:
             figsize = options.size
             panel = chosen_size_panel(tick_font)
         else:
-            width = label_in + cols * (panel + 0.3) + colorbar_in + 0.3
-            height = 0.95 + label_in + rows * (panel + (0.45 if rows * cols > 1 else 0.05))
+            tall, wide = shape
+            width = label_in + cols * (max(panel * wide, 1.0) + 0.3) + colorbar_in + 0.3
+            height = 0.95 + label_in + rows * (max(panel * tall, 1.0) + (0.45 if rows * cols > 1 else 0.05))
             figsize = (round(width, 2), round(height, 2))
 
         def fits_every_label(font: float, side: float) -> bool:
