@@ -24,10 +24,10 @@ from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, 
 from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, UsageError, in_batch
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
-from attn_cli.source import SourceSpec
+from attn_cli.source import TABLE_HEADS, SourceSpec
 from attn_cli import threads
 from attn_cli.threads import attention_flops, using_threads
-from attn_cli.traces import TOY, IndexSpec, ModelInfo, Run, Selection, Trace
+from attn_cli.traces import TOY, IndexSpec, Keep, ModelInfo, Run, Selection, Trace
 
 __all__ = ["CheckpointSource", "PairSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
 
@@ -330,6 +330,9 @@ class PairSource(_Batches):
         source = check_length(tokenizer.encode(text), spec.config.max_tokens)
         self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
         generate = selection.generate if selection is not None else 0
+        keep = selection.keep if selection is not None else "all"
+        predict = selection.predict if selection is not None else 0
+        norms = selection is not None and selection.norms
         target = spec.target
         if generate:  # the target is the model's own: greedy, from decoder_start_token_id
             if target is not None:
@@ -337,6 +340,7 @@ class PairSource(_Batches):
             most = min(spec.config.max_tokens, info.max_positions or spec.config.max_tokens)
             if generate + 1 > most:
                 raise TooLargeError(f"--generate {generate} and the decoder's start token make {generate + 1}, over {most}; generate fewer")
+            self._check_budget(len(source), generate + 1, keep, predict=True, norms=norms)  # the longest target it may write
             made = self.checkpoint.generate(source, generate)
             target = tokenizer.decode(made)
             labels = tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
@@ -350,20 +354,7 @@ class PairSource(_Batches):
                 raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
             labels = self.checkpoint.encode_target(target)
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
-        keep = selection.keep if selection is not None else "all"
-        predict = selection.predict if selection is not None else 0
-        norms = selection is not None and selection.norms
-        check_budget(
-            self.checkpoint.estimate_bytes(len(source), len(decoder), keep, predict=bool(predict), norms=norms),
-            {
-                "weights": ("the weights of both stacks", "use a smaller model"),
-                "tables": (
-                    f"the tables of {len(source)} source and {len(decoder)} target tokens in every layer of three stacks",
-                    "use shorter texts",
-                ),
-                "activations": ("the hidden states of both texts", "use shorter texts"),
-            },
-        )
+        self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
         n = max(len(source), len(decoder))
         n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
         with using_threads(n_threads):
@@ -381,8 +372,8 @@ class PairSource(_Batches):
             wanted = self._resolve(spec.layers, count, "layer", stack, default)
             return tuple(dataclasses.replace(kept[i], threads=n_threads) for i in wanted)
 
-        encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(4, heads["encoder"])))
-        decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(4, heads["decoder"])))
+        encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(TABLE_HEADS, heads["encoder"])))
+        decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(TABLE_HEADS, heads["decoder"])))
         kept = {"encoder": chosen("encoder", stacks.encoder), "decoder": chosen("decoder", stacks.decoder), "cross": chosen("cross", stacks.cross)}
         rollout = None
         if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
@@ -393,6 +384,17 @@ class PairSource(_Batches):
             decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
             rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
         )  # fmt: skip
+
+    def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
+        """Refuse, before anything runs, three stacks over these lengths that would not fit."""
+        check_budget(
+            self.checkpoint.estimate_bytes(n_source, n_target, keep, predict=predict, norms=norms),
+            {
+                "weights": ("the weights of both stacks", "use a smaller model"),
+                "tables": (f"the tables of {n_source} source and {n_target} target tokens in every layer of three stacks", "use shorter texts"),
+                "activations": ("the hidden states of both texts", "use shorter texts"),
+            },
+        )
 
     @staticmethod
     def _resolve(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:

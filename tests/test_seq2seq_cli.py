@@ -544,3 +544,18 @@ def test_explain_follows_one_cross_attention_head(name: str, folders: dict[str, 
     assert f"--target '{TARGET}' --stack cross" in text  # the suggested commands reproduce the stack
     decoder = invoke("explain", SOURCE, "--model", folder, "--target", TARGET, "--stack", "decoder", "-F", "text").stdout
     assert "decoder's causal self-attention" in decoder and "Causal mask" in decoder and "Source tokens" not in decoder
+
+
+def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli import budget
+    from attn_cli.checkpoint import pair
+
+    made: list[bool] = []
+    real = pair.PairCheckpoint.generate
+    monkeypatch.setattr(pair.PairCheckpoint, "generate", lambda *a, **k: made.append(True) or real(*a, **k))
+    monkeypatch.setattr(budget, "available_bytes", lambda: 1000)
+    invoke("run", SOURCE, "--model", str(folders["bart"]), "--generate", "5", "-F", "json", code=4)
+    assert not made
+    monkeypatch.setattr(budget, "available_bytes", lambda: 10**12)  # the control
+    invoke("run", SOURCE, "--model", str(folders["bart"]), "--generate", "5", "-F", "json")
+    assert made
