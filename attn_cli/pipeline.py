@@ -362,18 +362,33 @@ class PairSource(_Batches):
         info = dataclasses.replace(info, threads=n_threads)
         heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
         layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
-        everything = selection is None or (
-            selection.layers == tuple(range(self.n_layers)) and selection.heads == tuple(range(self.n_heads))
-        )  # JSON and CSV: every layer and head of each stack, unless --layer or --head say otherwise
+        # JSON, CSV and the page hold every stack, each with every layer and head unless --layer/--head say
+        # otherwise; tables, pictures and explain show one stack, where alone the indexes must exist
+        everything = selection is None or selection.everything
+        shown = None if everything else ({"encoder"} if spec.stack == "encoder" else {"decoder", "cross"})
+
+        def pick(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
+            if shown is None or stack in shown:
+                return self._resolve(index, count, what, stack, default)
+            try:  # a stack not shown: what it has of the indexes, else its last
+                return index.resolve(count, what, default=default)
+            except UsageError:
+                return (count - 1,)
 
         def chosen(stack: str, kept: Sequence[LayerWeights]) -> tuple[LayerWeights, ...]:
             count = layers["decoder" if stack == "cross" else stack]
-            default = None if everything else [count - 1]
-            wanted = self._resolve(spec.layers, count, "layer", stack, default)
+            wanted = pick(spec.layers, count, "layer", stack, None if everything else [count - 1])
             return tuple(dataclasses.replace(kept[i], threads=n_threads) for i in wanted)
 
-        encoder_heads = self._resolve(spec.heads, heads["encoder"], "head", "encoder", None if everything else range(min(TABLE_HEADS, heads["encoder"])))
-        decoder_heads = self._resolve(spec.heads, heads["decoder"], "head", "decoder", None if everything else range(min(TABLE_HEADS, heads["decoder"])))
+        def default_heads(count: int) -> Sequence[int] | None:
+            """Unless --head chose: every head (JSON), or those the command asked for that the stack has (the model view: all)."""
+            if everything:
+                return None
+            asked = [h for h in (selection.heads if selection is not None else ()) if h < count]
+            return asked or range(min(TABLE_HEADS, count))
+
+        encoder_heads = pick(spec.heads, heads["encoder"], "head", "encoder", default_heads(heads["encoder"]))
+        decoder_heads = pick(spec.heads, heads["decoder"], "head", "decoder", default_heads(heads["decoder"]))
         kept = {"encoder": chosen("encoder", stacks.encoder), "decoder": chosen("decoder", stacks.decoder), "cross": chosen("cross", stacks.cross)}
         rollout = None
         if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it

@@ -73,7 +73,7 @@ class SourceSpec:
         have_heads = getattr(source, "kept_heads", None) or tuple(range(n_heads))
         layers = self.layers.resolve(n_layers, "layer", default=have_layers[-1:] if few else have_layers)
         heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
-        return Selection(layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate)
+        return Selection(layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate, everything=everything)
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:
         """The single layer and head a walk-through follows (default: the last layer, head 0)."""

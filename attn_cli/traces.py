@@ -369,6 +369,7 @@ class Selection:
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
+    everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder
 
     @property
     def last_layer(self) -> int:

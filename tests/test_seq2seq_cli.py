@@ -138,6 +138,11 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
     for args, words in cases:
         result = invoke(*args, code=2)
         assert words in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
+    # tables show one stack: --layer 2 is the decoder's and cross-attention's last, which the (unshown) encoder lacks
+    table = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "2", "-F", "table", "--show", "weights").stdout
+    assert "layer 2 of 3 shown" in table and "stack cross-attention" in table
+    shown = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "2", "--stack", "encoder", "-F", "table", code=2)
+    assert "(the encoder stack)" in shown.stderr
     # --layer 1: both stacks have it (the encoder 2 layers, the decoder 3)
     data = json.loads(invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--layer", "1", "-F", "json").stdout)
     assert [layer["layer"] for layer in data["layers"] + data["decoder_layers"] + data["cross_layers"]] == [1, 1, 1]
