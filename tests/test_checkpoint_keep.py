@@ -159,4 +159,4 @@ def test_select_passes_the_keep_level_on() -> None:
     spec = SourceSpec(Config(tokenizer="words"), layers=IndexSpec.parse("all", "--layer"))
     source = Pipeline(spec.config)
     assert spec.select(source, everything=True).keep == "all"
-    assert spec.select(source, everything=True, keep="weights") == Selection((0,), tuple(range(source.n_heads)), "weights")
+    assert spec.select(source, everything=True, keep="weights") == Selection((0,), tuple(range(source.n_heads)), "weights", everything=True)
