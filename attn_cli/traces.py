@@ -160,7 +160,6 @@ class Trace(Generic[LayerT]):
     stack_texts: tuple[str, str] | None = None  # a stack's view: (the source, the target) it came from
     stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
     key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
-    key_text: str | None = None  # their text (cross-attention: the source)
 
     @property
     def generated(self) -> tuple[int, ...]:
@@ -173,6 +172,11 @@ class Trace(Generic[LayerT]):
         from attn_cli.hiding import shown
 
         return shown(self)
+
+    @property
+    def key_text(self) -> str | None:
+        """The columns' text where they are not the rows' (cross-attention: the source)."""
+        return self.stack_texts[0] if self.key_tokens is not None and self.stack_texts is not None else None
 
     @property
     def columns(self) -> Tokens:
@@ -206,7 +210,7 @@ class Trace(Generic[LayerT]):
             return dataclasses.replace(self, layers=self.decoder_layers, **view)
         if name == "cross":
             return dataclasses.replace(
-                self, layers=self.cross_layers, key_tokens=self.tokens, key_text=self.text, key_hiding=self.hiding, **view
+                self, layers=self.cross_layers, key_tokens=self.tokens, key_hiding=self.hiding, **view
             )  # fmt: skip
         raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
 
