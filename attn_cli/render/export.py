@@ -495,14 +495,18 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
-    made = {**_header(run), "layers": [layer_dict(layer, run.shown_heads, _kept(run), table=table) for layer in run.layers]}
+    made = {**_header(run), "layers": _layer_list(run, table)}
     for key, stack in decoder_stacks(run):
-        made[key] = [layer_dict(layer, stack.shown_heads, _kept(stack), table=table, kept_rows=_kept_rows(stack)) for layer in stack.layers]
+        made[key] = _layer_list(stack, table)
     if run.rollout is not None:
         made["rollout"] = rollout_dict(run, table=table)
     if run.predictions is not None:
         made["predictions"] = predictions_list(run)
     return made
+
+
+def _layer_list(run: Trace, table: Table) -> list[dict[str, Any]]:
+    return [layer_dict(layer, run.shown_heads, _kept(run), table=table, kept_rows=_kept_rows(run)) for layer in run.layers]
 
 
 _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
@@ -511,19 +515,11 @@ _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
 def json_pieces(run: Trace) -> Iterator[str]:
     """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
     each layer's dict is made as it is reached and let go before the next."""
-    yield _dumps(_header(run))[:-1] + ', "layers": ['  # the rest (tokens, model) has no tables: json writes it
-    for i, layer in enumerate(run.layers):
-        yield "{" if i == 0 else ", {"
-        yield from _members(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable))
-        yield "}"
-    yield "]"
+    yield _dumps(_header(run))[:-1] + ', "layers": '  # the rest (tokens, model) has no tables: json writes it
+    yield from _layer_array(run)
     for key, stack in decoder_stacks(run):
-        yield f', "{key}": ['
-        for i, layer in enumerate(stack.layers):
-            yield "{" if i == 0 else ", {"
-            yield from _members(layer_dict(layer, stack.shown_heads, _kept(stack), table=StreamedTable, kept_rows=_kept_rows(stack)))
-            yield "}"
-        yield "]"
+        yield f', "{key}": '
+        yield from _layer_array(stack)
     rollout = rollout_dict(run, table=StreamedTable)
     if rollout is not None:
         yield ', "rollout": {'
@@ -532,6 +528,16 @@ def json_pieces(run: Trace) -> Iterator[str]:
     if run.predictions is not None:
         yield ', "predictions": ' + _dumps(predictions_list(run))
     yield "}"
+
+
+def _layer_array(run: Trace) -> Iterator[str]:
+    """A trace's layers as a JSON array, each layer's object made as it is reached."""
+    yield "["
+    for i, layer in enumerate(run.layers):
+        yield "{" if i == 0 else ", {"
+        yield from _members(layer_dict(layer, run.shown_heads, _kept(run), table=StreamedTable, kept_rows=_kept_rows(run)))
+        yield "}"
+    yield "]"
 
 
 def _members(entry: dict[str, Any]) -> Iterator[str]:
