@@ -35,7 +35,7 @@ TOY_OPTIONS = {
     "out_proj": "out_proj", "init": "init", "projections": "projections", "positional": "positional",
     "embeddings": "embeddings", "max_tokens": "max_tokens",
 }  # fmt: skip
-MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate")
+MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate", "target")
 
 
 def trace(
@@ -52,7 +52,9 @@ def trace(
     """``text`` through the seeded toy model (its options as keywords: ``num_heads=4,
     causal=True, tokenizer="words"``...) or through the checkpoint ``model`` (a folder,
     str or any os.PathLike, or ORG/NAME in the Hugging Face cache; ``pair``,
-    ``revision``, ``dtype``, ``device``, ``truncate`` as keywords). ``layers`` and
+    ``revision``, ``dtype``, ``device``, ``truncate`` as keywords; ``target``, an
+    encoder-decoder's decoder text, gives a trace of three stacks: ``Trace.stack("cross")``,
+    ``"decoder"`` or ``"encoder"`` is each as a trace of its own). ``layers`` and
     ``heads``: what to keep, as --layer and --head take them (an index, a list, a
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
@@ -98,6 +100,7 @@ def trace(
         layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
         heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
         hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
+        stacks=True,  # an encoder-decoder's three stacks, with target=
         **trained,
     )
     source = spec.open()

@@ -564,3 +564,20 @@ def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[
     monkeypatch.setattr(budget, "available_bytes", lambda: 10**12)  # the control
     invoke("run", SOURCE, "--model", str(folders["bart"]), "--generate", "5", "-F", "json")
     assert made
+
+
+def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
+    """attn_cli.trace(..., target=): the three stacks, each a trace (weights, heatmap, JSON), the page a picker."""
+    import attn_cli
+    from html_support import manifest
+
+    folder = folders["bart"]
+    t = attn_cli.trace(SOURCE, model=folder, target=TARGET)
+    data = json.loads(invoke("run", SOURCE, "--model", str(folder), "--target", TARGET, "-F", "json").stdout)
+    cross = t.stack("cross")
+    expected = torch.tensor(data["cross_layers"][-1]["heads"][1]["weights"])
+    torch.testing.assert_close(cross.weights(layer=-1, head=1), expected, atol=0, rtol=0)
+    assert json.loads(t.to_json())["cross_layers"][-1]["heads"][1]["weights"] == data["cross_layers"][-1]["heads"][1]["weights"]
+    assert [tr["stack"] for tr in manifest(t.page())["traces"]] == ["encoder", "decoder", "cross"]
+    fig = cross.heatmap(heads=(0,))
+    assert [a for a in fig.axes if a.images][0].images[0].get_array().shape == tuple(expected.shape)
