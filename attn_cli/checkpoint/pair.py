@@ -60,8 +60,7 @@ class PairCheckpoint:
     def encode_target(self, target: str) -> Tokens:
         """The labels: the target's tokens with the tokenizer's special tokens (Marian: its
         target SentencePiece model and vocabulary)."""
-        encode_target = getattr(self.tokenizer, "encode_target", None)
-        return encode_target(target) if encode_target is not None else self.tokenizer.encode(target)
+        return self.tokenizer.encode_target(target)
 
     def decoder_tokens(self, labels: Tokens) -> Tokens:
         """The decoder's inputs: ``decoder_start_token_id``, then every label but the last."""
@@ -191,7 +190,7 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
         revision=located.revision,
         path=str(folder),
         max_positions=model.max_positions,
-        qkv_bias=model.family != "t5",
+        qkv_bias=model.qkv_bias,
         out_proj=True,
         input_text=model.input_text,
         decoder_layers=model.layers["decoder"],

@@ -79,6 +79,10 @@ class CheckpointTokenizer:
             type_ids=tuple(encoding.type_ids),
         )
 
+    def encode_target(self, text: str) -> Tokens:
+        """An encoder-decoder's target (its labels): the same tokenizer as the source's (BART, T5)."""
+        return self.encode(text)
+
     # The `heads` probe: ids chosen directly, not text (small additions for it).
     def leading_special_ids(self) -> tuple[int, ...]:
         """The special tokens the tokenizer puts before a text (BOS, [CLS]); () for none."""

@@ -16,13 +16,17 @@ __all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward", "se
 
 
 def family_class(model_type: str) -> type[Family]:
-    module, name = MODEL_TYPES[model_type][1].split(":")
-    return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
+    return _adapter(MODEL_TYPES[model_type][1])
 
 
 def seq2seq_class(model_type: str) -> type[Seq2Seq]:
     """The encoder-decoder adapter for ``model_type`` (registry.SEQ2SEQ_TYPES)."""
-    module, name = SEQ2SEQ_TYPES[model_type][1].split(":")
+    return _adapter(SEQ2SEQ_TYPES[model_type][1])
+
+
+def _adapter(where: str) -> Any:
+    """The class a registry entry names, "module:Class" under this package."""
+    module, name = where.split(":")
     return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
 
 

@@ -1,4 +1,4 @@
-"""Encoder-decoder models (issue 20, first slice: the engine): BART, Marian and T5 / Flan-T5.
+"""Encoder-decoder models: BART, Marian and T5 / Flan-T5.
 
 Three stacks, as transformers computes them: the encoder's self-attention over the source
 (S x S), the decoder's causal self-attention over its inputs (T x T), and in every decoder
@@ -10,7 +10,8 @@ embeddings, the scale and T5's relative position bias, each a method below.
 The decoder reads its inputs teacher-forced: ``decoder_inputs`` builds them from the labels
 (the tokenizer's encoding of the target) as transformers' ``shift_tokens_right`` does.
 
-``checkpoint.pair`` opens a checkpoint of one of these families. Shapes: S source tokens, T decoder tokens, D d_model, H heads.
+``checkpoint.pair`` opens a checkpoint of one of these families.
+Shapes: S source tokens, T decoder tokens, D d_model, H heads.
 """
 
 from __future__ import annotations
@@ -31,9 +32,6 @@ from attn_cli.checkpoint.files import ROOT
 from attn_cli.errors import ModelUnavailable
 from attn_cli.traces import Anatomy
 
-STACKS = ("encoder", "decoder")
-
-
 @dataclasses.dataclass
 class PairForward:
     """Every layer of the three stacks, in layer order, each a LayerAttention (float32 on the CPU
@@ -42,7 +40,6 @@ class PairForward:
     encoder: list[LayerAttention]
     decoder: list[LayerAttention]
     cross: list[LayerAttention]
-    memory: torch.Tensor  # (S, D) the encoder's output, what cross-attention's keys and values read
     hidden: torch.Tensor  # (T, D) the decoder's output (after its final norm, where it has one)
 
 
@@ -54,6 +51,8 @@ class Seq2Seq(abc.ABC):
     layer_name: ClassVar[dict[str, str]]  # stack -> a layer's name prefix with {layer}
 
     input_text: ClassVar[str]  # what each attention's queries read, in words
+    qkv_bias: ClassVar[bool] = True  # W_q, W_k, W_v have biases
+    start_default: ClassVar[int | None] = None  # decoder_start_token_id when config.json has none; None: the pad id
     first_hidden: ClassVar[str]  # h_0 in words (explain's step 2)
     out_proj_name: ClassVar[str]  # the checkpoint's names for W_o
 
@@ -72,9 +71,16 @@ class Seq2Seq(abc.ABC):
         return self.d_model // self.heads[stack]
 
     @property
-    @abc.abstractmethod
     def decoder_start(self) -> int:
-        """The decoder's first input id (``decoder_start_token_id``)."""
+        """The decoder's first input id: config.json's ``decoder_start_token_id``, else the family's default."""
+        start = self.config.get("decoder_start_token_id")
+        if start is None:
+            start = self.pad if self.start_default is None else self.start_default
+        return int(start)
+
+    def token_rows(self, weights: Weights, name: str, ids: Sequence[int]) -> torch.Tensor:
+        """(N, D) rows ``ids`` of the token table ``name`` (its row count from the file's header)."""
+        return token_rows(weights, name, ids, int(weights.entry(name).shape[0]))
 
     def decoder_inputs(self, labels: Sequence[int]) -> list[int]:
         """The decoder's inputs for ``labels`` (the target's ids with its special tokens):
@@ -162,7 +168,7 @@ class Seq2Seq(abc.ABC):
         with torch.inference_mode():
             encoder, _, memory = self.run_stack(weights, "encoder", source_ids)
             decoder, cross, hidden = self.run_stack(weights, "decoder", decoder_ids, memory)
-        return PairForward(encoder, decoder, cross, memory, hidden)
+        return PairForward(encoder, decoder, cross, hidden)
 
 
 class Bart(Seq2Seq):
@@ -177,6 +183,7 @@ class Bart(Seq2Seq):
     out_proj_name = "self_attn.out_proj, and encoder_attn.out_proj in cross-attention"
     layer_name = {"encoder": "encoder.layers.{layer}.", "decoder": "decoder.layers.{layer}."}
     POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding: position p is row p + 2
+    start_default = 2  # </s>
     EPS = 1e-5  # nn.LayerNorm's default
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -185,11 +192,6 @@ class Bart(Seq2Seq):
         self.heads = {"encoder": int(config["encoder_attention_heads"]), "decoder": int(config["decoder_attention_heads"])}
         self.scale = math.sqrt(self.d_model) if config.get("scale_embedding") else 1.0
         self.act = activation(config.get("activation_function", "gelu"), "activation_function", self.family)
-
-    @property
-    def decoder_start(self) -> int:
-        start = self.config.get("decoder_start_token_id")
-        return int(start if start is not None else 2)
 
     def layer_suffixes(self, stack: str) -> dict[str, str]:
         roles = {}
@@ -204,8 +206,7 @@ class Bart(Seq2Seq):
         return roles
 
     def embed(self, weights: Weights, stack: str, ids: Sequence[int]) -> torch.Tensor:
-        table = weights.read("shared.weight")
-        rows = token_rows(weights, "shared.weight", ids, table.shape[0]) * self.scale  # (N, D)
+        rows = self.token_rows(weights, "shared.weight", ids) * self.scale  # (N, D)
         positions = weights.read_rows(f"{stack}.embed_positions.weight", self.POSITION_OFFSET, self.POSITION_OFFSET + len(ids))  # (N, D)
         norm = f"{stack}.layernorm_embedding"
         return layer_norm(rows + positions, weights.read(f"{norm}.weight"), weights.read(f"{norm}.bias"), self.EPS)
@@ -249,19 +250,13 @@ class Marian(Bart):
 
     family = "marian"
     first_hidden = "h_0 = token embedding (× sqrt(d_model) where scale_embedding) + sinusoidal position (sines | cosines)"
-
-    @property
-    def decoder_start(self) -> int:
-        start = self.config.get("decoder_start_token_id")
-        return int(start if start is not None else self.pad)
+    start_default = None  # the pad id
 
     def token_table(self, weights: Weights, stack: str) -> str:
         return "shared.weight" if weights.has("shared.weight") else f"{stack}.embed_tokens.weight"
 
     def embed(self, weights: Weights, stack: str, ids: Sequence[int]) -> torch.Tensor:
-        name = self.token_table(weights, stack)
-        table = weights.read(name)
-        rows = token_rows(weights, name, ids, table.shape[0]) * self.scale  # (N, D)
+        rows = self.token_rows(weights, self.token_table(weights, stack), ids) * self.scale  # (N, D)
         return rows + sinusoid(len(ids), self.d_model).to(rows.dtype)  # (N, D)
 
 
@@ -282,6 +277,7 @@ class T5(Seq2Seq):
 
     family = "t5"
     anchor = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    qkv_bias = False
     input_text = "x = RMSNorm(h_(l-1)) (T5's norm: no mean, no bias)"
     first_hidden = "h_0 = token embedding (the shared table, unscaled); positions enter each layer's scores as a learned bias"
     out_proj_name = "SelfAttention.o, and EncDecAttention.o in cross-attention"
@@ -311,11 +307,6 @@ class T5(Seq2Seq):
     def head_dim(self, stack: str) -> int:
         return self.d_kv
 
-    @property
-    def decoder_start(self) -> int:
-        start = self.config.get("decoder_start_token_id")
-        return int(start if start is not None else self.pad)
-
     def layer_suffixes(self, stack: str) -> dict[str, str]:
         roles = {}
         attentions = [("self", "layer.0.SelfAttention", "layer.0.layer_norm")]
@@ -332,8 +323,7 @@ class T5(Seq2Seq):
         return roles
 
     def embed(self, weights: Weights, stack: str, ids: Sequence[int]) -> torch.Tensor:
-        table = weights.read("shared.weight")
-        return token_rows(weights, "shared.weight", ids, table.shape[0])  # (N, D) unscaled
+        return self.token_rows(weights, "shared.weight", ids)  # (N, D) unscaled
 
     def projections(self, t: LayerTensors, kind: str) -> Projections:
         q, k, v, o = (FusedLinear(t[f"{kind}.{p}.weight"], None) for p in ("q", "k", "v", "o"))
