@@ -143,10 +143,6 @@ class Hiding:
     def active(self) -> bool:
         return bool(self.hidden)
 
-    def describe(self) -> str:
-        """'[CLS], [SEP] hidden; rows renormalized' (titles and headers)."""
-        return f"{', '.join(dict.fromkeys(self.labels))} hidden; rows renormalized"
-
 
 def hide(trace: Trace, spec: HideSpec | None) -> Trace:
     """``trace`` with ``spec``'s tokens marked hidden (the same trace when ``spec`` is None); an
@@ -165,6 +161,22 @@ def hide(trace: Trace, spec: HideSpec | None) -> Trace:
 def _hiding(tokens: Tokens, hidden: Sequence[int], note: str | None) -> Hiding:
     kept = tuple(i for i in range(len(tokens)) if i not in set(hidden))
     return Hiding(tuple(hidden), kept, tuple(tokens.labels[i] for i in hidden), note)
+
+
+def cut(trace: Trace) -> list[Hiding]:
+    """What a ``shown()`` trace left out: its rows' hiding and, for cross-attention, its columns'
+    (the source's), the active ones; none for a trace that is not ``shown()``."""
+    if not trace.renormalized:
+        return []
+    return [h for h in (trace.hiding, trace.key_hiding) if h is not None and h.active]
+
+
+def hidden_text(trace: Trace) -> str | None:
+    """'[CLS], [SEP] hidden; rows renormalized' for a ``shown()`` trace with hidden tokens, else None."""
+    hidden = cut(trace)
+    if not hidden:
+        return None
+    return f"{', '.join(dict.fromkeys(label for h in hidden for label in h.labels))} hidden; rows renormalized"
 
 
 def renormalize(weights: torch.Tensor, kept: Sequence[int], rows: Sequence[int] | None = None) -> torch.Tensor:
@@ -196,8 +208,7 @@ def shown(trace: Trace) -> Trace:
         columns = key_hiding.kept if key_hiding is not None and key_hiding.active else tuple(range(len(trace.key_tokens)))
         cross = tuple(_with_norms_cut(_layer(layer, columns, rows), columns, rows) for layer in trace.layers)
         return dataclasses.replace(
-            trace, tokens=trace.tokens.subset(rows), key_tokens=trace.key_tokens.subset(columns), layers=cross, renormalized=True,
-            hiding=hiding if rows_cut else Hiding((), rows, ()),
+            trace, tokens=trace.tokens.subset(rows), key_tokens=trace.key_tokens.subset(columns), layers=cross, renormalized=True
         )  # fmt: skip
     assert hiding is not None
     tokens = trace.tokens.subset(hiding.kept)

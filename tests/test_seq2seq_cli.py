@@ -581,3 +581,11 @@ def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
     assert [tr["stack"] for tr in manifest(t.page())["traces"]] == ["encoder", "decoder", "cross"]
     fig = cross.heatmap(heads=(0,))
     assert [a for a in fig.axes if a.images][0].images[0].get_array().shape == tuple(expected.shape)
+
+
+def test_hiding_only_source_tokens_names_them(folders: dict[str, Path]) -> None:
+    """A token only the source has: cross-attention's titles and the page name it (the decoder's rows hide nothing)."""
+    folder = str(folders["bart"])
+    table = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "mat", "-F", "table", "--show", "weights").stdout
+    assert "␣mat hidden; rows renormalized" in " ".join(table.split()) and ",  hidden" not in table
+    assert "Hidden: source columns ␣mat" in " ".join(table.split())

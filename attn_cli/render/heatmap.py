@@ -27,6 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
+from attn_cli.hiding import hidden_text
 from attn_cli.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
@@ -678,10 +679,10 @@ def generated_line(run: Run) -> str:
 
 def hidden_line(run: Run) -> str:
     """A title line naming what --hide-tokens left out of a ``shown()`` trace; else ""."""
-    hiding = run.hiding
-    if not run.renormalized or hiding is None:
+    hidden = hidden_text(run)
+    if hidden is None:
         return ""
-    line = f"\n{hiding.describe()} over the {len(hiding.kept)} tokens shown"
+    line = f"\n{hidden} over the {len(run.columns)} tokens shown"
     if any(bool(layer.weights.isnan().any()) for layer in run.layers):
         line += " (grey rows: all their weight was on hidden tokens)"
     return line

@@ -27,6 +27,7 @@ from rich.rule import Rule
 from rich.style import Style
 from rich.text import Text
 
+from attn_cli.hiding import hidden_text
 from attn_cli.render.fasttable import Table
 from attn_cli.render.fit import fit_columns, spans
 
@@ -536,9 +537,9 @@ def square_table(
 def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     result = run.result
     formula, _ = scaling(run)
-    hiding = run.hiding if run.renormalized else None
-    if hiding is not None:
-        title = _title("Attention weights", f"  softmax({formula}), {hiding.describe()}{_head_suffix(run, head)}")
+    hidden = hidden_text(run)
+    if hidden is not None:
+        title = _title("Attention weights", f"  softmax({formula}), {hidden}{_head_suffix(run, head)}")
     else:
         title = _title("Attention weights", f"  softmax({formula}) over each row{_head_suffix(run, head)}")
     extra = "; before dropout (the JSON has dropped_weights)" if result.dropped_weights is not None else ""
@@ -550,10 +551,10 @@ def rollout_table(run: Run, precision: int = 4) -> FittedTable:
     position through the layers, drawn as a weights table (its rows sum to 1)."""
     rollout = run.rollout
     assert rollout is not None, "a rollout table needs a trace computed with --rollout"
-    hiding = run.hiding if run.renormalized else None
+    hidden = hidden_text(run)
     through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
     rest = f"  of {through}: each layer's mean over all heads, half residual (I), multiplied"
-    title = _title("Attention rollout", rest + (f"; {hiding.describe()}" if hiding is not None else ""))
+    title = _title("Attention rollout", rest + (f"; {hidden}" if hidden is not None else ""))
     return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
 
 
@@ -577,9 +578,8 @@ def rows_table(
             best[i] = int(weights[i].nan_to_num(-1.0).argmax())  # (T,) -> () the first of equal maxima
         return WeightCell(fmt(w, precision), w, best=j == best[i])
 
-    hiding = run.hiding if run.renormalized else None
     lead = f"{what}; " if what else ""
-    if hiding is not None:
+    if hidden_text(run) is not None:
         caption = f"{lead}rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
         if weights.isnan().any():
             caption += "; —: the row put all its weight on hidden tokens, nothing is left to renormalize"

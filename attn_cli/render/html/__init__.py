@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.hiding import cut
 from attn_cli.render.commands import command_line
 from attn_cli.render.fit import spans
 from attn_cli.traces import EXTERNAL, STACKS
@@ -367,11 +368,12 @@ def _predictions(trace: Trace) -> dict[str, Any] | None:
 def _header_rows(trace: Trace) -> list[list[str]]:
     model, tokens = trace.model, trace.tokens
     rows = [["tokenizer", tokens.tokenizer], ["tokens", str(len(tokens))]]
-    if trace.renormalized and trace.hiding is not None:
-        hiding = trace.hiding
-        rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
+    for hiding in cut(trace):  # the rows' tokens; cross-attention's source columns apart
+        source = hiding is trace.key_hiding
+        if not source:
+            rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
         rows.append([
-            "hidden",
+            "hidden in the source" if source else "hidden",
             f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {spans(hiding.hidden)}): "
             f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
         ])
