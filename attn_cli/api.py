@@ -100,7 +100,6 @@ def trace(
         layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
         heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
         hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
-        stacks=True,  # an encoder-decoder's three stacks, with target=
         **trained,
     )
     source = spec.open()

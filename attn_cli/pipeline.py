@@ -316,7 +316,6 @@ class PairSource(_Batches):
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         check_text(text)
         spec, info = self.spec, self.info
-        self._check_command()
         if spec.pair is not None or spec.truncate:
             flag = "--pair" if spec.pair is not None else "--truncate"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
@@ -419,17 +418,9 @@ class PairSource(_Batches):
         except UsageError as err:
             raise UsageError(f"{err} (the {stack} stack)") from None
 
-    def _check_command(self) -> None:
-        if not self.spec.stacks:
-            raise UsageError(
-                f"{self.info.name} is an encoder-decoder ({self.info.family}): this command does not draw its three stacks yet; "
-                f"`run`, `heatmap`, `html`, `heads` and `explain` with --target show them"
-            )
-
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:
         """The repeated-token probe reads the decoder's self-attention: its inputs are
         ``decoder_start_token_id`` and the probe's ids (the encoder reads the text, see ``trace_ids``)."""
-        self._check_command()
         if self.spec.stack != "decoder":
             return "the repeated-token probe reads a decoder's self-attention: heads --stack decoder runs it"
         return (self.checkpoint.model.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()

@@ -36,7 +36,6 @@ class SourceSpec:
     saved: str | None = None  # --from FILE: re-draw the trace a schema-2 JSON holds; no model runs
     target: str | None = None  # --target: an encoder-decoder's decoder text (teacher-forced)
     stack: str | None = None  # --stack: the stack tables show (encoder, decoder, cross); None: cross
-    stacks: bool = False  # the command shows an encoder-decoder's stacks (run, for now); others refuse one
 
     @property
     def trained(self) -> bool:

@@ -183,6 +183,12 @@ class Trace(Generic[LayerT]):
         """The tokens the weights' columns (the keys) stand for."""
         return self.key_tokens if self.key_tokens is not None else self.tokens
 
+    def in_stack(self, name: str | None) -> Trace:
+        """What one-stack views (tables, pictures, explain, heads) draw: an encoder-decoder's stack
+        ``name`` (cross-attention by default), a model of one stack's trace as it is (naming a
+        stack for it is a UsageError)."""
+        return self.stack(name or "cross") if self.target_tokens is not None or name is not None else self
+
     def stack(self, name: str) -> Trace:
         """An encoder-decoder's stack ``name`` as a trace of its own, which every renderer draws:
         "encoder" (the source), "decoder" (the decoder's inputs, causal) or "cross" (rows: the

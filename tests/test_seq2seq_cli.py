@@ -122,7 +122,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
     folder = str(folders["bart"])
     gpt2 = str(checkpoints.built(tmp_path_factory, "seq2seq-cli-gpt2", checkpoints.build_gpt2))
     cases = [
-        (["compare", SOURCE, SOURCE, "--model", folder, "--target", TARGET], "with --target show them"),
+        (["compare", SOURCE, SOURCE, "--model", folder, "--target", TARGET], "with --target show its three stacks"),
         (["run", SOURCE, "--model", folder], "--target"),
         (["run", SOURCE, "--model", gpt2, "--target", TARGET], "has one stack"),
         (["run", SOURCE, "--target", TARGET], "--model"),
@@ -175,7 +175,7 @@ def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[st
     from attn_cli.render.heatmap import HeatmapOptions
     from attn_cli.source import SourceSpec
 
-    spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET, stacks=True)
+    spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET)
     trace = spec.open().run(SOURCE).stack(stack)
     data = json.loads(invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json").stdout)
     key = {"cross": "cross_layers", "decoder": "decoder_layers", "encoder": "layers"}[stack]
@@ -491,7 +491,7 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     from attn_cli.render.kinds import What
     from attn_cli.source import SourceSpec
 
-    trace = hide(SourceSpec(Config(), model=folder, target=TARGET, stacks=True).open().run(SOURCE), HideSpec.parse("special"))
+    trace = hide(SourceSpec(Config(), model=folder, target=TARGET).open().run(SOURCE), HideSpec.parse("special"))
     fig = heatmap_figure(trace.stack("cross"), HeatmapOptions(what=What.weights, heads=(0,)))
     (ax,) = [a for a in fig.axes if a.images]
     assert np.asarray(ax.images[0].get_array()).shape == (sum(not h for h in target_hidden), sum(not t["special"] for t in data["tokens"]))

@@ -90,6 +90,11 @@ def compare(
     from attn_cli.analysis.compare import check_models, check_texts, compare as compared
 
     source = spec.open()
+    if spec.target is not None or getattr(getattr(source, "info", None), "decoder_layers", None) is not None:
+        raise UsageError(
+            f"compare ranks the heads of one stack, and {spec.model} is an encoder-decoder: "
+            f"`run`, `heatmap`, `html`, `heads` and `explain` with --target show its three stacks"
+        )
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(source, everything=True, keep="weights")

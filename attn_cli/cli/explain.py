@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import enum
 from typing import Annotated
 
@@ -74,7 +72,6 @@ def explain(
     from attn_cli.render.explain import explain as build, to_rich, to_text
 
     check_model_only(spec, **{"--predict": predict})
-    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: one head of the stack --stack names (cross by default)
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
     source = spec.open()
     for note in source.notes:
@@ -82,8 +79,7 @@ def explain(
     layer, head = spec.one(source)
     parts = []
     for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,), predict=predict)), len(texts))):
-        if run.target_tokens is not None or spec.stack is not None:
-            run = run.stack(spec.stack or "cross")
+        run = run.in_stack(spec.stack)  # an encoder-decoder: one head of the stack --stack names
         try:
             position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")
         except UsageError as err:

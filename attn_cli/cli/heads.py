@@ -105,7 +105,6 @@ def heads(
       attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
     """
     check_model_only(spec, **{"--generate": generate, "--ablate": ablate is not None})
-    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: the stack --stack names
     picture = output is not None and output.suffix.lower().lstrip(".") in FORMATS
     if picture and ablate is None:
         raise UsageError(f"-o {output}: heads draws a picture of --ablate's losses; add --ablate zero|mean, or write .json, .csv or .txt")
@@ -129,8 +128,7 @@ def heads(
     def reports() -> Iterator[HeadsReport]:
         nonlocal probe_scores
         for trace in traces:
-            if trace.target_tokens is not None or spec.stack is not None:
-                trace = trace.stack(spec.stack or "cross")
+            trace = trace.in_stack(spec.stack)  # an encoder-decoder: the stack --stack names
             if probe is not None and probe_scores is None:
                 probe_scores = _probe_scores(source, probe, selection)
             report = _report(trace, probe, probe_note, probe_scores)

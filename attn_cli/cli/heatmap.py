@@ -148,7 +148,6 @@ def heatmap(
     from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
     check_model_only(spec, **{"--generate": generate})
-    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: the --stack chosen (cross by default)
     kind = what
     if rollout:
         if what not in (What.weights, What.rollout):
@@ -201,7 +200,7 @@ def heatmap(
         stem = fixed_name or slug(trace.text)
         drawn = pictures
         if trace.target_tokens is not None or spec.stack is not None:  # an encoder-decoder: one stack drawn, its heads
-            trace = trace.stack(spec.stack or "cross")
+            trace = trace.in_stack(spec.stack)
             drawn = [(h, (h,)) for h in trace.shown_heads] if split_heads else [(None, tuple(trace.shown_heads))]
         if numbered:
             stem = f"{stem}-{index:0{width}d}"

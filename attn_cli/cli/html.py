@@ -7,8 +7,6 @@ stdout and, with --open, hands it to the system's browser.
 
 from __future__ import annotations
 
-import dataclasses
-
 import enum
 import os
 import shlex
@@ -88,7 +86,6 @@ def html(
       attn-cli html "The cat sat on the mat" --model "$M" --rollout --norms -o analyses.html
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder: its three stacks, a picker between them
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)
 

@@ -110,7 +110,6 @@ def run(
       attn-cli run "Once upon a time" --model gpt2 --generate 20 -F json | jq .generated_text
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    spec = dataclasses.replace(spec, stacks=True)  # an encoder-decoder's three stacks: JSON and CSV have all, tables one
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
     shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key), ("--stack", stack_shapes)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
@@ -188,8 +187,7 @@ def _tables(
     parts = []
     for i, result in enumerate(runs):
         view = base
-        if result.target_tokens is not None or spec.stack is not None:  # an encoder-decoder: one stack's tables
-            result = result.stack(spec.stack or "cross")
+        result = result.in_stack(spec.stack)  # an encoder-decoder: one stack's tables (JSON and CSV have all)
         if focused:
             rows, columns = result.tokens, result.columns  # cross-attention: --key names a source token
             try:
