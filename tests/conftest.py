@@ -13,6 +13,25 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 
 
+# A BLAS whose sums depend on the thread count, on every machine: executed first in a
+# child process, it makes ``a @ b`` on more than one torch thread add its inner sums in
+# two halves (the same additions in another order, as MKL's AVX2 path does on some
+# matrices), and leaves one thread exactly as it was. The thread tests' controls then
+# show a difference whatever this machine's BLAS does (an AVX-512 or AMD machine often
+# sums the same on 1 and 2 threads, so a control that relied on it showed nothing), and
+# a positive test passes only if the toy really runs its products on one thread.
+SPLIT_SUMS_ON_THREADS = """
+import torch as _torch
+_one_order = _torch.Tensor.__matmul__
+def _split_on_threads(a, b):
+    if _torch.get_num_threads() == 1 or a.dim() < 2 or b.dim() < 2 or a.shape[-1] < 2:
+        return _one_order(a, b)
+    half = a.shape[-1] // 2
+    return _one_order(a[..., :half], b[..., :half, :]) + _one_order(a[..., half:], b[..., half:, :])
+_torch.Tensor.__matmul__ = _split_on_threads
+"""
+
+
 def skip_or_fail(reason: str) -> NoReturn:
     """Skip a test this machine cannot run, saying why; fail it instead when ``CI`` is
     set (and not empty). .ci/run installs everything such tests need (the rank files,

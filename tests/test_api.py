@@ -112,14 +112,17 @@ def test_from_attentions_gives_the_checkpoints_numbers_page_and_picture(hf: dict
     outside = attn_cli.from_attentions(hf["attentions"], hf["tokens"], model_name="all-MiniLM-L6-v2")
     assert outside.model.family == "external" and list(outside.tokens.texts) == hf["tokens"]  # as given
     for layer in range(6):
-        torch.testing.assert_close(outside.weights(layer=layer), ours.weights(layer=layer), atol=1e-6, rtol=0)
+        assert torch.equal(outside.weights(layer=layer), hf["attentions"][layer][0])  # the numbers given, unchanged
+        # and the checkpoint's, as attn-cli computes them: equal to transformers' to 1e-5 (the engine's promise;
+        # 1e-6 failed on an AMD EPYC, whose BLAS rounds MiniLM's sums a little differently)
+        torch.testing.assert_close(outside.weights(layer=layer), ours.weights(layer=layer), atol=1e-5, rtol=0)
     a, b = outside.page(), ours.page()
     for la, lb in zip(manifest(a)["traces"][0]["layers"], manifest(b)["traces"][0]["layers"]):
         assert np.abs(chunk(a, la["weights"]).astype(int) - chunk(b, lb["weights"]).astype(int)).max() <= 1  # 4 decimals
     pictures = [t.heatmap(layer=3) for t in (outside, ours)]
     arrays = [[np.array(ax.images[0].get_array()) for ax in fig.axes if ax.images] for fig in pictures]
     for x, y in zip(*arrays):
-        np.testing.assert_allclose(x, y, atol=1e-6)
+        np.testing.assert_allclose(x, y, atol=1e-5)
     # numpy arrays and (H, T, T) layers too
     same = attn_cli.from_attentions([a[0].numpy() for a in hf["attentions"]], hf["tokens"])
     assert torch.equal(same.weights(layer=5), outside.weights(layer=5))
