@@ -15,7 +15,7 @@ import torch
 import checkpoints
 from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import decoder, gemma, gpt_neox, llama, olmo2, rotary
+from attn_cli.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
 from attn_cli.errors import ModelUnavailable
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -241,6 +241,38 @@ def test_a_family_step_left_out_fails_the_comparison(bug: str, folders, monkeypa
 
 
 # -- what is refused ------------------------------------------------------------------------
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_steps_written_in_place_give_transformers_formulas_bits(dtype: torch.dtype) -> None:
+    """RoPE half by half, the RMSNorms' gains and the gated activations written into their
+    own blocks: the same bits as transformers' formulas (x cos + rotate_half(x) sin;
+    weight * normed; act(gate) * up), full and partial rotary, on a heads-first view."""
+    torch.manual_seed(3)
+    x = torch.randn(40, 4, 16).to(dtype).transpose(0, 1)  # (H, T, Dk), a view as split_heads gives
+    for rotated in (16, 8):
+        angles = torch.randn(40, rotated // 2) * 10
+        both = torch.cat((angles, angles), dim=-1)
+        cos, sin = (both.cos() * 1.2).to(dtype), (both.sin() * 1.2).to(dtype)
+        part = x[..., :rotated]
+        want = torch.cat((part * cos + rotate_half(part) * sin, x[..., rotated:]), dim=-1)
+        assert torch.equal(rotary.turn(x, cos, sin), want), rotated
+    h, w = (torch.randn(2, 40, 32) * 3).to(dtype), (torch.rand(32) + 0.5).to(dtype)
+    before, x_before = h.clone(), x.clone()
+    wide = h.float()
+    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert torch.equal(decoder.norms.rms_norm(h, w, None, 1e-6), w * normed.to(dtype))
+    assert torch.equal(decoder.norms.rms_norm_plus_one(h, w, None, 1e-6), (normed * (1.0 + w.float())).to(dtype))
+    assert torch.equal(decoder.norms.rms_norm_wide_gain(h, w, None, 1e-6), (w.float() * normed).to(dtype))
+    assert torch.equal(h, before) and torch.equal(x, x_before)  # the inputs are left as they were (float32: h.float() is h)
+    for name in base.IN_PLACE:
+        gate = (torch.randn(40, 24) * 4).to(dtype)
+        assert torch.equal(base.activation(name, "k", "f", in_place=True)(gate.clone()), base.ACTIVATIONS[name](gate)), name
 
 
 @pytest.mark.parametrize(

@@ -513,10 +513,25 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def activation(name: Any, key: str, family: str) -> Callable[[torch.Tensor], torch.Tensor]:
+# The same kernels writing into their input, for the activations torch has them for: a
+# gated MLP's (T, F) blocks are a layer's largest, and each fresh one is mapped and faulted in.
+IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_python": torch.ops.aten.gelu_,
+    "gelu_pytorch_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "relu": torch.relu_,
+    "silu": lambda x: torch.nn.functional.silu(x, inplace=True),
+    "swish": lambda x: torch.nn.functional.silu(x, inplace=True),
+}
+
+
+def activation(name: Any, key: str, family: str, in_place: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """config.json's activation ``name``. ``in_place``: one that may overwrite its input and
+    returns its result (the input itself where torch has the kernel in place): for an input
+    nothing else reads."""
     if name not in ACTIVATIONS:
         raise ModelUnavailable(
             f"config.json {key} {name!r} is not one attn-cli computes for {family}; "
             f"supported: {', '.join(ACTIVATIONS)}"
         )
-    return ACTIVATIONS[name]
+    return IN_PLACE.get(name, ACTIVATIONS[name]) if in_place else ACTIVATIONS[name]

@@ -88,7 +88,7 @@ class Decoder(Family):
         self.max_positions = int(config.get("max_position_embeddings", 2048))
         self.vocab_rows = int(config.get("vocab_size", 32000))
         self.eps = float(config.get(self.eps_key, self.eps_default))
-        self.act = activation(self.activation_name(), self.act_key, self.family)
+        self.act = activation(self.activation_name(), self.act_key, self.family, in_place=True)
         if config.get("use_bidirectional_attention"):
             raise ModelUnavailable(
                 f"config.json use_bidirectional_attention: attn-cli computes {self.model_type} as a causal decoder only"
@@ -341,14 +341,19 @@ class Decoder(Family):
         return shared | torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=shared.device).tril(diagonal=-window)
 
     def mlp(self, t: LayerTensors, x: torch.Tensor) -> torch.Tensor:
-        """(T, D) -> (T, D) the feed-forward branch."""
+        """(T, D) -> (T, D) the feed-forward branch. The activation and the gating are
+        written into the gate's block (``self.act`` works in place where torch can; the
+        product commutes exactly): transformers' act(gate) * up, with two (T, F) blocks in
+        flight instead of four."""
         if "fc_in" in self.names:  # ungated: GPT-NeoX
             return self._linear(t, "fc_out")(self.act(self._linear(t, "fc_in")(x)))  # (T, D) -> (T, F) -> (T, D)
         if "gate_up" in self.names:  # Phi-3: [gate | up] rows of one matrix
             gate, up = self._linear(t, "gate_up")(x).chunk(2, dim=-1)  # (T, D) -> (T, 2F) -> (T, F) twice
         else:
             gate, up = self._linear(t, "gate")(x), self._linear(t, "up")(x)  # (T, D) -> (T, F) each
-        return self._linear(t, "down")(self.act(gate) * up)  # (T, F) -> (T, D)
+        gated = self.act(gate).mul_(up)  # (T, F) act(gate) * up, in the gate's block
+        del gate, up
+        return self._linear(t, "down")(gated)  # (T, F) -> (T, D)
 
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
         if self.parallel:  # both branches read the layer's input; summed as transformers orders it

@@ -20,21 +20,30 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def _normed(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """(..., D) x / rms(x) in float32: a new tensor, never x itself (the gains below are
+    multiplied into it in place)."""
     wide = x.float()  # (..., D)
     return wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)  # (..., D) float32
 
 
+def _times(y: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+    """gain * y, written into y (a fresh tensor) where the product keeps y's dtype: the same
+    bits as transformers' ``weight * y`` (multiplication commutes exactly), without a
+    second (..., D) block to map."""
+    return y.mul_(gain) if gain.dtype == y.dtype else gain * y  # (..., D)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """RMSNorm as Llama, Mistral, Qwen, Phi-3: normed in float32, rounded back, then times the gain."""
-    return weight * _normed(x, eps).to(x.dtype)  # (..., D)
+    return _times(_normed(x, eps).to(x.dtype), weight)  # (..., D); .to: itself in float32, else a new tensor
 
 
 def rms_norm_wide_gain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """RMSNorm as OLMo 2: the gain applied in float32, then rounded back."""
-    return (weight.float() * _normed(x, eps)).to(x.dtype)  # (..., D)
+    return _times(_normed(x, eps), weight.float()).to(x.dtype)  # (..., D)
 
 
 def rms_norm_plus_one(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """Gemma's RMSNorm: x / rms(x) * (1 + weight), multiplied in float32, then rounded back
     (a stored weight of 0 is the identity gain)."""
-    return (_normed(x, eps) * (1.0 + weight.float())).to(x.dtype)  # (..., D)
+    return _times(_normed(x, eps), 1.0 + weight.float()).to(x.dtype)  # (..., D)
