@@ -116,6 +116,8 @@ def test_tables_show_cross_attention_by_default_and_another_stack_when_asked(fol
     assert "␣mat" not in header
     encoder = invoke("run", SOURCE, "--model", folder, "--target", TARGET, "-F", "table", "--stack", "encoder", "--show", "weights").stdout
     assert "encoder self-attention" in encoder and "␣dog" not in encoder
+    for shown in (table, decoder, encoder):  # the rule on top names both texts, whichever stack is shown
+        assert f"{SOURCE} → {TARGET}" in shown.splitlines()[0]
 
 
 def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -393,7 +393,9 @@ def described(chosen: Sequence[int], total: int) -> str:
 
 def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
     where = f"text {index + 1} of {total}: " if index is not None and total > 1 else ""
-    shown = run.text if len(run.text) <= 200 else run.text[:200] + ELLIPSIS
+    # one stack of an encoder-decoder: the source and the target, whichever the stack reads
+    text = run.text if run.stack_texts is None else " → ".join(run.stack_texts)
+    shown = text if len(text) <= 200 else text[:200] + ELLIPSIS
     title = Text(where + printable(shown), no_wrap=True, overflow="ellipsis")
     return Rule(title, align="left", style="dim")
 
