@@ -19,7 +19,9 @@ SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 # matrices), and leaves one thread exactly as it was. The thread tests' controls then
 # show a difference whatever this machine's BLAS does (an AVX-512 or AMD machine often
 # sums the same on 1 and 2 threads, so a control that relied on it showed nothing), and
-# a positive test passes only if the toy really runs its products on one thread.
+# a positive test passes only if the toy really runs its products on one thread. Only the
+# ``@`` operator is patched: the toy (attention.py) and the emitted scripts write every
+# product with it (torch.matmul, mm, bmm and F.linear are left as they are).
 SPLIT_SUMS_ON_THREADS = """
 import torch as _torch
 _one_order = _torch.Tensor.__matmul__

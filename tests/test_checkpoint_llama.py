@@ -177,7 +177,8 @@ def test_a_dtype_or_device_that_is_not_there_is_a_usage_error(folders) -> None:
 
 
 def interleaved(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The other RoPE convention: pairs (2i, 2i + 1), as Meta's original code (complex numbers)."""
+    """The other pairing convention: dimensions (2i, 2i + 1) turn together, as in Meta's original
+    code (complex numbers), instead of (i, i + R/2); cos and sin are split the same way here."""
     return x[..., 0::2], x[..., 1::2]  # (..., Dk/2) each
 
 

@@ -226,9 +226,9 @@ class Rotary:
 def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """(heads, T, Dk): the first R dimensions rotated by (T, R) cos and sin, the rest as they were.
 
-    transformers computes x · cos + rotate_half(x) · sin, rotate_half(x) = (-x2, x1): five
-    (heads, T, R)-sized temporaries. The same products and sums, written half by half into
-    the result with one half-sized scratch: x1 · cos1 - x2 · sin1 (adding (-x2) · sin1 is
+    transformers computes x · cos + rotate_half(x) · sin, rotate_half(x) = (-x2, x1): four and
+    a half (heads, T, R)-sized blocks, the result among them. The same products and sums,
+    written half by half into the result with one half-sized scratch: x1 · cos1 - x2 · sin1 (adding (-x2) · sin1 is
     subtracting x2 · sin1, exactly) and x2 · cos2 + x1 · sin2, so the same bits in every
     dtype, with a third of the memory to map (a fresh block costs its page faults, which
     were a tenth of a Qwen3 forward)."""
