@@ -191,7 +191,7 @@ def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[st
     np.testing.assert_allclose(drawn, np.array(shown["heads"][0]["weights"]), atol=1e-6)
     assert [t.get_text() for t in ax.get_xticklabels()] == columns and [t.get_text() for t in ax.get_yticklabels()] == rows
     if stack == "cross":
-        assert "cross-attention" in fig._suptitle.get_text() and "← “The cat sat on the mat.”" in fig._suptitle.get_text()
+        assert "cross-attention" in fig._suptitle.get_text() and "” ← “The cat sat on the mat.”" in fig._suptitle.get_text()  # target ← source
     model = model_view_figure(trace, HeatmapOptions(what=What.weights))
     panels = [a for a in model.axes if a.images]
     assert len(panels) == len(trace.layers) * len(trace.shown_heads)

@@ -31,7 +31,7 @@ from attn_cli.hiding import hidden_text
 from attn_cli.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
-from attn_cli.render.titles import fit_title, title_font
+from attn_cli.render.titles import FROM, fit_title, title_font
 from attn_cli.traces import Trace as Run
 from attn_cli.tokens import Tokens, visible
 
@@ -653,7 +653,7 @@ def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
     if run.key_text is not None:  # cross-attention: the target's rows read the source
         source = " ".join(run.key_text.split())
         source = source if len(source) <= 60 else source[:59] + "…"
-        return [[f"{headline}: “{text}”", f"← “{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
+        return [[f"{headline}: “{text}”", f"{FROM}“{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
     return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
 
 

@@ -20,6 +20,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
 JOIN = " · "
+FROM = "← "  # a part that begins so continues the part before it (a cross-attention's source): a space, not JOIN
 MIN_TITLE_FONT = 7.0  # points; below this a title is not worth reading on paper
 
 
@@ -47,7 +48,7 @@ def fit_title(lines: Sequence[Sequence[str]], width: float, size: float) -> str:
     for parts in lines:
         pieces: list[tuple[str, str]] = []  # (what joins it to the piece before, the piece)
         for part in parts:
-            joiner = JOIN if pieces else ""
+            joiner = ("" if not pieces else " " if part.startswith(FROM) else JOIN)
             if text_width(part, size) <= width:
                 pieces.append((joiner, part))
             elif _shortened_whole(part):
