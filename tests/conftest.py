@@ -13,6 +13,12 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 
 
+# MKL's AVX2 code path sums some small matrix products in an order that depends on the
+# thread count (the machine issue 18 was found on took it by default); asking for it makes
+# a thread-count difference show on some AVX-512 machines too, not on every one (an AMD
+# EPYC summed most of the thread tests' cases alike), hence SPLIT_SUMS_ON_THREADS below.
+MKL_AVX2 = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
 # A BLAS whose sums depend on the thread count, on every machine: executed first in a
 # child process, it makes ``a @ b`` on more than one torch thread add its inner sums in
 # two halves (the same additions in another order, as MKL's AVX2 path does on some

@@ -240,9 +240,6 @@ def test_a_family_step_left_out_fails_the_comparison(bug: str, folders, monkeypa
     checkpoints.assert_bug_caught(folders(name), CHECKPOINTS[name][1], perturb, monkeypatch, flagged)
 
 
-# -- what is refused ------------------------------------------------------------------------
-
-
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -273,6 +270,9 @@ def test_the_steps_written_in_place_give_transformers_formulas_bits(dtype: torch
     for name in base.IN_PLACE:
         gate = (torch.randn(40, 24) * 4).to(dtype)
         assert torch.equal(base.activation(name, "k", "f", in_place=True)(gate.clone()), base.ACTIVATIONS[name](gate)), name
+
+
+# -- what is refused ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SPLIT_SUMS_ON_THREADS
+from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
@@ -84,12 +84,9 @@ wants = {name: test_emit.expected(Pipeline(test_emit._config(options, tmp)).run(
 Path(sys.argv[3]).write_text(json.dumps(wants), encoding="utf-8")
 """
 
-# MKL's AVX2 code path sums some small matrix products in an order that depends on
-# the thread count (the machine issue 18 was found on took it by default); asking
-# for it makes a thread-count difference show on some AVX-512 machines too. Not on
-# every one, so both processes also run SPLIT_SUMS_ON_THREADS (conftest): products on
-# two threads sum in another order on any machine.
-THREAD_SENSITIVE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"}
+# Both processes on two threads, with conftest's thread-sensitive BLAS settings (and
+# SPLIT_SUMS_ON_THREADS run first: products on two threads sum in another order on any machine).
+THREAD_SENSITIVE = {**MKL_AVX2, "OMP_NUM_THREADS": "2"}
 
 
 def _config(options: dict[str, Any], tmp_path: Path) -> Config:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SPLIT_SUMS_ON_THREADS
+from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
 from typer.testing import CliRunner
 
 from attn_cli import threads
@@ -55,12 +55,8 @@ def test_attention_flops_grow_with_the_square_of_the_text() -> None:
     assert 50 < large / small < 100
 
 
-# MKL's AVX2 code path sums some small matrix products in an order that depends on the
-# thread count (the machine issue 18 was found on took it by default); asking for it
-# makes a thread-count difference show on some AVX-512 machines too. Not on every one
-# (an AMD EPYC here summed most of these cases alike), so every child also runs
-# SPLIT_SUMS_ON_THREADS, a BLAS that sums differently on two threads on any machine.
-THREAD_SENSITIVE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# conftest's thread-sensitive BLAS settings; every child also runs SPLIT_SUMS_ON_THREADS first
+THREAD_SENSITIVE = MKL_AVX2
 LONG = " ".join(f"w{i % 97}" for i in range(400))
 # issue 18's two reports, and a causal multi-head one with every table
 TOY_CASES = [

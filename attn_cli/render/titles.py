@@ -48,7 +48,7 @@ def fit_title(lines: Sequence[Sequence[str]], width: float, size: float) -> str:
     for parts in lines:
         pieces: list[tuple[str, str]] = []  # (what joins it to the piece before, the piece)
         for part in parts:
-            joiner = ("" if not pieces else " " if part.startswith(FROM) else JOIN)
+            joiner = "" if not pieces else " " if part.startswith(FROM) else JOIN
             if text_width(part, size) <= width:
                 pieces.append((joiner, part))
             elif _shortened_whole(part):

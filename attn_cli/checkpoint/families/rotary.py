@@ -228,9 +228,9 @@ def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
     transformers computes x · cos + rotate_half(x) · sin, rotate_half(x) = (-x2, x1): four and
     a half (heads, T, R)-sized blocks, the result among them. The same products and sums,
-    written half by half into the result with one half-sized scratch: x1 · cos1 - x2 · sin1 (adding (-x2) · sin1 is
-    subtracting x2 · sin1, exactly) and x2 · cos2 + x1 · sin2, so the same bits in every
-    dtype, with a third of the memory to map (a fresh block costs its page faults, which
+    written half by half into the result with one half-sized scratch: x1 · cos1 - x2 · sin1
+    (adding (-x2) · sin1 is subtracting x2 · sin1, exactly) and x2 · cos2 + x1 · sin2, so the
+    same bits in every dtype, with a third of the memory to map (a fresh block costs its page faults, which
     were a tenth of a Qwen3 forward)."""
     rotated = cos.shape[-1]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (heads, T, Dk)
