@@ -1,7 +1,8 @@
-"""allocator.return_freed_memory: blocks a forward frees go back to the system (glibc)."""
+"""attn_cli.allocator: what a large forward and a streamed export ask of glibc's malloc."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,22 +10,34 @@ import textwrap
 
 import pytest
 
+from attn_cli import allocator
 from attn_cli.allocator import ENVIRONMENT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc policy, read from /proc")
+
+MB = 2**20
+
+# Each case runs in a child of its own: the malloc settings are the process's.
+PRELUDE = textwrap.dedent(
+    """
+    import json, resource, sys, torch
+    from attn_cli import allocator
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    if allocator._libc() is None:
+        print(json.dumps(None)); sys.exit()
+    """
+)
 
 # What a forward does to the heap: a large block freed (glibc then serves blocks up
 # to its size from the heap), then layer-sized blocks with small live allocations
 # between them (Python objects, small tensors), so freeing the blocks leaves holes
 # below the heap's top that glibc keeps.
-CHILD = textwrap.dedent(
+HOLES = textwrap.dedent(
     """
-    import sys, torch
-    from attn_cli.allocator import return_freed_memory
-    def rss():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096
-    print(return_freed_memory() if sys.argv[1] == "fixed" else None)
     big = torch.ones(6_000_000)  # 24 MB
     del big
     before = rss()
@@ -33,29 +46,99 @@ CHILD = textwrap.dedent(
         blocks.append(torch.ones(1_000_000))  # 4 MB
         pins.append(torch.ones(16_000))  # a small (64 kB) allocation after it
     del blocks
-    print((rss() - before) // 2**20)
     """
 )
 
 
-def retained_mb(mode: str) -> tuple[str, int]:
+def child(code: str, *args: str) -> object:
     env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
-    out = subprocess.run([sys.executable, "-c", CHILD, mode], env=env, capture_output=True, text=True, check=True)
-    set_here, retained = out.stdout.split()
-    return set_here, int(retained)
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    if result is None:
+        pytest.skip("this C library lacks mallopt, malloc_trim or mallinfo2 (not glibc 2.33 or later)")
+    return result
 
 
-def test_freed_blocks_go_back_to_the_system() -> None:
-    set_here, retained = retained_mb("fixed")
-    if set_here != "True":
-        pytest.skip("this C library has no mallopt (not glibc)")
-    assert retained < 16  # of the 160 MB allocated and freed
-    # the control: without it, glibc keeps the freed blocks (so the case above can fail)
-    assert retained_mb("default")[1] > 100
+def test_an_export_s_freed_blocks_go_back_to_the_system() -> None:
+    code = "fixed = sys.argv[1] == 'fixed' and allocator.return_freed_memory()\n" + HOLES + "print((rss() - before) // 2**20)"
+    assert child(code, "fixed") < 16  # of the 160 MB allocated and freed
+    assert child(code, "default") > 100  # the control: glibc keeps the freed blocks (so the case above can fail)
+
+
+LAYERS = """
+heap = allocator.LayerHeap(16 * 2**20, 20) if sys.argv[1] == "heap" else allocator.return_freed_memory()
+def layer():
+    x = torch.ones(1_000_000)
+    for _ in range(4):
+        x = x + 1.0  # a chain of 4 MB transients, each freed once the next exists
+    return x.sum()
+faulted = []
+for _ in range(8):
+    start = faults()
+    layer()
+    faulted.append((faults() - start) * 4096 // 2**20)
+print(json.dumps(faulted))
+"""
+
+
+def test_a_layer_s_blocks_are_reused_from_the_heap() -> None:
+    """Mapped afresh, each layer's transients cost their page faults; kept in the heap, a
+    block freed by one layer is the next one's without a fault."""
+    faulted = child(LAYERS, "heap")  # MB faulted in per layer
+    assert faulted[0] >= 8 and max(faulted[2:]) <= 4, faulted  # a layer of 16 MB of blocks
+    faulted = child(LAYERS, "fixed")  # the control: a 1 MiB threshold maps them afresh in every layer
+    assert min(faulted) >= 12, faulted
+
+
+GIVE_BACK = """
+heap = allocator.LayerHeap(16 * 2**20, 20)
+pins, blocks = [], []
+for _ in range(20):
+    blocks.append(torch.ones(1_000_000))  # 4 MB
+    pins.append(torch.ones(16_000))
+del blocks
+free, before = allocator.heap_free(), rss()
+given = heap.before_layer(int(sys.argv[1]))
+print(json.dumps([free // 2**20, given, (before - rss()) // 2**20]))
+"""
+
+
+def test_the_heap_s_free_memory_goes_back_only_where_it_could_raise_the_peak() -> None:
+    free, given, released = child(GIVE_BACK, "19")  # the last layer: no table is still to come
+    assert free >= 76 and given and released >= 70  # 80 MB freed into holes, unmapped
+    free, given, released = child(GIVE_BACK, "10")  # nine tables (144 MiB) to come cover the 80 MB
+    assert free >= 76 and not given and released < 8
+
+
+@pytest.mark.parametrize(
+    ("released", "growth", "given_at"), [(40, 0, [16, 17, 18, 19]), (10, 0, [16, 19]), (10, 8, [11, 16, 18, 19])]
+)
+def test_the_rule(monkeypatch: pytest.MonkeyPatch, released: int, growth: int, given_at: list[int]) -> None:
+    """The first give-back comes once glibc's count of free memory (50 MiB, an upper bound)
+    passes the tables still to come after the layer, (19 - k) * 16 MiB; later ones once
+    what the latest give-back released (the resident set before and after), plus what the
+    count grew by since (``growth`` MiB a layer), passes them."""
+    rss, free = [2**40], [50 * MB]
+    monkeypatch.setattr(allocator, "mapped_from", lambda nbytes, top=0: True)
+    monkeypatch.setattr(allocator, "heap_free", lambda: free[-1])
+    monkeypatch.setattr(allocator, "give_back", lambda: rss.append(rss[-1] - released * MB))
+    monkeypatch.setattr(allocator, "resident", lambda: rss[-1])
+    heap = allocator.LayerHeap(16 * MB, 20)  # 320 MiB of tables
+    given = []
+    for k in range(20):
+        if heap.before_layer(k):
+            given.append(k)
+        free.append(free[-1] + growth * MB)
+    assert given == given_at
+    small = allocator.LayerHeap(16 * MB, 15)  # 240 MiB: below LARGE_TRACE_BYTES, glibc left alone
+    assert not small.active and not small.before_layer(14)
 
 
 def test_the_environment_s_choice_is_kept() -> None:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    code = "from attn_cli.allocator import return_freed_memory; print(return_freed_memory())"
+    code = "from attn_cli import allocator; print(allocator.return_freed_memory(), allocator.LayerHeap(2**30, 1).active)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.split() == ["False", "False"]

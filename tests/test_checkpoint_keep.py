@@ -160,3 +160,30 @@ def test_select_passes_the_keep_level_on() -> None:
     source = Pipeline(spec.config)
     assert spec.select(source, everything=True).keep == "all"
     assert spec.select(source, everything=True, keep="weights") == Selection((0,), tuple(range(source.n_heads)), "weights", everything=True)
+
+
+@pytest.mark.parametrize("keep", ["weights", "all"])
+def test_a_large_trace_s_tables_have_mappings_of_their_own_and_the_same_bits(
+    folder: Path, keep: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From LARGE_TRACE_BYTES of kept tables, a float32 forward writes each layer's weights
+    into a mapping of its own (allocator.LayerHeap.table), not a block glibc may place in
+    the heap: the same numbers. The control: a small trace's tables are ordinary blocks."""
+    from attn_cli import allocator
+
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    small = ckpt.trace(tokens, [2, 0], keep)
+    monkeypatch.setattr(allocator, "LARGE_TRACE_BYTES", 0)
+    large = ckpt.trace(tokens, [2, 0], keep)
+    if allocator._libc() is None:
+        pytest.skip("the allocator is left alone here (not glibc 2.33 or later)")
+    for a, b in zip(small, large):
+        assert torch.equal(a.weights, b.weights)
+        assert a.weights.untyped_storage().resizable() and not b.weights.untyped_storage().resizable()
+    # the control: an attention that dropped the block it was given would keep an ordinary one
+    import attn_cli.attention as attention
+
+    attention_weights = attention.attention_weights
+    monkeypatch.setattr(attention, "attention_weights", lambda *a, out=None, **k: attention_weights(*a, **k))
+    assert ckpt.trace(tokens, [2, 0], keep)[0].weights.untyped_storage().resizable()

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from attn_cli.allocator import LARGE_TRACE_BYTES, return_freed_memory
+from attn_cli.allocator import LayerHeap
 from attn_cli.analysis.norms import with_norms
 from attn_cli.analysis.rollout import RolloutAccumulator
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
@@ -264,46 +264,52 @@ def forward(
     kept is handed back as float32 on the CPU, the way every renderer reads it.
     """
     wanted = set(layers)
-    if len(wanted) * family.heads * len(tokens) ** 2 * 4 >= LARGE_TRACE_BYTES:
-        return_freed_memory()  # a layer's freed blocks go back to the system, not into the next layer's peak
+    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
     kept: dict[int, LayerWeights] = {}
-    with torch.inference_mode():
-        hidden = family.embed(weights, tokens)  # (T, D)
-        shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
-        shared = shared.to(device) if shared is not None else None
-        for index in range(last + 1):
-            t, layer = attention_step(family, weights, index, hidden, shared)
-            output = layer.output  # (T, D)
-            if rollout is not None:
-                rollout.add(layer.weights, layer.mask)
-            if index in wanted:
-                if norms:
-                    layer = with_norms(layer)
-                kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
-            # What is not kept goes now, before the MLP and the next layer allocate theirs:
-            # held until the next assignment, this layer's (H, T, T) weights would be a
-            # second one in flight beside the next layer's.
-            del layer
-            if index < last or whole:
-                hidden = family.finish_layer(t, hidden, output)  # (T, D)
+    try:
+        with torch.inference_mode():
+            hidden = family.embed(weights, tokens)  # (T, D)
+            shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+            shared = shared.to(device) if shared is not None else None
+            for index in range(last + 1):
+                heap.before_layer(len(kept))  # the heap's free memory back where it would raise the peak
+                t, layer = attention_step(family, weights, index, hidden, shared, heap)
+                output = layer.output  # (T, D)
+                if rollout is not None:
+                    rollout.add(layer.weights, layer.mask)
+                if index in wanted:
+                    if norms:
+                        layer = with_norms(layer)
+                    kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
+                # What is not kept goes now, before the MLP and the next layer allocate theirs:
+                # held until the next assignment, this layer's (H, T, T) weights would be a
+                # second one in flight beside the next layer's.
+                del layer
+                if index < last or whole:
+                    hidden = family.finish_layer(t, hidden, output)  # (T, D)
+    finally:
+        heap.done()  # glibc trims the heap's top again, whatever ended the forward
     return Forward([kept[index] for index in layers], hidden if whole else None)
 
 
 def attention_step(
-    family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None
+    family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None,
+    heap: LayerHeap | None = None,
 ) -> tuple[LayerTensors, LayerAttention]:
     """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
     ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
-    mask every layer starts from."""
+    mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
     t = LayerTensors(weights, family.layer_names(index))
     x = family.attention_input(t, hidden)  # (T, D)
     divisor, divisor_text = family.divisor(index)
     mask = family.layer_mask(index, shared)  # (T, T) or None
     bias, softcap = family.score_modifiers(index, hidden.shape[-2])  # (H or 1, T, T) or None, float or None
+    n_tokens = hidden.shape[-2]
+    table = heap.table((*hidden.shape[:-2], family.heads, n_tokens, n_tokens), hidden.dtype) if heap else None
     layer = multi_head(
         x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
-        functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap,
+        functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
     )  # fmt: skip
     return t, layer
 
@@ -402,13 +408,14 @@ def multi_head(
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
     source: torch.Tensor | None = None,
+    weights_out: torch.Tensor | None = None,
 ) -> LayerAttention:
     """One layer's multi-head attention over X (T, D), every tensor kept; keys and
     values per query head (a shared key/value head repeated for its group). X may have
     leading batch dimensions (B, T, D): the same operations, each tensor (B, ...) too
     (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
     cross-attention, the keys and values projected from it (an encoder's output), so the
-    weights are (H, T, S)."""
+    weights are (H, T, S). ``weights_out``: the block the weights are written into."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens, lead = x.shape[-2], x.shape[:-2]
     kv_heads = kv_heads or heads
@@ -425,7 +432,7 @@ def multi_head(
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(
-        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out
     )  # (H, T, Dv), (H, T, T)
     # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
     # the heads being views into the concat's columns
