@@ -304,8 +304,8 @@ def attention_step(
     x = family.attention_input(t, hidden)  # (T, D)
     divisor, divisor_text = family.divisor(index)
     mask = family.layer_mask(index, shared)  # (T, T) or None
-    bias, softcap = family.score_modifiers(index, hidden.shape[-2])  # (H or 1, T, T) or None, float or None
     n_tokens = hidden.shape[-2]
+    bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
     table = heap.table((*hidden.shape[:-2], family.heads, n_tokens, n_tokens), hidden.dtype) if heap else None
     layer = multi_head(
         x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
