@@ -148,7 +148,7 @@ class LayerHeap:
         (unmapped when the last tensor using it goes), or None: glibc serves even a block
         above the threshold from the heap when the heap has room for it, and a kept table
         there is a hole's worth of heap the next layers' blocks cannot reuse (the heap
-        grew by about 2 MB a layer, each layer faulting in fresh memory)."""
+        grew by 2-4 MB a layer, each layer faulting in fresh memory)."""
         import torch
 
         count = math.prod(shape)

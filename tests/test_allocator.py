@@ -22,9 +22,7 @@ PRELUDE = textwrap.dedent(
     """
     import json, resource, sys, torch
     from attn_cli import allocator
-    def rss():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096
+    rss = allocator.resident
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     if allocator._libc() is None:
