@@ -91,6 +91,52 @@ def test_a_layer_s_blocks_are_reused_from_the_heap() -> None:
     assert min(faulted) >= 12, faulted
 
 
+POOL = """
+import mmap
+allocator.LARGE_TRACE_BYTES = 0
+if sys.argv[1] == "unpooled":
+    allocator.TablePool.give = lambda self, block: None
+def lazy_free():  # MB the kernel may take back without asking (MADV_FREE)
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("LazyFree:")) // 1024
+def forward(n_tables, size=4 * 2**20):
+    heap = allocator.LayerHeap(size, n_tables)
+    start, tables = faults(), []
+    for _ in range(n_tables):
+        tables.append(heap.table((size // 4,), torch.float32))
+        tables[-1].fill_(float(len(tables)))
+    return tables, (faults() - start) * 4096 // 2**20
+first, faulted_first = forward(8)  # 32 MB
+lazy = lazy_free()
+held = first[3][:10]  # a view keeps table 3's mapping
+addresses = {t.data_ptr() for t in first}
+del first
+lazy_after = lazy_free()
+second, faulted_second = forward(8)
+reused = sum(t.data_ptr() in addresses for t in second)
+survives = bool((held == 4.0).all())
+del second
+third, _ = forward(2)  # at most as many kept as the latest forward kept
+del third
+kept_after_two = len(allocator._POOL.free)
+other, faulted_other = forward(8, 2 * 2**20)  # tables of another size: the kept mappings go
+print(json.dumps([faulted_first, lazy_after - lazy, faulted_second, reused, survives, kept_after_two,
+                  len(allocator._POOL.free), faulted_other]))
+"""
+
+
+def test_a_dropped_trace_s_table_mappings_are_the_next_forward_s() -> None:
+    """A dropped trace's tables stay mapped, marked for the kernel to take when it needs
+    the memory (LazyFree), and the next forward of that table size writes into them
+    without faulting in fresh pages; a table a view still holds is never handed out."""
+    first, lazy, second, reused, survives, kept, emptied, other = child(POOL, "pooled")
+    assert first >= 30 and 24 <= lazy <= 32  # 8 tables of 4 MB faulted in; 7 marked (one is held)
+    assert second <= 6 and reused == 7 and survives  # the held table's mapping was not reused
+    assert kept == 2 and emptied == 0 and other >= 14
+    first, lazy, second, reused, survives, kept, emptied, other = child(POOL, "unpooled")  # the control
+    assert first >= 30 and lazy < 4 and second >= 30 and survives and kept == 0
+
+
 GIVE_BACK = """
 heap = allocator.LayerHeap(16 * 2**20, 20)
 pins, blocks = [], []

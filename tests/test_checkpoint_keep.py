@@ -187,3 +187,32 @@ def test_a_large_trace_s_tables_have_mappings_of_their_own_and_the_same_bits(
     attention_weights = attention.attention_weights
     monkeypatch.setattr(attention, "attention_weights", lambda *a, out=None, **k: attention_weights(*a, **k))
     assert ckpt.trace(tokens, [2, 0], keep)[0].weights.untyped_storage().resizable()
+
+
+def test_a_dropped_large_trace_s_tables_hold_the_next_one_s(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped large trace's table mappings are kept (allocator.TablePool) and the next
+    forward of the same size writes into them: the same numbers as a small trace's, and
+    a trace still held keeps its own. The control: with nothing kept, nothing is reused."""
+    from attn_cli import allocator
+
+    if allocator._libc() is None:
+        pytest.skip("the allocator is left alone here (not glibc 2.33 or later)")
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    other = ckpt.tokenizer.encode(TEXT.replace("cat", "dog").replace("mat", "log"))
+    assert len(other) == len(tokens)
+    expected = [layer.weights.clone() for layer in ckpt.trace(tokens, [2, 0], "weights")]
+    monkeypatch.setattr(allocator, "LARGE_TRACE_BYTES", 0)
+    held = ckpt.trace(tokens, [2, 0], "weights")
+    second = ckpt.trace(other, [2, 0], "weights")  # while the first is held: mappings of its own
+    assert not {a.weights.data_ptr() for a in held} & {b.weights.data_ptr() for b in second}
+    assert all(torch.equal(a.weights, e) for a, e in zip(held, expected))
+    del second
+    assert len(allocator._POOL.free) == 2
+    third = ckpt.trace(tokens, [2, 0], "weights")
+    assert not allocator._POOL.free and all(torch.equal(c.weights, e) for c, e in zip(third, expected))
+    del held, third
+    monkeypatch.setattr(allocator.TablePool, "give", lambda self, block: None)  # the control
+    fourth = ckpt.trace(tokens, [2, 0], "weights")
+    del fourth
+    assert not allocator._POOL.free
