@@ -211,7 +211,7 @@ class TablePool:
             return  # this was the last reference beside the caller's
         try:
             block.madvise(mmap.MADV_FREE)
-        except OSError:  # a kernel before 4.5
+        except (OSError, ValueError):  # a kernel before 4.5; a block closed already
             return
         self.free.append(block)
 

