@@ -3,6 +3,7 @@
     python bench/checkpoints.py            # every comparison (several minutes on 2 cores)
     python bench/checkpoints.py --quick    # fewer repetitions: a smoke check, not a result
     python bench/checkpoints.py --families # the newer families: Qwen3-0.6B-sized, Gemma-2-2B-shaped (4 layers)
+    python bench/checkpoints.py --families --rounds 5  # five rounds per case instead of three
 
 Each measurement runs in a fresh interpreter (so peak memory is that side's own),
 with an explicit torch thread count; sides alternate (A B A B) and the median
