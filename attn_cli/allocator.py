@@ -14,7 +14,8 @@ GPT-2-small's weights at 1,024 tokens, ``bench/checkpoints.py``).
 So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
 
 - writes each layer's float32 weights into an anonymous mapping of its own
-  (``LayerHeap.table``), unmapped when the trace lets the last view of it go;
+  (``LayerHeap.table``), which ``TablePool`` takes back when the trace lets the last
+  view of it go;
 - leaves the layers' other blocks to the heap (the mmap threshold at a table's size,
   the heap's top kept), so a block one layer frees is the next layer's without a
   page fault;
@@ -32,7 +33,7 @@ So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
 The first version fixed the threshold at 1 MiB instead, so that every freed block
 went back at once: the page faults of mapping each layer's blocks afresh (2.15 GB per
 Qwen3-0.6B-sized forward at 512 tokens) made that forward 1.19x transformers' time;
-this one takes about 1.0x (``bench/README.md``). A streamed export still asks for 1 MiB
+this one takes 0.94x (five rounds at one thread and at two, ``bench/README.md``). A streamed export still asks for 1 MiB
 (``return_freed_memory``): it frees each of its derived tables once.
 
 Not where the environment already chose (``MALLOC_MMAP_THRESHOLD_``,
@@ -155,7 +156,8 @@ class LayerHeap:
 
     def table(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An empty float32 block of ``shape`` for a layer's weights, in a mapping of its own
-        (unmapped when the last tensor using it goes), or None: glibc serves even a block
+        (a dropped table's, or a new one; ``TablePool`` takes it back when the last tensor
+        using it goes), or None: glibc serves even a block
         above the threshold from the heap when the heap has room for it, and a kept table
         there is a hole's worth of heap the next layers' blocks cannot reuse (the heap
         grew by 2-4 MB a layer, each layer faulting in fresh memory)."""
@@ -214,10 +216,6 @@ class TablePool:
         except (OSError, ValueError):  # a kernel before 4.5; a block closed already
             return
         self.free.append(block)
-
-    def release(self) -> None:
-        """Unmap every kept mapping now."""
-        self.free.clear()
 
 
 _POOL = TablePool()
