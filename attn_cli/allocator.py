@@ -33,8 +33,9 @@ So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
 The first version fixed the threshold at 1 MiB instead, so that every freed block
 went back at once: the page faults of mapping each layer's blocks afresh (2.15 GB per
 Qwen3-0.6B-sized forward at 512 tokens) made that forward 1.19x transformers' time;
-this one takes 0.94x (five rounds at one thread and at two, ``bench/README.md``). A streamed export still asks for 1 MiB
-(``return_freed_memory``): it frees each of its derived tables once.
+this one takes 0.94x (five rounds at one thread and at two, ``bench/README.md``). A
+streamed export still asks for 1 MiB (``return_freed_memory``): it frees each of its
+derived tables once.
 
 Not where the environment already chose (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``) or the C
@@ -157,10 +158,10 @@ class LayerHeap:
     def table(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An empty float32 block of ``shape`` for a layer's weights, in a mapping of its own
         (a dropped table's, or a new one; ``TablePool`` takes it back when the last tensor
-        using it goes), or None: glibc serves even a block
-        above the threshold from the heap when the heap has room for it, and a kept table
-        there is a hole's worth of heap the next layers' blocks cannot reuse (the heap
-        grew by 2-4 MB a layer, each layer faulting in fresh memory)."""
+        using it goes), or None: glibc serves even a block above the threshold from the
+        heap when the heap has room for it, and a kept table there is a hole's worth of
+        heap the next layers' blocks cannot reuse (the heap grew by 2-4 MB a layer, each
+        layer faulting in fresh memory)."""
         import torch
 
         count = math.prod(shape)
@@ -187,7 +188,7 @@ class TablePool:
     told (no ``MADV_FREE``), a dropped table's mapping is unmapped as before."""
 
     def __init__(self) -> None:
-        self.free: list[mmap.mmap] = []  # MADV_FREE'd, no tensor on them
+        self.free: list[mmap.mmap] = []  # MADV_FREE'd, no tensor on them, each of ``size`` bytes
         self.size, self.limit = 0, 0
 
     def serve(self, table_bytes: int, kept: int) -> None:
@@ -203,7 +204,7 @@ class TablePool:
             block = self.free.pop()
             # only this frame holds it (a tensor on it would hold a third reference):
             # always so where torch drops a storage's Python object with the storage
-            if sys.getrefcount(block) == 2 and len(block) == self.size:
+            if sys.getrefcount(block) == 2:
                 return block
         return None
 
