@@ -24,11 +24,13 @@ So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
   layer (a later layer's peak holds those anyway);
 - keeps the mappings of a dropped trace's tables for the next forward's tables of the
   same size (at most as many as the latest forward kept), marked ``MADV_FREE``: the
-  kernel takes their pages whenever it needs memory (``MemAvailable`` counts them),
-  and until then the next forward writes into them without faulting in fresh pages:
-  a (16, 512, 512) table's matmul took 18-19.5 ms into fresh pages here, 13-14 ms into
-  kept ones, and a Qwen3-0.6B-sized forward at 512 tokens keeps 448 MiB of them.
-  transformers' heap keeps its freed tables too, without telling the kernel.
+  kernel takes their pages whenever it needs memory (``MemAvailable`` counts them, and
+  ``attn_cli.budget`` does not count them against a cgroup's limit; under ``ulimit -v``
+  none is kept), and until then the next forward writes into them without faulting
+  in fresh pages: a (16, 512, 512) table's matmul took 18-19.5 ms into fresh pages
+  here, 13-14 ms into kept ones, and a Qwen3-0.6B-sized forward at 512 tokens keeps
+  448 MiB of them. transformers' heap keeps its freed tables too, without telling the
+  kernel.
 
 The first version fixed the threshold at 1 MiB instead, so that every freed block
 went back at once: the page faults of mapping each layer's blocks afresh (2.15 GB per
@@ -212,11 +214,20 @@ class TablePool:
         """A table's storage has gone: keep its mapping, or let it be unmapped."""
         if len(block) != self.size or len(self.free) >= self.limit or not hasattr(mmap, "MADV_FREE"):
             return  # this was the last reference beside the caller's
+        if _address_space_limited():
+            return  # under ``ulimit -v`` a kept mapping holds address space no kernel takes back
         try:
             block.madvise(mmap.MADV_FREE)
         except (OSError, ValueError):  # a kernel before 4.5; a block closed already
             return
         self.free.append(block)
+
+
+def _address_space_limited() -> bool:
+    """Whether the process has an address-space limit (``RLIMIT_AS``, ``ulimit -v``)."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
 
 
 _POOL = TablePool()

@@ -7,7 +7,9 @@ over it (the kernel's OOM killer, a MemoryError, the container's OOM killer):
 - the process's address-space limit ``RLIMIT_AS`` (``ulimit -v``), less what the
   process has already mapped (``/proc/self/statm``);
 - the cgroup's limit (v2 ``memory.max``, or v1 ``memory.limit_in_bytes``), less
-  what the cgroup already uses.
+  what the cgroup already uses, not counting this process's pages marked
+  ``MADV_FREE`` (a dropped large trace's tables, kept by ``attn_cli.allocator``): the
+  kernel takes those back under the cgroup's own pressure before anything fails.
 
 A limit that cannot be read is left out; with none readable the budget is
 unknown (``None``) and nothing is refused.
@@ -27,6 +29,7 @@ SHARE = 0.8
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PROC_CGROUP = Path("/proc/self/cgroup")
 _MEMINFO = Path("/proc/meminfo")
+_SMAPS_ROLLUP = Path("/proc/self/smaps_rollup")
 _NO_LIMIT = 2**60  # cgroup v1 writes "no limit" as a huge page-aligned number
 
 
@@ -50,13 +53,9 @@ def available_bytes() -> int | None:
 
 def mem_available() -> int | None:
     """The kernel's estimate of memory available without swapping."""
-    try:
-        with open(_MEMINFO, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    available = _kib_field(_MEMINFO, "MemAvailable:")
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -76,13 +75,33 @@ def address_space_left() -> int | None:
 
 
 def cgroup_left() -> int | None:
-    """The cgroup's memory limit less its usage; None without a limit."""
-    left = []
+    """The cgroup's memory limit less its usage (this process's lazily freed pages not
+    counted); None without a limit."""
+    left, lazy = [], None
     for limit_file, usage_file in _cgroup_files():
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and limit < _NO_LIMIT:
-            left.append(max(0, limit - (usage or 0)))
+            lazy = lazy_free() if lazy is None else lazy
+            left.append(max(0, limit - max(0, (usage or 0) - lazy)))
     return min(left, default=None)
+
+
+def lazy_free() -> int:
+    """Bytes of this process's pages marked ``MADV_FREE`` that the kernel has not taken
+    back yet (``LazyFree`` in ``/proc/self/smaps_rollup``); 0 where it cannot be read."""
+    return _kib_field(_SMAPS_ROLLUP, "LazyFree:") or 0
+
+
+def _kib_field(path: Path, name: str) -> int | None:
+    """Bytes of the ``name  N kB`` line of a /proc file, or None where it cannot be read."""
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith(name):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def check(

@@ -96,9 +96,13 @@ import mmap
 allocator.LARGE_TRACE_BYTES = 0
 if sys.argv[1] == "unpooled":
     allocator.TablePool.give = lambda self, block: None
+if sys.argv[1] == "limited":  # ulimit -v: 4 GiB more than is mapped now
+    import resource
+    mapped = int(open("/proc/self/statm").read().split()[0]) * 4096
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 2**32, resource.getrlimit(resource.RLIMIT_AS)[1]))
 def lazy_free():  # MB the kernel may take back without asking (MADV_FREE)
-    with open("/proc/self/smaps_rollup") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("LazyFree:")) // 1024
+    from attn_cli.budget import lazy_free
+    return lazy_free() // 2**20
 def forward(n_tables, size=4 * 2**20):
     heap = allocator.LayerHeap(size, n_tables)
     start, tables = faults(), []
@@ -134,6 +138,9 @@ def test_a_dropped_trace_s_table_mappings_are_the_next_forward_s() -> None:
     assert second <= 6 and reused == 7 and survives  # the held table's mapping was not reused
     assert kept == 2 and emptied == 0 and other >= 14
     first, lazy, second, reused, survives, kept, emptied, other = child(POOL, "unpooled")  # the control
+    assert first >= 30 and lazy < 4 and second >= 30 and survives and kept == 0
+    # under ulimit -v a kept mapping would hold address space the kernel never takes back
+    first, lazy, second, reused, survives, kept, emptied, other = child(POOL, "limited")
     assert first >= 30 and lazy < 4 and second >= 30 and survives and kept == 0
 
 
