@@ -157,7 +157,7 @@ class LayerHeap:
         self.released, self.free_after = max(0, before - resident()), heap_free()
         return True
 
-    def table(self, shape: tuple[int, ...], dtype: Any) -> Any:
+    def table(self, shape: tuple[int, ...], dtype: Any, device: Any = "cpu") -> Any:
         """An empty float32 block of ``shape`` for a layer's weights, in a mapping of its own
         (a dropped table's, or a new one; ``TablePool`` takes it back when the last tensor
         using it goes), or None: glibc serves even a block above the threshold from the
@@ -167,7 +167,7 @@ class LayerHeap:
         import torch
 
         count = math.prod(shape)
-        if not self.active or dtype != torch.float32 or count * 4 != self.table_bytes:
+        if not self.active or dtype != torch.float32 or count * 4 != self.table_bytes or torch.device(device).type != "cpu":
             return None
         block = _POOL.take() or mmap.mmap(-1, count * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         table = torch.frombuffer(block, dtype=torch.float32, count=count).view(shape)
@@ -204,23 +204,23 @@ class TablePool:
         """A kept mapping for a table, or None."""
         while self.free:
             block = self.free.pop()
-            # only this frame holds it (a tensor on it would hold a third reference):
+            # only this frame holds it (a tensor on it would hold one more reference):
             # always so where torch drops a storage's Python object with the storage
-            if sys.getrefcount(block) == 2:
+            if sys.getrefcount(block) <= _ONLY_HERE:
                 return block
         return None
 
     def give(self, block: mmap.mmap) -> None:
         """A table's storage has gone: keep its mapping, or let it be unmapped."""
-        if len(block) != self.size or len(self.free) >= self.limit or not hasattr(mmap, "MADV_FREE"):
-            return  # this was the last reference beside the caller's
-        if _address_space_limited():
-            return  # under ``ulimit -v`` a kept mapping holds address space no kernel takes back
+        if len(self.free) >= self.limit or not hasattr(mmap, "MADV_FREE") or _address_space_limited():
+            return  # this was the last reference beside the caller's; under ``ulimit -v`` a
+            # kept mapping would hold address space no kernel takes back
         try:
-            block.madvise(mmap.MADV_FREE)
+            if len(block) == self.size:
+                block.madvise(mmap.MADV_FREE)
+                self.free.append(block)
         except (OSError, ValueError):  # a kernel before 4.5; a block closed already
-            return
-        self.free.append(block)
+            pass
 
 
 def _address_space_limited() -> bool:
@@ -230,4 +230,13 @@ def _address_space_limited() -> bool:
     return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
 
 
+def _references_of_a_popped_item() -> int:
+    """What ``sys.getrefcount`` says of an object only the calling frame holds, popped from
+    a list as ``TablePool.take`` pops (the count differs between Python versions)."""
+    items = [object()]
+    item = items.pop()
+    return sys.getrefcount(item)
+
+
+_ONLY_HERE = _references_of_a_popped_item()
 _POOL = TablePool()

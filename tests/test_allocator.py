@@ -188,6 +188,17 @@ def test_the_rule(monkeypatch: pytest.MonkeyPatch, released: int, growth: int, g
     assert not small.active and not small.before_layer(14)
 
 
+def test_a_table_is_mapped_on_the_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward on another device writes its weights where its tensors are (a CPU block
+    handed to a CUDA matmul as ``out`` would fail): no table for it; the control, the CPU's."""
+    import torch
+
+    monkeypatch.setattr(allocator, "mapped_from", lambda nbytes, top=0: True)
+    heap = allocator.LayerHeap(16 * MB, 20)
+    assert heap.table((16, 512, 512), torch.float32, torch.device("cuda")) is None
+    assert heap.table((16, 512, 512), torch.float32, "cpu").shape == (16, 512, 512)
+
+
 def test_the_environment_s_choice_is_kept() -> None:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     code = "from attn_cli import allocator; print(allocator.return_freed_memory(), allocator.LayerHeap(2**30, 1).active)"
