@@ -167,7 +167,8 @@ class LayerHeap:
         import torch
 
         count = math.prod(shape)
-        if not self.active or dtype != torch.float32 or count * 4 != self.table_bytes or torch.device(device).type != "cpu":
+        on_cpu = torch.device(device).type == "cpu"
+        if not self.active or not on_cpu or dtype != torch.float32 or count * 4 != self.table_bytes:
             return None
         block = _POOL.take() or mmap.mmap(-1, count * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         table = torch.frombuffer(block, dtype=torch.float32, count=count).view(shape)
@@ -212,9 +213,10 @@ class TablePool:
 
     def give(self, block: mmap.mmap) -> None:
         """A table's storage has gone: keep its mapping, or let it be unmapped."""
+        # Returning drops the last reference beside the caller's, which unmaps the block.
+        # Under ``ulimit -v`` a kept mapping would hold address space no kernel takes back.
         if len(self.free) >= self.limit or not hasattr(mmap, "MADV_FREE") or _address_space_limited():
-            return  # this was the last reference beside the caller's; under ``ulimit -v`` a
-            # kept mapping would hold address space no kernel takes back
+            return
         try:
             if len(block) == self.size:
                 block.madvise(mmap.MADV_FREE)

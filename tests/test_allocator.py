@@ -97,9 +97,8 @@ allocator.LARGE_TRACE_BYTES = 0
 if sys.argv[1] == "unpooled":
     allocator.TablePool.give = lambda self, block: None
 if sys.argv[1] == "limited":  # ulimit -v: 4 GiB more than is mapped now
-    import resource
-    mapped = int(open("/proc/self/statm").read().split()[0]) * 4096
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + 2**32, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    from attn_cli.budget import _mapped_bytes
+    resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + 2**32, resource.getrlimit(resource.RLIMIT_AS)[1]))
 def lazy_free():  # MB the kernel may take back without asking (MADV_FREE)
     from attn_cli.budget import lazy_free
     return lazy_free() // 2**20

@@ -306,7 +306,8 @@ def attention_step(
     mask = family.layer_mask(index, shared)  # (T, T) or None
     n_tokens = hidden.shape[-2]
     bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
-    table = heap.table((*hidden.shape[:-2], family.heads, n_tokens, n_tokens), hidden.dtype, hidden.device) if heap else None
+    shape = (*hidden.shape[:-2], family.heads, n_tokens, n_tokens)  # the weights: (H, T, T), or (B, H, T, T)
+    table = heap.table(shape, hidden.dtype, hidden.device) if heap else None
     layer = multi_head(
         x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
         functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
