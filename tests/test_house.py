@@ -1,0 +1,90 @@
+"""The house's budgets (issue 33): no module over 400 lines, no function over 60, no import
+circle, lazy and TYPE_CHECKING imports counted. ``tools/house.py`` measures them.
+
+The debts below are what the house had when the budgets were set; each may only shrink.
+A new finding fails, a debt that grew fails, and a debt that is paid must leave the list
+(so the list says what is left). The issue is done when the lists are empty."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("house", REPO / "tools" / "house.py")
+house = importlib.util.module_from_spec(_spec)
+sys.modules["house"] = house
+_spec.loader.exec_module(house)
+
+# where -> the most lines it may still have
+DEBTS = {
+    "attn_cli/attention.py": 433,
+    "attn_cli/checkpoint/families/base.py": 545,
+    "attn_cli/cli/options.py": 679,
+    "attn_cli/emit.py": 486,
+    "attn_cli/pipeline.py": 517,
+    "attn_cli/render/explain/steps.py": 752,
+    "attn_cli/render/export.py": 732,
+    "attn_cli/render/heatmap.py": 699,
+    "attn_cli/render/html/__init__.py": 544,
+    "attn_cli/render/tables.py": 1013,
+    "attn_cli/saved.py": 495,
+    "attn_cli/api.py:trace": 67,
+    "attn_cli/checkpoint/families/base.py:multi_head": 65,
+    "attn_cli/cli/compare.py:compare": 106,
+    "attn_cli/cli/heads.py:heads": 103,
+    "attn_cli/cli/heatmap.py:heatmap": 164,
+    "attn_cli/cli/html.py:html": 72,
+    "attn_cli/cli/run.py:run": 78,
+    "attn_cli/emit.py:_attend": 61,
+    "attn_cli/pipeline.py:run": 85,
+    "attn_cli/render/compare.py:compare_figure": 68,
+    "attn_cli/render/explain/steps.py:matrix": 76,
+    "attn_cli/render/explain/steps.py:projection_blocks": 78,
+    "attn_cli/render/explain/steps.py:heads": 82,
+    "attn_cli/render/export.py:_csv_batches": 92,
+    "attn_cli/render/fasttable.py:_one_line_rows": 67,
+    "attn_cli/render/heads.py:heads_view": 115,
+    "attn_cli/render/html/__init__.py:_trace_manifest": 84,
+    "attn_cli/render/model_view.py:_model_view_figure": 76,
+    "attn_cli/render/tables.py:tokens_table": 62,
+    "attn_cli/saved.py:from_dict": 104,
+}
+# the sizes of the import circles still there, largest first
+CIRCLE_DEBTS = [18, 10]
+
+
+def test_no_new_oversized_module_or_function() -> None:
+    found = {f.where: f.size for f in house.oversized_modules() + house.oversized_functions()}
+    new = sorted(w for w in found if w not in DEBTS)
+    grown = sorted(f"{w}: {found[w]} > {DEBTS[w]}" for w in found if w in DEBTS and found[w] > DEBTS[w])
+    assert not new, f"over the budget (modules {house.MODULE_LINES} lines, functions {house.FUNCTION_LINES}): {new}"
+    assert not grown, f"debts that grew: {grown}"
+
+
+def test_paid_debts_leave_the_list() -> None:
+    found = {f.where for f in house.oversized_modules() + house.oversized_functions()}
+    paid = sorted(set(DEBTS) - found)
+    assert not paid, f"within the budget now: take them out of DEBTS: {paid}"
+
+
+def test_no_new_import_circle() -> None:
+    sizes = sorted((f.size for f in house.import_circles()), reverse=True)
+    assert len(sizes) <= len(CIRCLE_DEBTS), f"a new import circle: {house.import_circles()}"
+    assert all(s <= d for s, d in zip(sizes, CIRCLE_DEBTS)), f"a circle grew: {sizes} against {CIRCLE_DEBTS}"
+    assert sizes == CIRCLE_DEBTS, f"circles shrank to {sizes}: write that in CIRCLE_DEBTS"
+
+
+def test_the_checks_see_what_they_are_about(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg import b\n" + "    x = 1\n" * 60)
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\n")
+    (package / "c.py").write_text("from pkg.a import f\n" + "\n" * 400)
+    assert [f.where for f in house.oversized_modules(package)] == ["pkg/c.py"]
+    assert [f.where for f in house.oversized_functions(package)] == ["pkg/a.py:f"]
+    assert [f.where for f in house.import_circles(package)] == ["pkg.a -> pkg.b -> pkg.c"]
+    (package / "c.py").write_text("import pkg\n")  # the package itself is not a.py: no circle
+    assert house.import_circles(package) == []
