@@ -1,7 +1,7 @@
 """The Python API: attn-cli's traces and views from a notebook or a script.
 
 A front end like the command line (it reaches both the sources and the renderers),
-with the same errors: ``attn_cli.errors``' typed exceptions, whose messages are
+with the same errors: ``attn_cli.runtime.errors``' typed exceptions, whose messages are
 the command line's. ``Trace``'s notebook methods (``heatmap``, ``page``,
 ``to_json``...) call the functions here.
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -171,7 +171,7 @@ class View:
         return page(self.traces[0], view=self.view)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        from attn_cli.files import atomic_writer
+        from attn_cli.runtime.files import atomic_writer
 
         with atomic_writer(Path(os.fspath(path))) as f:
             f.write(self.html.encode("utf-8"))

@@ -26,8 +26,8 @@ from collections.abc import Callable
 import torch
 
 from attn_cli.config import Config, Init
-from attn_cli.errors import ConfigError
-from attn_cli.threads import using_threads
+from attn_cli.runtime.errors import ConfigError
+from attn_cli.runtime.threads import using_threads
 
 
 @dataclasses.dataclass(frozen=True)

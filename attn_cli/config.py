@@ -11,7 +11,7 @@ import enum
 import math
 from pathlib import Path
 
-from attn_cli.errors import ConfigError
+from attn_cli.runtime.errors import ConfigError
 
 DEFAULT_TOKENIZER = "gpt2"
 DEFAULT_SEED = 123  # the tutorials' habit (manual_seed(123))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from attn_cli.errors import EmbeddingsError, TooLargeError
+from attn_cli.runtime.errors import EmbeddingsError, TooLargeError
 from attn_cli.tokens import Tokens
 
 # An (vocab, D) float32 table bigger than this is refused rather than allocated.
@@ -183,7 +183,7 @@ def _read_npy(path: Path, n_tokens: int) -> list[list[float]]:
 
 def _check_memory(path: Path, numbers: int) -> None:
     """Refuse a file whose numbers would not fit, as Python lists and a tensor."""
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     budget.check(
         {"rows": numbers * _BYTES_PER_PARSED_NUMBER},

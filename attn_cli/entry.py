@@ -1,11 +1,11 @@
 """The process's entry point (the `attn-cli` script, `python -m attn_cli`): signals are
 taken care of before anything else is imported, so Ctrl-C at any moment of start-up
-ends the process in one line (``attn_cli.interrupts``), and the process ends through
+ends the process in one line (``attn_cli.runtime.interrupts``), and the process ends through
 ``interrupts.finish``, so a signal that comes while it exits is handled too."""
 
 import sys
 
-from attn_cli import interrupts
+from attn_cli.runtime import interrupts
 
 interrupts.install()
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     import torch

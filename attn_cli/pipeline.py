@@ -21,12 +21,12 @@ from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.attention import LayerWeights, Projections, make_projections, self_attention
 from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
-from attn_cli.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, UsageError, in_batch
+from attn_cli.runtime.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, UsageError, in_batch
 from attn_cli.rankfiles import DIR_ENV
 from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
 from attn_cli.source import TABLE_HEADS, SourceSpec
-from attn_cli import threads
-from attn_cli.threads import attention_flops, using_threads
+from attn_cli.runtime import threads
+from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.traces import TOY, IndexSpec, Keep, ModelInfo, Run, Selection, Trace
 
 __all__ = ["CheckpointSource", "PairSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
@@ -173,7 +173,7 @@ class Pipeline(_Batches):
             x = seeded_embeddings(tokens, config.d_model, config.seed, self._table(tokens.vocab_size, config))  # (T, D)
         if config.positional is Positional.sinusoidal:
             x = x + sinusoidal(len(tokens), x.shape[1])  # (T, D)
-        n_threads = threads.toy_threads()  # one: the same bytes on every machine (attn_cli.threads)
+        n_threads = threads.toy_threads()  # one: the same bytes on every machine (attn_cli.runtime.threads)
         with using_threads(n_threads):
             layer = self_attention(x, config, self._projections(config, x.shape[1]))
             if selection is not None and selection.norms:
@@ -463,9 +463,9 @@ def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -
 
 def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) -> None:
     """Refuse work whose estimated ``parts`` (bytes) would not fit in the memory at hand,
-    naming the biggest part (``culprits``: what it is, and the fix); ``attn_cli.budget``
+    naming the biggest part (``culprits``: what it is, and the fix); ``attn_cli.runtime.budget``
     decides what "at hand" is."""
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     describe = {name: what for name, (what, _) in culprits.items()}
     fixes = {name: fix for name, (_, fix) in culprits.items()}

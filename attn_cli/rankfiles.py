@@ -34,8 +34,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from attn_cli.errors import InputError, OutputError, TokenizerUnavailable, TooLargeError
-from attn_cli.files import home_folder, write_atomic
+from attn_cli.runtime.errors import InputError, OutputError, TokenizerUnavailable, TooLargeError
+from attn_cli.runtime.files import home_folder, write_atomic
 
 DIR_ENV = "ATTN_CLI_TIKTOKEN_DIR"
 DATA_DIR_ENV = "ATTN_CLI_DATA_DIR"

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.errors import AttnCliError, UsageError
+from attn_cli.runtime.errors import AttnCliError, UsageError
 from attn_cli.tokens import Tokens
 from attn_cli.traces import EXTERNAL, ModelInfo, Selection, Trace
 

@@ -81,7 +81,7 @@ class SourceSpec:
         heads = self.heads.resolve(n_heads, "head", default=[0])
         for chosen, spec in ((layers, self.layers), (heads, self.heads)):
             if len(chosen) != 1:
-                from attn_cli.errors import UsageError
+                from attn_cli.runtime.errors import UsageError
 
                 raise UsageError(f"{spec.flag} {spec.text}: this command follows one {spec.flag[2:]}; give a single index")
         return layers[0], heads[0]

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from attn_cli.errors import InputError, TokenizerError
+from attn_cli.runtime.errors import InputError, TokenizerError
 
 WORDS = "words"
 

@@ -50,7 +50,7 @@ import json, sys, time
 import torch
 from attn_cli.attention import self_attention
 from attn_cli.config import Config
-from attn_cli.threads import attention_flops
+from attn_cli.runtime.threads import attention_flops
 rows = []
 for n_tokens in (8, 32, 64, 128, 256, 512):
     config = Config(d_model=64, heads=4).resolved(64)

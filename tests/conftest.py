@@ -72,9 +72,9 @@ def offline_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.delenv("ATTN_CLI_TIKTOKEN_DIR", raising=False)
     monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
-    import attn_cli.budget
+    import attn_cli.runtime.budget
 
-    monkeypatch.setattr(attn_cli.budget, "FRESH_SECONDS", 0.0)  # tests that fake a limit see it at once
+    monkeypatch.setattr(attn_cli.runtime.budget, "FRESH_SECONDS", 0.0)  # tests that fake a limit see it at once
     monkeypatch.setenv("COLUMNS", "120")
     return home
 

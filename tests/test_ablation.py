@@ -132,10 +132,10 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
 
 
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
     from attn_cli.checkpoint import open_checkpoint
     from attn_cli.checkpoint.families import base
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime.errors import TooLargeError
 
     checkpoint = open_checkpoint(str(gpt2_folder))
     tokens = checkpoint.tokenizer.encode(TEXT)

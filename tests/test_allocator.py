@@ -1,4 +1,4 @@
-"""attn_cli.allocator: what a large forward and a streamed export ask of glibc's malloc."""
+"""attn_cli.runtime.allocator: what a large forward and a streamed export ask of glibc's malloc."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from attn_cli import allocator
-from attn_cli.allocator import ENVIRONMENT
+from attn_cli.runtime import allocator
+from attn_cli.runtime.allocator import ENVIRONMENT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc policy, read from /proc")
 
@@ -21,7 +21,7 @@ MB = 2**20
 PRELUDE = textwrap.dedent(
     """
     import json, resource, sys, torch
-    from attn_cli import allocator
+    from attn_cli.runtime import allocator
     rss = allocator.resident
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -97,10 +97,10 @@ allocator.LARGE_TRACE_BYTES = 0
 if sys.argv[1] == "unpooled":
     allocator.TablePool.give = lambda self, block: None
 if sys.argv[1] == "limited":  # ulimit -v: 4 GiB more than is mapped now
-    from attn_cli.budget import _mapped_bytes
+    from attn_cli.runtime.budget import _mapped_bytes
     resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + 2**32, resource.getrlimit(resource.RLIMIT_AS)[1]))
 def lazy_free():  # MB the kernel may take back without asking (MADV_FREE)
-    from attn_cli.budget import lazy_free
+    from attn_cli.runtime.budget import lazy_free
     return lazy_free() // 2**20
 def forward(n_tables, size=4 * 2**20):
     heap = allocator.LayerHeap(size, n_tables)
@@ -200,6 +200,6 @@ def test_a_table_is_mapped_on_the_cpu_only(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_the_environment_s_choice_is_kept() -> None:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    code = "from attn_cli import allocator; print(allocator.return_freed_memory(), allocator.LayerHeap(2**30, 1).active)"
+    code = "from attn_cli.runtime import allocator; print(allocator.return_freed_memory(), allocator.LayerHeap(2**30, 1).active)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

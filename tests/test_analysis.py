@@ -17,7 +17,7 @@ from attn_cli.analysis import rollout as rollout_module
 from attn_cli.analysis.norms import head_outputs, value_norms
 from attn_cli.analysis.rollout import rollout_of
 from attn_cli.config import Config
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline
 from attn_cli.source import SourceSpec
 from attn_cli.traces import Selection

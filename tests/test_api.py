@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import attn_cli
 from attn_cli.cli import app
-from attn_cli.errors import ExitStatus, UsageError
+from attn_cli.runtime.errors import ExitStatus, UsageError
 from html_support import chunk, manifest
 
 TEXT = "The cat sat on the mat"

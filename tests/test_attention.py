@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from attn_cli.attention import attention_weights, causal_mask, make_projections, self_attention
 from attn_cli.config import Config, Init
-from attn_cli.errors import ConfigError
+from attn_cli.runtime.errors import ConfigError
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -352,8 +352,9 @@ def test_memory_estimate_counts_the_projection_weights_and_the_table() -> None:
     ],
 )
 def test_check_memory_names_the_biggest_part(monkeypatch, options: dict, n_tokens: int, vocab_size: int, fix: str) -> None:
-    from attn_cli import budget, pipeline
-    from attn_cli.errors import TooLargeError
+    from attn_cli import pipeline
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
 
     config = Config(**options).resolved(options["d_model"])
     need = pipeline.estimate_bytes(config, n_tokens, vocab_size)

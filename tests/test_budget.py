@@ -1,4 +1,4 @@
-"""attn_cli.budget: the smallest of MemAvailable, RLIMIT_AS and the cgroup's limit,
+"""attn_cli.runtime.budget: the smallest of MemAvailable, RLIMIT_AS and the cgroup's limit,
 and the one check that names the biggest part and its fix."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attn_cli import budget
-from attn_cli.errors import ExitStatus, TooLargeError
+from attn_cli.runtime import budget
+from attn_cli.runtime.errors import ExitStatus, TooLargeError
 
 REPO = Path(__file__).resolve().parent.parent
 GiB = 2**30
@@ -101,7 +101,7 @@ def run_limited(code: str, limit: int) -> subprocess.CompletedProcess:
 def test_rlimit_as_is_the_budget_in_a_limited_process() -> None:
     result = run_limited(
         """
-        from attn_cli import budget
+        from attn_cli.runtime import budget
         left = budget.address_space_left()
         print(left, budget.available_bytes())
         """,

@@ -16,7 +16,7 @@ import checkpoints
 from attn_cli.attention import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 LONG = " ".join(checkpoints.CORPUS[:6]) * 2  # past every window and original_max_position_embeddings below

@@ -54,7 +54,7 @@ def test_roberta_positions_start_after_padding_idx(folders) -> None:
 
 
 def test_a_text_longer_than_the_position_rows_is_refused_before_running(folders) -> None:
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime.errors import TooLargeError
 
     ckpt = open_checkpoint(str(folders("roberta")))
     with pytest.raises(TooLargeError, match="takes at most 128 .its position table"):

@@ -18,7 +18,7 @@ import torch
 import checkpoints
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.files import WeightReader
-from attn_cli.errors import ExitStatus, ModelUnavailable, UsageError
+from attn_cli.runtime.errors import ExitStatus, ModelUnavailable, UsageError
 
 TEXT = "The cat sat on the mat."
 REPO = "tiny-org/tiny-gpt2"

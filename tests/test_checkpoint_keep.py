@@ -22,7 +22,7 @@ from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.model import Checkpoint
 from attn_cli.cli import app
 from attn_cli.config import Config
-from attn_cli.errors import TooLargeError
+from attn_cli.runtime.errors import TooLargeError
 from attn_cli.source import SourceSpec
 from attn_cli.traces import IndexSpec, Selection
 
@@ -82,7 +82,8 @@ def test_the_estimate_counts_only_what_is_kept(folder: Path) -> None:
 
 
 def test_a_run_refused_keeping_everything_goes_through_keeping_the_weights(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget, pipeline
+    from attn_cli import pipeline
+    from attn_cli.runtime import budget
 
     spec = SourceSpec(Config(), model=str(folder))
     source = spec.open()
@@ -169,7 +170,7 @@ def test_a_large_trace_s_tables_have_mappings_of_their_own_and_the_same_bits(
     """From LARGE_TRACE_BYTES of kept tables, a float32 forward writes each layer's weights
     into a mapping of its own (allocator.LayerHeap.table), not a block glibc may place in
     the heap: the same numbers. The control: a small trace's tables are ordinary blocks."""
-    from attn_cli import allocator
+    from attn_cli.runtime import allocator
 
     ckpt = open_checkpoint(str(folder))
     tokens = ckpt.tokenizer.encode(TEXT)
@@ -193,7 +194,7 @@ def test_a_dropped_large_trace_s_tables_hold_the_next_one_s(folder: Path, monkey
     """A dropped large trace's table mappings are kept (allocator.TablePool) and the next
     forward of the same size writes into them: the same numbers as a small trace's, and
     a trace still held keeps its own. The control: with nothing kept, nothing is reused."""
-    from attn_cli import allocator
+    from attn_cli.runtime import allocator
 
     if allocator._libc() is None:
         pytest.skip("the allocator is left alone here (not glibc 2.33 or later)")

@@ -164,7 +164,7 @@ def test_bfloat16_matches_transformers_in_bfloat16_bit_for_bit(name: str, folder
 
 
 def test_a_dtype_or_device_that_is_not_there_is_a_usage_error(folders) -> None:
-    from attn_cli.errors import UsageError
+    from attn_cli.runtime.errors import UsageError
 
     with pytest.raises(UsageError, match="--dtype float8"):
         open_checkpoint(str(folders("llama")), dtype="float8")
@@ -275,8 +275,9 @@ def seven_b(folders, tmp_path: Path) -> Path:
 def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     seven_b: Path, dtype: str, layers, refused: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from attn_cli import budget, pipeline
-    from attn_cli.errors import TooLargeError
+    from attn_cli import pipeline
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
     from attn_cli.traces import Selection
 
     ckpt = open_checkpoint(str(seven_b), dtype=dtype)
@@ -314,7 +315,7 @@ def test_dtype_and_device_need_a_model(flag: list[str]) -> None:
     from typer.testing import CliRunner
 
     from attn_cli.cli import app
-    from attn_cli.errors import ExitStatus
+    from attn_cli.runtime.errors import ExitStatus
 
     result = CliRunner().invoke(app, ["run", TEXT, *flag])
     assert result.exit_code == ExitStatus.USAGE

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import checkpoints
 from attn_cli.checkpoint.families import base
 from attn_cli.cli import app
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from attn_cli import __version__
 from attn_cli.cli import app
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 
 HEADLINE = "Life is short, eat dessert first"
 WORDS = ["--tokenizer", "words"]

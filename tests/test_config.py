@@ -8,7 +8,7 @@ import math
 import pytest
 
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
-from attn_cli.errors import ConfigError, ExitStatus
+from attn_cli.runtime.errors import ConfigError, ExitStatus
 
 BAD = [
     # (options, d_model to resolve with or None, words in the message)

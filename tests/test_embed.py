@@ -12,7 +12,7 @@ import torch
 
 from attn_cli.config import Config, Positional
 from attn_cli.embed import load_embeddings, seeded_embeddings, sinusoidal
-from attn_cli.errors import ConfigError, EmbeddingsError, ExitStatus, TooLargeError
+from attn_cli.runtime.errors import ConfigError, EmbeddingsError, ExitStatus, TooLargeError
 from attn_cli.pipeline import Pipeline
 from attn_cli.tokens import Tokens
 

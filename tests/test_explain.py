@@ -663,8 +663,8 @@ def test_the_second_word_phrase_only_for_position_one(query: int, second_word: b
 
 def test_a_walkthrough_that_cannot_fit_is_refused_before_it_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """explain of 10,000 tokens once took 7.8 GB; now the estimate is checked first."""
-    from attn_cli import budget
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
     from attn_cli.render import explain as explain_module
 
     run = run_of("I saw a saw")

@@ -259,12 +259,12 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
 def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
     from attn_cli import pipeline
     from attn_cli.config import Config
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime.errors import TooLargeError
     from attn_cli.render import export
 
     run = pipeline.Pipeline(Config(tokenizer="words", heads=2)).run("I saw a saw")
     assert export.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     monkeypatch.setattr(budget, "available_bytes", lambda: 1000)  # bytes
     with pytest.raises(TooLargeError, match="--format table"):
@@ -277,8 +277,8 @@ def test_a_streamed_export_is_budgeted_for_what_it_holds(monkeypatch) -> None:
     anything is written."""
     import io
 
-    from attn_cli import budget
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
     from attn_cli.render import export
 
     run = run_of(" ".join(["word"] * 200), heads=2)

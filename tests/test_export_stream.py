@@ -183,7 +183,7 @@ def test_a_streamed_export_holds_a_block_not_the_text(fmt: str, n_tokens: int) -
 
 
 def test_a_large_streamed_export_gives_freed_blocks_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import allocator
+    from attn_cli.runtime import allocator
 
     calls: list[int] = []
     monkeypatch.setattr(allocator, "return_freed_memory", lambda: calls.append(1) or True)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli import files
+from attn_cli.runtime import files
 from attn_cli.cli import app
-from attn_cli.errors import OutputError
-from attn_cli.files import atomic_writer
+from attn_cli.runtime.errors import OutputError
+from attn_cli.runtime.files import atomic_writer
 
 
 def test_no_clobber_writes_a_new_file(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from attn_cli import rankfiles
 from attn_cli.cli import app
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 from conftest import real_rank_dir, skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -507,7 +507,7 @@ def test_malformed_npy_files_are_clear_errors(tmp_path: Path, content, code: int
 
 
 def test_a_sparse_multi_gigabyte_npy_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     path = tmp_path / "big.npy"
     header = npy_header((2, 10**9))

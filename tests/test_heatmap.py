@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from attn_cli.cli import app
 from attn_cli.cli import heatmap as heatmap_cli
 from attn_cli.config import Config
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline, Run
 from attn_cli.render.titles import fit_title, text_width
 from attn_cli.render.heatmap import (
@@ -656,8 +656,8 @@ MiB = 2**20
 def test_a_picture_too_big_for_free_memory_is_refused_naming_what_fits(
     monkeypatch: pytest.MonkeyPatch, n_words: int, heads: int, options: HeatmapOptions, between: float | str, fix: str
 ) -> None:
-    from attn_cli import budget
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
 
     run = make_run(long_text(n_words), heads=heads)
     monkeypatch.setattr(budget, "available_bytes", lambda: 64 * 2**30)
@@ -682,7 +682,7 @@ def test_a_picture_too_big_for_free_memory_is_refused_naming_what_fits(
 
 
 def test_the_command_refuses_with_exit_4_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     monkeypatch.setattr(budget, "available_bytes", lambda: 270 * MiB)  # 216 MiB to spend: about 700 tokens
     result = invoke(long_text(1000), "-t", "words", "-o", str(tmp_path / "big.png"))
@@ -697,7 +697,7 @@ def test_under_an_address_space_limit_a_big_picture_is_exit_4_not_a_memory_error
     code = f"""
 import resource
 import torch, matplotlib.figure, matplotlib.backends.backend_agg  # mapped before the limit, as in a real run
-from attn_cli import budget
+from attn_cli.runtime import budget
 from attn_cli.cli import app
 text = " ".join(f"w{{i}}" for i in range(3000))
 limit = budget._mapped_bytes() + 600 * 2**20

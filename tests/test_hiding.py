@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from attn_cli.attention import LayerAttention, Projections
 from attn_cli.cli import app
 from attn_cli.config import Config
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.hiding import HideSpec, hide, renormalize
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import run_dict, to_csv

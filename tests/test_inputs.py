@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app, inputs
 from attn_cli.cli.inputs import read_texts, resolve_position
-from attn_cli.errors import AttnCliError, ExitStatus, InputError, UsageError
+from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError, UsageError
 
 runner = CliRunner()
 

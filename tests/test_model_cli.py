@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 
 import checkpoints
 
@@ -140,7 +140,7 @@ def test_text_longer_than_the_positions_is_4_unless_truncated(gpt2_folder: Path)
 
 
 def test_a_run_that_cannot_fit_is_refused_before_it_runs(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     monkeypatch.setattr(budget, "available_bytes", lambda: 10_000)  # bytes
     line = one_line_error(invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json"), ExitStatus.TOO_LARGE)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.config import Config
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.heatmap import SPECIAL_COLOR, HeatmapOptions, What, heatmap_figure, write_figure
 from attn_cli.render.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
@@ -220,8 +220,8 @@ def test_the_title_fits_the_figure_even_with_a_long_model_name(size: tuple[float
 
 
 def test_a_model_view_too_big_for_free_memory_names_layer_and_head(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
-    from attn_cli.errors import TooLargeError
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
 
     trace = synthetic(long_text(1000), layers=4, heads=4)
     monkeypatch.setattr(budget, "available_bytes", lambda: 450 * 2**20)  # one panel would fit

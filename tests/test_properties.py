@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from attn_cli.attention import self_attention
 from attn_cli.cli import app
 from attn_cli.config import Config, Init, Positional
-from attn_cli.errors import AttnCliError, ExitStatus, InputError
+from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError
 from attn_cli.pipeline import Pipeline, Run
 from attn_cli.render.export import run_dict, to_csv, to_json
 from attn_cli.tokens import WordTokenizer, get_tokenizer

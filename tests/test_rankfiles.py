@@ -18,7 +18,7 @@ import tiktoken
 import tiktoken.registry
 
 from attn_cli import rankfiles
-from attn_cli.errors import ExitStatus, InputError, OutputError, TokenizerUnavailable
+from attn_cli.runtime.errors import ExitStatus, InputError, OutputError, TokenizerUnavailable
 from attn_cli.rankfiles import (
     Availability,
     RankFile,

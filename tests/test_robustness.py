@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import attn_cli.files
+import attn_cli.runtime.files
 from attn_cli.cli import app
 from attn_cli.config import DEFAULT_MAX_TOKENS
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "a b c"  # three tokens with the words tokenizer
@@ -434,11 +434,11 @@ def test_failure_mid_write_leaves_the_old_file_and_no_temporary(
         wrapped.append(f)
         return f
 
-    monkeypatch.setattr(attn_cli.files.os, "fdopen", fdopen)
+    monkeypatch.setattr(attn_cli.runtime.files.os, "fdopen", fdopen)
     texts = "first text here\nsecond text\nthird one\n"
     result = invoke(["run", *WORDS, "--lines", "--format", format, "-o", str(target), "-"], input=texts)
     monkeypatch.undo()
-    assert wrapped, "the output did not go through attn_cli.files.atomic_writer"
+    assert wrapped, "the output did not go through attn_cli.runtime.files.atomic_writer"
     line = error_line(result, code, required=code != INTERRUPTED)
     if code == ERROR:
         assert "No space left on device" in line and str(target) in line

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attn_cli.cli import app, output
-from attn_cli.errors import ExitStatus
+from attn_cli.runtime.errors import ExitStatus
 
 runner = CliRunner()
 SAW = ["run", "I saw a saw", "-t", "words"]

@@ -220,7 +220,7 @@ def test_negative_controls(name: str, bug: Any, folders: dict[str, Path], monkey
 
 
 def test_an_unknown_feed_forward_is_refused() -> None:
-    from attn_cli.errors import ModelUnavailable
+    from attn_cli.runtime.errors import ModelUnavailable
 
     config = {"model_type": "t5", "d_model": 8, "d_kv": 2, "num_layers": 1, "num_heads": 4, "feed_forward_proj": "gated-swiglu-x"}
     with pytest.raises(ModelUnavailable, match="feed_forward_proj"):

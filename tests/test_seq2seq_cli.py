@@ -151,7 +151,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
 
 
 def test_a_pair_that_cannot_fit_is_refused_first(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
     from attn_cli.checkpoint import pair
 
     ran: list[bool] = []
@@ -554,7 +554,7 @@ def test_explain_follows_one_cross_attention_head(name: str, folders: dict[str, 
 
 
 def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import budget
+    from attn_cli.runtime import budget
     from attn_cli.checkpoint import pair
 
     made: list[bool] = []

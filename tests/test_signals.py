@@ -112,7 +112,7 @@ def test_a_signal_during_start_up_is_one_line_and_its_exit_code(module: str, sig
 def test_the_import_moments_are_real() -> None:
     """The negative control: without the handler (Python's own, as before issue 18), a
     signal at one of these moments is a traceback from inside the import."""
-    code = AT_IMPORT.replace("from attn_cli.entry import main", "import attn_cli.interrupts as i; i.install = lambda: None\nfrom attn_cli.cli import app as main")
+    code = AT_IMPORT.replace("from attn_cli.entry import main", "import attn_cli.runtime.interrupts as i; i.install = lambda: None\nfrom attn_cli.cli import app as main")
     proc = python(code, "typer", str(int(signal.SIGINT)), *RUN, "-F", "table")
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "KeyboardInterrupt" in proc.stderr
 

@@ -1,4 +1,4 @@
-"""attn_cli.threads: the toy on one thread, the same bytes whatever the user sets; a checkpoint's
+"""attn_cli.runtime.threads: the toy on one thread, the same bytes whatever the user sets; a checkpoint's
 count follows the work and the user's setting, and JSON records it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
 from typer.testing import CliRunner
 
-from attn_cli import threads
+from attn_cli.runtime import threads
 from attn_cli.cli import app
 
 
@@ -65,7 +65,7 @@ TOY_CASES = [
     ["-t", "words", "--heads", "4", "--causal", "--out-proj", "--d-model", "32"],
 ]
 # The old rule, for the negative control: the toy on whatever count the user set.
-FOLLOW_THE_SETTING = "import attn_cli.threads as t\nt.toy_threads = lambda: t.explicit_threads() or 1\n"
+FOLLOW_THE_SETTING = "import attn_cli.runtime.threads as t\nt.toy_threads = lambda: t.explicit_threads() or 1\n"
 
 
 # Runs each command line through the CLI in one process (a fresh process per thread

@@ -8,7 +8,7 @@ import tiktoken
 import tiktoken.registry
 
 from attn_cli.config import Config
-from attn_cli.errors import ExitStatus, InputError, TokenizerError, TokenizerUnavailable
+from attn_cli.runtime.errors import ExitStatus, InputError, TokenizerError, TokenizerUnavailable
 from attn_cli.pipeline import Pipeline
 from attn_cli.tokens import TiktokenTokenizer, Tokens, WordTokenizer, encoding_name, get_tokenizer, visible
 

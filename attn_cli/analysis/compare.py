@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     import torch

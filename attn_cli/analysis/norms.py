@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 AnyLayer = TypeVar("AnyLayer", bound="LayerAttention")
 
 # One block's buffer (of rows, or of keys): under the smallest mmap threshold set by
-# attn_cli.allocator (1 MiB), blocks reuse the heap's memory instead of faulting in fresh pages
+# attn_cli.runtime.allocator (1 MiB), blocks reuse the heap's memory instead of faulting in fresh pages
 # each time; 32 MiB blocks made --norms on MiniLM at T = 512 take 2.3x a plain run, not 1.6x.
 BLOCK_BYTES = 768 * 2**10
 

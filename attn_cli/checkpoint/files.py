@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.errors import ModelUnavailable, UsageError
+from attn_cli.runtime.errors import ModelUnavailable, UsageError
 
 if TYPE_CHECKING:
     import torch

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
-from attn_cli.errors import ModelUnavailable, UsageError
+from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.tokens import visible
 from attn_cli.traces import Keep, ModelInfo
 
@@ -195,7 +195,7 @@ class Checkpoint:
         from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
         from attn_cli.checkpoint.families.base import ablated_losses
 
-        from attn_cli import budget
+        from attn_cli.runtime import budget
         from attn_cli.checkpoint.families.base import ablation_batch
 
         if self.encoder:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.checkpoint.files import ROOT, WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
-from attn_cli.errors import ModelUnavailable, UsageError
+from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.traces import Keep, ModelInfo
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from attn_cli.errors import InputError, ModelUnavailable, TooLargeError, UsageError
+from attn_cli.runtime.errors import InputError, ModelUnavailable, TooLargeError, UsageError
 from attn_cli.tokens import Tokens, piece_text
 
 TOKENIZER_JSON = "tokenizer.json"

@@ -15,12 +15,12 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from attn_cli import interrupts
+from attn_cli.runtime import interrupts
 from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
 
 from attn_cli import __version__
-from attn_cli.errors import AttnCliError, ExitStatus
-from attn_cli.files import settle_matplotlib_dirs
+from attn_cli.runtime.errors import AttnCliError, ExitStatus
+from attn_cli.runtime.files import settle_matplotlib_dirs
 
 # typer 0.26+ carries its own copy of click: take the exceptions from whichever
 # click typer uses, or an installed click's would not catch typer's own.

@@ -22,7 +22,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.kinds import FORMATS
 from attn_cli.source import SourceSpec
 
@@ -141,7 +141,7 @@ def compare(
 
 
 def _picture(comparison: Comparison, spec: SourceSpec, output: Path, dpi: int, *, clobber: bool) -> None:
-    from attn_cli.files import atomic_writer
+    from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.compare import compare_figure
     from attn_cli.render.heatmap import write_figure
 

@@ -20,7 +20,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
-from attn_cli.errors import UsageError, in_batch
+from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.source import SourceSpec
 from attn_cli.traces import Selection
 

@@ -28,7 +28,7 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.render.kinds import FORMATS
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def _report(
 
 def _pictures(reports: list[HeadsReport], output: Path, *, clobber: bool) -> None:
     """--ablate -o NAME.png: one picture per text (NAME-001.png ... for several)."""
-    from attn_cli.files import atomic_writer
+    from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.heads import ablation_figure
     from attn_cli.render.heatmap import write_figure
 

@@ -29,7 +29,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
 from attn_cli.source import SourceSpec
 
@@ -240,7 +240,7 @@ def slug(text: str) -> str:
 
 
 def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -> None:
-    from attn_cli.files import atomic_writer
+    from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.fonts import MISSING_GLYPHS
     from attn_cli.render.heatmap import write_figure
 

@@ -99,7 +99,7 @@ def html(
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
     data = page.html.encode("utf-8")
-    from attn_cli.files import write_atomic
+    from attn_cli.runtime.files import write_atomic
 
     replacing = replaces_unnamed(path, output)
     write_atomic(path, data, clobber=not no_clobber)

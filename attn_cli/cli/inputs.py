@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import typer
 
-from attn_cli.errors import AttnCliError, InputError, TooLargeError, UsageError
+from attn_cli.runtime.errors import AttnCliError, InputError, TooLargeError, UsageError
 
 BOM = "\ufeff"
 MAX_TEXT_BYTES = 64 * 2**20  # far past any --max-tokens; /dev/zero or a disk image stops here

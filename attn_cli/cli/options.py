@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from attn_cli.files import output_path
+from attn_cli.runtime.files import output_path
 from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
-from attn_cli.errors import UsageError, in_batch
+from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.hiding import HideSpec
 from attn_cli.source import TABLE_HEADS, SourceSpec
 from attn_cli.traces import STACKS, IndexSpec

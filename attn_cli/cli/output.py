@@ -2,7 +2,7 @@
 
 Machine formats are written as UTF-8 bytes whatever the locale, so a rerun is
 byte-identical everywhere; a file given with ``-o`` appears only once it is
-complete (see ``attn_cli.files``).
+complete (see ``attn_cli.runtime.files``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from attn_cli import interrupts
-from attn_cli.errors import OutputError
-from attn_cli.files import atomic_writer
+from attn_cli.runtime import interrupts
+from attn_cli.runtime.errors import OutputError
+from attn_cli.runtime.files import atomic_writer
 
 T = TypeVar("T")
 PROGRESS_MIN = 20  # batches shorter than this finish before a bar is worth drawing
@@ -98,7 +98,7 @@ def output_target(output: Path | None, extensions: tuple[str, ...], kind: str) -
     if output.is_dir():
         return output, None, extensions[0]
     if output.suffix.lower().lstrip(".") not in extensions:
-        from attn_cli.errors import UsageError
+        from attn_cli.runtime.errors import UsageError
 
         found = f"'{output.suffix}' is not {kind}" if output.suffix else "has no extension"
         listed = ", ".join(f".{e}" for e in extensions[:-1]) + f" or .{extensions[-1]}" if len(extensions) > 1 else f".{extensions[0]}"

@@ -61,7 +61,7 @@ def add(
       attn-cli tokenizers add ~/Downloads/r50k_base.tiktoken
       attn-cli tokenizers add /data/tiktoken
     """
-    from attn_cli.errors import InputError
+    from attn_cli.runtime.errors import InputError
     from attn_cli.rankfiles import add_rank_file, data_dir, known_files_in
 
     paths: list[Path] = []

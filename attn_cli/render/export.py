@@ -61,7 +61,7 @@ EXPORT_BYTES_PER_NUMBER = 160
 # (bench/json_memory.py), this leaves room for allocator slack.
 STREAM_BYTES = 16 * 2**20
 # From this much derived beside the trace (the raw scores, the entropy's float64 rows), a
-# streamed export has glibc give freed blocks back (attn_cli.allocator): otherwise the
+# streamed export has glibc give freed blocks back (attn_cli.runtime.allocator): otherwise the
 # heap keeps the entropy's blocks: 5,000 tokens of JSON peaked 60 MB higher, 2,000 tokens 20.
 LARGE_EXPORT_BYTES = 16 * 2**20
 
@@ -117,7 +117,7 @@ def _derived_scores_bytes(layer: LayerWeights) -> int:
 def check_export_size(run: Trace, *, whole: bool = True) -> None:
     """Refuse an export that would not fit in memory, before building it (``whole``:
     held in memory, as ``run_dict`` or ``to_json``; otherwise streamed)."""
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     layers = f"{len(run.layers)} layer{'s' if len(run.layers) != 1 else ''} x " if run.model.layers > 1 else ""
     if whole:
@@ -574,7 +574,7 @@ def write_json(run: Trace, out: IO[bytes]) -> None:
 def _before_streaming(run: Trace) -> None:
     check_export_size(run, whole=False)
     if export_bytes(run) - STREAM_BYTES >= LARGE_EXPORT_BYTES:
-        from attn_cli.allocator import return_freed_memory
+        from attn_cli.runtime.allocator import return_freed_memory
 
         return_freed_memory()
 

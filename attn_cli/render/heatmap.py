@@ -28,7 +28,7 @@ from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from attn_cli.hiding import hidden_text
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
 from attn_cli.render.titles import FROM, fit_title, title_font
@@ -221,9 +221,9 @@ def picture_bytes(n_tokens: int, n_panels: int, figsize: tuple[float, float], dp
 
 def check_picture_memory(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float, *, one_panel: int, fewer: str) -> None:
     """TooLargeError, before any panel is built, when the picture would not fit in free
-    memory (``attn_cli.budget``); the message names what would: ``fewer`` panels (when
+    memory (``attn_cli.runtime.budget``); the message names what would: ``fewer`` panels (when
     ``one_panel`` of them would fit), a text short enough, or a smaller canvas."""
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     have = budget.available_bytes()
     if have is None:

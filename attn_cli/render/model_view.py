@@ -25,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.heatmap import (
     DEFAULT_CMAPS,
     SPECIAL_COLOR,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.checkpoint.families.base import Family, forward
 from attn_cli.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, text_config
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 
 if TYPE_CHECKING:
     from attn_cli.checkpoint.families.seq2seq import Seq2Seq

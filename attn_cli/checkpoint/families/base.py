@@ -23,11 +23,11 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from attn_cli.allocator import LayerHeap
+from attn_cli.runtime.allocator import LayerHeap
 from attn_cli.analysis.norms import with_norms
 from attn_cli.analysis.rollout import RolloutAccumulator
 from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 from attn_cli.traces import Anatomy, Keep
 

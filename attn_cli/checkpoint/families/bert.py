@@ -30,7 +30,7 @@ from attn_cli.checkpoint.families.base import (
 )
 from attn_cli.checkpoint.families.norms import layer_norm
 from attn_cli.checkpoint.files import ROOT
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
 # role -> BERT's name (the other encoders rename them)

@@ -20,7 +20,7 @@ from attn_cli.checkpoint.families import norms
 from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activation
 from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.checkpoint.files import ROOT
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.tokens import Tokens
 
 

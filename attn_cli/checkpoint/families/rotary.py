@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 

@@ -29,7 +29,7 @@ from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activ
 from attn_cli.checkpoint.families.bert import relative_buckets
 from attn_cli.checkpoint.families.norms import layer_norm, rms_norm
 from attn_cli.checkpoint.files import ROOT
-from attn_cli.errors import ModelUnavailable
+from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.traces import Anatomy
 
 @dataclasses.dataclass

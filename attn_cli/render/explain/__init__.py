@@ -11,7 +11,7 @@ the tokens, the layer's input and the weights come from.
 
 from __future__ import annotations
 
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.explain.rich import to_rich
 from attn_cli.render.explain.steps import resolve_head
@@ -40,7 +40,7 @@ def explain(run: Trace, *, head: int | None = None, query: int | None = None, pr
     (``head``, default 0), following the query at position ``query`` in detail
     when it is given. Refuses (TooLargeError) a text whose walk-through would not
     fit in memory, before building any of it."""
-    from attn_cli import budget
+    from attn_cli.runtime import budget
 
     n = len(run.tokens)
     budget.check(

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from attn_cli.attention import _softmax_input, split_heads
-from attn_cli.errors import UsageError
+from attn_cli.runtime.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.fit import spans
 from attn_cli.stats import HeadStats, attention_stats

@@ -8,7 +8,7 @@ over it (the kernel's OOM killer, a MemoryError, the container's OOM killer):
   process has already mapped (``/proc/self/statm``);
 - the cgroup's limit (v2 ``memory.max``, or v1 ``memory.limit_in_bytes``), less
   what the cgroup already uses, not counting this process's pages marked
-  ``MADV_FREE`` (a dropped large trace's tables, kept by ``attn_cli.allocator``): the
+  ``MADV_FREE`` (a dropped large trace's tables, kept by ``attn_cli.runtime.allocator``): the
   kernel takes those back under the cgroup's own pressure before anything fails.
 
 A limit that cannot be read is left out; with none readable the budget is
@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from attn_cli.errors import TooLargeError
+from attn_cli.runtime.errors import TooLargeError
 
 # Estimates are within a small factor; refuse when one passes this share of the budget.
 SHARE = 0.8

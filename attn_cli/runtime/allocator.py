@@ -25,7 +25,7 @@ So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
 - keeps the mappings of a dropped trace's tables for the next forward's tables of the
   same size (at most as many as the latest forward kept), marked ``MADV_FREE``: the
   kernel takes their pages whenever it needs memory (``MemAvailable`` counts them, and
-  ``attn_cli.budget`` does not count them against a cgroup's limit; under ``ulimit -v``
+  ``attn_cli.runtime.budget`` does not count them against a cgroup's limit; under ``ulimit -v``
   none is kept), and until then the next forward writes into them without faulting
   in fresh pages: a (16, 512, 512) table's matmul took 18-19.5 ms into fresh pages
   here, 13-14 ms into kept ones, and a Qwen3-0.6B-sized forward at 512 tokens keeps

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from attn_cli.errors import OutputError
+from attn_cli.runtime.errors import OutputError
 
 # Temporary files being written now, and temporary folders of this process, for a
-# signal watcher that must exit without unwinding (attn_cli.interrupts): it removes them itself.
+# signal watcher that must exit without unwinding (attn_cli.runtime.interrupts): it removes them itself.
 _temporaries: set[str] = set()
 _temporary_folders: set[str] = set()
 

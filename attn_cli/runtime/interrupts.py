@@ -7,7 +7,7 @@ an interrupt swallowed. So from the entry point's first statement (``install``,
 called by ``attn_cli.entry``) SIGINT and SIGTERM never raise: the handler ends the
 process itself. Python's handler for them does nothing; a watcher thread, woken by
 the signal itself (``signal.set_wakeup_fd``, written from C the moment it arrives),
-removes the temporary files of writes under way (``attn_cli.files``), writes what
+removes the temporary files of writes under way (``attn_cli.runtime.files``), writes what
 must be undone on the terminal (a progress bar's hidden cursor), says one line on
 stderr and exits 130 or 143 with ``os._exit``. Nothing else needs unwinding: every
 file attn-cli writes appears only once complete. Exiting from one thread only means
@@ -33,7 +33,7 @@ import stat
 import threading
 from collections.abc import Iterator
 
-from attn_cli.errors import ExitStatus  # an enum and a few exception classes: nothing heavy this early
+from attn_cli.runtime.errors import ExitStatus  # an enum and a few exception classes: nothing heavy this early
 
 _WAKE = 0  # a byte on the wakeup pipe that is no signal: look at standard output again
 _EXIT = 255  # nor this: the main thread is done, exit with _exit_code
@@ -42,7 +42,7 @@ _GONE = select.POLLERR | select.POLLHUP  # a pipe or socket whose reader has clo
 _write_end: int | None = None
 _watch_stdout = False
 _last_words: list[bytes] = []  # written to stderr before the error line, newest last
-_remove_temporaries = None  # attn_cli.files.remove_temporaries, once imported
+_remove_temporaries = None  # attn_cli.runtime.files.remove_temporaries, once imported
 _exit_code = 0
 _handled: set[int] = set()  # the signals install() took (another's handler also wakes the watcher)
 
@@ -73,7 +73,7 @@ def install() -> None:
     # Imported here, after the handlers (no write can be under way before it is), and not at
     # exit: a watcher must not import while the main thread may hold the import lock.
     global _remove_temporaries
-    from attn_cli.files import remove_temporaries
+    from attn_cli.runtime.files import remove_temporaries
 
     _remove_temporaries = remove_temporaries
 
