@@ -36,15 +36,15 @@ _HOMES = {
     "head_view": "attn_cli.api",
     "model_view": "attn_cli.api",
     "load": "attn_cli.api",
-    "Trace": "attn_cli.traces",
-    "Config": "attn_cli.config",
-    "Tokens": "attn_cli.tokens",
+    "Trace": "attn_cli.records.trace",
+    "Config": "attn_cli.sources.toy.config",
+    "Tokens": "attn_cli.records.tokens",
     # the first release's names, kept working (not in __all__)
-    "AttentionResult": "attn_cli.attention",
-    "self_attention": "attn_cli.attention",
+    "AttentionResult": "attn_cli.records.layers",
+    "self_attention": "attn_cli.sources.toy.model",
     "Pipeline": "attn_cli.pipeline",
     "Run": "attn_cli.pipeline",
-    "get_tokenizer": "attn_cli.tokens",
+    "get_tokenizer": "attn_cli.text.tokenizers",
 }
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
     from matplotlib.figure import Figure
 
-    from attn_cli.traces import Trace
+    from attn_cli.records.trace import Trace
 
 # The toy model's keyword arguments: the command line's options, as Config names them
 # (num_heads is --heads: ``heads`` chooses which heads to keep, as --head does).
@@ -60,10 +60,10 @@ def trace(
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
     --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
     command line's errors."""
-    from attn_cli.config import Config, Init, Positional
-    from attn_cli.hiding import HideSpec, hide
+    from attn_cli.sources.toy.config import Config, Init, Positional
+    from attn_cli.records.hiding import HideSpec, hide
     from attn_cli.source import SourceSpec
-    from attn_cli.traces import IndexSpec
+    from attn_cli.records.selection import IndexSpec
 
     if not isinstance(text, str):
         raise UsageError(f"text is a {type(text).__name__}; give a str")
@@ -221,7 +221,7 @@ def _view(
 ) -> Any:
     import dataclasses
 
-    from attn_cli.traces import Trace
+    from attn_cli.records.trace import Trace
 
     if html_action not in ("view", "return"):
         raise UsageError(f"html_action={html_action!r}: give 'view' or 'return'")
@@ -330,7 +330,7 @@ def heads(t: Trace) -> list[dict[str, Any]]:
     """The heads census of ``t`` (masses, entropy, role) per kept layer and shown head,
     as `attn-cli heads --no-probe` computes it; ``norm_special_mass`` needs a trace with its
     norms (``trace(..., norms=True)``), and is None otherwise."""
-    from attn_cli.headroles import text_scores
+    from attn_cli.analysis.headroles import text_scores
 
     found: list[dict[str, Any]] = []
     for layer in t.layers:

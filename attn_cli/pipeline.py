@@ -18,16 +18,19 @@ import torch
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES, with_norms
 from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
-from attn_cli.attention import LayerWeights, Projections, make_projections, self_attention
-from attn_cli.config import DEFAULT_TOKENIZER, Config, Positional
-from attn_cli.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
+from attn_cli.records.layers import LayerWeights, Projections
+from attn_cli.sources.toy.model import make_projections, self_attention
+from attn_cli.sources.toy.config import DEFAULT_TOKENIZER, Config, Positional
+from attn_cli.sources.toy.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.runtime.errors import AttnCliError, InputError, TokenizerUnavailable, TooLargeError, UsageError, in_batch
-from attn_cli.rankfiles import DIR_ENV
-from attn_cli.tokens import WORDS, TiktokenTokenizer, Tokenizer, Tokens, get_tokenizer
+from attn_cli.text.rankfiles import DIR_ENV
+from attn_cli.text.tokenizers import WORDS, TiktokenTokenizer, Tokenizer, get_tokenizer
+from attn_cli.records.tokens import Tokens
 from attn_cli.source import TABLE_HEADS, SourceSpec
 from attn_cli.runtime import threads
 from attn_cli.runtime.threads import attention_flops, using_threads
-from attn_cli.traces import TOY, IndexSpec, Keep, ModelInfo, Run, Selection, Trace
+from attn_cli.records.trace import TOY, ModelInfo, Run, Trace
+from attn_cli.records.selection import IndexSpec, Keep, Selection
 
 __all__ = ["CheckpointSource", "PairSource", "Pipeline", "Run", "Source", "Trace", "open_source", "toy_info"]
 

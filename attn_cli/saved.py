@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.runtime.errors import AttnCliError, UsageError
-from attn_cli.tokens import Tokens
-from attn_cli.traces import EXTERNAL, ModelInfo, Selection, Trace
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import EXTERNAL, ModelInfo, Trace
+from attn_cli.records.selection import Selection
 
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerWeights
+    from attn_cli.records.layers import LayerWeights
 
 ROW_SUM_TOLERANCE = 1e-3
 MAX_FILE_BYTES = 4 * 2**30  # a saved trace is read whole; beyond this, say so rather than try
@@ -240,7 +241,7 @@ def _rollout(saved: Mapping[str, Any], where: str, n: int) -> Any:
 def _toy_config(model: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
     """The toy's Config from a saved toy trace's ``model.config``, or None (not the toy, or
     a config this version cannot rebuild)."""
-    from attn_cli.config import Config, Init, Positional
+    from attn_cli.sources.toy.config import Config, Init, Positional
 
     given = model.get("config")
     if model.get("family") != "toy" or not isinstance(given, dict):
@@ -266,7 +267,7 @@ def _with_scores(layer: LayerWeights, scores: torch.Tensor, scaled: torch.Tensor
     temperature), so a page drawn from the file is the page drawn from the text."""
     import torch
 
-    from attn_cli.attention import SavedScores
+    from attn_cli.records.layers import SavedScores
 
     divisor, text = 1.0, ""
     config = model.get("config") if isinstance(model.get("config"), dict) else {}
@@ -480,7 +481,8 @@ def _trace(
     heads: tuple[int, ...] | None = None,
     pair: str | None = None,
 ) -> Trace:
-    from attn_cli.attention import LayerWeights, causal_mask
+    from attn_cli.records.layers import LayerWeights
+    from attn_cli.sources.attend import causal_mask
 
     made: list[LayerWeights] = []
     for i, (w, number) in enumerate(zip(weights, numbers)):

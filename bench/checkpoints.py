@@ -68,7 +68,7 @@ def reset_peak():
 
 if side == "attn":
     from attn_cli.checkpoint import open_checkpoint
-    from attn_cli.tokens import Tokens
+    from attn_cli.records.tokens import Tokens
     ckpt = open_checkpoint(folder)
     layers = list(range(ckpt.info.layers))
     vocab = ckpt.tokenizer.encode("x").vocab_size

@@ -13,7 +13,7 @@ import io
 import sys
 import tracemalloc
 
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure, write_figure
 

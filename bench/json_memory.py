@@ -99,7 +99,7 @@ def peak_rss(writer: str, fmt: str, text_file: Path, out: Path) -> tuple[int, in
 
 
 BUDGETED = (
-    "import sys; from attn_cli.config import Config; from attn_cli.pipeline import Pipeline; "
+    "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.pipeline import Pipeline; "
     "from attn_cli.render.export import export_bytes; "
     "print(export_bytes(Pipeline(Config(tokenizer='words', max_tokens=5000)).run(open(sys.argv[1], encoding='utf-8').read())))"
 )

@@ -32,7 +32,7 @@ BATCH = """
 import json, sys, time
 from pathlib import Path
 import torch
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import to_json
 texts = Path(sys.argv[1]).read_text().splitlines()
@@ -48,8 +48,8 @@ print(json.dumps({"rate": len(texts) / (time.perf_counter() - start)}))
 BREAK_EVEN = """
 import json, sys, time
 import torch
-from attn_cli.attention import self_attention
-from attn_cli.config import Config
+from attn_cli.sources.toy.model import self_attention
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.threads import attention_flops
 rows = []
 for n_tokens in (8, 32, 64, 128, 256, 512):

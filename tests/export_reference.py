@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 import torch
 
-from attn_cli.attention import LayerAttention
+from attn_cli.records.layers import LayerAttention
 from attn_cli.render.export import CSV_COLUMNS, HEAD_STATS, MATRIX_TABLES, SCHEMA_VERSION, VECTOR_TABLES, token_dicts
-from attn_cli.stats import attention_stats
-from attn_cli.traces import Trace
+from attn_cli.analysis.stats import attention_stats
+from attn_cli.records.trace import Trace
 
 FLOAT32 = "{:.9}"
 _LARGE = re.compile(r"-?[0-9.]+e\+[0-9]+")
@@ -131,9 +131,9 @@ def layer_dict(
 
 
 def _weights_shown(layer: LayerAttention, heads: Sequence[int], kept: Sequence[int]) -> torch.Tensor:
-    """(H', T, T): per chosen head, the renormalized weights (``attn_cli.hiding``) at the model's
+    """(H', T, T): per chosen head, the renormalized weights (``attn_cli.records.hiding``) at the model's
     positions; NaN (``null``) in the hidden tokens' rows and columns, and in a row with no weight left."""
-    from attn_cli.hiding import renormalize
+    from attn_cli.records.hiding import renormalize
 
     n = layer.weights.shape[-1]
     index = torch.tensor(list(kept))

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_cli.attention import LayerAttention, Projections, attend, causal_mask
-from attn_cli.config import Config
+from attn_cli.records.layers import LayerAttention, Projections
+from attn_cli.sources.attend import attend, causal_mask
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
-from attn_cli.tokens import Tokens
-from attn_cli.traces import ModelInfo, Trace
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import ModelInfo, Trace
 
 WORDS = "the cat sat on the mat because it was warm and the dog did not mind at all really".split()
 

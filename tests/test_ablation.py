@@ -109,7 +109,7 @@ def test_ablation_figure_draws_the_deltas(gpt2_folder: Path) -> None:
 
     from attn_cli.analysis.effects import Ablation
     from attn_cli.render.heads import HeadsReport, ablation_figure
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.source import SourceSpec
 
     trace = SourceSpec(Config(), model=str(gpt2_folder)).open().run(TEXT)

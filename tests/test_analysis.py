@@ -16,11 +16,11 @@ from attn_cli.analysis import norms as norms_module
 from attn_cli.analysis import rollout as rollout_module
 from attn_cli.analysis.norms import head_outputs, value_norms
 from attn_cli.analysis.rollout import rollout_of
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline
 from attn_cli.source import SourceSpec
-from attn_cli.traces import Selection
+from attn_cli.records.selection import Selection
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -143,7 +143,7 @@ def test_a_rollout_needs_every_layer_up_to_its_last() -> None:
 
 
 def test_hidden_tokens_renormalize_the_rollout(gpt2_folder: Path) -> None:
-    from attn_cli.hiding import HideSpec, hide
+    from attn_cli.records.hiding import HideSpec, hide
 
     trace = hide(checkpoint_trace(gpt2_folder, TEXT, rollout=True), HideSpec.parse("0"))
     shown = trace.shown().rollout

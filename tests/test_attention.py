@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_cli.attention import attention_weights, causal_mask, make_projections, self_attention
-from attn_cli.config import Config, Init
+from attn_cli.sources.attend import attention_weights, causal_mask
+from attn_cli.sources.toy.model import make_projections, self_attention
+from attn_cli.sources.toy.config import Config, Init
 from attn_cli.runtime.errors import ConfigError
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}

@@ -119,7 +119,7 @@ def test_an_embeddings_file_too_big_for_the_rlimit_is_exit_4_not_memoryerror(tmp
     result = run_limited(
         f"""
         import sys
-        from attn_cli import embed
+        from attn_cli.sources.toy import embed
         embed._BYTES_PER_PARSED_NUMBER = 10**6  # ...but as if each number took a megabyte
         from attn_cli.cli import app
         app(["run", "I saw", "-t", "words", "--embeddings", {str(rows)!r}, "-F", "json"], prog_name="attn-cli")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
 from attn_cli.runtime.errors import ModelUnavailable

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import gpt2
 from attn_cli.checkpoint.families.base import scaled_divisor

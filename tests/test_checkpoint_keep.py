@@ -17,14 +17,14 @@ import torch
 from typer.testing import CliRunner
 
 import checkpoints
-from attn_cli.attention import LayerAttention, LayerWeights
+from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.model import Checkpoint
 from attn_cli.cli import app
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import TooLargeError
 from attn_cli.source import SourceSpec
-from attn_cli.traces import IndexSpec, Selection
+from attn_cli.records.selection import IndexSpec, Selection
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")
@@ -183,7 +183,7 @@ def test_a_large_trace_s_tables_have_mappings_of_their_own_and_the_same_bits(
         assert torch.equal(a.weights, b.weights)
         assert a.weights.untyped_storage().resizable() and not b.weights.untyped_storage().resizable()
     # the control: an attention that dropped the block it was given would keep an ordinary one
-    import attn_cli.attention as attention
+    import attn_cli.sources.attend as attention
 
     attention_weights = attention.attention_weights
     monkeypatch.setattr(attention, "attention_weights", lambda *a, out=None, **k: attention_weights(*a, **k))

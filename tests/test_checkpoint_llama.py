@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 from attn_cli.checkpoint import open_checkpoint
 from attn_cli.checkpoint.families import base, llama, rotary
 
@@ -278,7 +278,7 @@ def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     from attn_cli import pipeline
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError
-    from attn_cli.traces import Selection
+    from attn_cli.records.selection import Selection
 
     ckpt = open_checkpoint(str(seven_b), dtype=dtype)
     assert (ckpt.info.layers, ckpt.info.heads, ckpt.info.kv_heads, ckpt.info.head_dim) == (32, 32, 8, 128)

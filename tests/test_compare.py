@@ -125,10 +125,10 @@ def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: P
     import numpy as np
 
     from attn_cli.analysis.compare import compare
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.render.compare import compare_figure
     from attn_cli.source import SourceSpec
-    from attn_cli.traces import Selection
+    from attn_cli.records.selection import Selection
 
     out = tmp_path / "pair.png"
     assert invoke("compare", A, B, "--model", str(gpt2_folder), "-o", str(out)).stdout.strip() == str(out)

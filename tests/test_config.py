@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
+from attn_cli.sources.toy.config import DEFAULT_D_MODEL, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.runtime.errors import ConfigError, ExitStatus
 
 BAD = [

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from attn_cli.config import Config, Positional
-from attn_cli.embed import load_embeddings, seeded_embeddings, sinusoidal
+from attn_cli.sources.toy.config import Config, Positional
+from attn_cli.sources.toy.embed import load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.runtime.errors import ConfigError, EmbeddingsError, ExitStatus, TooLargeError
 from attn_cli.pipeline import Pipeline
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 ROWS = [[0.5, -1.0, 2.0], [1e-3, 3.0, -0.25]]
 

@@ -23,8 +23,8 @@ from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.config import Config, Init, Positional
-from attn_cli.emit import _float32, script_for, script_for_run
+from attn_cli.sources.toy.config import Config, Init, Positional
+from attn_cli.sources.toy.emit import _float32, script_for, script_for_run
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import run_dict, to_json
 
@@ -314,7 +314,7 @@ def test_float_literals_read_back_as_the_same_float32(value: float) -> None:
 @pytest.mark.integration
 def test_tiktoken_script_reproduces_gpt2_tokens(rank_dir: Path, tmp_path: Path) -> None:
     """The script loads gpt2 with plain tiktoken.get_encoding, from a cache laid out as tiktoken wants it."""
-    from attn_cli.rankfiles import rank_files
+    from attn_cli.text.rankfiles import rank_files
 
     cache = tmp_path / "tiktoken-cache"
     cache.mkdir()

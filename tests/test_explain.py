@@ -3,7 +3,7 @@ matches an independent computation (the seed contract written out in plain torch
 
 from __future__ import annotations
 
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 
 import dataclasses
 import json
@@ -17,7 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.config import Config, Init, Positional
+from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.explain import CORNER, FULL_T, Explanation, Grid, Line, explain, to_rich, to_text
 
@@ -69,7 +69,7 @@ def assert_grid(g: Grid, want: torch.Tensor, tol: float = TOL) -> None:
 
 
 def reference(run) -> dict[str, Any]:
-    """The seed contract in plain torch, independent of attn_cli.attention (linear init)."""
+    """The seed contract in plain torch, independent of attn_cli.sources.attend (linear init)."""
     c, tokens = run.config, run.tokens
     torch.manual_seed(c.seed)
     x = torch.nn.Embedding(tokens.vocab_size, c.d_model)(torch.tensor(tokens.ids)).detach()  # (T, D)
@@ -317,9 +317,9 @@ def test_no_scale_ablation_shows_saturation() -> None:
 
 @pytest.mark.parametrize("query", [None, 4])
 def test_entropy_is_the_one_run_prints(query: int | None) -> None:
-    """explain takes its entropy from attn_cli.stats, as `run` does: the same
+    """explain takes its entropy from attn_cli.analysis.stats, as `run` does: the same
     float64 number (12 digits tell it from a float32 log2), printed the same way."""
-    from attn_cli.stats import attention_stats
+    from attn_cli.analysis.stats import attention_stats
 
     run = run_of("I saw a saw and a saw", heads=2, causal=True)
     summary = grids(explain(run, query=query, precision=12), 9, "head")[0]
@@ -341,7 +341,7 @@ def test_entropy_is_the_one_run_prints(query: int | None) -> None:
 
 def test_ablation_row_for_this_run_matches_run_stats() -> None:
     """The ablation's "this run" columns are the run's own weights' statistics."""
-    from attn_cli.stats import attention_stats
+    from attn_cli.analysis.stats import attention_stats
 
     run = run_of(scale=False, causal=True)
     table = _ablation(explain(run, precision=12))

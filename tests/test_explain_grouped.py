@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import CheckpointSource
 from attn_cli.render.explain import explain
 from attn_cli.source import SourceSpec
-from attn_cli.traces import Selection
+from attn_cli.records.selection import Selection
 from test_explain import grid, text_of
 from test_explain_trained import TOL, body
 

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
-from attn_cli.config import Config
-from attn_cli.headroles import text_scores
+from attn_cli.sources.toy.config import Config
+from attn_cli.analysis.headroles import text_scores
 from attn_cli.pipeline import CheckpointSource
 from attn_cli.render.explain import explain, to_text
 from attn_cli.source import SourceSpec
-from attn_cli.traces import Selection
+from attn_cli.records.selection import Selection
 from test_explain import grid, number, step, text_of
 
 TEXT = "The cat sat on the mat."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 
 import csv
 import io
@@ -14,10 +14,10 @@ from collections import defaultdict
 import pytest
 import torch
 
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
 from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, JsonTable, csv_rows, run_dict, to_csv, to_json
-from attn_cli.stats import attention_stats
+from attn_cli.analysis.stats import attention_stats
 
 ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
 LAYER_KEYS = {"layer", "input", "heads", "concat", "output"}
@@ -241,8 +241,8 @@ def test_csv_rebuilds_the_matrices() -> None:
 
 
 def test_csv_tokens_with_commas_and_quotes_survive() -> None:
-    from attn_cli.attention import self_attention
-    from attn_cli.tokens import Tokens
+    from attn_cli.sources.toy.model import self_attention
+    from attn_cli.records.tokens import Tokens
 
     tokens = Tokens((0, 1, 2), ("a,b", ' "q"', "x\n"), 3, "words")
     config = Config(tokenizer="words").resolved(4)
@@ -258,7 +258,7 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
 
 def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
     from attn_cli import pipeline
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.runtime.errors import TooLargeError
     from attn_cli.render import export
 

@@ -17,11 +17,11 @@ import torch
 
 import export_reference as reference
 from attn_cli.checkpoint import open_checkpoint
-from attn_cli.config import Config
-from attn_cli.hiding import HideSpec, hide
+from attn_cli.sources.toy.config import Config
+from attn_cli.records.hiding import HideSpec, hide
 from attn_cli.pipeline import Pipeline
 from attn_cli.render import export
-from attn_cli.traces import Trace
+from attn_cli.records.trace import Trace
 
 from html_support import hand_trace
 
@@ -138,7 +138,7 @@ def test_a_stack_of_tables_and_a_vector_are_written_as_json_dumps_writes_them() 
 PEAK_SCRIPT = """
 import json, sys, tracemalloc
 sys.path.insert(0, {tests!r})
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.render import export
 import export_reference

@@ -12,7 +12,7 @@ import rich.table
 from rich.console import Console
 
 import attn_cli.render.tables as tables
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Pipeline
 from attn_cli.render import fasttable
 

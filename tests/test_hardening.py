@@ -24,7 +24,7 @@ import pytest
 import tiktoken
 from typer.testing import CliRunner
 
-from attn_cli import rankfiles
+from attn_cli.text import rankfiles
 from attn_cli.cli import app
 from attn_cli.runtime.errors import ExitStatus
 from conftest import real_rank_dir, skip_or_fail
@@ -286,7 +286,7 @@ def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Pat
     source = rankfiles.ENCODING_FILES["r50k_base"][0]
     script = textwrap.dedent(f"""
         import sys
-        from attn_cli import rankfiles
+        from attn_cli.text import rankfiles
         rankfiles.ENCODING_FILES["fake"] = (rankfiles.RankFile("https://x.invalid/{source.name}", "{hashlib.sha256(rank.read_bytes()).hexdigest()}"),)
         from attn_cli.cli import app
         app(["tokenizers", "add", sys.argv[1]], prog_name="attn-cli")

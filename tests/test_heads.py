@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
-from attn_cli.headroles import HeadScores, Probe, make_probe, probe_scores, role_of, text_scores
+from attn_cli.analysis.headroles import HeadScores, Probe, make_probe, probe_scores, role_of, text_scores
 from attn_cli.render.heads import top_heads
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -111,16 +111,16 @@ def special_ids(folder: Path) -> set[int]:
 
 def test_the_probe_draws_from_every_id_but_the_special_ones(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool itself, not a dozen draws from it (which would rarely meet a special id)."""
-    import attn_cli.headroles
+    import attn_cli.analysis.headroles
 
     pools = []
-    real = attn_cli.headroles.make_probe
+    real = attn_cli.analysis.headroles.make_probe
 
     def watched(leading, ordinary, repeat_length, seed):
         pools.append(list(ordinary))
         return real(leading, ordinary, repeat_length, seed)
 
-    monkeypatch.setattr(attn_cli.headroles, "make_probe", watched)
+    monkeypatch.setattr(attn_cli.analysis.headroles, "make_probe", watched)
     json_of(TEXT, "--model", str(folder), "--probe-length", str(R))
     vocab = set(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"].values())
     assert special_ids(folder) and special_ids(folder) <= vocab  # they are there to be left out

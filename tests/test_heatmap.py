@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.cli import heatmap as heatmap_cli
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline, Run
 from attn_cli.render.titles import fit_title, text_width

@@ -20,18 +20,18 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attn_cli.attention import LayerAttention, Projections
+from attn_cli.records.layers import LayerAttention, Projections
 from attn_cli.cli import app
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
-from attn_cli.hiding import HideSpec, hide, renormalize
+from attn_cli.records.hiding import HideSpec, hide, renormalize
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.export import run_dict, to_csv
 from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
 from attn_cli.render.model_view import model_view_figure
 from attn_cli.render.tables import View, human_view
-from attn_cli.tokens import Tokens
-from attn_cli.traces import Trace
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import Trace
 
 from html_support import hand_trace
 

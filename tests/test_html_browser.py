@@ -307,7 +307,7 @@ def test_notebook_frames_coexist(open_page: Any) -> None:
 
 
 def test_hidden_tokens_are_absent_from_the_head_view_and_matrix(open_page: Any, shots: Path) -> None:
-    from attn_cli.hiding import HideSpec, hide
+    from attn_cli.records.hiding import HideSpec, hide
 
     folder = "/some/where/a/long/folder/of/checkpoints/hand-mini-bert"
     trace = hand_trace(10, layers=2, heads=3, source=folder)
@@ -369,9 +369,9 @@ def test_head_view_of_attention_from_elsewhere(open_page: Any, shots: Path) -> N
 
 
 def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, shots: Path) -> None:
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.pipeline import Pipeline
-    from attn_cli.traces import Selection
+    from attn_cli.records.selection import Selection
 
     trace = Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(
         "Life is short, eat dessert first", Selection((0,), (0, 1), rollout=True, norms=True)
@@ -403,9 +403,9 @@ def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, 
 
 
 def test_predictions_show_on_hover(open_page: Any, gpt2_folder: Any) -> None:
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.source import SourceSpec
-    from attn_cli.traces import Selection
+    from attn_cli.records.selection import Selection
 
     source = SourceSpec(Config(), model=str(gpt2_folder)).open()
     trace = source.run("the quick brown fox", Selection((2,), (0, 1, 2, 3), predict=3))

@@ -12,13 +12,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "attn_cli"
 
 # What the renderers may not import: the sources and what loads their data.
-SOURCES = ("attn_cli.pipeline", "attn_cli.checkpoint", "attn_cli.source", "attn_cli.rankfiles")
+SOURCES = ("attn_cli.pipeline", "attn_cli.checkpoint", "attn_cli.source", "attn_cli.text.rankfiles")
 # Computation: everything outside render/ and cli/ (and the package's entry points and
 # the Python API, a front end like the command line).
 ENTRY_POINTS = {"__init__.py", "__main__.py", "entry.py", "api.py"}
 # One deliberate exception: a Trace's notebook methods (_repr_html_, heatmap, page,
 # to_json) call the Python API, imported lazily inside them.
-ALLOWED = {("traces.py", "attn_cli.api")}
+ALLOWED = {("records/trace.py", "attn_cli.api")}
 
 
 def imports(path: Path) -> set[str]:

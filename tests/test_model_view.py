@@ -17,13 +17,14 @@ import torch
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.pipeline import Pipeline
 from attn_cli.render.heatmap import SPECIAL_COLOR, HeatmapOptions, What, heatmap_figure, write_figure
 from attn_cli.render.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
 from attn_cli.source import SourceSpec
-from attn_cli.traces import IndexSpec, Trace
+from attn_cli.records.selection import IndexSpec
+from attn_cli.records.trace import Trace
 
 import checkpoints
 

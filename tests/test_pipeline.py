@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_cli.config import Config, Init
+from attn_cli.sources.toy.config import Config, Init
 from attn_cli.pipeline import Pipeline
 
 TEXTS = ["I saw a saw", "Life is short, eat dessert first", "I saw a saw", "Hello shiny sun!"]

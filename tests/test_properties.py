@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from attn_cli.attention import self_attention
+from attn_cli.sources.toy.model import self_attention
 from attn_cli.cli import app
-from attn_cli.config import Config, Init, Positional
+from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError
 from attn_cli.pipeline import Pipeline, Run
 from attn_cli.render.export import run_dict, to_csv, to_json
-from attn_cli.tokens import WordTokenizer, get_tokenizer
+from attn_cli.text.tokenizers import WordTokenizer, get_tokenizer
 
 # No deadlines: the machine is shared and torch's first calls are slow; the
 # example counts keep the whole file to a few seconds of work.

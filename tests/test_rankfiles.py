@@ -17,9 +17,9 @@ import pytest
 import tiktoken
 import tiktoken.registry
 
-from attn_cli import rankfiles
+from attn_cli.text import rankfiles
 from attn_cli.runtime.errors import ExitStatus, InputError, OutputError, TokenizerUnavailable
-from attn_cli.rankfiles import (
+from attn_cli.text.rankfiles import (
     Availability,
     RankFile,
     add_rank_file,

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 import attn_cli.runtime.files
 from attn_cli.cli import app
-from attn_cli.config import DEFAULT_MAX_TOKENS
+from attn_cli.sources.toy.config import DEFAULT_MAX_TOKENS
 from attn_cli.runtime.errors import ExitStatus
 
 REPO = Path(__file__).resolve().parent.parent

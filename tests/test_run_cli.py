@@ -297,7 +297,7 @@ def test_lines_write_the_whole_text_writers_bytes(fmt: str, tmp_path: Path) -> N
     stdout hold the bytes the whole-text writer made, text after text."""
     import export_reference
 
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.pipeline import Pipeline
 
     texts = [line for line in BATCH.splitlines() if line] + [" ".join(["long"] * 150)]

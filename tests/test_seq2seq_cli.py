@@ -170,7 +170,7 @@ def test_a_pair_that_cannot_fit_is_refused_first(folders: dict[str, Path], monke
 def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[str, Path]) -> None:
     import numpy as np
 
-    from attn_cli.config import Config
+    from attn_cli.sources.toy.config import Config
     from attn_cli.render.heatmap import heatmap_figure
     from attn_cli.render.kinds import What
     from attn_cli.render.model_view import model_view_figure
@@ -487,8 +487,8 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     assert "Hidden: target rows" in table and "source columns" in table
     out = tmp_path / "hidden.png"
     invoke("heatmap", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special", "--head", "0", "-o", str(out))
-    from attn_cli.config import Config
-    from attn_cli.hiding import HideSpec, hide
+    from attn_cli.sources.toy.config import Config
+    from attn_cli.records.hiding import HideSpec, hide
     from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
     from attn_cli.render.kinds import What
     from attn_cli.source import SourceSpec

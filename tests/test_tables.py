@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attn_cli.attention import causal_mask
+from attn_cli.sources.attend import causal_mask
 
 import dataclasses
 import io
@@ -16,13 +16,13 @@ import torch
 from rich.console import Console
 from rich.text import Text
 
-from attn_cli.attention import self_attention
-from attn_cli.config import Config
+from attn_cli.sources.toy.model import self_attention
+from attn_cli.sources.toy.config import Config
 from attn_cli.pipeline import Run, Trace, toy_info
 from attn_cli.render import tables
-from attn_cli.stats import attention_stats, effective_tokens, entropy_bits, head_masses
+from attn_cli.analysis.stats import attention_stats, effective_tokens, entropy_bits, head_masses
 from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 WIDTH = 120
 
@@ -595,7 +595,7 @@ def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
 
 
 def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import stats as stats_module
+    from attn_cli.analysis import stats as stats_module
 
     generator = torch.Generator().manual_seed(5)
     scores = torch.randn(2, 11, 11, generator=generator).masked_fill(torch.ones(11, 11, dtype=torch.bool).triu(1), -math.inf)
@@ -613,7 +613,7 @@ def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("chunk", [3, 256])
 def test_stats_of_some_rows_are_those_rows_of_every_rows_stats(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    from attn_cli import stats as stats_module
+    from attn_cli.analysis import stats as stats_module
 
     generator = torch.Generator().manual_seed(9)
     n = 300
@@ -635,7 +635,7 @@ def test_stats_of_some_rows_are_those_rows_of_every_rows_stats(monkeypatch: pyte
 def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from attn_cli import stats as stats_module
+    from attn_cli.analysis import stats as stats_module
     from attn_cli.cli import app
 
     rows_done = 0

@@ -7,10 +7,11 @@ import pytest
 import tiktoken
 import tiktoken.registry
 
-from attn_cli.config import Config
+from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import ExitStatus, InputError, TokenizerError, TokenizerUnavailable
 from attn_cli.pipeline import Pipeline
-from attn_cli.tokens import TiktokenTokenizer, Tokens, WordTokenizer, encoding_name, get_tokenizer, visible
+from attn_cli.text.tokenizers import TiktokenTokenizer, WordTokenizer, encoding_name, get_tokenizer
+from attn_cli.records.tokens import Tokens, visible
 
 HEADLINE = "Life is short, eat dessert first"
 EOT = "<|endoftext|>"
@@ -248,7 +249,7 @@ def test_default_tokenizer_is_gpt2_when_its_files_are_here(rank_dir) -> None:
     ],
 )
 def test_a_piece_of_a_character_is_told_from_text_that_looks_like_one(raw: bytes, text: str, hexed: str) -> None:
-    from attn_cli.tokens import piece_text
+    from attn_cli.text.tokenizers import piece_text
 
     assert piece_text(raw) == (text, hexed)
     if hexed:
@@ -257,7 +258,7 @@ def test_a_piece_of_a_character_is_told_from_text_that_looks_like_one(raw: bytes
 
 @pytest.mark.integration
 def test_gpt2_pieces_of_characters_carry_their_bytes(rank_dir) -> None:
-    from attn_cli.tokens import get_tokenizer
+    from attn_cli.text.tokenizers import get_tokenizer
 
     tokens = get_tokenizer("gpt2").encode("猫 sat")
     assert any(tokens.partial)

@@ -21,7 +21,7 @@ import torch.nn as nn
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.config import Config, Init
+from attn_cli.sources.toy.config import Config, Init
 from attn_cli.pipeline import Pipeline
 
 HEADLINE = "Life is short, eat dessert first"

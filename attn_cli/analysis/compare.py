@@ -23,8 +23,8 @@ from attn_cli.runtime.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.tokens import Tokens
-    from attn_cli.traces import Trace
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.records.trace import Trace
 
 SHOWN_TOKENS = 30  # tokens listed in an error before "..."
 

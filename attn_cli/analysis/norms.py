@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerAttention
+    from attn_cli.records.layers import LayerAttention
 
 AnyLayer = TypeVar("AnyLayer", bound="LayerAttention")
 

@@ -27,7 +27,7 @@ from attn_cli.runtime.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerWeights
+    from attn_cli.records.layers import LayerWeights
 
 
 @dataclasses.dataclass(frozen=True)

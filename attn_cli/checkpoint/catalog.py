@@ -17,7 +17,6 @@ from attn_cli.checkpoint.registry import family_name
 from attn_cli.runtime.errors import ModelUnavailable
 
 
-
 @dataclasses.dataclass(frozen=True)
 class CachedModel:
     name: str  # ORG/NAME, what --model takes

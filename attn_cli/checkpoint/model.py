@@ -14,8 +14,9 @@ from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
 from attn_cli.checkpoint.files import WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 from attn_cli.runtime.errors import ModelUnavailable, UsageError
-from attn_cli.tokens import visible
-from attn_cli.traces import Keep, ModelInfo
+from attn_cli.records.tokens import visible
+from attn_cli.records.selection import Keep
+from attn_cli.records.trace import ModelInfo
 
 if TYPE_CHECKING:
     import torch
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation, Predictions
     from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.checkpoint.families.base import Head
-    from attn_cli.attention import LayerAttention, LayerWeights
+    from attn_cli.records.layers import LayerAttention, LayerWeights
     from attn_cli.checkpoint.families import Family
-    from attn_cli.tokens import Tokens
+    from attn_cli.records.tokens import Tokens
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
@@ -324,6 +325,5 @@ def eos_ids(folder: Path, config: dict[str, Any]) -> frozenset[int]:
         found = config.get("eos_token_id")
     values = found if isinstance(found, list) else [found]
     return frozenset(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
-
 
 

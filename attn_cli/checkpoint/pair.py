@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 from attn_cli.checkpoint.files import ROOT, WeightReader, locate, read_config
 from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 from attn_cli.runtime.errors import ModelUnavailable, UsageError
-from attn_cli.traces import Keep, ModelInfo
+from attn_cli.records.selection import Keep
+from attn_cli.records.trace import ModelInfo
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Predictions
-    from attn_cli.attention import LayerWeights
+    from attn_cli.records.layers import LayerWeights
     from attn_cli.checkpoint.families.base import Head
     from attn_cli.checkpoint.families.seq2seq import Seq2Seq
-    from attn_cli.tokens import Tokens
+    from attn_cli.records.tokens import Tokens
 
 FLOAT32 = 4
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from attn_cli.runtime.errors import InputError, ModelUnavailable, TooLargeError, UsageError
-from attn_cli.tokens import Tokens, piece_text
+from attn_cli.records.tokens import Tokens
+from attn_cli.text.tokenizers import piece_text
 
 TOKENIZER_JSON = "tokenizer.json"
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -141,7 +142,7 @@ class CheckpointTokenizer:
 
     def _texts(self, tokens: list[str], special: tuple[bool, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(texts, partial): each token's text, and its bytes in hex where they are
-        part of a character (``attn_cli.tokens.piece_text``); partial () when none is."""
+        part of a character (``attn_cli.text.tokenizers.piece_text``); partial () when none is."""
         texts, partial = [], []
         for i, token in enumerate(tokens):
             hexed = ""

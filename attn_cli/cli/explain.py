@@ -22,7 +22,7 @@ from attn_cli.cli.options import (
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.source import SourceSpec
-from attn_cli.traces import Selection
+from attn_cli.records.selection import Selection
 
 
 class Style(str, enum.Enum):

@@ -32,10 +32,11 @@ from attn_cli.runtime.errors import UsageError
 from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
-    from attn_cli.headroles import HeadScores, Probe
+    from attn_cli.analysis.headroles import HeadScores, Probe
     from attn_cli.pipeline import Source
     from attn_cli.render.heads import HeadsReport
-    from attn_cli.traces import Selection, Trace
+    from attn_cli.records.selection import Selection
+    from attn_cli.records.trace import Trace
 
 PROBE = "Probe"
 ABLATION = "Ablation"
@@ -158,7 +159,7 @@ def heads(
 def _make_probe(source: Source, length: int | None, seed: int) -> tuple[Probe | None, str | None]:
     """The probe of ``length`` repeated ids; None: PROBE_LENGTH, or as many as the model's
     positions take (a default must work on every model; a length asked for is checked)."""
-    from attn_cli.headroles import PROBE_LENGTH, make_probe
+    from attn_cli.analysis.headroles import PROBE_LENGTH, make_probe
 
     pool = source.probe_pool()
     if isinstance(pool, str):
@@ -178,7 +179,7 @@ def _make_probe(source: Source, length: int | None, seed: int) -> tuple[Probe | 
 
 def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[int, tuple[list[float], list[float]]]:
     """Per layer: (induction, duplicate) per head, from one run over the probe."""
-    from attn_cli.headroles import probe_scores
+    from attn_cli.analysis.headroles import probe_scores
 
     trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False, generate=0))  # the probe's scores read the weights
     layers = trace.decoder_layers if trace.target_tokens is not None else trace.layers  # an encoder-decoder: the decoder's
@@ -188,7 +189,7 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
 def _report(
     trace: Trace, probe: Probe | None, probe_note: str | None, scored: dict[int, tuple[list[float], list[float]]] | None
 ) -> HeadsReport:
-    from attn_cli.headroles import text_scores, with_probe
+    from attn_cli.analysis.headroles import text_scores, with_probe
     from attn_cli.render.heads import HeadsReport
 
     heads: list[HeadScores] = []

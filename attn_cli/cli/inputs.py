@@ -128,7 +128,7 @@ def resolve_position(spec: str, texts: Sequence[str], labels: Sequence[str], fla
     else ignoring case. A text that several tokens share is refused with the
     labels to choose from. Raises UsageError.
     """
-    from attn_cli.tokens import visible
+    from attn_cli.records.tokens import visible
 
     n = len(texts)
     if _POSITION.fullmatch(spec):

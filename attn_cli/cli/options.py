@@ -20,16 +20,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 import typer
 
 from attn_cli.runtime.files import output_path
-from attn_cli.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
+from attn_cli.sources.toy.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
 from attn_cli.runtime.errors import UsageError, in_batch
-from attn_cli.hiding import HideSpec
+from attn_cli.records.hiding import HideSpec
 from attn_cli.source import TABLE_HEADS, SourceSpec
-from attn_cli.traces import STACKS, IndexSpec
+from attn_cli.records.trace import STACKS
+from attn_cli.records.selection import IndexSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
-    from attn_cli.traces import Selection, Trace
+    from attn_cli.records.selection import Selection
+    from attn_cli.records.trace import Trace
 
 class DType(str, enum.Enum):
     """--dtype: what a checkpoint is computed in (``attn_cli.checkpoint.model.DTYPES``)."""
@@ -55,8 +57,8 @@ ANALYSIS = "Beyond the weights"
 
 def complete_tokenizer(incomplete: str) -> list[str]:
     """Tab on --tokenizer: words and the tiktoken encodings attn-cli knows the files of."""
-    from attn_cli.rankfiles import ENCODING_FILES
-    from attn_cli.tokens import WORDS
+    from attn_cli.text.rankfiles import ENCODING_FILES
+    from attn_cli.text.tokenizers import WORDS
 
     return [name for name in (WORDS, *ENCODING_FILES) if name.startswith(incomplete)]
 
@@ -504,7 +506,7 @@ def shared_options(
 
 def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Selection | None) -> Iterator[Trace]:
     """Each text's trace, its --hide-tokens tokens marked (a note about them on stderr, once)."""
-    from attn_cli.hiding import hide
+    from attn_cli.records.hiding import hide
 
     if len(texts) > 1:
         # What start-up made (torch's, the tokenizer's, the model's objects) lives as long as the
@@ -528,7 +530,7 @@ def _print_script(config: Config, texts: list[str], output: Any) -> None:
     """--emit-python: the script on stdout, notes on stderr; the command itself does not run."""
     if output is not None:
         raise UsageError("--emit-python prints the script on stdout: drop -o and redirect it, e.g. > attention.py")
-    from attn_cli.emit import script_for_texts
+    from attn_cli.sources.toy.emit import script_for_texts
 
     from attn_cli.cli.output import stdout_errors
 

@@ -34,7 +34,8 @@ from attn_cli.source import SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.pipeline import Source
-    from attn_cli.traces import Selection, Trace
+    from attn_cli.records.selection import Selection
+    from attn_cli.records.trace import Trace
 
 
 def _parse_show(values: Optional[list[str]]) -> Optional[frozenset[str]]:

@@ -23,7 +23,7 @@ def list_tokenizers(ctx: typer.Context) -> None:
         return
     import tiktoken
 
-    from attn_cli.rankfiles import DIR_ENV, availability, search_dirs, tiktoken_cache_dir
+    from attn_cli.text.rankfiles import DIR_ENV, availability, search_dirs, tiktoken_cache_dir
 
     lines = [f"{'words':<16} ready      needs no files (the tutorials' word tokenizer)"]
     for name in tiktoken.list_encoding_names():
@@ -62,7 +62,7 @@ def add(
       attn-cli tokenizers add /data/tiktoken
     """
     from attn_cli.runtime.errors import InputError
-    from attn_cli.rankfiles import add_rank_file, data_dir, known_files_in
+    from attn_cli.text.rankfiles import add_rank_file, data_dir, known_files_in
 
     paths: list[Path] = []
     for path in files:

@@ -9,8 +9,8 @@ import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attn_cli.config import Config
-    from attn_cli.traces import Trace
+    from attn_cli.sources.toy.config import Config
+    from attn_cli.records.trace import Trace
 
 
 def command_line(trace: Trace, command: str, *extra: str) -> str:
@@ -49,7 +49,7 @@ def quote(arg: str) -> str:
 
 def toy_flags(config: Config, tokenizer: str) -> list[str]:
     """The toy options that differ from their defaults, as command-line flags."""
-    from attn_cli.config import Config as Defaults
+    from attn_cli.sources.toy.config import Config as Defaults
 
     base = Defaults()
     flags = ["--tokenizer", tokenizer]

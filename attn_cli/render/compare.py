@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from attn_cli.analysis.compare import Comparison
-    from attn_cli.traces import Trace
+    from attn_cli.records.trace import Trace
 
 SCHEMA_VERSION = 1  # compare's own document
 CSV_COLUMNS = ("table", "head", "layer", "row", "col", "row_token", "col_token", "value")

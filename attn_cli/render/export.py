@@ -35,13 +35,13 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
-from attn_cli.attention import LayerAttention, LayerWeights
-from attn_cli.stats import CHUNK_ROWS, attention_stats
-from attn_cli.tokens import Tokens
-from attn_cli.traces import Trace
+from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.analysis.stats import CHUNK_ROWS, attention_stats
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import Trace
 
 if TYPE_CHECKING:
-    from attn_cli.hiding import Hiding
+    from attn_cli.records.hiding import Hiding
 
 SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 
@@ -384,11 +384,11 @@ def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor, head: int) 
 
 
 def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> Rows:
-    """(T, T): head ``h``'s renormalized weights (``attn_cli.hiding``) at the model's
+    """(T, T): head ``h``'s renormalized weights (``attn_cli.records.hiding``) at the model's
     positions, a block of rows at a time; NaN (``null``) in the hidden tokens' rows and
     columns, and in a row with no weight left. ``kept_rows``: the rows kept when they are not
     the columns (cross-attention: the decoder's inputs; the columns are the source's)."""
-    from attn_cli.hiding import renormalize
+    from attn_cli.records.hiding import renormalize
 
     n_rows, n = layer.weights.shape[-2:]
     shown = set(kept if kept_rows is None else kept_rows)

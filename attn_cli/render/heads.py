@@ -1,6 +1,6 @@
 """`attn-cli heads` output: a table for people (the top heads of each role and a
 layers x heads grid of roles), JSON and CSV for scripts. Renderers are fed a
-``HeadsReport`` (the scores of ``attn_cli.headroles``) and print nothing.
+``HeadsReport`` (the scores of ``attn_cli.analysis.headroles``) and print nothing.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
+from attn_cli.analysis.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
 from attn_cli.render.export import token_dicts
-from attn_cli.traces import Trace
+from attn_cli.records.trace import Trace
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation

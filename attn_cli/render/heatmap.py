@@ -27,18 +27,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from attn_cli.hiding import hidden_text
+from attn_cli.records.hiding import hidden_text
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
 from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
 from attn_cli.render.titles import FROM, fit_title, title_font
-from attn_cli.traces import Trace as Run
-from attn_cli.tokens import Tokens, visible
+from attn_cli.records.trace import Trace as Run
+from attn_cli.records.tokens import Tokens, visible
 
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerAttention
+    from attn_cli.records.layers import LayerAttention
 
 
 DEFAULT_DPI = 150

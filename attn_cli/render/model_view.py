@@ -46,8 +46,8 @@ from attn_cli.render.heatmap import (
 )
 from attn_cli.render.fonts import font_families
 from attn_cli.render.titles import fit_title, title_font
-from attn_cli.traces import Trace
-from attn_cli.tokens import Tokens, visible
+from attn_cli.records.trace import Trace
+from attn_cli.records.tokens import Tokens, visible
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
 MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit

@@ -27,15 +27,15 @@ from rich.rule import Rule
 from rich.style import Style
 from rich.text import Text
 
-from attn_cli.hiding import hidden_text
+from attn_cli.records.hiding import hidden_text
 from attn_cli.render.fasttable import Table
 from attn_cli.render.fit import fit_columns, spans
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
 
-    from attn_cli.stats import HeadStats
-    from attn_cli.traces import Trace as Run
+    from attn_cli.analysis.stats import HeadStats
+    from attn_cli.records.trace import Trace as Run
 
 SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats", "norms", "rollout")
 ANALYSES = ("norms", "rollout")  # tables of what --norms and --rollout compute (--show norms computes them too)
@@ -126,7 +126,7 @@ def bar(weight: float, width: int = BAR_WIDTH) -> str:
 def printable(text: str) -> str:
     """``text`` with spaces kept but line breaks, tabs and control characters made visible:
     nothing in it can move the cursor or restyle the terminal."""
-    from attn_cli.tokens import visible
+    from attn_cli.records.tokens import visible
 
     return "".join(c if c == " " else visible(c) for c in text)
 
@@ -401,7 +401,7 @@ def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
 
 
 def tokens_table(run: Run) -> RenderableType:
-    from attn_cli.tokens import visible
+    from attn_cli.records.tokens import visible
 
     tokens = run.tokens
     labels = tokens.labels  # (T,) made on each access: once here
@@ -897,7 +897,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
 
 def _layer_view(run: Run, view: View) -> list[RenderableType]:
     """One layer's tables (``run`` holds just that layer)."""
-    from attn_cli.stats import attention_stats
+    from attn_cli.analysis.stats import attention_stats
 
     p = view.precision
     show = view.show

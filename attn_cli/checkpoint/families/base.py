@@ -7,7 +7,7 @@ the MLP's inner size.
 A family adapter (gpt2.py, bert.py, decoder.py's rotary decoders) is a table of tensor names and the few steps
 that differ between architectures: how tokens become the first hidden state,
 what a layer's projections read, where the norms and the MLP go. The attention
-itself is the same everywhere: ``attn_cli.attention.attend``. Pure: tensors are
+itself is the same everywhere: ``attn_cli.sources.attend.attend``. Pure: tensors are
 asked for by name from a ``Weights`` (the loader beside this package reads them),
 nothing here opens files or prints.
 """
@@ -26,10 +26,12 @@ import torch
 from attn_cli.runtime.allocator import LayerHeap
 from attn_cli.analysis.norms import with_norms
 from attn_cli.analysis.rollout import RolloutAccumulator
-from attn_cli.attention import LayerAttention, LayerWeights, Linear, Projections, attend, split_heads
+from attn_cli.records.layers import LayerAttention, LayerWeights, Linear, Projections
+from attn_cli.sources.attend import attend, split_heads
 from attn_cli.runtime.errors import ModelUnavailable
-from attn_cli.tokens import Tokens
-from attn_cli.traces import Anatomy, Keep
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import Anatomy
+from attn_cli.records.selection import Keep
 
 
 class Weights(Protocol):

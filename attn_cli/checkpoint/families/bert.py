@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attn_cli.attention import FusedLinear, Projections
+from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.checkpoint.families.base import (
     Family,
     Head,
@@ -31,7 +31,7 @@ from attn_cli.checkpoint.families.base import (
 from attn_cli.checkpoint.families.norms import layer_norm
 from attn_cli.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 # role -> BERT's name (the other encoders rename them)
 BERT_LAYER = {

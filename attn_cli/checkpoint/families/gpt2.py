@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import FusedLinear, Projections, causal_mask
+from attn_cli.records.layers import FusedLinear, Projections
+from attn_cli.sources.attend import causal_mask
 from attn_cli.checkpoint.families.base import (
     Family,
     Head,
@@ -27,7 +28,7 @@ from attn_cli.checkpoint.families.base import (
 from attn_cli.checkpoint.families.norms import layer_norm
 from attn_cli.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 
 def conv1d_as_linear(weight: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activ
 from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 
 class ModernBert(Decoder):

@@ -16,7 +16,7 @@ from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Expl
 from attn_cli.render.explain.rich import to_rich
 from attn_cli.render.explain.steps import resolve_head
 from attn_cli.render.explain.text import to_text
-from attn_cli.traces import Trace
+from attn_cli.records.trace import Trace
 
 __all__ = [
     "CORNER", "FULL_D", "FULL_T", "Block", "Explanation", "Grid", "Line", "Step",

@@ -19,13 +19,14 @@ from typing import Any
 
 import torch
 
-from attn_cli.attention import _softmax_input, split_heads
+from attn_cli.records.layers import softmax_input_of
+from attn_cli.sources.attend import split_heads
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.fit import spans
-from attn_cli.stats import HeadStats, attention_stats
-from attn_cli.tokens import Tokens
-from attn_cli.traces import Trace
+from attn_cli.analysis.stats import HeadStats, attention_stats
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import Trace
 
 _HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when concat is summarised
 
@@ -701,11 +702,11 @@ class Walkthrough:
 def _softmax(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) -> torch.Tensor:
     """The weights the scores ``S`` (T, T) would give under ``divisor``: the engine's
     softmax input (scaled, masked), then its softmax."""
-    return torch.softmax(_softmax_input(scores, divisor, mask), dim=-1)  # (T, T)
+    return torch.softmax(softmax_input_of(scores, divisor, mask), dim=-1)  # (T, T)
 
 
 def _head_stats(weights: torch.Tensor, mask: torch.Tensor | None) -> HeadStats:
-    """``run``'s statistics (``attn_cli.stats``) of one (T, T) weight matrix,
+    """``run``'s statistics (``attn_cli.analysis.stats``) of one (T, T) weight matrix,
     so both commands print the same entropy for the same row."""
     return attention_stats(weights.unsqueeze(0), mask=mask)[0]  # (T, T) -> (1, T, T)
 

@@ -10,12 +10,13 @@ import math
 
 import torch
 
-from attn_cli.config import Config, Init, Positional
+from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import CORNER, FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _repeats, _softmax
 from attn_cli.render.fit import spans
-from attn_cli.tokens import WORDS, visible
+from attn_cli.text.tokenizers import WORDS
+from attn_cli.records.tokens import visible
 
 
 class ToyWalkthrough(Walkthrough):
@@ -149,7 +150,7 @@ class ToyWalkthrough(Walkthrough):
             ]
             source = "X = E[ids]"
         if c.positional is Positional.sinusoidal:
-            from attn_cli.embed import sinusoidal
+            from attn_cli.sources.toy.embed import sinusoidal
 
             pe = sinusoidal(self.T, c.d_model)  # (T, D)
             base = self.run.x - pe  # (T, D)
@@ -235,7 +236,6 @@ class ToyWalkthrough(Walkthrough):
                 "note",
             ),
         )
-
 
 
 def _init_text(c: Config, bias: bool = False) -> str:

@@ -9,7 +9,7 @@ shows in this text.
 
 from __future__ import annotations
 
-from attn_cli.headroles import BROAD, THRESHOLDS, role_scores, text_scores
+from attn_cli.analysis.headroles import BROAD, THRESHOLDS, role_scores, text_scores
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _repeats

@@ -41,15 +41,15 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.hiding import cut
+from attn_cli.records.hiding import cut
 from attn_cli.render.commands import command_line
 from attn_cli.render.fit import spans
-from attn_cli.traces import EXTERNAL, STACKS
+from attn_cli.records.trace import EXTERNAL, STACKS
 
 if TYPE_CHECKING:
-    from attn_cli.attention import LayerAttention, LayerWeights
-    from attn_cli.tokens import Tokens
-    from attn_cli.traces import Trace
+    from attn_cli.records.layers import LayerAttention, LayerWeights
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.records.trace import Trace
 
 DEFAULT_MAX_BYTES = 20 * 2**20  # a 512-token page of a 12-layer model keeps a few layers
 NOTEBOOK_MAX_BYTES = 8 * 2**20  # a notebook stores every output it shows
@@ -253,7 +253,7 @@ def _scaled_bytes(layer: LayerAttention) -> bytes:
 
 
 def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
-    from attn_cli.attention import LayerAttention, SavedScores
+    from attn_cli.records.layers import LayerAttention, SavedScores
 
     tokens = trace.tokens
     n, m = len(tokens), len(trace.columns)  # queries and keys: T x T, or cross-attention's T_target x T_source
@@ -304,7 +304,7 @@ def _trace_manifest(trace: Trace, chunks: _Chunks) -> dict[str, Any]:
         "predictions": _predictions(trace),
     }
     if trace.rollout is not None:  # --rollout: drawn like one head's weights
-        from attn_cli.attention import LayerWeights
+        from attn_cli.records.layers import LayerWeights
 
         as_layer = LayerWeights(trace.rollout.weights[None], trace.rollout.mask, 1.0, trace.rollout.through_layer)  # (1, T, T)
         manifest["rollout"] = {

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from attn_cli.runtime.errors import EmbeddingsError, TooLargeError
-from attn_cli.tokens import Tokens
+from attn_cli.records.tokens import Tokens
 
 # An (vocab, D) float32 table bigger than this is refused rather than allocated.
 MAX_TABLE_BYTES = 8 * 2**30

@@ -30,9 +30,9 @@ from attn_cli.runtime.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.attention import LayerWeights
-    from attn_cli.tokens import Tokens
-    from attn_cli.traces import Trace
+    from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.records.trace import Trace
 
 FLAG = "--hide-tokens"
 SPECIAL = "special"
@@ -86,7 +86,7 @@ class HideSpec:
 
     def _matches(self, tokens: Tokens) -> tuple[set[int], list[str], str | None]:
         """(the positions the items name, the items that name none, a note or None)."""
-        from attn_cli.tokens import visible
+        from attn_cli.records.tokens import visible
 
         n = len(tokens)
         labels = tokens.labels
@@ -247,7 +247,7 @@ def _layer(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | 
     ``kept_rows``: the query rows kept when they are not the keys (cross-attention's)."""
     import torch
 
-    from attn_cli.attention import LayerAttention, SavedScores
+    from attn_cli.records.layers import LayerAttention, SavedScores
 
     index = torch.tensor(list(kept), dtype=torch.long)  # (K,)
     row_index = index if kept_rows is None else torch.tensor(list(kept_rows), dtype=torch.long)  # (R,)

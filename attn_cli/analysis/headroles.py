@@ -3,7 +3,7 @@
 Pure: tensors in, numbers out; no printing, no files. Shapes: H heads, T tokens,
 R the probe's repeat length; ``weights`` is (H, T, T), rows sum to 1.
 
-On the user's text (the definitions ``attn_cli.stats`` gives ``run``):
+On the user's text (the definitions ``attn_cli.analysis.stats`` gives ``run``):
   - ``self_mass``: mean over every row i of w[i, i];
   - ``previous_mass``: mean of w[i, i-1] over rows 1 .. T-1;
   - ``first_mass``: mean of w[i, 0] over rows 1 .. T-1;
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.stats import attention_stats
+from attn_cli.analysis.stats import attention_stats
 
 ROLES = ("previous", "first", "self", "duplicate", "induction", "broad", "mixed")
 # A focused role needs this share of the attention on average (the probe's two as well).

@@ -1,42 +1,33 @@
 """What every renderer reads: a source-independent trace of one text's attention.
 
-A source (the seeded toy model in ``attn_cli.pipeline``, a trained checkpoint in
-``attn_cli.checkpoint``) turns ``Tokens`` into a ``Trace``: the tokens, what ran
-(``ModelInfo``) and the kept layers: ``LayerAttention`` (every tensor), or the
-lighter ``LayerWeights`` when the selection keeps the weights only
-(``attn_cli.attention``). Renderers (tables, heatmap, explain, export) never
-look at what made it.
+A source (the seeded toy model, a trained checkpoint, a saved file: ``attn_cli.sources``)
+turns ``Tokens`` into a ``Trace``: the tokens, what ran (``ModelInfo``) and the kept
+layers: ``LayerAttention`` (every tensor), or the lighter ``LayerWeights`` when the
+selection keeps the weights only (``attn_cli.records.layers``). Renderers (tables,
+heatmap, explain, export) never look at what made it.
 
-No torch at import time: the CLI parses ``--layer``/``--head`` with ``Selection``
-before anything heavy loads.
+No torch at import time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Predictions
     from attn_cli.analysis.rollout import Rollout
-    from attn_cli.attention import LayerWeights
-    from attn_cli.config import Config
-    from attn_cli.hiding import Hiding
-    from attn_cli.tokens import Tokens
+    from attn_cli.records.hiding import Hiding
+    from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.sources.toy.config import Config
 
 TOY = "toy"
 EXTERNAL = "external"  # the family of attention computed outside attn-cli (attn_cli.from_attentions)
 SHORT_NAME = 40  # characters of a source shown whole in titles
 
-# What a trace keeps of each selected layer: "all" (LayerAttention: weights, queries,
-# keys, values, context, output, what every renderer reads) or "weights"
-# (LayerWeights: weights, mask, divisor; what `heads` and weight pictures read).
-Keep = Literal["all", "weights"]
-KEEP_LEVELS: tuple[Keep, ...] = ("all", "weights")
 
 # An encoder-decoder's stacks (--stack): the source's self-attention, the decoder's causal
 # self-attention, and cross-attention from the decoder's inputs (rows) to the source (columns)
@@ -168,8 +159,8 @@ class Trace(Generic[LayerT]):
 
     def shown(self) -> Trace:
         """What tables and pictures draw: without the hidden tokens, rows renormalized
-        (``attn_cli.hiding``); this trace itself when nothing is hidden."""
-        from attn_cli.hiding import shown
+        (``attn_cli.records.hiding``); this trace itself when nothing is hidden."""
+        from attn_cli.records.hiding import shown
 
         return shown(self)
 
@@ -303,84 +294,3 @@ Run = Trace  # the name before layers (the Python API keeps it)
 
 
 # -- choosing layers and heads ---------------------------------------------------
-
-_ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
-
-
-@dataclasses.dataclass(frozen=True)
-class IndexSpec:
-    """An ``--layer``/``--head`` value: ``all``, an index, a comma list, an inclusive
-    range ``a-b``; negative indices count from the end (``-1`` is the last)."""
-
-    text: str | None  # None: not given (the command's default applies)
-    flag: str
-
-    @classmethod
-    def parse(cls, text: str | None, flag: str) -> IndexSpec:
-        spec = cls(text, flag)
-        if text is not None:
-            spec._items()  # a malformed value fails before anything runs
-        return spec
-
-    @property
-    def given(self) -> bool:
-        return self.text is not None
-
-    def _items(self) -> list[tuple[int, int | None]]:
-        assert self.text is not None
-        if self.text.strip().lower() == "all":
-            return []
-        items = []
-        for part in self.text.split(","):
-            match = _ITEM.fullmatch(part)
-            if match is None or not part.strip():
-                raise UsageError(
-                    f"{self.flag} {self.text!r}: give an index (0, -1 for the last), a comma list (0,2), "
-                    f"a range (0-3) or all"
-                )
-            items.append((int(match[1]), None if match[2] is None else int(match[2])))
-        return items
-
-    def resolve(self, count: int, what: str, default: Sequence[int] | None = None) -> tuple[int, ...]:
-        """The chosen indexes among ``count`` (sorted, each once); ``default`` when not
-        given (None: all). Raises UsageError naming the valid range."""
-        if self.text is None:
-            return tuple(range(count)) if default is None else tuple(default)
-        items = self._items()
-        if not items:
-            return tuple(range(count))
-        chosen: set[int] = set()
-        for first, last in items:
-            lo, hi = self._index(first, count, what), self._index(first if last is None else last, count, what)
-            if hi < lo:
-                raise UsageError(f"{self.flag} {self.text!r}: the range {first}-{last} runs backwards; write {last}-{first}")
-            chosen.update(range(lo, hi + 1))
-        return tuple(sorted(chosen))
-
-    def _index(self, value: int, count: int, what: str) -> int:
-        if not -count <= value < count:
-            plural = what if count == 1 else what + "s"
-            raise UsageError(
-                f"{self.flag} {value} is out of range: this model has {count} {plural}, "
-                f"numbered 0 to {count - 1} (or -1 for the last)"
-            )
-        return value % count
-
-
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """The layers to run and keep, the heads to show and how much of each kept layer
-    to hold, decided before computing."""
-
-    layers: tuple[int, ...]
-    heads: tuple[int, ...]
-    keep: Keep = "all"  # "weights": a checkpoint's kept layers hold their weights only (see Keep)
-    rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
-    norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
-    predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
-    generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
-    everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder
-
-    @property
-    def last_layer(self) -> int:
-        return max(self.layers)

@@ -20,8 +20,9 @@ import textwrap
 from collections.abc import Sequence
 
 from attn_cli import __version__
-from attn_cli.config import Config, Init, Positional
-from attn_cli.tokens import WORDS, Tokens
+from attn_cli.sources.toy.config import Config, Init, Positional
+from attn_cli.text.tokenizers import WORDS
+from attn_cli.records.tokens import Tokens
 
 # Longest line of a string literal in the script; longer texts are split into
 # adjacent literals, which Python joins back into the same string.
@@ -34,7 +35,7 @@ def script_for_texts(config: Config, texts: Sequence[str]) -> tuple[str, list[st
     Tokenizes and reads the embeddings file as ``Pipeline.run`` does, but runs no
     attention: the script is what computes it.
     """
-    from attn_cli.embed import load_embeddings
+    from attn_cli.sources.toy.embed import load_embeddings
     from attn_cli.pipeline import Pipeline
 
     pipeline = Pipeline(config)
@@ -57,7 +58,7 @@ def script_for_run(run) -> str:  # run: attn_cli.pipeline.Run
     """The script that reproduces ``run``."""
     rows = None
     if run.config.embeddings is not None:
-        from attn_cli.embed import load_embeddings
+        from attn_cli.sources.toy.embed import load_embeddings
 
         rows = load_embeddings(run.config.embeddings, len(run.tokens)).tolist()
     return script_for(run.text, run.tokens, run.config, rows)

@@ -1,0 +1,88 @@
+"""A tokenized text as every stage hands it on (``Tokens``), and its labels as tables and
+pictures show them: whitespace made visible, repeats numbered. No torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """A tokenized text. ``texts`` decode each token alone: bytes that are not
+    valid UTF-8 on their own are kept as ``\\xNN`` escapes."""
+
+    ids: tuple[int, ...]
+    texts: tuple[str, ...]
+    vocab_size: int  # rows of the embedding table
+    tokenizer: str  # the tokenizer actually used (an encoding name, "words", or a model's tokenizer.json)
+    special: tuple[bool, ...] = ()  # (T,) added by the model's tokenizer (BOS, [CLS], [SEP]); () = none
+    type_ids: tuple[int, ...] = ()  # (T,) segment of each token (0, or 1 for a --pair); () = all 0
+    positions: tuple[int, ...] = ()  # (T,) each token's position in its text, when these are some of its tokens; () = 0..T-1
+    given_labels: tuple[str, ...] = ()  # (T,) the labels the full text gave them (``subset``); () = made here
+    partial: tuple[str, ...] = ()  # (T,) a token's bytes in hex when they are part of a character, else ""; () = none
+
+    def partial_bytes(self, position: int) -> str:
+        """The token's bytes in hex when they are not UTF-8 on their own (part of a
+        character split over tokens: its text shows them as \\xNN escapes), else ""."""
+        return self.partial[position] if self.partial else ""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def is_special(self, position: int) -> bool:
+        return bool(self.special) and self.special[position]
+
+    def position(self, i: int) -> int:
+        """Token ``i``'s position in its text (``i`` itself unless this is a ``subset``)."""
+        return self.positions[i] if self.positions else i
+
+    def subset(self, kept: Sequence[int]) -> Tokens:
+        """The tokens at positions ``kept``, keeping their positions and labels (``--hide-tokens``)."""
+        pick = lambda values: tuple(values[i] for i in kept) if values else ()  # noqa: E731
+        return dataclasses.replace(
+            self,
+            ids=pick(self.ids),
+            texts=pick(self.texts),
+            special=pick(self.special),
+            type_ids=pick(self.type_ids),
+            partial=pick(self.partial),
+            positions=tuple(self.position(i) for i in kept),
+            given_labels=pick(self.labels),
+        )
+
+    @functools.cached_property
+    def labels(self) -> tuple[str, ...]:
+        """Display labels: whitespace made visible, and ``#position`` on repeats (computed once)."""
+        if self.given_labels:
+            return self.given_labels
+        shown = [visible(t) for t in self.texts]
+        counts = Counter(shown)
+        return tuple(f"{s}#{i}" if counts[s] > 1 else s for i, s in enumerate(shown))
+
+
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+_ESCAPED = {"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"}  # Zs: every space but " ", handled above
+
+
+def visible(text: str) -> str:
+    """Token text for a label: spaces and line breaks shown, control characters escaped."""
+    if text.isascii() and text.isprintable():  # most tokens: only the spaces change
+        return text.replace(" ", "␣") or "∅"
+    out = []
+    for c in text:
+        if c in _VISIBLE:
+            out.append(_VISIBLE[c])
+        elif unicodedata.category(c) in _ESCAPED:
+            # Invisible or line-breaking characters (NBSP, U+2028, zero-width
+            # joiners, lone surrogates) would hide in a label or break a table row.
+            out.append(c.encode("unicode_escape", errors="backslashreplace").decode("ascii"))
+        else:
+            out.append(c)
+    return "".join(out) or "∅"

@@ -1,0 +1,122 @@
+"""The one masked softmax every source computes attention with: softmax(Q K^T / divisor
+(+ bias, soft-capped), masked) V, in place in one T x T buffer per head, float32 softmax
+for half-precision scores (as transformers' eager attention), and a named error where
+float32 overflows.
+
+Shapes: T tokens, H heads, Dk per-head query/key size, Dv per-head value size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attn_cli.runtime.errors import ConfigError
+
+
+def attend(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    divisor: float,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / divisor (+ bias, soft-capped), masked) V, the one masked softmax
+    every source uses.
+
+    Shapes: queries (H, T, Dk), keys (H, T, Dk), values (H, T, Dv), mask (T, T)
+    True = hidden, bias (H, T, T) or (1, T, T) -> (context (H, T, Dv), weights (H, T, T)).
+    ``out``: the (H, T, T) block the weights are written into (``attention_weights``).
+    """
+    weights = attention_weights(queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=out)
+    return weights @ values, weights  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
+
+
+def attention_weights(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    *,
+    divisor: float,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
+    ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
+    A family's score modifiers come after the division, before the mask, as
+    transformers applies them: ``bias`` (..., T, T) added (MPNet's relative
+    positions), then ``softcap`` * tanh(s / ``softcap``) (Gemma 2's soft-capping).
+
+    Every step works in place in one (..., T, T) buffer, so the peak memory is one
+    T x T tensor per head, as in torch's own attention: a new one, or ``out`` (a block of
+    that shape and dtype the caller chose where it lives).
+    """
+    transposed = keys.transpose(-2, -1)  # (H, Dk, T)
+    weights = queries @ transposed if out is None else torch.matmul(queries, transposed, out=out)  # (H, T, T) raw scores
+    weights.div_(divisor)  # the same operation as softmax_input_of, so scaled_scores agree
+    if bias is not None:
+        weights.add_(bias)  # (H, T, T) + (H or 1, T, T)
+    if softcap is not None:
+        weights.div_(softcap).tanh_().mul_(softcap)
+    if mask is not None:
+        weights.add_(hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
+    # softmax subtracts the row max, so large finite inputs cannot overflow; a
+    # masked cell is exp(-inf) = exactly 0.
+    _softmax_(weights)
+    if not math.isfinite(float(weights.sum())):
+        _explain_overflow(queries, keys, divisor)
+    return weights
+
+
+def _softmax_(x: torch.Tensor) -> None:
+    """Softmax over the last dimension, written back into x one (T, T) block at a
+    time: torch.softmax's own numbers (public API) with one block of extra memory,
+    not a second (H, T, T), and that block allocated once for every head. A masked
+    cell (-inf) becomes exactly 0. Half-precision scores are exponentiated in
+    float32 and rounded back, as transformers' eager attention does."""
+    blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
+    scratch = torch.empty(blocks.shape[-2:], dtype=torch.float32, device=x.device)  # (T, T)
+    for block in blocks:
+        torch.softmax(block, dim=-1, dtype=torch.float32, out=scratch)  # (T, T)
+        block.copy_(scratch)  # cast back to x's dtype
+
+
+def _explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:
+    """Raise the error that says which step overflowed float32 (weights came out NaN or inf)."""
+    scores = queries @ keys.transpose(-2, -1)  # (H, T, T)
+    check_finite((scores,), "the attention scores Q K^T", "use smaller embeddings")
+    raise ConfigError(
+        f"the softmax input (scores divided by {divisor:.3g}): a value overflows float32 "
+        f"(beyond +-3.4e38); raise --temperature"
+    )
+
+
+def hiding(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(T, T) -inf where ``mask`` hides a key, 0 where a query sees it: added to finite scores,
+    the masked_fill(mask, -inf) of ``softmax_input_of`` cell for cell (s + 0 is s, s - inf is -inf),
+    in one vectorised add (a masked_fill_ through a mask broadcast over the heads took 3.6 ms
+    of a 16 x 512 x 512 table, the add 0.4). A score that overflowed to +inf where it is hidden
+    becomes NaN, which ``attention_weights`` reports as the overflow it is."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+
+
+def causal_mask(n_tokens: int) -> torch.Tensor:
+    """(T, T) True above the diagonal: the keys a query may not see."""
+    return torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(diagonal=1)
+
+
+def check_finite(tensors: tuple[torch.Tensor, ...], what: str, fix: str) -> None:
+    if not all(bool(torch.isfinite(t).all()) for t in tensors):
+        raise ConfigError(f"{what}: a value overflows float32 (beyond +-3.4e38); {fix}")
+
+
+def split_heads(m: torch.Tensor, heads: int) -> torch.Tensor:
+    """Head h's columns of a (..., T, H*d) projection, heads first (a checkpoint's
+    ablations run a batch of texts: the leading dimensions)."""
+    return m.reshape(*m.shape[:-1], heads, -1).transpose(-3, -2)  # (..., T, H*d) -> (..., T, H, d) -> (..., H, T, d)
