@@ -36,15 +36,15 @@ _HOMES = {
     "head_view": "attn_cli.api",
     "model_view": "attn_cli.api",
     "load": "attn_cli.api",
-    "Trace": "attn_cli.records.trace",
+    "Trace": "attn_cli.api",
     "Config": "attn_cli.sources.toy.config",
     "Tokens": "attn_cli.records.tokens",
-    # the first release's names, kept working (not in __all__)
-    "AttentionResult": "attn_cli.records.layers",
-    "self_attention": "attn_cli.sources.toy.model",
-    "Pipeline": "attn_cli.pipeline",
-    "Run": "attn_cli.pipeline",
-    "get_tokenizer": "attn_cli.text.tokenizers",
+    # the first release's names, kept working (not in __all__): attn_cli.compat
+    "AttentionResult": "attn_cli.compat",
+    "self_attention": "attn_cli.compat",
+    "Pipeline": "attn_cli.compat",
+    "Run": "attn_cli.compat",
+    "get_tokenizer": "attn_cli.compat",
 }
 
 

@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     rounds = parser.parse_args().rounds
 
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
     from attn_cli.records.tokens import Tokens
 
     folder = checkpoint()

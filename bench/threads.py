@@ -33,11 +33,11 @@ import json, sys, time
 from pathlib import Path
 import torch
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
-from attn_cli.render.export import to_json
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats.export import to_json
 texts = Path(sys.argv[1]).read_text().splitlines()
 torch.set_num_threads(int(sys.argv[2]))
-pipeline = Pipeline(Config(tokenizer="words"))
+pipeline = ToySource(Config(tokenizer="words"))
 to_json(pipeline.run(texts[0]))
 start = time.perf_counter()
 for text in texts:

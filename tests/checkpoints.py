@@ -256,7 +256,7 @@ def _has(module: Any, path: str) -> bool:
 def with_reference(folder: Path, text: str, pair: str | None = None) -> tuple[Any, Any, Reference]:
     """attn-cli's checkpoint opened on ``folder``, its tokens for ``text`` (and ``pair``),
     and transformers' reference run over those tokens."""
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     ckpt = open_checkpoint(str(folder))
     tokens = ckpt.tokenizer.encode(text, pair)
@@ -324,7 +324,7 @@ def builds_maker(factory: Any, prefix: str, builds: dict[str, tuple[Any, dict[st
 def patch_layers(monkeypatch: Any, change: Any) -> None:
     """Every layer the engine computes is replaced by ``change(layer)``'s fields, before
     its output feeds the next layer (as a bug in the layer step itself would)."""
-    from attn_cli.checkpoint.families import base
+    from attn_cli.sources.checkpoint.families import base
 
     original = base.multi_head
 
@@ -518,7 +518,7 @@ def assert_matches(layers: Any, ref: Reference, tol: float = 1e-5) -> None:
 
 def traced(folder: Path, text: str, **kwargs: Any) -> tuple[Any, Any, Any]:
     """attn-cli's checkpoint on ``folder``, its tokens for ``text`` and every layer traced."""
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     ckpt = open_checkpoint(str(folder), **kwargs)
     tokens = ckpt.tokenizer.encode(text)
@@ -545,7 +545,7 @@ def assert_bug_caught(folder: Path, text: str, bug: Any, monkeypatch: Any, flagg
     ``text`` with transformers fails, and first at ``flagged`` ("layer 1 weights")."""
     import pytest
 
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     ckpt, tokens, ref = with_reference(folder, text)
     bug(monkeypatch)

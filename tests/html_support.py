@@ -17,7 +17,7 @@ import torch
 from attn_cli.records.layers import LayerAttention, Projections
 from attn_cli.sources.attend import attend, causal_mask
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import ModelInfo, Trace
 
@@ -25,7 +25,7 @@ WORDS = "the cat sat on the mat because it was warm and the dog did not mind at 
 
 
 def toy(text: str = "I saw a saw", **config: Any) -> Trace:
-    return Pipeline(Config(tokenizer="words", **config)).run(text)
+    return ToySource(Config(tokenizer="words", **config)).run(text)
 
 
 def hand_trace(

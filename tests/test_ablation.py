@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
+from attn_cli.pipeline import open_source
 
 TEXT = "the quick brown fox jumps over the lazy dog and the cat"
 
@@ -110,9 +111,9 @@ def test_ablation_figure_draws_the_deltas(gpt2_folder: Path) -> None:
     from attn_cli.analysis.effects import Ablation
     from attn_cli.render.heads import HeadsReport, ablation_figure
     from attn_cli.sources.toy.config import Config
-    from attn_cli.source import SourceSpec
+    from attn_cli.sources.spec import SourceSpec
 
-    trace = SourceSpec(Config(), model=str(gpt2_folder)).open().run(TEXT)
+    trace = open_source(SourceSpec(Config(), model=str(gpt2_folder))).run(TEXT)
     deltas = ((0.5, -0.25, 0.0, 1.0), (0.1, 0.2, 0.3, 0.4), (-1.0, 0.0, 0.0, 0.0))
     fig = ablation_figure(HeadsReport(trace, (), None, ablation=Ablation("zero", 3.0, deltas)))
     (image,) = [im for ax in fig.axes for im in ax.images]
@@ -133,8 +134,8 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
 
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
-    from attn_cli.checkpoint import open_checkpoint
-    from attn_cli.checkpoint.families import base
+    from attn_cli.sources.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint.families import base
     from attn_cli.runtime.errors import TooLargeError
 
     checkpoint = open_checkpoint(str(gpt2_folder))

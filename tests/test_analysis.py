@@ -18,9 +18,11 @@ from attn_cli.analysis.norms import head_outputs, value_norms
 from attn_cli.analysis.rollout import rollout_of
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
-from attn_cli.pipeline import Pipeline
-from attn_cli.source import SourceSpec
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
+from attn_cli.pipeline import open_source
+from attn_cli.records.hiding import shown as shown_trace
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -38,7 +40,7 @@ def plain_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def checkpoint_trace(folder: Path, text: str, layers: tuple[int, ...] | None = None, **analyses: bool) -> Any:
-    source = SourceSpec(Config(), model=str(folder)).open()
+    source = open_source(SourceSpec(Config(), model=str(folder)))
     chosen = layers if layers is not None else tuple(range(source.n_layers))
     return source.run(text, Selection(chosen, tuple(range(source.n_heads)), **analyses))
 
@@ -59,7 +61,7 @@ def direct_rollout(attentions: list[torch.Tensor], through: int) -> torch.Tensor
 
 
 def reference_attentions(folder: Path, text: str) -> list[torch.Tensor]:
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     tokens = open_checkpoint(str(folder)).tokenizer.encode(text)
     return checkpoints.reference(folder, tokens.ids).weights
@@ -126,7 +128,7 @@ def test_a_wrong_rollout_is_caught(bug: str, gpt2_folder: Path, monkeypatch: pyt
 
 
 def test_the_toy_rollout_is_one_layer_with_its_residual() -> None:
-    trace = Pipeline(Config(heads=4, tokenizer="words", causal=True)).run(TEXT, Selection((0,), (0, 1, 2, 3), rollout=True))
+    trace = ToySource(Config(heads=4, tokenizer="words", causal=True)).run(TEXT, Selection((0,), (0, 1, 2, 3), rollout=True))
     weights = trace.layers[0].weights.double()  # (H, T, T)
     mixed = 0.5 * weights.mean(0) + 0.5 * torch.eye(weights.shape[-1], dtype=torch.float64)
     torch.testing.assert_close(trace.rollout.weights, (mixed / mixed.sum(-1, keepdim=True)).float(), atol=1e-7, rtol=0)
@@ -134,7 +136,7 @@ def test_the_toy_rollout_is_one_layer_with_its_residual() -> None:
 
 
 def test_a_rollout_needs_every_layer_up_to_its_last() -> None:
-    from attn_cli.saved import from_attentions
+    from attn_cli.sources.saved import from_attentions
 
     trace = from_attentions([torch.full((2, 3, 3), 1 / 3)] * 3, ["a", "b", "c"])
     assert rollout_of(trace.layers).through_layer == 2
@@ -146,7 +148,7 @@ def test_hidden_tokens_renormalize_the_rollout(gpt2_folder: Path) -> None:
     from attn_cli.records.hiding import HideSpec, hide
 
     trace = hide(checkpoint_trace(gpt2_folder, TEXT, rollout=True), HideSpec.parse("0"))
-    shown = trace.shown().rollout
+    shown = shown_trace(trace).rollout
     full = trace.rollout.weights
     expected = full[1:, 1:] / full[1:, 1:].sum(-1, keepdim=True)
     torch.testing.assert_close(shown.weights, expected, atol=1e-6, rtol=0)
@@ -161,7 +163,7 @@ def transformers_norms(folder: Path, text: str) -> list[tuple[torch.Tensor, torc
     its projections' weights and what they read, with the (T, T, D) sum written out."""
     import transformers
 
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     tokens = open_checkpoint(str(folder)).tokenizer.encode(text)
     ref = checkpoints.reference(folder, tokens.ids)
@@ -227,7 +229,7 @@ def test_what_the_heads_send_sums_to_the_attention_output(name: str, bert_folder
 )
 def test_the_toy_norms_add_up_to_its_output(options: dict[str, Any]) -> None:
     config = Config(tokenizer="words", d_model=16, **options)
-    trace = Pipeline(config).run(TEXT, Selection((0,), tuple(range(config.heads)), norms=True))
+    trace = ToySource(config).run(TEXT, Selection((0,), tuple(range(config.heads)), norms=True))
     layer = trace.layers[0]
     a = (layer.dropped_weights if layer.dropped_weights is not None else layer.weights).double()  # what mixed the values
     sent = head_outputs(layer)  # (H, T, D)
@@ -272,7 +274,7 @@ def test_norms_never_build_a_tensor_per_pair_of_tokens_and_dimension(monkeypatch
     """The layer's norms through the Gram matrices: nothing of T x T x D elements."""
     config = Config(tokenizer="words", d_model=64, heads=4, out_proj=True)
     text = " ".join(f"w{i}" for i in range(96))
-    layer = Pipeline(config).run(text, Selection((0,), (0, 1, 2, 3))).layers[0]
+    layer = ToySource(config).run(text, Selection((0,), (0, 1, 2, 3))).layers[0]
     biggest = 0
     real_empty, real_einsum = torch.empty, torch.einsum
 
@@ -351,7 +353,7 @@ def test_tables_show_the_rollout_and_norms(gpt2_folder: Path) -> None:
 
 
 def test_the_memory_estimate_counts_the_norms_and_rollout(gpt2_folder: Path) -> None:
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     ckpt = open_checkpoint(str(gpt2_folder))
     plain = ckpt.estimate_bytes(40, [0, 1, 2])
@@ -415,7 +417,7 @@ def test_heads_reports_the_norm_share_of_the_special_tokens(bert_folder: Path) -
     import json
 
     data = json.loads(cli("heads", TEXT, "--model", str(bert_folder), "-F", "json", "--no-probe").stdout)
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     tokens = open_checkpoint(str(bert_folder)).tokenizer.encode(TEXT)
     special = torch.tensor(tokens.special)

@@ -54,7 +54,7 @@ def test_import_loads_no_torch_and_lists_the_api() -> None:
     names = json.loads(out.replace("'", '"'))
     assert {"trace", "from_attentions", "head_view", "model_view", "Trace"} <= set(names)
     assert "AttentionResult" not in names and "Run" not in names
-    assert "run.result" not in (attn_cli.__doc__ or "")
+    assert "run.layers[0]" not in (attn_cli.__doc__ or "")
 
 
 def test_a_toy_trace_is_the_command_lines_bytes() -> None:

@@ -328,11 +328,11 @@ def test_tiny_but_representable_temperature_is_one_hot() -> None:
     assert torch.equal(result.weights.amax(-1), torch.ones(1, 4))
 
 
-# --- memory estimate (pipeline.check_memory) ---
+# --- memory estimate (check_memory) ---
 
 
 def test_memory_estimate_counts_the_projection_weights_and_the_table() -> None:
-    from attn_cli.pipeline import estimate_bytes
+    from attn_cli.sources.toy.source import estimate_bytes
 
     base = Config(d_model=1024).resolved(1024)
     # One token, but W_q, W_k, W_v are each 1024 x 1024 floats: 12 MiB at least.
@@ -353,15 +353,15 @@ def test_memory_estimate_counts_the_projection_weights_and_the_table() -> None:
     ],
 )
 def test_check_memory_names_the_biggest_part(monkeypatch, options: dict, n_tokens: int, vocab_size: int, fix: str) -> None:
-    from attn_cli import pipeline
     from attn_cli.runtime import budget
+    from attn_cli.sources.toy.source import check_memory, estimate_bytes
     from attn_cli.runtime.errors import TooLargeError
 
     config = Config(**options).resolved(options["d_model"])
-    need = pipeline.estimate_bytes(config, n_tokens, vocab_size)
+    need = estimate_bytes(config, n_tokens, vocab_size)
     monkeypatch.setattr(budget, "available_bytes", lambda: need)  # 80% of it is usable: too little
     with pytest.raises(TooLargeError) as info:
-        pipeline.check_memory(config, n_tokens, vocab_size)
+        check_memory(config, n_tokens, vocab_size)
     assert str(info.value).endswith(fix)
     monkeypatch.setattr(budget, "available_bytes", lambda: 2 * need)
-    pipeline.check_memory(config, n_tokens, vocab_size)
+    check_memory(config, n_tokens, vocab_size)

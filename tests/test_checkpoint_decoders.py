@@ -14,8 +14,8 @@ import torch
 
 import checkpoints
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
 from attn_cli.runtime.errors import ModelUnavailable
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import bert, modernbert
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.families import bert, modernbert
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 LONG = " ".join(checkpoints.CORPUS[:3])  # past MPNet's exact buckets (8 each way) and into the logarithmic ones

@@ -11,9 +11,9 @@ import torch
 
 import checkpoints
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import gpt2
-from attn_cli.checkpoint.families.base import scaled_divisor
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.families import gpt2
+from attn_cli.sources.checkpoint.families.base import scaled_divisor
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -214,7 +214,7 @@ def test_minilm_token_texts_and_special_flags(minilm: Path) -> None:
 def test_gpt2_gelu_in_one_buffer_is_transformers_gelu_bit_for_bit(dtype: torch.dtype) -> None:
     from transformers.activations import NewGELUActivation
 
-    from attn_cli.checkpoint.families.base import ACTIVATIONS
+    from attn_cli.sources.checkpoint.families.base import ACTIVATIONS
 
     x = (torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)  # (T, F)
     before = x.clone()

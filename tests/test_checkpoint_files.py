@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.files import WeightReader
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.files import WeightReader
 from attn_cli.runtime.errors import ExitStatus, ModelUnavailable, UsageError
 
 TEXT = "The cat sat on the mat."
@@ -323,9 +323,9 @@ def test_layer_choices_out_of_range_are_usage_errors(gpt2_folder: Path) -> None:
 def test_the_engine_never_imports_transformers(gpt2_folder: Path) -> None:
     script = f"""
 import sys
-import attn_cli.checkpoint
+import attn_cli.sources.checkpoint
 assert "torch" not in sys.modules, "importing the package imported torch"
-from attn_cli.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint import open_checkpoint
 ckpt = open_checkpoint({str(gpt2_folder)!r})
 ckpt.trace(ckpt.tokenizer.encode("hi there"), [0, 2])
 assert "transformers" not in sys.modules, "the engine imported transformers"

@@ -18,13 +18,14 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.records.layers import LayerAttention, LayerWeights
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.model import Checkpoint
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.model import Checkpoint
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import TooLargeError
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import IndexSpec, Selection
+from attn_cli.pipeline import open_source
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")
@@ -58,7 +59,7 @@ def test_weights_are_the_full_traces_bit_for_bit_and_nothing_else_is_kept(folder
 
 
 def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace_and_an_export_leaves_them_out(folder: Path) -> None:
-    from attn_cli.render.export import layer_dict
+    from attn_cli.formats.export import layer_dict
     from attn_cli.render.heatmap import What, layer_matrix
 
     ckpt = open_checkpoint(str(folder))
@@ -82,11 +83,10 @@ def test_the_estimate_counts_only_what_is_kept(folder: Path) -> None:
 
 
 def test_a_run_refused_keeping_everything_goes_through_keeping_the_weights(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli import pipeline
     from attn_cli.runtime import budget
 
     spec = SourceSpec(Config(), model=str(folder))
-    source = spec.open()
+    source = open_source(spec)
     n_tokens = len(source.checkpoint.tokenizer.encode(TEXT))
     everything = Selection(tuple(range(source.n_layers)), tuple(range(source.n_heads)))
     need = {keep: sum(source.checkpoint.estimate_bytes(n_tokens, everything.layers, keep).values()) for keep in ("all", "weights")}
@@ -155,10 +155,10 @@ def test_heatmap_keeps_the_weights_only_when_it_draws_only_them(
 
 
 def test_select_passes_the_keep_level_on() -> None:
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.sources.toy.source import ToySource
 
     spec = SourceSpec(Config(tokenizer="words"), layers=IndexSpec.parse("all", "--layer"))
-    source = Pipeline(spec.config)
+    source = ToySource(spec.config)
     assert spec.select(source, everything=True).keep == "all"
     assert spec.select(source, everything=True, keep="weights") == Selection((0,), tuple(range(source.n_heads)), "weights", everything=True)
 

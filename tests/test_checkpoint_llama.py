@@ -14,8 +14,8 @@ import torch
 
 import checkpoints
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint import open_checkpoint
-from attn_cli.checkpoint.families import base, llama, rotary
+from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint.families import base, llama, rotary
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -275,8 +275,9 @@ def seven_b(folders, tmp_path: Path) -> Path:
 def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     seven_b: Path, dtype: str, layers, refused: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from attn_cli import pipeline
     from attn_cli.runtime import budget
+    from attn_cli.sources.base import check_budget
+    from attn_cli.sources.checkpoint.source import _checkpoint_culprits
     from attn_cli.runtime.errors import TooLargeError
     from attn_cli.records.selection import Selection
 
@@ -287,12 +288,12 @@ def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
     assert parts["weights"] == (max(layers) + 1) * LAYER_ELEMENTS * size + 2048 * 4096 * size
     assert parts["tables"] == len(layers) * 32 * 2048 * 2048 * 4 * 2
     monkeypatch.setattr(budget, "available_bytes", lambda: 24 * 2**30)  # this machine's 24 GiB
-    culprits = pipeline._checkpoint_culprits(2048, Selection(tuple(layers), tuple(range(32))), ckpt.info)
+    culprits = _checkpoint_culprits(2048, Selection(tuple(layers), tuple(range(32))), ckpt.info)
     if refused is None:
-        pipeline.check_budget(parts, culprits)
+        check_budget(parts, culprits)
     else:
         with pytest.raises(TooLargeError, match=refused):
-            pipeline.check_budget(parts, culprits)
+            check_budget(parts, culprits)
 
 
 # -- the command line ------------------------------------------------------------------------

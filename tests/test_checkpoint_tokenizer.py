@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import checkpoints
-from attn_cli.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.runtime.errors import ExitStatus, InputError, TooLargeError, UsageError
 
 LONG = " ".join(["the cat sat on the mat"] * 6)  # 36 words: past tokenizer.json's 24, under the model's 64

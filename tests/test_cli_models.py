@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.checkpoint.registry import MODEL_TYPES
+from attn_cli.sources.checkpoint.registry import MODEL_TYPES
 from attn_cli.cli import app
 
 
@@ -88,7 +88,7 @@ def test_models_text_names_sizes_and_where_it_looked(cache: Path) -> None:
 
 
 def test_every_supported_model_type_has_a_family() -> None:
-    from attn_cli.checkpoint.families import Family, family_class
+    from attn_cli.sources.checkpoint.families import Family, family_class
 
     for model_type, (family, _) in MODEL_TYPES.items():
         adapter = family_class(model_type)
@@ -96,9 +96,9 @@ def test_every_supported_model_type_has_a_family() -> None:
 
 
 def test_every_encoder_decoder_model_type_has_an_adapter() -> None:
-    from attn_cli.checkpoint.families import seq2seq_class
-    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
-    from attn_cli.checkpoint.registry import SEQ2SEQ_TYPES
+    from attn_cli.sources.checkpoint.families import seq2seq_class
+    from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.sources.checkpoint.registry import SEQ2SEQ_TYPES
 
     for model_type, (family, _) in SEQ2SEQ_TYPES.items():
         adapter = seq2seq_class(model_type)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
+from attn_cli.pipeline import open_source
 
 A = "the quick brown fox jumps over the lazy dog"
 B = "the quick brown cat jumps over the lazy dog"
@@ -37,7 +38,7 @@ def invoke(*args: str, code: int = 0) -> Any:
 
 
 def attentions(folder: Path, text: str) -> list[torch.Tensor]:
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     tokens = open_checkpoint(str(folder)).tokenizer.encode(text)
     return checkpoints.reference(folder, tokens.ids).weights
@@ -127,13 +128,13 @@ def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: P
     from attn_cli.analysis.compare import compare
     from attn_cli.sources.toy.config import Config
     from attn_cli.render.compare import compare_figure
-    from attn_cli.source import SourceSpec
+    from attn_cli.sources.spec import SourceSpec
     from attn_cli.records.selection import Selection
 
     out = tmp_path / "pair.png"
     assert invoke("compare", A, B, "--model", str(gpt2_folder), "-o", str(out)).stdout.strip() == str(out)
     assert out.read_bytes()[:4] == b"\x89PNG"
-    source = SourceSpec(Config(), model=str(gpt2_folder)).open()
+    source = open_source(SourceSpec(Config(), model=str(gpt2_folder)))
     selection = Selection((0, 1, 2), (0, 1, 2, 3), keep="weights")
     comparison = compare(source.run(A, selection), source.run(B, selection))
     fig = compare_figure(comparison, 2, 1)

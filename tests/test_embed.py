@@ -13,7 +13,7 @@ import torch
 from attn_cli.sources.toy.config import Config, Positional
 from attn_cli.sources.toy.embed import load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.runtime.errors import ConfigError, EmbeddingsError, ExitStatus, TooLargeError
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.tokens import Tokens
 
 ROWS = [[0.5, -1.0, 2.0], [1e-3, 3.0, -0.25]]
@@ -91,15 +91,15 @@ def test_npy_file(tmp_path: Path) -> None:
 
 def test_pipeline_takes_d_model_from_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "x.json", json.dumps([[0.1 * i, 1.0, -0.5, 2.0] for i in range(3)]))
-    run = Pipeline(Config(tokenizer="words", embeddings=path, heads=2)).run("a b c")
-    assert run.config.d_model == 4 and run.config.d_k == 2 and run.config.d_v == 2
-    assert torch.equal(run.x, load_embeddings(path, 3))
+    run = ToySource(Config(tokenizer="words", embeddings=path, heads=2)).run("a b c")
+    assert run.model.config.d_model == 4 and run.model.config.d_k == 2 and run.model.config.d_v == 2
+    assert torch.equal(run.layers[0].x, load_embeddings(path, 3))
 
 
 def test_pipeline_d_model_that_disagrees_with_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "x.json", json.dumps([[1.0, 2.0]] * 3))
     with pytest.raises(ConfigError, match="--d-model 8 does not match"):
-        Pipeline(Config(tokenizer="words", embeddings=path, d_model=8)).run("a b c")
+        ToySource(Config(tokenizer="words", embeddings=path, d_model=8)).run("a b c")
 
 
 # --- embeddings files: every way to be wrong ---
@@ -184,7 +184,7 @@ def test_embeddings_path_that_is_not_a_file(tmp_path: Path, kind: str) -> None:
 def test_bad_file_through_the_pipeline(tmp_path: Path) -> None:
     path = write(tmp_path, "x.json", json.dumps(ROWS))
     with pytest.raises(EmbeddingsError, match="has 2 rows but the text has 6 tokens"):
-        Pipeline(Config(tokenizer="words", embeddings=path)).run("Life is short, eat dessert first")
+        ToySource(Config(tokenizer="words", embeddings=path)).run("Life is short, eat dessert first")
 
 
 # --- positional encodings ---
@@ -203,11 +203,11 @@ def test_sinusoidal_matches_the_formula() -> None:
 
 def test_positional_sinusoidal_is_added_to_x() -> None:
     text = "I saw a saw"
-    plain = Pipeline(Config(tokenizer="words")).run(text)
-    with_pe = Pipeline(Config(tokenizer="words", positional=Positional.sinusoidal)).run(text)
-    assert torch.equal(plain.x[1], plain.x[3])  # "saw" twice: same row without positions
-    torch.testing.assert_close(with_pe.x, plain.x + sinusoidal(4, 16), atol=0, rtol=0)
-    assert not torch.equal(with_pe.x[1], with_pe.x[3])
+    plain = ToySource(Config(tokenizer="words")).run(text)
+    with_pe = ToySource(Config(tokenizer="words", positional=Positional.sinusoidal)).run(text)
+    assert torch.equal(plain.layers[0].x[1], plain.layers[0].x[3])  # "saw" twice: same row without positions
+    torch.testing.assert_close(with_pe.layers[0].x, plain.layers[0].x + sinusoidal(4, 16), atol=0, rtol=0)
+    assert not torch.equal(with_pe.layers[0].x[1], with_pe.layers[0].x[3])
 
 
 # -- hostile .npy headers, through the command line (issue 18) ------------------------------

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.sources.toy.emit import _float32, script_for, script_for_run
-from attn_cli.pipeline import Pipeline
-from attn_cli.render.export import run_dict, to_json
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats.export import run_dict, to_json
 
 LIFE = "Life is short, eat dessert first"
 LONG = " ".join(f"w{i % 97}" for i in range(400))  # long enough for a BLAS to split its sums across threads
@@ -78,9 +78,9 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import test_emit
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 tmp = Path(sys.argv[2])
-wants = {name: test_emit.expected(Pipeline(test_emit._config(options, tmp)).run(text)) for name, text, options in test_emit.CASES}
+wants = {name: test_emit.expected(ToySource(test_emit._config(options, tmp)).run(text)) for name, text, options in test_emit.CASES}
 Path(sys.argv[3]).write_text(json.dumps(wants), encoding="utf-8")
 """
 
@@ -143,7 +143,7 @@ def _scripts_and_wants(tmp_path: Path, strip: str | None = None) -> tuple[dict[s
     args = []
     for name, text, options in CASES:
         script = tmp_path / f"{name}.py"
-        source = script_for_run(Pipeline(_config(options, tmp_path)).run(text))
+        source = script_for_run(ToySource(_config(options, tmp_path)).run(text))
         if strip is not None:
             assert strip in source
             source = source.replace(strip, "")
@@ -194,7 +194,7 @@ def test_without_one_thread_the_scripts_would_disagree(tmp_path: Path) -> None:
 
 def test_the_script_writes_the_numbers_as_attn_cli_does(tmp_path: Path) -> None:
     """The README's example: `python attention.py --json` and `run --format json` give the same text."""
-    run = Pipeline(Config(tokenizer="words", heads=2, causal=True)).run(LIFE)
+    run = ToySource(Config(tokenizer="words", heads=2, causal=True)).run(LIFE)
     script = tmp_path / "attention.py"
     script.write_text(script_for_run(run), encoding="utf-8")
     proc = _python(str(script), "--json")
@@ -213,10 +213,10 @@ def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:
     script.write_text(result.stdout, encoding="utf-8")
     proc = _python(str(script))
     assert proc.returncode == 0, proc.stderr
-    run = Pipeline(Config(tokenizer="words", heads=2, causal=True)).run("I saw a saw")
+    run = ToySource(Config(tokenizer="words", heads=2, causal=True)).run("I saw a saw")
     assert "tokens: [(0, 'I'), (2, 'saw'), (1, 'a'), (2, 'saw')]" in proc.stdout
     assert "head 1: attention weights (T, T), rows sum to 1:" in proc.stdout
-    assert f"{run.result.weights[1, 1, 0].item():.4f}" in proc.stdout  # torch's own printing, precision 4
+    assert f"{run.layers[0].weights[1, 1, 0].item():.4f}" in proc.stdout  # torch's own printing, precision 4
     assert "output (T, H*Dv):" in proc.stdout
 
 
@@ -225,7 +225,7 @@ def test_every_command_emits_the_same_script(command: str) -> None:
     argv = [command, LIFE, "-t", "words", "--heads", "2", "--out-proj", "--seed", "5", "--emit-python"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.stderr
-    run = Pipeline(Config(tokenizer="words", heads=2, out_proj=True, seed=5)).run(LIFE)
+    run = ToySource(Config(tokenizer="words", heads=2, out_proj=True, seed=5)).run(LIFE)
     assert result.stdout == script_for_run(run)
     compile(result.stdout, "attention.py", "exec")
 
@@ -253,7 +253,7 @@ def test_emit_python_reports_the_tokenizer_fallback_on_stderr() -> None:
 
 
 def test_script_text_reads_like_the_tutorials() -> None:
-    run = Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True, init=Init.uniform)).run(LIFE)
+    run = ToySource(Config(tokenizer="words", heads=2, causal=True, out_proj=True, init=Init.uniform)).run(LIFE)
     script = script_for_run(run)
     for line in (
         "torch.manual_seed(seed)",
@@ -282,7 +282,7 @@ def test_script_text_reads_like_the_tutorials() -> None:
 )
 def test_the_script_reseeds_before_the_weights_even_when_there_are_none(options: dict[str, Any], tmp_path: Path) -> None:
     """attn-cli's make_projections always reseeds; dropout then draws from that state."""
-    run = Pipeline(_config(options, tmp_path)).run("one two three")
+    run = ToySource(_config(options, tmp_path)).run("one two three")
     lines = script_for_run(run).splitlines()
     seeds = [k for k, line in enumerate(lines) if line.startswith("torch.manual_seed(seed)")]
     assert len(seeds) == (1 if "embeddings" in options else 2)  # the embedding table's, then the weights'
@@ -292,13 +292,13 @@ def test_the_script_reseeds_before_the_weights_even_when_there_are_none(options:
 
 
 def test_no_torch_no_tiktoken_in_the_script_for_words() -> None:
-    run = Pipeline(Config(tokenizer="words")).run(LIFE)
+    run = ToySource(Config(tokenizer="words")).run(LIFE)
     imports = [line for line in script_for_run(run).splitlines() if line.startswith(("import", "from"))]
     assert imports == ["import json", "import math", "import sys", "import unicodedata", "import torch"]
 
 
 def test_script_for_needs_a_resolved_config() -> None:
-    run = Pipeline(Config(tokenizer="words")).run(LIFE)
+    run = ToySource(Config(tokenizer="words")).run(LIFE)
     with pytest.raises(ValueError, match="resolved"):
         script_for(LIFE, run.tokens, Config(tokenizer="words"))
 
@@ -321,7 +321,7 @@ def test_tiktoken_script_reproduces_gpt2_tokens(rank_dir: Path, tmp_path: Path) 
     for rank_file in rank_files("gpt2"):
         shutil.copy(rank_dir / rank_file.name, cache / hashlib.sha1(rank_file.url.encode()).hexdigest())
     text = "Life is short,<|endoftext|> eat dessert first"  # the special-token string stays plain text
-    run = Pipeline(Config(tokenizer="gpt2", heads=2, causal=True)).run(text)
+    run = ToySource(Config(tokenizer="gpt2", heads=2, causal=True)).run(text)
     assert run.tokens.tokenizer == "gpt2"
     script = tmp_path / "attention.py"
     script.write_text(script_for_run(run), encoding="utf-8")

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.render.explain import CORNER, FULL_T, Explanation, Grid, Line, explain, to_rich, to_text
 
 LIFE = "Life is short, eat dessert first"
@@ -26,7 +26,7 @@ TOL = 0.5e-4 + 1e-6  # four decimals on screen
 
 
 def run_of(text: str = LIFE, **options: Any):
-    return Pipeline(Config(tokenizer="words", **options)).run(text)
+    return ToySource(Config(tokenizer="words", **options)).run(text)
 
 
 def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None):
@@ -70,7 +70,7 @@ def assert_grid(g: Grid, want: torch.Tensor, tol: float = TOL) -> None:
 
 def reference(run) -> dict[str, Any]:
     """The seed contract in plain torch, independent of attn_cli.sources.attend (linear init)."""
-    c, tokens = run.config, run.tokens
+    c, tokens = run.model.config, run.tokens
     torch.manual_seed(c.seed)
     x = torch.nn.Embedding(tokens.vocab_size, c.d_model)(torch.tensor(tokens.ids)).detach()  # (T, D)
     torch.manual_seed(c.seed)
@@ -142,12 +142,12 @@ def test_repeated_tokens_are_told_apart_and_explained() -> None:
 def test_every_matrix_matches_an_independent_computation(options: dict[str, Any]) -> None:
     run = run_of(**options)
     ref = reference(run)
-    heads = run.config.heads
+    heads = run.model.config.heads
     for h in range(heads):
         expl = explain(run, head=h)
         r = ref["heads"][h]
         assert_grid(grid(expl, 2, "X"), ref["x"])
-        if run.config.projections:
+        if run.model.config.projections:
             for name, key in (("Q", "q"), ("K", "k"), ("V", "v")):
                 assert_grid(grid(expl, 3, name), r[key])
         elif heads > 1:
@@ -159,12 +159,12 @@ def test_every_matrix_matches_an_independent_computation(options: dict[str, Any]
         assert all(row[-1] == "1.0000" for row in weights.rows)
         assert_grid(dataclasses.replace(weights, rows=tuple(row[:-1] for row in weights.rows)), r["w"])
         assert_grid(grid(expl, 8, "context"), r["ctx"])
-        if run.config.causal:
+        if run.model.config.causal:
             assert_grid(grid(expl, 6, "Z masked"), r["zm"])
         if heads > 1:
             assert grid(expl, 4, "S, raw scores").title.startswith(f"S, raw scores (head {h})")
             assert_grid(grid(expl, 9, "concat"), ref["concat"])
-        if run.config.out_proj:
+        if run.model.config.out_proj:
             assert_grid(grid(expl, 9, "output"), ref["output"])
 
 
@@ -323,7 +323,7 @@ def test_entropy_is_the_one_run_prints(query: int | None) -> None:
 
     run = run_of("I saw a saw and a saw", heads=2, causal=True)
     summary = grids(explain(run, query=query, precision=12), 9, "head")[0]
-    for row, stats in zip(summary.rows, attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1])), strict=True):
+    for row, stats in zip(summary.rows, attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1])), strict=True):
         if query is None:
             assert row[2] == f"{stats.mean_entropy_bits:.12f}"
         else:
@@ -346,7 +346,7 @@ def test_ablation_row_for_this_run_matches_run_stats() -> None:
     run = run_of(scale=False, causal=True)
     table = _ablation(explain(run, precision=12))
     assert table is not None
-    (stats,) = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))
+    (stats,) = attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1]))
     for i in range(len(run.tokens)):
         assert table.rows[i][1:3] == (f"{stats.top_weight[i]:.12f}", f"{stats.entropy_bits[i]:.12f}")  # A = this run
     assert table.rows[-1][2] == f"{stats.mean_entropy_bits:.12f}"
@@ -381,7 +381,7 @@ def test_long_texts_are_summarised_and_say_so() -> None:
     assert len(out.splitlines()) < 400
     weights = grid(expl, 7, "weights")
     assert weights.rows[-1][0] == run.tokens.labels[200] and weights.rows[-2][0] == "⋮"
-    assert abs(number(weights.rows[-1][1]) - run.result.weights[0, 200, 0].item()) <= TOL
+    assert abs(number(weights.rows[-1][1]) - run.layers[0].weights[0, 200, 0].item()) <= TOL
 
 
 def test_multihead_step_nine_splits_concatenates_and_projects() -> None:
@@ -393,20 +393,20 @@ def test_multihead_step_nine_splits_concatenates_and_projects() -> None:
     assert "output = concat W_oᵀ + b_o   (4 × 16) · (16 × 16) → 4 × 16" in text
     summary = grids(expl, 9, "head")[0]
     assert [row[0] for row in summary.rows] == ["0", "1"]
-    weights = run.result.weights
+    weights = run.layers[0].weights
     for h, row in enumerate(summary.rows):
         assert abs(number(row[1]) - weights[h].max(dim=-1).values.mean().item()) <= TOL
-    out_proj = run.result.projections.out
-    assert_grid(grid(expl, 9, "output"), run.result.concat @ out_proj.weight.T + out_proj.bias)
+    out_proj = run.layers[0].projections.out
+    assert_grid(grid(expl, 9, "output"), run.layers[0].concat @ out_proj.weight.T + out_proj.bias)
 
 
 def test_dropout_shows_the_dropped_weights_that_mix_the_values() -> None:
     run = run_of(dropout=0.5)
     expl = explain(run)
-    assert_grid(grid(expl, 8, "dropped weights"), run.result.dropped_weights[0])
+    assert_grid(grid(expl, 8, "dropped weights"), run.layers[0].dropped_weights[0])
     text = text_of(expl, 8)
     assert "1/(1 − 0.5) = 2" in text and "Σ_j dropped[0, j] V[j, 0]" in text
-    assert_grid(grid(expl, 8, "context"), run.result.dropped_weights[0] @ run.result.values[0])
+    assert_grid(grid(expl, 8, "context"), run.layers[0].dropped_weights[0] @ run.layers[0].values[0])
 
 
 def test_positional_encoding_is_shown_and_added() -> None:
@@ -519,7 +519,7 @@ def rounded(g: Grid, skip: int = 1) -> torch.Tensor:
 )
 def test_step_three_prints_the_heads_weights_and_q_follows_from_them(options: dict[str, Any], head: int) -> None:
     run = run_of(**options)
-    c, proj = run.config, run.result.projections
+    c, proj = run.model.config, run.layers[0].projections
     expl = explain(run, head=head)
     x = rounded(grid(expl, 2, "X"))
     for name, linear, d in (("q", proj.query, c.d_k), ("k", proj.key, c.d_k), ("v", proj.value, c.d_v)):
@@ -558,7 +558,7 @@ def test_wide_weights_are_summarised_and_say_so() -> None:
     assert g.title == "W_q   32 × 32"
     assert g.header == ("row", "0", "1", "2", "3", "4", "5", "…", "b_q")
     assert [row[0] for row in g.rows] == ["0", "1", "2", "3", "4", "5", "⋮"]
-    w, b = run.result.projections.query.weight, run.result.projections.query.bias
+    w, b = run.layers[0].projections.query.weight, run.layers[0].projections.query.bias
     for r in range(CORNER):
         assert [number(v) for v in g.rows[r][1:7]] == pytest.approx(w[r, :6].tolist(), abs=TOL)
         assert g.rows[r][7] == "…" and abs(number(g.rows[r][8]) - b[r].item()) <= TOL
@@ -569,7 +569,7 @@ def test_wide_weights_are_summarised_and_say_so() -> None:
 
 def test_step_nine_prints_w_o_and_the_output_follows_from_it() -> None:
     run = run_of(heads=2, out_proj=True)
-    out = run.result.projections.out
+    out = run.layers[0].projections.out
     expl = explain(run)
     g = grid(expl, 9, "W_o")
     assert g.title == "W_o   16 × 16" and g.header[-1] == "b_o"
@@ -580,7 +580,7 @@ def test_step_nine_prints_w_o_and_the_output_follows_from_it() -> None:
     assert "row i of concat against row d of W_o, plus b_o[d]" in text_of(expl, 9)
     # one head with --out-proj: W_o too; without --out-proj: none
     single = run_of(out_proj=True)
-    out = single.result.projections.out
+    out = single.layers[0].projections.out
     assert_grid(grid(explain(single), 9, "W_o"), torch.cat([out.weight, out.bias.unsqueeze(1)], dim=1))
     assert not [b for b in step(explain(run_of(heads=2)), 9).blocks if isinstance(b, Grid) and b.title.startswith("W_o")]
 
@@ -595,7 +595,7 @@ def test_step_nine_names_the_concat_columns_of_every_head(head: int) -> None:
         (str(h), f"{4 * h}…{4 * h + 3}", f"{4 * h}…{4 * h + 3}", "step 8 above" if h == head else f"--head {h}") for h in range(4)
     )
     # concat fits (16 columns): shown whole, no per-head blocks
-    assert_grid(grid(expl, 9, "concat"), run.result.concat)
+    assert_grid(grid(expl, 9, "concat"), run.layers[0].concat)
     assert not [b for b in step(expl, 9).blocks if isinstance(b, Grid) and b.title.startswith("context_")]
 
 
@@ -608,9 +608,9 @@ def test_wide_concat_shows_each_heads_block() -> None:
     for h in range(2):
         g = grid(expl, 9, f"context_{h} = concat columns {16 * h}…{16 * h + 15}")
         assert g.header[1:] == tuple(str(16 * h + d) for d in range(16))
-        assert_grid(g, run.result.context[h])
-        assert_grid(g, run.result.concat[:, 16 * h : 16 * (h + 1)])
-    assert_grid(grid(expl, 8, "context (head 1)"), run.result.context[1])
+        assert_grid(g, run.layers[0].context[h])
+        assert_grid(g, run.layers[0].concat[:, 16 * h : 16 * (h + 1)])
+    assert_grid(grid(expl, 8, "context (head 1)"), run.layers[0].context[1])
 
 
 def test_many_heads_cap_the_blocks_and_say_so() -> None:
@@ -626,7 +626,7 @@ def test_long_text_shows_the_key_rows_its_query_tables_use() -> None:
     words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "small", "birds", "sing"]
     text = " ".join(f"{words[i % len(words)]}{i}" for i in range(60))
     run = run_of(text)
-    one = run.result.head(0)
+    one = run.layers[0].head(0)
     expl = explain(run, query=40)
     keys = sorted(torch.topk(one.weights[40], CORNER).indices.tolist())
     assert not set(keys) <= set(range(CORNER)) | {40}  # the corner alone would not hold them

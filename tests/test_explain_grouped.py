@@ -13,9 +13,9 @@ import torch
 
 import checkpoints
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import CheckpointSource
+from attn_cli.sources.checkpoint.source import CheckpointSource
 from attn_cli.render.explain import explain
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
 from test_explain import grid, text_of
 from test_explain_trained import TOL, body
@@ -133,4 +133,4 @@ def test_the_comparison_would_catch_the_old_walk_through(folder: Path) -> None:
     other = 0  # key/value head 0, the other group's
     dk = int(ref["dk"])
     with pytest.raises(AssertionError):
-        close(body(grid(expl, 3, f"W_k rows {int(ref['g']) * dk}")), trace.result.projections.key.weight[other * dk : (other + 1) * dk])
+        close(body(grid(expl, 3, f"W_k rows {int(ref['g']) * dk}")), trace.layers[0].projections.key.weight[other * dk : (other + 1) * dk])

@@ -13,9 +13,9 @@ import checkpoints
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config
 from attn_cli.analysis.headroles import text_scores
-from attn_cli.pipeline import CheckpointSource
+from attn_cli.sources.checkpoint.source import CheckpointSource
 from attn_cli.render.explain import explain, to_text
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
 from test_explain import grid, number, step, text_of
 
@@ -120,7 +120,7 @@ def test_tokens_are_the_models_with_special_tokens_marked(folder: Path) -> None:
 def test_the_roles_step_uses_the_heads_definitions(folder: Path) -> None:
     trace, expl = walkthrough(folder)
     ref = reference(folder, trace)
-    mine = text_scores(ref.weights[LAYER], layer=LAYER, special=trace.tokens.special, mask=trace.result.mask)[HEAD]
+    mine = text_scores(ref.weights[LAYER], layer=LAYER, special=trace.tokens.special, mask=trace.layers[0].mask)[HEAD]
     roles = grid(expl, 10, "")
     shown = {row[0]: number(row[2]) for row in roles.rows}
     assert shown["previous"] == pytest.approx(mine.previous_mass, abs=TOL)

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline, Run, Trace, toy_info
-from attn_cli.render.export import CSV_COLUMNS, SCHEMA_VERSION, JsonTable, csv_rows, run_dict, to_csv, to_json
+from attn_cli.sources.toy.source import ToySource, toy_info
+from attn_cli.records.trace import Trace
+from attn_cli.formats.export import CSV_COLUMNS, SCHEMA_VERSION, JsonTable, csv_rows, run_dict, to_csv, to_json
 from attn_cli.analysis.stats import attention_stats
 
 ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
@@ -27,8 +28,8 @@ ISSUE_CONFIG_KEYS = {
 ISSUE_HEAD_KEYS = {"head", "queries", "keys", "values", "scores", "scaled_scores", "weights", "context"}
 
 
-def run_of(text: str = "I saw a saw", **options) -> Run:
-    return Pipeline(Config(tokenizer="words", **options)).run(text)
+def run_of(text: str = "I saw a saw", **options) -> Trace:
+    return ToySource(Config(tokenizer="words", **options)).run(text)
 
 
 def shape(matrix: list) -> tuple[int, ...]:
@@ -90,8 +91,8 @@ def test_json_floats_give_back_the_float32_values_exactly() -> None:
     run = run_of()
     data = json.loads(to_json(run))
     weights = torch.tensor(data["layers"][0]["heads"][0]["weights"], dtype=torch.float32)
-    assert torch.equal(weights, run.result.weights[0])  # bit for bit once read as float32
-    assert torch.equal(torch.tensor(data["layers"][0]["input"], dtype=torch.float32), run.x)
+    assert torch.equal(weights, run.layers[0].weights[0])  # bit for bit once read as float32
+    assert torch.equal(torch.tensor(data["layers"][0]["input"], dtype=torch.float32), run.layers[0].x)
 
 
 def test_json_table_writes_every_float32_in_nine_digits_that_give_it_back() -> None:
@@ -115,7 +116,7 @@ def test_json_table_writes_every_float32_in_nine_digits_that_give_it_back() -> N
 def test_json_stats_are_the_stats_module() -> None:
     run = run_of(heads=2, causal=True)
     data = run_dict(run)
-    for head, stats in zip(data["layers"][0]["heads"], attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))):
+    for head, stats in zip(data["layers"][0]["heads"], attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1]))):
         want = stats.as_dict()
         top = torch.tensor(head["stats"].pop("top_weight"), dtype=torch.float32)
         assert torch.equal(top, torch.tensor(want.pop("top_weight"), dtype=torch.float32))  # float32 weights, 9 digits
@@ -126,7 +127,7 @@ def test_json_stats_are_the_stats_module() -> None:
 
 def test_json_refuses_nan() -> None:
     run = run_of()
-    run.result.weights[0, 0, 0] = float("nan")
+    run.layers[0].weights[0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         to_json(run)
 
@@ -181,7 +182,7 @@ def test_csv_is_tidy_and_loads_with_the_csv_module() -> None:
 @pytest.mark.integration
 def test_pieces_of_a_character_carry_their_bytes_in_json_and_csv(rank_dir) -> None:
     text = "猫 sat \\xe7"  # a real character split over tokens, then text that reads like one of its pieces
-    run = Pipeline(Config(tokenizer="gpt2")).run(text)
+    run = ToySource(Config(tokenizer="gpt2")).run(text)
     tokens = json.loads(to_json(run))["tokens"]
     pieces = [t for t in tokens if t["partial"]]
     assert pieces and all(t["text"].startswith("\\x") and bytes.fromhex(t["bytes"]) for t in pieces)
@@ -201,9 +202,9 @@ def test_csv_has_concat_when_the_output_is_projected() -> None:
     run = run_of(heads=2, out_proj=True)
     rows = read_csv(to_csv(run))
     concat = {(int(r["row"]), int(r["col"])): float(r["value"]) for r in rows if r["table"] == "concat"}
-    rebuilt = [[concat[(i, j)] for j in range(run.result.concat.shape[1])] for i in range(run.result.concat.shape[0])]
-    assert len(concat) == run.result.concat.numel()
-    assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.result.concat)
+    rebuilt = [[concat[(i, j)] for j in range(run.layers[0].concat.shape[1])] for i in range(run.layers[0].concat.shape[0])]
+    assert len(concat) == run.layers[0].concat.numel()
+    assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.layers[0].concat)
 
 
 def test_csv_numbers_equal_the_json_numbers() -> None:
@@ -237,7 +238,7 @@ def test_csv_rebuilds_the_matrices() -> None:
             matrices[row["head"]][(int(row["row"]), int(row["col"]))] = float(row["value"])
     for h in (0, 1):
         rebuilt = [[matrices[str(h)][(i, j)] for j in range(4)] for i in range(4)]
-        assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.result.weights[h])
+        assert torch.equal(torch.tensor(rebuilt, dtype=torch.float32), run.layers[0].weights[h])
 
 
 def test_csv_tokens_with_commas_and_quotes_survive() -> None:
@@ -257,12 +258,12 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
 
 
 def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
-    from attn_cli import pipeline
+    from attn_cli.sources.toy.source import ToySource
     from attn_cli.sources.toy.config import Config
     from attn_cli.runtime.errors import TooLargeError
-    from attn_cli.render import export
+    from attn_cli.formats import export
 
-    run = pipeline.Pipeline(Config(tokenizer="words", heads=2)).run("I saw a saw")
+    run = ToySource(Config(tokenizer="words", heads=2)).run("I saw a saw")
     assert export.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
     from attn_cli.runtime import budget
 
@@ -279,7 +280,7 @@ def test_a_streamed_export_is_budgeted_for_what_it_holds(monkeypatch) -> None:
 
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError
-    from attn_cli.render import export
+    from attn_cli.formats import export
 
     run = run_of(" ".join(["word"] * 200), heads=2)
     streamed, whole = export.export_bytes(run), export.export_bytes(run, whole=True)

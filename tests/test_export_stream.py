@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import export_reference as reference
-from attn_cli.checkpoint import open_checkpoint
+from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.sources.toy.config import Config
 from attn_cli.records.hiding import HideSpec, hide
-from attn_cli.pipeline import Pipeline
-from attn_cli.render import export
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats import export
 from attn_cli.records.trace import Trace
 
 from html_support import hand_trace
@@ -33,7 +33,7 @@ def words(n: int) -> str:
 
 
 def toy(text: str, **options) -> Trace:
-    return Pipeline(Config(tokenizer="words", max_tokens=5000, **options)).run(text)
+    return ToySource(Config(tokenizer="words", max_tokens=5000, **options)).run(text)
 
 
 def checkpoint_trace(folder: Path, hidden: str | None = None) -> Trace:
@@ -104,7 +104,7 @@ def test_the_text_is_written_in_pieces_of_about_write_chars(write, monkeypatch: 
     out = Recorder()
     write(run, out)
     assert len(out.sizes) > 10
-    widest = 2 * max(len(s) for s in export.StreamedTable(run.result.weights[0]).json_pieces())  # one piece past the mark
+    widest = 2 * max(len(s) for s in export.StreamedTable(run.layers[0].weights[0]).json_pieces())  # one piece past the mark
     assert all(size < 10_000 + widest for size in out.sizes), out.sizes
 
 
@@ -120,7 +120,7 @@ def test_a_derived_table_is_not_kept_on_the_layer() -> None:
 
 def test_a_table_that_is_not_json_is_refused_like_json_dumps() -> None:
     run = toy("I saw a saw")
-    run.result.weights[0, 3, 0] = float("nan")
+    run.layers[0].weights[0, 3, 0] = float("nan")
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         export.write_json(run, io.BytesIO())
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
@@ -139,12 +139,12 @@ PEAK_SCRIPT = """
 import json, sys, tracemalloc
 sys.path.insert(0, {tests!r})
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
-from attn_cli.render import export
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats import export
 import export_reference
 
 how, fmt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-run = Pipeline(Config(tokenizer="words", max_tokens=n)).run(" ".join(f"w{{i}}" for i in range(n)))
+run = ToySource(Config(tokenizer="words", max_tokens=n)).run(" ".join(f"w{{i}}" for i in range(n)))
 
 class Sink:
     size = 0

@@ -13,7 +13,7 @@ from rich.console import Console
 
 import attn_cli.render.tables as tables
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.render import fasttable
 
 # Random tables of the kinds attn-cli draws and some it does not: wide characters, empty
@@ -99,6 +99,6 @@ def draw_view(table_class: type, run, width: int, color: str | None) -> str:
 ])
 @pytest.mark.parametrize("width", [40, 80, 200])
 def test_every_view_is_drawn_as_rich_draws_it(text: str, options: dict, width: int) -> None:
-    run = Pipeline(Config(**options)).run(text)
+    run = ToySource(Config(**options)).run(text)
     assert draw_view(fasttable.Table, run, width, None) == draw_view(rich.table.Table, run, width, None)
     assert draw_view(fasttable.Table, run, width, "truecolor") == draw_view(rich.table.Table, run, width, "truecolor")

@@ -77,7 +77,7 @@ def test_generation_stops_at_the_end_of_sequence(gpt2_folder: Path, tmp_path: Pa
 
 
 def test_refusals_come_before_generating(gpt2_folder: Path, folders: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from attn_cli.checkpoint.model import Checkpoint
+    from attn_cli.sources.checkpoint.model import Checkpoint
 
     def never(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("generated before refusing")
@@ -116,7 +116,7 @@ def test_a_saved_generation_is_drawn_again(gpt2_folder: Path, tmp_path: Path) ->
     invoke("heatmap", PROMPT, "--model", str(gpt2_folder), "--generate", "4", "-o", str(direct))
     invoke("heatmap", "--from", str(saved), "-o", str(again))
     assert direct.read_bytes() == again.read_bytes()  # the dashed lines and the title line included
-    from attn_cli.saved import load_json
+    from attn_cli.sources.saved import load_json
 
     trace = load_json(saved)
     assert trace.prompt_length == len(trace.tokens) - 4 and trace.generated_text == json.loads(saved.read_text())["generated_text"]

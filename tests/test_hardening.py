@@ -139,7 +139,7 @@ def test_sigterm_mid_write_exits_143_and_leaves_no_part_file(tmp_path: Path) -> 
 
 STUCK_IN_TORCH = """
 import os, sys, torch
-import attn_cli.pipeline
+import attn_cli.sources.toy.source
 ready = int(sys.argv[1])
 
 def stuck(self, text, selection=None):
@@ -149,7 +149,7 @@ def stuck(self, text, selection=None):
     torch.matrix_power(a, 2**63 - 1)  # one C++ call, the GIL released: over a hundred matmuls, minutes
     raise SystemExit("the long operation finished before the signal was handled")
 
-attn_cli.pipeline.Pipeline.run = stuck
+attn_cli.sources.toy.source.ToySource.run = stuck
 from attn_cli.entry import main  # the process's entry, as the attn-cli script's
 sys.argv = ["attn-cli", *sys.argv[2:]]
 main()

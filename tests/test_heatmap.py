@@ -25,7 +25,8 @@ from attn_cli.cli import app
 from attn_cli.cli import heatmap as heatmap_cli
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
-from attn_cli.pipeline import Pipeline, Run
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.records.trace import Trace
 from attn_cli.render.titles import fit_title, text_width
 from attn_cli.render.heatmap import (
     MASKED_COLOR,
@@ -47,8 +48,8 @@ FOX = "The quick brown fox jumps over the lazy dog"
 LIFE = "Life is short, eat dessert first"
 
 
-def make_run(text: str = FOX, **config: object) -> Run:
-    return Pipeline(Config(tokenizer="words", **config)).run(text)  # type: ignore[arg-type]
+def make_run(text: str = FOX, **config: object) -> Trace:
+    return ToySource(Config(tokenizer="words", **config)).run(text)  # type: ignore[arg-type]
 
 
 def image_axes(fig):
@@ -80,7 +81,7 @@ def test_drawn_matrix_equals_the_computed_weights() -> None:
     fig = heatmap_figure(run)
     (ax,) = image_axes(fig)
     drawn = ax.images[0].get_array()
-    np.testing.assert_array_equal(np.ma.getdata(drawn), run.result.weights[0].numpy())
+    np.testing.assert_array_equal(np.ma.getdata(drawn), run.layers[0].weights[0].numpy())
     assert not np.ma.getmaskarray(drawn).any()
     assert ax.images[0].get_clim() == (0.0, 1.0)  # weights: a fixed 0..1 scale
 
@@ -92,7 +93,7 @@ def test_rows_are_queries_and_columns_keys_labelled_with_tokens() -> None:
     assert [t.get_text() for t in ax.get_xticklabels()] == ["I", "saw#1", "a", "saw#3"]
     assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
     # imshow puts row i of the matrix at y = i: the query's row, not its transpose.
-    assert ax.images[0].get_array()[1, 0] == pytest.approx(float(run.result.weights[0, 1, 0]))
+    assert ax.images[0].get_array()[1, 0] == pytest.approx(float(run.layers[0].weights[0, 1, 0]))
 
 
 def test_causal_cells_are_masked_and_painted_grey_not_as_zero() -> None:
@@ -103,7 +104,7 @@ def test_causal_cells_are_masked_and_painted_grey_not_as_zero() -> None:
     n = len(run.tokens)
     expected_mask = np.triu(np.ones((n, n), dtype=bool), k=1)
     np.testing.assert_array_equal(np.ma.getmaskarray(drawn), expected_mask)
-    np.testing.assert_array_equal(drawn.compressed(), run.result.weights[0].numpy()[~expected_mask])
+    np.testing.assert_array_equal(drawn.compressed(), run.layers[0].weights[0].numpy()[~expected_mask])
 
     # The pixels: a masked cell has the neutral grey; a visible cell has the colour map's colour.
     fig.canvas.draw()
@@ -131,7 +132,7 @@ def test_multi_head_grid_has_one_panel_per_head_on_a_shared_scale() -> None:
     for h, ax in enumerate(panels):
         drawn = ax.images[0].get_array()
         np.testing.assert_array_equal(np.ma.getmaskarray(drawn), future)
-        np.testing.assert_array_equal(drawn.compressed(), run.result.weights[h].numpy()[~future])
+        np.testing.assert_array_equal(drawn.compressed(), run.layers[0].weights[h].numpy()[~future])
         assert ax.images[0].get_clim() == (0.0, 1.0)
     # One colour bar for the whole grid.
     assert len(fig.axes) == 5
@@ -142,7 +143,7 @@ def test_per_head_scale_gives_each_head_its_own_limits() -> None:
     fig = heatmap_figure(run, HeatmapOptions(per_head_scale=True))
     panels = image_axes(fig)
     tops = [ax.images[0].get_clim()[1] for ax in panels]
-    assert tops == pytest.approx([float(run.result.weights[h].max()) for h in range(4)])
+    assert tops == pytest.approx([float(run.layers[0].weights[h].max()) for h in range(4)])
     assert len(set(tops)) == 4
     assert len(fig.axes) == 8  # a colour bar per panel
 
@@ -150,14 +151,14 @@ def test_per_head_scale_gives_each_head_its_own_limits() -> None:
 def test_scores_are_on_a_diverging_scale_centred_on_zero() -> None:
     run = make_run(FOX, heads=2)
     shared = image_axes(heatmap_figure(run, HeatmapOptions(what=What.scores)))
-    extent = float(run.result.scores.abs().max())
+    extent = float(run.layers[0].scores.abs().max())
     for h, ax in enumerate(shared):
-        np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.result.scores[h].numpy())
+        np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.layers[0].scores[h].numpy())
         assert ax.images[0].get_clim() == pytest.approx((-extent, extent))
         assert ax.images[0].cmap.name.startswith("RdBu_r")
     own = image_axes(heatmap_figure(run, HeatmapOptions(what=What.scores, per_head_scale=True)))
     for h, ax in enumerate(own):
-        top = float(run.result.scores[h].abs().max())
+        top = float(run.layers[0].scores[h].abs().max())
         assert ax.images[0].get_clim() == pytest.approx((-top, top))
 
 
@@ -169,8 +170,8 @@ def test_what_all_draws_scores_scaled_and_weights_per_head() -> None:
     ]
     n = len(run.tokens)
     mask = np.triu(np.ones((n, n), dtype=bool), k=1)
-    scaled = run.result.scaled_scores
-    expected = [run.result.scores[0], scaled[0], run.result.weights[0], run.result.scores[1], scaled[1], run.result.weights[1]]
+    scaled = run.layers[0].scaled_scores
+    expected = [run.layers[0].scores[0], scaled[0], run.layers[0].weights[0], run.layers[0].scores[1], scaled[1], run.layers[0].weights[1]]
     for ax, matrix in zip(panels, expected):
         drawn = ax.images[0].get_array()
         if ax.get_label().startswith("scores/"):  # raw Q K^T exists for every pair: the mask comes after it
@@ -185,7 +186,7 @@ def test_head_picks_one_head() -> None:
     run = make_run(FOX, heads=4)
     fig = heatmap_figure(run, HeatmapOptions(heads=(2,)))
     (ax,) = image_axes(fig)
-    np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.result.weights[2].numpy())
+    np.testing.assert_array_equal(np.ma.getdata(ax.images[0].get_array()), run.layers[0].weights[2].numpy())
     assert ax.get_title() == "head 2"
     with pytest.raises(UsageError, match="--head 4 is out of range"):
         heatmap_figure(run, HeatmapOptions(heads=(4,)))
@@ -202,7 +203,7 @@ def test_title_names_the_configuration() -> None:
 LONG_MODEL = "/home/someone/experiments/checkpoints/2024-06-runs/gpt2-medium-finetuned-on-support-tickets-v3"
 
 
-def trained_looking(run: Run, name: str = LONG_MODEL) -> Run:
+def trained_looking(run: Trace, name: str = LONG_MODEL) -> Trace:
     """A toy run titled as a trained model's (no toy config, a long --model path)."""
     return dataclasses.replace(run, model=dataclasses.replace(run.model, config=None, source=name, family="gpt2"))
 
@@ -298,7 +299,7 @@ def test_cell_annotations(text: str, heads: int, annotate: bool | None, expected
     (ax,) = image_axes(fig)
     assert len(ax.texts) == expected
     if expected:
-        weights = make_run(text, heads=heads).result.weights[0]
+        weights = make_run(text, heads=heads).layers[0].weights[0]
         assert ax.texts[1].get_text() == f"{float(weights[0, 1]):.2f}"
 
 
@@ -361,7 +362,7 @@ def test_log_scale_is_for_weights_only() -> None:
     run = make_run(FOX)
     (ax,) = image_axes(heatmap_figure(run, HeatmapOptions(log=True)))
     low, high = ax.images[0].get_clim()
-    assert high == 1.0 and 0 < low <= float(run.result.weights.min())
+    assert high == 1.0 and 0 < low <= float(run.layers[0].weights.min())
     with pytest.raises(UsageError, match="drop --log"):
         heatmap_figure(run, HeatmapOptions(what=What.scores, log=True))
 
@@ -572,7 +573,7 @@ def test_real_process_prints_only_the_path_and_never_touches_pyplot(tmp_path: Pa
 
 @pytest.mark.integration
 def test_gpt2_labels_show_the_leading_spaces(rank_dir: Path) -> None:
-    run = Pipeline(Config(tokenizer="gpt2")).run(LIFE)
+    run = ToySource(Config(tokenizer="gpt2")).run(LIFE)
     (ax,) = image_axes(heatmap_figure(run))
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Life", "␣is", "␣short", ",", "␣eat", "␣dessert", "␣first"]
 

@@ -25,13 +25,14 @@ from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.records.hiding import HideSpec, hide, renormalize
-from attn_cli.pipeline import Pipeline
-from attn_cli.render.export import run_dict, to_csv
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.formats.export import run_dict, to_csv
 from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
 from attn_cli.render.model_view import model_view_figure
 from attn_cli.render.tables import View, human_view
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
+from attn_cli.records.hiding import shown as shown_trace
 
 from html_support import hand_trace
 
@@ -120,7 +121,7 @@ def test_renormalized_rows_are_the_kept_weights_over_their_sum(causal: bool) -> 
     trace = hide(special_trace(causal=causal), HideSpec.parse("special"))
     kept = list(trace.hiding.kept)
     assert kept == list(range(1, 7))
-    shown = trace.shown()
+    shown = shown_trace(trace)
     assert shown.tokens.labels == tuple(trace.tokens.labels[i] for i in kept)
     assert shown.tokens.positions == tuple(kept)
     for full, part in zip(trace.layers, shown.layers):
@@ -153,9 +154,9 @@ def test_a_row_with_no_weight_left_is_nan_and_null() -> None:
 
 def _trace_of(weights: torch.Tensor) -> Trace:
     """A one-layer trace holding exactly ``weights`` (1, T, T)."""
-    base = Pipeline(Config(tokenizer="words", heads=1, d_model=4)).run("a b c")
+    base = ToySource(Config(tokenizer="words", heads=1, d_model=4)).run("a b c")
     n = weights.shape[-1]
-    layer = dataclasses.replace(base.result, weights=weights, mask=None, dropped_weights=None)
+    layer = dataclasses.replace(base.layers[0], weights=weights, mask=None, dropped_weights=None)
     assert isinstance(layer, LayerAttention) and len(base.tokens) == n
     return dataclasses.replace(base, layers=(layer,))
 
@@ -177,7 +178,7 @@ def test_tables_lose_the_hidden_rows_and_columns() -> None:
     assert "[CLS], [SEP] hidden; rows renormalized" in weights
     body = weights.split("rows are queries")[0]
     assert "[CLS]" not in body.split("hidden; rows renormalized", 1)[1] and "[SEP]" not in body.split("hidden; rows renormalized", 1)[1]
-    shown = trace.shown().layers[-1].weights[0]
+    shown = shown_trace(trace).layers[-1].weights[0]
     first_row = next(line for line in body.splitlines() if line.strip().startswith("the ") or line.strip().startswith("the\t"))
     assert [float(v) for v in first_row.split()[1:]] == pytest.approx([round(v, 4) for v in shown[0].tolist()], abs=1e-4)
 
@@ -225,8 +226,8 @@ def test_the_one_colour_hint_reads_the_renormalized_weights() -> None:
 
 
 def _trace_of_text(text: str, weights: torch.Tensor) -> Trace:
-    base = Pipeline(Config(tokenizer="words", heads=1, d_model=4)).run(text)
-    layer = dataclasses.replace(base.result, weights=weights, mask=None, dropped_weights=None)
+    base = ToySource(Config(tokenizer="words", heads=1, d_model=4)).run(text)
+    layer = dataclasses.replace(base.layers[0], weights=weights, mask=None, dropped_weights=None)
     return dataclasses.replace(base, layers=(layer,))
 
 

@@ -18,7 +18,7 @@ from attn_cli.cli import app
 from attn_cli.render import html as page_module
 from attn_cli.render.html import MASKED, build, notebook_html, page, reproduce_command
 from attn_cli.render.fit import spans as ranges
-from attn_cli.render.export import run_dict
+from attn_cli.formats.export import run_dict
 from html_support import chunk, hand_trace, manifest, toy
 
 MB = 2**20
@@ -49,10 +49,10 @@ def test_raw_scores_are_exact_and_the_scaled_ones_derivable() -> None:
     layer = manifest(html)["traces"][0]["layers"][0]
     assert layer["scaled"] == "derived"
     raw = chunk(html, layer["scores"])
-    assert np.array_equal(raw, trace.result.scores.numpy())
+    assert np.array_equal(raw, trace.layers[0].scores.numpy())
     derived = raw / np.float32(layer["divisor"])  # what the page's fround(raw / fround(divisor)) gives
-    visible = ~trace.result.mask.numpy()
-    assert np.array_equal(derived[:, visible], trace.result.scaled_scores.numpy()[:, visible])
+    visible = ~trace.layers[0].mask.numpy()
+    assert np.array_equal(derived[:, visible], trace.layers[0].scaled_scores.numpy()[:, visible])
 
 
 def test_ties_round_to_even_as_python_does() -> None:

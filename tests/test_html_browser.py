@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from attn_cli.render.export import run_dict
+from attn_cli.formats.export import run_dict
 from attn_cli.render.html import build, notebook_html, page
+from attn_cli.pipeline import open_source
 from conftest import skip_or_fail
 from html_support import fixed, hand_trace, toy
 
@@ -264,15 +265,15 @@ def test_a_long_toy_text_has_every_view(open_page: Any, shots: Path) -> None:
     trace = toy(" ".join(words), heads=4, causal=True)
     p = open_page(page([trace], command="c"))
     p.view("matrix")
-    assert p.hover_cell(511, 3)["weight"] == fixed(trace.result.weights[0, 511, 3].item())
+    assert p.hover_cell(511, 3)["weight"] == fixed(trace.layers[0].weights[0, 511, 3].item())
     p.view("steps")
     assert p.text("#step-cut") == "1 of the 1 keys this query can see are listed. The other 511 keys are masked."
     p.page.click(".querypick .tok[data-i='300']")
     p.ready()
     assert p.text("#step-cut").startswith("48 of the 301 keys this query can see are listed: the query itself")
     assert p.page.locator("#step-scores tr[data-key]").count() == 48
-    strongest = int(trace.result.weights[0, 300].argmax())
-    assert p.text(f"#step-scores tr[data-key='{strongest}'] td[data-field='weight']") == fixed(trace.result.weights[0, 300, strongest].item())
+    strongest = int(trace.layers[0].weights[0, 300].argmax())
+    assert p.text(f"#step-scores tr[data-key='{strongest}'] td[data-field='weight']") == fixed(trace.layers[0].weights[0, 300, strongest].item())
     p.page.screenshot(path=shots / "long-512-toy-steps.png")
 
 
@@ -370,10 +371,10 @@ def test_head_view_of_attention_from_elsewhere(open_page: Any, shots: Path) -> N
 
 def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, shots: Path) -> None:
     from attn_cli.sources.toy.config import Config
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.sources.toy.source import ToySource
     from attn_cli.records.selection import Selection
 
-    trace = Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(
+    trace = ToySource(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(
         "Life is short, eat dessert first", Selection((0,), (0, 1), rollout=True, norms=True)
     )
     data = run_dict(trace)
@@ -404,10 +405,10 @@ def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, 
 
 def test_predictions_show_on_hover(open_page: Any, gpt2_folder: Any) -> None:
     from attn_cli.sources.toy.config import Config
-    from attn_cli.source import SourceSpec
+    from attn_cli.sources.spec import SourceSpec
     from attn_cli.records.selection import Selection
 
-    source = SourceSpec(Config(), model=str(gpt2_folder)).open()
+    source = open_source(SourceSpec(Config(), model=str(gpt2_folder)))
     trace = source.run("the quick brown fox", Selection((2,), (0, 1, 2, 3), predict=3))
     p = open_page(page([trace], command="c"))
     p.page.hover(".left .tok[data-i='2']")

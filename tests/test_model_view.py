@@ -19,12 +19,13 @@ from typer.testing import CliRunner
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.render.heatmap import SPECIAL_COLOR, HeatmapOptions, What, heatmap_figure, write_figure
 from attn_cli.render.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import IndexSpec
 from attn_cli.records.trace import Trace
+from attn_cli.pipeline import open_source
 
 import checkpoints
 
@@ -35,14 +36,14 @@ TEXT = "the cat sat on the mat"
 
 def synthetic(text: str = FOX, layers: int = 12, heads: int = 12, causal: bool = False) -> Trace:
     """A layers x heads trace from toy layers with different seeds: a 12 x 12 model in a second."""
-    runs = [Pipeline(Config(tokenizer="words", heads=heads, d_model=4 * heads, causal=causal, seed=i)).run(text) for i in range(layers)]
-    kept = tuple(dataclasses.replace(run.result, layer=i) for i, run in enumerate(runs))
+    runs = [ToySource(Config(tokenizer="words", heads=heads, d_model=4 * heads, causal=causal, seed=i)).run(text) for i in range(layers)]
+    kept = tuple(dataclasses.replace(run.layers[0], layer=i) for i, run in enumerate(runs))
     return dataclasses.replace(runs[0], layers=kept, model=dataclasses.replace(runs[0].model, layers=layers))
 
 
 def checkpoint_trace(folder: Path, text: str) -> Trace:
     spec = SourceSpec(Config(), model=str(folder), layers=IndexSpec.parse("all", "--layer"), heads=IndexSpec.parse("all", "--head"))
-    source = spec.open()
+    source = open_source(spec)
     return source.run_each([text], spec.select(source, everything=False)).__iter__().__next__()
 
 
@@ -138,7 +139,7 @@ def test_a_nearly_one_colour_picture_says_so_and_names_log(draw: str, text: str,
         trace = synthetic(text, layers=2, heads=2)
         words, logged = title(model_view_figure(trace)), title(model_view_figure(trace, HeatmapOptions(log=True)))
     else:
-        trace = Pipeline(Config(tokenizer="words", heads=2)).run(text)
+        trace = ToySource(Config(tokenizer="words", heads=2)).run(text)
         words = heatmap_figure(trace)._suptitle.get_text()
         logged = heatmap_figure(trace, HeatmapOptions(log=True))._suptitle.get_text()
     assert ("nearly one colour" in words and "--log" in words) is hint

@@ -52,7 +52,7 @@ def reference_top(folder: Path, ids: tuple[int, ...], k: int = K) -> tuple[torch
 
 
 def ours(folder: Path, text: str = TEXT) -> Any:
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     checkpoint = open_checkpoint(str(folder))
     tokens = checkpoint.tokenizer.encode(text)
@@ -76,7 +76,7 @@ def test_top_k_equals_transformers(name: str, folders: Any, gpt2_folder: Path) -
 def test_a_missing_last_step_is_caught(name: str, bug: str, folders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     folder = folders(name)
     family = type(open_checkpoint(str(folder))._family)
@@ -126,7 +126,7 @@ def test_no_head_and_the_toy_are_refused(minilm_path: Path, tmp_path: Path) -> N
 
 
 def test_the_memory_estimate_counts_the_head(gpt2_folder: Path) -> None:
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
     checkpoint = open_checkpoint(str(gpt2_folder))
     plain = checkpoint.estimate_bytes(20, [0])

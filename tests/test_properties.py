@@ -1,6 +1,6 @@
 """Properties that hold for every valid configuration and every text (hypothesis).
 
-The engine is driven through ``Pipeline`` (text -> tokens -> X -> attention)
+The engine is driven through ``ToySource`` (text -> tokens -> X -> attention)
 and checked against invariants and against torch's own
 ``scaled_dot_product_attention``; odd texts go through the ``words`` tokenizer
 and through the command line, where the only acceptable answers are valid JSON
@@ -25,8 +25,9 @@ from attn_cli.sources.toy.model import self_attention
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError
-from attn_cli.pipeline import Pipeline, Run
-from attn_cli.render.export import run_dict, to_csv, to_json
+from attn_cli.sources.toy.source import ToySource
+from attn_cli.records.trace import Trace
+from attn_cli.formats.export import run_dict, to_csv, to_json
 from attn_cli.text.tokenizers import WordTokenizer, get_tokenizer
 
 # No deadlines: the machine is shared and torch's first calls are slow; the
@@ -76,23 +77,23 @@ def configs(draw: st.DrawFn, *, temperature: st.SearchStrategy[float] | None = N
     )
 
 
-def assert_attention_invariants(run: Run) -> None:
-    result = run.result
+def assert_attention_invariants(run: Trace) -> None:
+    result = run.layers[0]
     n_tokens = len(run.tokens)
-    heads = run.config.heads
+    heads = run.model.config.heads
     weights = result.weights  # (H, T, T)
     assert weights.shape == (heads, n_tokens, n_tokens)
-    assert result.context.shape == (heads, n_tokens, run.config.d_v)
+    assert result.context.shape == (heads, n_tokens, run.model.config.d_v)
     assert torch.isfinite(weights).all()
     assert torch.isfinite(result.context).all() and torch.isfinite(result.output).all()
     assert (weights >= 0).all()
     # The softmax rows sum to 1; the dropped weights' rows do not (that is dropout).
     assert (weights.sum(dim=-1) - 1).abs().max().item() <= 1e-5
     above = torch.ones(n_tokens, n_tokens, dtype=torch.bool).triu(1)  # (T, T)
-    if run.config.causal:
+    if run.model.config.causal:
         assert (weights[:, above] == 0).all(), "a masked cell is not exactly 0"
         assert weights[:, 0, 0].eq(1).all(), "the first query can only see itself"
-    p = run.config.dropout
+    p = run.model.config.dropout
     if p == 0:
         assert result.dropped_weights is None
         return
@@ -101,7 +102,7 @@ def assert_attention_invariants(run: Run) -> None:
     kept = dropped != 0  # (H, T, T)
     # each cell is zeroed, or keeps its weight scaled by 1/(1 - p)
     torch.testing.assert_close(dropped[kept], weights[kept] / (1 - p), rtol=1e-6, atol=0)
-    if run.config.causal:
+    if run.model.config.causal:
         assert (dropped[:, above] == 0).all(), "dropout brought back a masked cell"
     # the dropped weights, not the softmax's, mix the values
     torch.testing.assert_close(result.context, dropped @ result.values, rtol=1e-6, atol=1e-6)
@@ -110,39 +111,39 @@ def assert_attention_invariants(run: Run) -> None:
 @ENGINE
 @given(config=configs(), text=SENTENCES)
 def test_engine_invariants_and_torch_reference(config: Config, text: str) -> None:
-    run = Pipeline(config).run(text)
+    run = ToySource(config).run(text)
     assert_attention_invariants(run)
-    result = run.result
+    result = run.layers[0]
     # Independent reference: torch's fused attention on the engine's own Q, K, V
     # (without dropout: its random draws are not the engine's).
     expected = torch.nn.functional.scaled_dot_product_attention(
-        result.queries, result.keys, result.values, is_causal=run.config.causal, scale=1.0 / result.divisor
+        result.queries, result.keys, result.values, is_causal=run.model.config.causal, scale=1.0 / result.divisor
     )  # (H, T, Dv)
     undropped = result.context if result.dropped_weights is None else result.weights @ result.values  # (H, T, Dv)
     # Fused kernels round differently; near one-hot rows (large scores) amplify it.
     torch.testing.assert_close(undropped, expected, rtol=1e-3, atol=1e-3 * max(1.0, result.values.abs().max().item()))
-    if not run.config.out_proj:
+    if not run.model.config.out_proj:
         assert torch.equal(result.output, result.concat)
 
 
 @ENGINE
 @given(config=configs(), text=SENTENCES, noise=st.integers(0, 2**31))
 def test_same_seed_gives_identical_output(config: Config, text: str, noise: int) -> None:
-    pipeline = Pipeline(config)
+    pipeline = ToySource(config)
     first = pipeline.run(text)
     runs = []
-    for again in (Pipeline(config), pipeline):  # drawn afresh, and from the pipeline's cached draws
+    for again in (ToySource(config), pipeline):  # drawn afresh, and from the pipeline's cached draws
         torch.manual_seed(noise)  # whatever the global generator did in between
         torch.rand(7)
         runs.append(again.run(text))
     for second in runs:
         for name in ("queries", "keys", "values", "scores", "weights", "context", "output"):
-            assert torch.equal(getattr(first.result, name), getattr(second.result, name)), name
-        assert torch.equal(first.x, second.x)
+            assert torch.equal(getattr(first.layers[0], name), getattr(second.layers[0], name)), name
+        assert torch.equal(first.layers[0].x, second.layers[0].x)
         if config.dropout:  # dropout draws from the seeded generator too
-            assert torch.equal(first.result.dropped_weights, second.result.dropped_weights)
+            assert torch.equal(first.layers[0].dropped_weights, second.layers[0].dropped_weights)
         else:
-            assert first.result.dropped_weights is None and second.result.dropped_weights is None
+            assert first.layers[0].dropped_weights is None and second.layers[0].dropped_weights is None
 
 
 @ENGINE
@@ -155,7 +156,7 @@ def test_same_seed_gives_identical_output(config: Config, text: str, noise: int)
 def test_any_positive_temperature_is_finite_or_refused(config: Config, text: str) -> None:
     """The whole valid range of --temperature: finite weights that sum to 1, or a typed error."""
     try:
-        run = Pipeline(config).run(text)
+        run = ToySource(config).run(text)
     except AttnCliError as err:
         assert "--temperature" in str(err)
         assert err.exit_status == ExitStatus.USAGE
@@ -223,23 +224,23 @@ def csv_numbers(text: str) -> dict[tuple[str, str, int, int], float]:
 @ENGINE
 @given(config=configs(), text=SENTENCES)
 def test_output_numbers_do_not_depend_on_the_format(config: Config, text: str) -> None:
-    run = Pipeline(config).run(text)
+    run = ToySource(config).run(text)
     from_json = json_numbers(json.loads(to_json(run)))
     from_csv = csv_numbers(to_csv(run))
     assert from_json == from_csv  # the same cells, bit for bit
     assert json.loads(to_json(run)) == run_dict(run)  # the Python API's dict is what the JSON says
     # ... and both give back the engine's float32 values, not rounded copies.
-    h = run.config.heads - 1
+    h = run.model.config.heads - 1
     n = len(run.tokens)
 
     def table(name: str) -> torch.Tensor:
         return torch.tensor([from_json[(name, str(h), i, j)] for i in range(n) for j in range(n)], dtype=torch.float32)
 
-    assert torch.equal(table("weights"), run.result.weights[h].flatten())
+    assert torch.equal(table("weights"), run.layers[0].weights[h].flatten())
     has_dropped = any(key[0] == "dropped_weights" for key in from_json)
-    assert has_dropped == (run.config.dropout > 0)
+    assert has_dropped == (run.model.config.dropout > 0)
     if has_dropped:
-        assert torch.equal(table("dropped_weights"), run.result.dropped_weights[h].flatten())
+        assert torch.equal(table("dropped_weights"), run.layers[0].dropped_weights[h].flatten())
 
 
 # --------------------------------------------------------------------------- odd texts

@@ -448,12 +448,12 @@ def test_failure_mid_write_leaves_the_old_file_and_no_temporary(
 def test_ctrl_c_says_interrupted_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """AttnGroup.main means to print "interrupted" (its KeyboardInterrupt branch);
     a Ctrl-C in the middle of the work must reach it."""
-    import attn_cli.pipeline
+    import attn_cli.sources.toy.source
 
     def interrupted(self, text, selection=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(attn_cli.pipeline.Pipeline, "run", interrupted)
+    monkeypatch.setattr(attn_cli.sources.toy.source.ToySource, "run", interrupted)
     result = invoke(["run", *WORDS, "--format", "json", "--", TEXT])
     assert error_line(result, INTERRUPTED) == "attn-cli: error: interrupted"
 

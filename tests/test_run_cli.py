@@ -250,9 +250,9 @@ def test_a_failing_batch_leaves_the_old_file_alone(tmp_path: Path) -> None:
 
 
 def test_an_interrupt_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.sources.toy.source import ToySource
 
-    real = Pipeline.run
+    real = ToySource.run
     calls = []
 
     def interrupted(self, text, selection=None):  # type: ignore[no-untyped-def]
@@ -261,7 +261,7 @@ def test_an_interrupt_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
             raise KeyboardInterrupt
         return real(self, text, selection)
 
-    monkeypatch.setattr(Pipeline, "run", interrupted)
+    monkeypatch.setattr(ToySource, "run", interrupted)
     path = tmp_path / "out.csv"
     result = invoke("run", "--lines", "-", "-t", "words", "-o", str(path), input="one two\nthree four\n", code=ExitStatus.INTERRUPTED)
     assert "Traceback" not in result.stderr
@@ -298,13 +298,13 @@ def test_lines_write_the_whole_text_writers_bytes(fmt: str, tmp_path: Path) -> N
     import export_reference
 
     from attn_cli.sources.toy.config import Config
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.sources.toy.source import ToySource
 
     texts = [line for line in BATCH.splitlines() if line] + [" ".join(["long"] * 150)]
     source = tmp_path / "texts.txt"
     source.write_text("\n".join(texts) + "\n", encoding="utf-8")
     options = ["-t", "words", "--heads", "2", "--causal", "--out-proj", "-F", fmt]
-    runs = [Pipeline(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(text) for text in texts]
+    runs = [ToySource(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(text) for text in texts]
     if fmt == "json":
         expected = "".join(export_reference.to_json(run) + "\n" for run in runs)
     else:

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.checkpoint.families import seq2seq, seq2seq_class
+from attn_cli.sources.checkpoint.families import seq2seq, seq2seq_class
 
 
 def open_pair(folder: Path) -> tuple[Any, Any]:
     """The engine and the weights of a folder (no tokenizer needed: the ids are given)."""
-    from attn_cli.checkpoint.files import WeightReader
+    from attn_cli.sources.checkpoint.files import WeightReader
 
     config = json.loads((folder / "config.json").read_text())
     model = seq2seq_class(config["model_type"])(config)
@@ -146,7 +146,7 @@ def bias_not_shared(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _decoder_bias(model: Any, weights: Any, n_tokens: int, bidirectional: bool) -> torch.Tensor:
-    from attn_cli.checkpoint.families.bert import relative_buckets
+    from attn_cli.sources.checkpoint.families.bert import relative_buckets
 
     table = weights.read("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
     relative = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 import checkpoints
 from attn_cli.cli import app
+from attn_cli.pipeline import open_source
 from test_html_browser import Page, browser  # noqa: F401  (the fixture: headless Chromium)
 
 SOURCE = "The cat sat on the mat."
@@ -152,7 +153,7 @@ def test_the_usage_errors(folders: dict[str, Path], tmp_path_factory: pytest.Tem
 
 def test_a_pair_that_cannot_fit_is_refused_first(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
-    from attn_cli.checkpoint import pair
+    from attn_cli.sources.checkpoint import pair
 
     ran: list[bool] = []
     real = pair.PairCheckpoint.trace
@@ -175,10 +176,10 @@ def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[st
     from attn_cli.render.kinds import What
     from attn_cli.render.model_view import model_view_figure
     from attn_cli.render.heatmap import HeatmapOptions
-    from attn_cli.source import SourceSpec
+    from attn_cli.sources.spec import SourceSpec
 
     spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET)
-    trace = spec.open().run(SOURCE).stack(stack)
+    trace = open_source(spec).run(SOURCE).stack(stack)
     data = json.loads(invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "json").stdout)
     key = {"cross": "cross_layers", "decoder": "decoder_layers", "encoder": "layers"}[stack]
     rows = [t["label"] for t in (data["tokens"] if stack == "encoder" else data["target_tokens"])]
@@ -187,7 +188,7 @@ def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[st
     (ax,) = [a for a in fig.axes if a.images and a.get_label().startswith("weights")]
     drawn = np.asarray(ax.images[0].get_array().filled(0.0))
     assert drawn.shape == (len(rows), len(columns))
-    shown = next(layer for layer in data[key] if layer["layer"] == trace.result.layer)  # the layer a one-layer picture draws
+    shown = next(layer for layer in data[key] if layer["layer"] == trace.layers[0].layer)  # the layer a one-layer picture draws
     np.testing.assert_allclose(drawn, np.array(shown["heads"][0]["weights"]), atol=1e-6)
     assert [t.get_text() for t in ax.get_xticklabels()] == columns and [t.get_text() for t in ax.get_yticklabels()] == rows
     if stack == "cross":
@@ -228,7 +229,7 @@ def head_broken(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bugs the head's own steps guard against: BART's final_logits_bias left out, T5's rescaling left out."""
     import dataclasses
 
-    from attn_cli.checkpoint.families import seq2seq
+    from attn_cli.sources.checkpoint.families import seq2seq
 
     family = seq2seq.Bart if kind == "bart" else seq2seq.T5
     real = family.head
@@ -413,7 +414,7 @@ def test_marian_without_sentencepiece_says_what_to_install(marians: dict[str, Pa
 def test_marian_control_the_target_through_the_source_side_differs(marians: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: a target read with the source's SentencePiece model and vocabulary
     does not give transformers' labels, so the test above tells the sides apart."""
-    from attn_cli.checkpoint.tokenizer import MarianTokenizer
+    from attn_cli.sources.checkpoint.tokenizer import MarianTokenizer
 
     folder = marians["separate"]
     monkeypatch.setattr(MarianTokenizer, "encode_target", lambda self, text: self._encode(text, "source"))
@@ -491,9 +492,9 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     from attn_cli.records.hiding import HideSpec, hide
     from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
     from attn_cli.render.kinds import What
-    from attn_cli.source import SourceSpec
+    from attn_cli.sources.spec import SourceSpec
 
-    trace = hide(SourceSpec(Config(), model=folder, target=TARGET).open().run(SOURCE), HideSpec.parse("special"))
+    trace = hide(open_source(SourceSpec(Config(), model=folder, target=TARGET)).run(SOURCE), HideSpec.parse("special"))
     fig = heatmap_figure(trace.stack("cross"), HeatmapOptions(what=What.weights, heads=(0,)))
     (ax,) = [a for a in fig.axes if a.images]
     assert np.asarray(ax.images[0].get_array()).shape == (sum(not h for h in target_hidden), sum(not t["special"] for t in data["tokens"]))
@@ -555,7 +556,7 @@ def test_explain_follows_one_cross_attention_head(name: str, folders: dict[str, 
 
 def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
-    from attn_cli.checkpoint import pair
+    from attn_cli.sources.checkpoint import pair
 
     made: list[bool] = []
     real = pair.PairCheckpoint.generate

@@ -55,9 +55,9 @@ main()
 # (or, if it is not there in time, goes on and finishes: the test then fails).
 MID_BATCH = """
 import os, sys, time
-import attn_cli.pipeline
+import attn_cli.sources.toy.source
 ready = int(sys.argv[1])
-run = attn_cli.pipeline.Pipeline.run
+run = attn_cli.sources.toy.source.ToySource.run
 seen = []
 
 def slow(self, text, selection=None):
@@ -67,7 +67,7 @@ def slow(self, text, selection=None):
         time.sleep(%d)
     return run(self, text, selection)
 
-attn_cli.pipeline.Pipeline.run = slow
+attn_cli.sources.toy.source.ToySource.run = slow
 sys.argv = ["attn-cli", *sys.argv[2:]]
 from attn_cli.entry import main
 main()
@@ -159,7 +159,7 @@ def test_a_signal_in_the_middle_of_a_batch_leaves_no_file(signum: int, tmp_path:
 # The command blocks before writing anything (a patched step), after telling the parent.
 BLOCKED = """
 import os, sys, time
-import attn_cli.pipeline
+import attn_cli.sources.toy.source
 ready = int(sys.argv[1])
 
 def blocked(self, text, selection=None):
@@ -167,7 +167,7 @@ def blocked(self, text, selection=None):
     time.sleep(%d)
     raise SystemExit("never stopped")
 
-attn_cli.pipeline.Pipeline.run = blocked
+attn_cli.sources.toy.source.ToySource.run = blocked
 sys.argv = ["attn-cli", *sys.argv[2:]]
 from attn_cli.entry import main
 main()

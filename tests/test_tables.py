@@ -18,7 +18,8 @@ from rich.text import Text
 
 from attn_cli.sources.toy.model import self_attention
 from attn_cli.sources.toy.config import Config
-from attn_cli.pipeline import Run, Trace, toy_info
+from attn_cli.records.trace import Trace
+from attn_cli.sources.toy.source import toy_info
 from attn_cli.render import tables
 from attn_cli.analysis.stats import attention_stats, effective_tokens, entropy_bits, head_masses
 from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
@@ -27,7 +28,7 @@ from attn_cli.records.tokens import Tokens
 WIDTH = 120
 
 
-def make_run(texts: tuple[str, ...], *, d_model: int = 8, weights: list[list[float]] | None = None, **options) -> Run:
+def make_run(texts: tuple[str, ...], *, d_model: int = 8, weights: list[list[float]] | None = None, **options) -> Trace:
     """A run over ``texts`` with seeded random X; ``weights`` (one head) replaces the softmax."""
     labels_seen: dict[str, int] = {}
     ids = tuple(labels_seen.setdefault(t, len(labels_seen)) for t in texts)
@@ -287,7 +288,7 @@ def test_weights_table_shows_the_weights_rounded() -> None:
     run = make_run(SAW, causal=True)
     out = render(human_view(run, View(show=frozenset({"weights"}), precision=3)))
     rows = section(out, "Attention weights")
-    weights = run.result.weights[0].tolist()
+    weights = run.layers[0].weights[0].tolist()
     for i, row in enumerate(rows):
         assert row[0] == run.tokens.labels[i]
         assert row[1:] == [fmt(w, 3) if j <= i else "·" for j, w in enumerate(weights[i])]
@@ -306,7 +307,7 @@ def test_weights_cells_are_coloured_and_the_row_max_is_bold() -> None:
     assert render(tables.weights_table(run, 0)).count("\x1b") == 0
 
 
-def weight_codes(run: Run, color_system: str) -> list[str]:
+def weight_codes(run: Trace, color_system: str) -> list[str]:
     """The SGR codes of each weight cell in the table's first row, drawn for ``color_system``."""
     console = Console(file=io.StringIO(), width=WIDTH, color_system=color_system, force_terminal=True, no_color=False, highlight=False)
     console.print(tables.weights_table(run, 0))
@@ -331,7 +332,7 @@ def test_scores_scaled_and_masking() -> None:
     out = render(human_view(run, View(show=frozenset({"scores", "scaled"}))))
     raw = section(out, "Raw scores")
     scaled = section(out, "Scaled scores")
-    scores = run.result.scores[0].tolist()
+    scores = run.layers[0].scores[0].tolist()
     divisor = math.sqrt(8) * 2.0
     for i in range(4):
         assert raw[i][1:] == [fmt(v, 4) for v in scores[i]]  # raw scores are shown for every pair
@@ -355,10 +356,10 @@ def test_qkv_context_embeddings_and_output_tables() -> None:
         "Heads compared",
     ):
         assert title in out
-    assert section(out, "Values  V = X W_v^T, head 1")[2][1:] == [fmt(v, 4) for v in run.result.values[1][2].tolist()]
-    assert section(out, "Context vectors  weights @ V, head 1")[3][1:] == [fmt(v, 4) for v in run.result.context[1][3].tolist()]
-    assert section(out, "Output")[0][1:] == [fmt(v, 4) for v in run.result.output[0].tolist()]
-    assert section(out, "Embeddings X")[1][1:] == [fmt(v, 4) for v in run.x[1].tolist()]
+    assert section(out, "Values  V = X W_v^T, head 1")[2][1:] == [fmt(v, 4) for v in run.layers[0].values[1][2].tolist()]
+    assert section(out, "Context vectors  weights @ V, head 1")[3][1:] == [fmt(v, 4) for v in run.layers[0].context[1][3].tolist()]
+    assert section(out, "Output")[0][1:] == [fmt(v, 4) for v in run.layers[0].output[0].tolist()]
+    assert section(out, "Embeddings X")[1][1:] == [fmt(v, 4) for v in run.layers[0].x[1].tolist()]
 
 
 def test_output_is_shown_by_default_only_when_it_differs_from_context() -> None:
@@ -377,7 +378,7 @@ def test_output_under_head_shows_the_chosen_heads_or_says_w_o_mixes_them() -> No
     lines = out.splitlines()
     header = lines[next(i for i, line in enumerate(lines) if line.startswith("Output")) + 2]  # title, edge, header
     assert header.split()[-4:] == ["4", "5", "6", "7"]
-    assert [row[1:] for row in section(out, "Output")] == [[fmt(v, 4) for v in row] for row in run.result.context[1].tolist()]
+    assert [row[1:] for row in section(out, "Output")] == [[fmt(v, 4) for v in row] for row in run.layers[0].context[1].tolist()]
     assert "--head chose head 1 of 2: the other heads' dims are left out" in " ".join(out.split())
     mixed = dataclasses.replace(make_run(SAW, heads=2, out_proj=True), chosen_heads=(1,))
     out = " ".join(render(human_view(mixed, View(show=frozenset({"output"}), explicit=True))).split())
@@ -392,7 +393,7 @@ def test_cut_columns_are_named_by_their_numbers() -> None:
 def test_stats_table_and_heads_compared() -> None:
     run = make_run(SAW, heads=2, causal=True)
     out = render(human_view(run, View(show=frozenset({"stats"}))))
-    stats = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))
+    stats = attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1]))
     rows = section(out, "Statistics  of the attention weights, head 1")
     for i, row in enumerate(rows):
         s = stats[1]
@@ -521,7 +522,7 @@ def test_long_tables_show_the_first_rows_a_marker_and_the_last() -> None:
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
     out = render(human_view(run, View(show=frozenset({"weights"}))))
     rows = section(out, "Attention weights")
-    weights = run.result.weights[0]
+    weights = run.layers[0].weights[0]
     assert [r[0] for r in rows] == [*(f"w{i}" for i in range(tables.ROW_LIMIT)), "⋮", f"w{n - 1}"]
     assert set(rows[tables.ROW_LIMIT]) == {"⋮"}
     assert rows[-1][1:3] == [fmt(weights[n - 1, 0].item(), 4), fmt(weights[n - 1, 1].item(), 4)]
@@ -556,7 +557,7 @@ def test_tokens_stats_and_vector_tables_cut_their_rows_too() -> None:
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
     out = render(human_view(run, View(show=frozenset({"tokens", "stats", "context"}))))
     note = " ".join(out.split())
-    stats = attention_stats(run.result.weights, mask=causal_mask(run.result.weights.shape[-1]))[0]
+    stats = attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1]))[0]
     tokens = section(out, "Tokens")
     assert [r[0] for r in tokens] == [*(str(i) for i in range(tables.ROW_LIMIT)), "⋮", str(n - 1)]
     assert f"{tables.ROW_LIMIT + 1} of {n} tokens shown" in note and "--format json lists every token" in note
@@ -565,7 +566,7 @@ def test_tokens_stats_and_vector_tables_cut_their_rows_too() -> None:
                         fmt(stats.entropy_bits[-1], 4), fmt(stats.effective_tokens[-1], 4), str(n)]
     assert f"of {n} queries shown" in note and "--query N shows one query's entropy" in note
     context = section(out, "Context vectors")
-    assert context[-1][1:] == [fmt(v, 4) for v in run.result.context[0][n - 1].tolist()]
+    assert context[-1][1:] == [fmt(v, 4) for v in run.layers[0].context[0][n - 1].tolist()]
     assert context[tables.ROW_LIMIT][0] == "⋮"
 
 
@@ -587,7 +588,7 @@ def test_key_view_cuts_its_queries_and_names_a_hidden_largest() -> None:
 
 def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
     run = make_run(SAW, heads=2, causal=True, temperature=0.7, d_model=8)
-    scaled = run.result.scaled_scores  # (H, T, T) the reference
+    scaled = run.layers[0].scaled_scores  # (H, T, T) the reference
     for h in range(2):
         for i in range(4):
             for j in range(4):
@@ -669,7 +670,7 @@ def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeyp
 def test_one_heads_stats_are_that_heads() -> None:
     run = make_run(SAW, heads=2)
     out = render(human_view(run, View(show=frozenset({"stats"}), heads=(1,))))
-    expected = attention_stats(run.result.weights)[1]
+    expected = attention_stats(run.layers[0].weights)[1]
     rows = section(out, "Statistics  of the attention weights, head 1")
     assert [r[3] for r in rows] == [fmt(v, 4) for v in expected.entropy_bits]
 

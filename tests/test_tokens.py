@@ -9,7 +9,7 @@ import tiktoken.registry
 
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import ExitStatus, InputError, TokenizerError, TokenizerUnavailable
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 from attn_cli.text.tokenizers import TiktokenTokenizer, WordTokenizer, encoding_name, get_tokenizer
 from attn_cli.records.tokens import Tokens, visible
 
@@ -176,7 +176,7 @@ def test_words_needs_no_files() -> None:
 
 
 def test_default_tokenizer_falls_back_to_words_with_one_note() -> None:
-    pipeline = Pipeline(Config())
+    pipeline = ToySource(Config())
     assert len(pipeline.notes) == 1
     note = pipeline.notes[0]
     assert "\n" not in note and "gpt2" in note and "'words'" in note
@@ -188,7 +188,7 @@ def test_default_tokenizer_falls_back_to_words_with_one_note() -> None:
 @pytest.mark.parametrize(("name", "missing"), [("gpt2", "vocab.bpe"), ("cl100k_base", "cl100k_base.tiktoken"), ("gpt-4o", "o200k_base.tiktoken")])
 def test_a_chosen_tokenizer_that_is_not_here_is_an_error(name: str, missing: str) -> None:
     with pytest.raises(TokenizerUnavailable) as info:
-        Pipeline(Config(tokenizer=name))
+        ToySource(Config(tokenizer=name))
     message = str(info.value)
     assert missing in message and "ATTN_CLI_TIKTOKEN_DIR" in message and "attn-cli tokenizers add" in message
     assert "\n" not in message
@@ -196,7 +196,7 @@ def test_a_chosen_tokenizer_that_is_not_here_is_an_error(name: str, missing: str
 
 
 def test_words_chosen_explicitly_gives_no_note() -> None:
-    assert Pipeline(Config(tokenizer="words")).notes == []
+    assert ToySource(Config(tokenizer="words")).notes == []
 
 
 # --- the real encodings ---
@@ -233,7 +233,7 @@ def test_gpt2_special_tokens_and_partial_bytes(rank_dir) -> None:
 
 @pytest.mark.integration
 def test_default_tokenizer_is_gpt2_when_its_files_are_here(rank_dir) -> None:
-    pipeline = Pipeline(Config())
+    pipeline = ToySource(Config())
     assert pipeline.notes == []
     assert pipeline.run(HEADLINE).tokens.ids == (14662, 318, 1790, 11, 4483, 23084, 717)
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init
-from attn_cli.pipeline import Pipeline
+from attn_cli.sources.toy.source import ToySource
 
 HEADLINE = "Life is short, eat dessert first"
 JOURNEY = "Your journey starts with one step"
@@ -92,7 +92,7 @@ LIFE_CONFIG = Config(tokenizer="words", seed=123, d_model=16, d_k=24, d_v=28, in
 @pytest.fixture(scope="module")
 def life() -> tuple[dict[str, torch.Tensor], object]:
     reference = life_is_short_reference()
-    run = Pipeline(LIFE_CONFIG).run(HEADLINE)
+    run = ToySource(LIFE_CONFIG).run(HEADLINE)
     return reference, run
 
 
@@ -103,13 +103,13 @@ def test_life_tokens_and_embeddings(life) -> None:
     assert run.tokens.ids == tuple(ref["ids"].tolist())
     assert run.tokens.vocab_size == 6
     assert run.tokens.tokenizer == "words"
-    torch.testing.assert_close(run.x[0, :3], torch.tensor([0.3374, -0.1778, -0.3035]), atol=1e-4, rtol=0)
-    assert torch.equal(run.x, ref["x"])
+    torch.testing.assert_close(run.layers[0].x[0, :3], torch.tensor([0.3374, -0.1778, -0.3035]), atol=1e-4, rtol=0)
+    assert torch.equal(run.layers[0].x, ref["x"])
 
 
 def test_life_projections_are_the_walkthroughs_torch_rand_matrices(life) -> None:
     ref, run = life
-    p = run.result.projections
+    p = run.layers[0].projections
     assert torch.equal(p.query.weight, ref["W_query"])
     assert torch.equal(p.key.weight, ref["W_key"])
     assert torch.equal(p.value.weight, ref["W_value"])
@@ -118,7 +118,7 @@ def test_life_projections_are_the_walkthroughs_torch_rand_matrices(life) -> None
 
 def test_life_second_token_as_query(life) -> None:
     ref, run = life
-    head = run.result.head(0)
+    head = run.layers[0].head(0)
     torch.testing.assert_close(head.scores[1], ref["omega_2"], atol=1e-4, rtol=1e-6)
     torch.testing.assert_close(head.weights[1], ref["weights_2"], atol=1e-6, rtol=0)
     torch.testing.assert_close(head.context[1], ref["context_2"], atol=1e-5, rtol=1e-6)
@@ -126,16 +126,16 @@ def test_life_second_token_as_query(life) -> None:
 
 def test_life_full_matrices(life) -> None:
     ref, run = life
-    head = run.result.head(0)
+    head = run.layers[0].head(0)
     assert head.queries.shape == (6, 24) and head.values.shape == (6, 28)
-    assert run.config.d_k == 24 and run.config.d_v == 28 and run.result.divisor == pytest.approx(24**0.5)
+    assert run.model.config.d_k == 24 and run.model.config.d_v == 28 and run.layers[0].divisor == pytest.approx(24**0.5)
     torch.testing.assert_close(head.queries, ref["queries"], atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(head.keys, ref["keys"], atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(head.values, ref["values"], atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(head.scores, ref["omega"], atol=1e-4, rtol=1e-6)
     torch.testing.assert_close(head.weights, ref["weights"], atol=1e-6, rtol=0)
     torch.testing.assert_close(head.context, ref["context"], atol=1e-5, rtol=1e-6)
-    torch.testing.assert_close(run.result.output, ref["context"], atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(run.layers[0].output, ref["context"], atol=1e-5, rtol=1e-6)
 
 
 def test_life_through_the_command_line(life) -> None:
@@ -242,7 +242,7 @@ def journey_file(tmp_path: Path) -> Path:
 
 def journey_run(path: Path, **options):
     config = Config(embeddings=path, tokenizer="words", init=Init.linear, **options)
-    return Pipeline(config).run(JOURNEY)
+    return ToySource(config).run(JOURNEY)
 
 
 def inputs() -> torch.Tensor:
@@ -252,8 +252,8 @@ def inputs() -> torch.Tensor:
 def test_journey_file_is_the_books_inputs(journey_file: Path) -> None:
     run = journey_run(journey_file, seed=789, d_k=2, d_v=2)
     assert run.tokens.texts == ("Your", "journey", "starts", "with", "one", "step")
-    assert run.config.d_model == 3
-    assert torch.equal(run.x, inputs())
+    assert run.model.config.d_model == 3
+    assert torch.equal(run.layers[0].x, inputs())
 
 
 def test_self_attention_v2(journey_file: Path) -> None:
@@ -262,11 +262,11 @@ def test_self_attention_v2(journey_file: Path) -> None:
     with torch.no_grad():
         expected = sa_v2(inputs())  # (6, 2)
     run = journey_run(journey_file, seed=789, d_k=2, d_v=2)
-    p = run.result.projections
+    p = run.layers[0].projections
     assert torch.equal(p.query.weight, sa_v2.W_query.weight)
     assert torch.equal(p.key.weight, sa_v2.W_key.weight)
     assert torch.equal(p.value.weight, sa_v2.W_value.weight)
-    torch.testing.assert_close(run.result.output, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(run.layers[0].output, expected, atol=1e-6, rtol=0)
 
 
 def test_self_attention_v2_with_qkv_bias(journey_file: Path) -> None:
@@ -275,9 +275,9 @@ def test_self_attention_v2_with_qkv_bias(journey_file: Path) -> None:
     with torch.no_grad():
         expected = sa_v2(inputs())
     run = journey_run(journey_file, seed=789, d_k=2, d_v=2, qkv_bias=True)
-    p = run.result.projections
+    p = run.layers[0].projections
     assert torch.equal(p.value.bias, sa_v2.W_value.bias)
-    torch.testing.assert_close(run.result.output, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(run.layers[0].output, expected, atol=1e-6, rtol=0)
 
 
 def test_causal_attention(journey_file: Path) -> None:
@@ -287,10 +287,10 @@ def test_causal_attention(journey_file: Path) -> None:
     with torch.no_grad():
         expected = ca(batch)
     run = journey_run(journey_file, seed=123, d_k=2, d_v=2, causal=True)
-    assert torch.equal(run.result.projections.query.weight, ca.W_query.weight)
-    torch.testing.assert_close(run.result.output, expected[0], atol=1e-6, rtol=0)
-    torch.testing.assert_close(run.result.output, expected[1], atol=1e-6, rtol=0)
-    assert run.result.output[0].tolist() == pytest.approx(run.result.projections.value(inputs())[0].tolist(), abs=1e-6)
+    assert torch.equal(run.layers[0].projections.query.weight, ca.W_query.weight)
+    torch.testing.assert_close(run.layers[0].output, expected[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(run.layers[0].output, expected[1], atol=1e-6, rtol=0)
+    assert run.layers[0].output[0].tolist() == pytest.approx(run.layers[0].projections.value(inputs())[0].tolist(), abs=1e-6)
 
 
 def test_causal_attention_with_dropout_replays_the_books_mask(journey_file: Path) -> None:
@@ -302,9 +302,9 @@ def test_causal_attention_with_dropout_replays_the_books_mask(journey_file: Path
     with torch.no_grad():
         expected = ca(inputs().unsqueeze(0))[0]
     run = journey_run(journey_file, seed=123, d_k=2, d_v=2, causal=True, dropout=0.5)
-    assert run.result.dropped_weights is not None
-    assert (run.result.dropped_weights == 0).any()
-    torch.testing.assert_close(run.result.output, expected, atol=1e-6, rtol=0)
+    assert run.layers[0].dropped_weights is not None
+    assert (run.layers[0].dropped_weights == 0).any()
+    torch.testing.assert_close(run.layers[0].output, expected, atol=1e-6, rtol=0)
 
 
 def test_multi_head_attention(journey_file: Path) -> None:
@@ -314,14 +314,14 @@ def test_multi_head_attention(journey_file: Path) -> None:
     with torch.no_grad():
         expected = mha(batch)  # (2, 6, 2)
     run = journey_run(journey_file, seed=123, heads=2, d_k=1, d_v=1, causal=True, out_proj=True)
-    p = run.result.projections
+    p = run.layers[0].projections
     assert torch.equal(p.query.weight, mha.W_query.weight)
     assert torch.equal(p.key.weight, mha.W_key.weight)
     assert torch.equal(p.value.weight, mha.W_value.weight)
     assert torch.equal(p.out.weight, mha.out_proj.weight)
     assert torch.equal(p.out.bias, mha.out_proj.bias)
-    assert run.result.queries.shape == (2, 6, 1)
-    torch.testing.assert_close(run.result.output, expected[0], atol=1e-6, rtol=0)
+    assert run.layers[0].queries.shape == (2, 6, 1)
+    torch.testing.assert_close(run.layers[0].output, expected[0], atol=1e-6, rtol=0)
 
 
 def test_multi_head_attention_with_dropout_and_bias(journey_file: Path) -> None:
@@ -331,7 +331,7 @@ def test_multi_head_attention_with_dropout_and_bias(journey_file: Path) -> None:
     with torch.no_grad():
         expected = mha(inputs().unsqueeze(0))[0]
     run = journey_run(journey_file, seed=5, heads=2, d_k=2, d_v=2, causal=True, out_proj=True, qkv_bias=True, dropout=0.3)
-    torch.testing.assert_close(run.result.output, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(run.layers[0].output, expected, atol=1e-6, rtol=0)
 
 
 def test_multi_head_attention_through_the_command_line(journey_file: Path) -> None:
@@ -363,4 +363,4 @@ BOOK_PRINTS = [
 @pytest.mark.parametrize(("options", "printed"), BOOK_PRINTS, ids=["SelfAttention_v2", "CausalAttention", "MultiHeadAttention"])
 def test_the_numbers_the_book_prints(journey_file: Path, options: dict, printed: list[list[float]]) -> None:
     run = journey_run(journey_file, **options)
-    torch.testing.assert_close(run.result.output, torch.tensor(printed), atol=5e-5, rtol=0)
+    torch.testing.assert_close(run.layers[0].output, torch.tensor(printed), atol=5e-5, rtol=0)

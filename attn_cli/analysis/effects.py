@@ -27,21 +27,6 @@ LOGIT_BLOCK_BYTES = 64 * 2**20  # float32 logits of one block of positions (and 
 LOSS_BLOCK_BYTES = 256 * 2**20
 
 
-@dataclasses.dataclass(frozen=True)
-class Predictions:
-    """The top ``k`` of every position."""
-
-    ids: torch.Tensor  # (T, K) long: token ids, most likely first
-    probs: torch.Tensor  # (T, K) float32: softmax of the position's logits
-    logits: torch.Tensor  # (T, K) float32
-    texts: tuple[tuple[str, ...], ...]  # (T, K) each id's text, as the tokenizer decodes it
-    labels: tuple[tuple[str, ...], ...]  # (T, K) the same, drawn printable (tables, pictures)
-
-    @property
-    def k(self) -> int:
-        return self.ids.shape[-1]
-
-
 def block_rows(vocab: int) -> int:
     """Positions whose logits are made at once: ``LOGIT_BLOCK_BYTES`` of (rows, V) float32, twice."""
     return max(1, LOGIT_BLOCK_BYTES // (2 * 4 * max(vocab, 1)))

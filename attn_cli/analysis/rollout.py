@@ -18,29 +18,16 @@ matrices), kept as float32 like every table.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from attn_cli.records.results import Rollout
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
 
     from attn_cli.records.layers import LayerWeights
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollout:
-    """The rollout of a text through layers 0 .. ``through_layer``."""
-
-    through_layer: int
-    weights: torch.Tensor  # (T, T) float32; rows sum to 1
-    mask: torch.Tensor | None  # (T, T) True: no path from the key to the query (a causal model's future); None: every pair
-
-    @property
-    def causal(self) -> bool:
-        return self.mask is not None and bool(self.mask.any())
 
 
 class RolloutAccumulator:

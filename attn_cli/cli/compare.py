@@ -24,7 +24,8 @@ from attn_cli.cli.options import (
 from attn_cli.cli.output import binary_output, emit_rich
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.kinds import FORMATS
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from attn_cli.analysis.compare import Comparison
@@ -89,7 +90,7 @@ def compare(
 
     from attn_cli.analysis.compare import check_models, check_texts, compare as compared
 
-    source = spec.open()
+    source = open_source(spec)
     if spec.target is not None or getattr(getattr(source, "info", None), "decoder_layers", None) is not None:
         raise UsageError(
             f"compare ranks the heads of one stack, and {spec.model} is an encoder-decoder: "
@@ -99,7 +100,7 @@ def compare(
         typer.echo(note, err=True)
     selection = spec.select(source, everything=True, keep="weights")
     if other_model is not None:
-        other = dataclasses.replace(spec, model=other_model).open()
+        other = open_source(dataclasses.replace(spec, model=other_model))
         for what, x, y in (("layers", source.n_layers, other.n_layers), ("heads", source.n_heads, other.n_heads)):
             if x != y:
                 raise UsageError(f"{spec.model} has {x} {what} and {other_model} {y}; compare needs the same {what} in both")

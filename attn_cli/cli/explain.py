@@ -21,8 +21,9 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
+from attn_cli.pipeline import open_source
 
 
 class Style(str, enum.Enum):
@@ -73,7 +74,7 @@ def explain(
 
     check_model_only(spec, **{"--predict": predict})
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
-    source = spec.open()
+    source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     layer, head = spec.one(source)

@@ -29,11 +29,12 @@ from attn_cli.cli.options import (
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.render.kinds import FORMATS
 from attn_cli.runtime.errors import UsageError
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from attn_cli.analysis.headroles import HeadScores, Probe
-    from attn_cli.pipeline import Source
+    from attn_cli.sources.base import Source
     from attn_cli.render.heads import HeadsReport
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
@@ -110,7 +111,7 @@ def heads(
     if picture and ablate is None:
         raise UsageError(f"-o {output}: heads draws a picture of --ablate's losses; add --ablate zero|mean, or write .json, .csv or .txt")
     chosen = Format.json if picture else choose_format(format, output, table_asked=False)
-    source = spec.open()
+    source = open_source(spec)
     if ablate is not None and getattr(getattr(source, "checkpoint", None), "encoder", False):
         raise UsageError(f"--ablate: {source.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
     for note in source.notes:

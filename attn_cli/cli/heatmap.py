@@ -31,7 +31,8 @@ from attn_cli.cli.options import (
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.kinds import FORMATS, What
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -159,7 +160,7 @@ def heatmap(
         raise UsageError(f"--what {kind.value}: --from re-draws a saved trace from its weights; drop --what")
     if cmap is not None:
         colour_map(cmap)
-    source = spec.open()
+    source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     keep = "weights" if kind in (What.weights, What.norms, What.rollout) else "all"

@@ -31,7 +31,8 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 
 SUFFIXES = (".html", ".htm")
 DEFAULT_MAX_MB = 20.0
@@ -91,7 +92,7 @@ def html(
 
     from attn_cli.render.html import build
 
-    source = spec.open()
+    source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms, predict=predict, generate=generate)))

@@ -40,7 +40,7 @@ def models(
       attn-cli models --format json | jq -r '.[] | select(.supported) | .name'
       attn-cli run "The cat sat." --model sentence-transformers/all-MiniLM-L6-v2
     """
-    from attn_cli.checkpoint.catalog import cached_models
+    from attn_cli.sources.checkpoint.catalog import cached_models
 
     found, searched = cached_models(os.environ)
     if format is ListFormat.json:

@@ -24,17 +24,17 @@ from attn_cli.sources.toy.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEF
 from attn_cli.cli.inputs import read_texts
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.records.hiding import HideSpec
-from attn_cli.source import TABLE_HEADS, SourceSpec
+from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 from attn_cli.records.trace import STACKS
 from attn_cli.records.selection import IndexSpec
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Source
+    from attn_cli.sources.base import Source
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
 
 class DType(str, enum.Enum):
-    """--dtype: what a checkpoint is computed in (``attn_cli.checkpoint.model.DTYPES``)."""
+    """--dtype: what a checkpoint is computed in (``attn_cli.sources.checkpoint.model.DTYPES``)."""
 
     float32 = "float32"
     bfloat16 = "bfloat16"
@@ -478,7 +478,7 @@ def shared_options(
             if wants_ctx:
                 kwargs["ctx"] = ctx
             spec = saved_spec(ctx, shared)
-            from attn_cli.saved import load_json
+            from attn_cli.sources.saved import load_json
 
             return command(spec=spec, texts=[load_json(spec.saved).text], **kwargs)  # the file's text (default names)
         spec = build_spec(ctx, shared)

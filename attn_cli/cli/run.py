@@ -30,10 +30,11 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch
-from attn_cli.source import SourceSpec
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Source
+    from attn_cli.sources.base import Source
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
 
@@ -125,7 +126,7 @@ def run(
             err=True,
         )
 
-    source = spec.open()
+    source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(
@@ -135,7 +136,7 @@ def run(
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
-    from attn_cli.render.export import write_csv, write_json
+    from attn_cli.formats.export import write_csv, write_json
 
     live = output is None and stdout_is_terminal()
     with binary_output(output, clobber=not no_clobber) as out:

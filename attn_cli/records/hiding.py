@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from attn_cli.records.trace import Hiding
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -128,20 +129,6 @@ class HideSpec:
 def _listed(labels: Sequence[str]) -> str:
     shown = ", ".join(labels[:LISTED_TOKENS])
     return shown + (", ..." if len(labels) > LISTED_TOKENS else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Hiding:
-    """What ``--hide-tokens`` took out of a trace's tables and pictures."""
-
-    hidden: tuple[int, ...]  # positions in the full text
-    kept: tuple[int, ...]  # the others, in order
-    labels: tuple[str, ...]  # the hidden tokens' labels
-    note: str | None = None  # for the user, once (``special`` on a text that has none)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.hidden)
 
 
 def hide(trace: Trace, spec: HideSpec | None) -> Trace:

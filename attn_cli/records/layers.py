@@ -233,6 +233,3 @@ def softmax_input_of(
     if mask is not None:
         scaled = scaled.masked_fill(mask, float("-inf"))
     return scaled
-
-
-AttentionResult = LayerAttention  # the name before layers (the Python API keeps it)

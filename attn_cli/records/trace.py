@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
-    from attn_cli.analysis.effects import Predictions
-    from attn_cli.analysis.rollout import Rollout
-    from attn_cli.records.hiding import Hiding
+    from attn_cli.records.results import Predictions
+    from attn_cli.records.results import Rollout
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.toy.config import Config
@@ -121,6 +120,20 @@ class ModelInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Hiding:
+    """What ``--hide-tokens`` took out of a trace's tables and pictures."""
+
+    hidden: tuple[int, ...]  # positions in the full text
+    kept: tuple[int, ...]  # the others, in order
+    labels: tuple[str, ...]  # the hidden tokens' labels
+    note: str | None = None  # for the user, once (``special`` on a text that has none)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.hidden)
+
+
+@dataclasses.dataclass(frozen=True)
 class Trace(Generic[LayerT]):
     """One text through one source: its tokens and the kept layers, in order.
     ``Trace[LayerAttention]`` holds every tensor; ``Trace[LayerWeights]`` (a
@@ -156,13 +169,6 @@ class Trace(Generic[LayerT]):
     def generated(self) -> tuple[int, ...]:
         """The positions --generate added (none without it)."""
         return tuple(range(self.prompt_length, len(self.tokens))) if self.prompt_length is not None else ()
-
-    def shown(self) -> Trace:
-        """What tables and pictures draw: without the hidden tokens, rows renormalized
-        (``attn_cli.records.hiding``); this trace itself when nothing is hidden."""
-        from attn_cli.records.hiding import shown
-
-        return shown(self)
 
     @property
     def key_text(self) -> str | None:
@@ -221,76 +227,3 @@ class Trace(Generic[LayerT]):
             if layer.layer == index:
                 return layer
         raise KeyError(index)
-
-    # -- in a notebook (attn_cli.api draws; computation never imports a renderer itself) --
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows a trace as the `attn-cli html` page, in a sandboxed iframe."""
-        from attn_cli import api
-
-        return api.notebook(self)
-
-    def weights(self, layer: int = -1, head: int | None = None) -> Any:
-        """(H, T, T) torch tensor of layer ``layer``'s weights (a model index; -1: the last
-        kept layer), or (T, T) for ``head``."""
-        from attn_cli import api
-
-        return api.weights(self, layer, head)
-
-    def to_json(self) -> str:
-        """Schema 2, the bytes `attn-cli run -F json` writes (docs/json.md)."""
-        from attn_cli import api
-
-        return api.to_json(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``to_json()`` parsed: plain lists and numbers."""
-        import json
-
-        return json.loads(self.to_json())
-
-    def to_csv(self) -> str:
-        """The long-format CSV `attn-cli run -F csv` writes."""
-        from attn_cli import api
-
-        return api.to_csv(self)
-
-    def heatmap(self, **options: Any) -> Any:
-        """The `attn-cli heatmap` picture as a matplotlib Figure (layer=, heads=, what=,
-        and the picture options; layer="all" draws the model view)."""
-        from attn_cli import api
-
-        return api.heatmap(self, **options)
-
-    def page(self, **options: Any) -> str:
-        """The `attn-cli html` page as a string (view="head"|"matrix"|"model", max_size= in MB)."""
-        from attn_cli import api
-
-        return api.page(self, **options)
-
-    def heads(self) -> list[dict[str, Any]]:
-        """The heads census (masses, entropy, role) per kept layer and shown head."""
-        from attn_cli import api
-
-        return api.heads(self)
-
-    # The toy source's API before layers: one layer, its config and input.
-    @property
-    def result(self) -> LayerT:
-        return self.layers[0]
-
-    @property
-    def config(self) -> Config:
-        if self.model.config is None:
-            raise AttributeError("a checkpoint trace has no toy config; read trace.model")
-        return self.model.config
-
-    @property
-    def x(self) -> Any:
-        return self.layers[0].x  # the toy's trace, whose layer is a LayerAttention
-
-
-Run = Trace  # the name before layers (the Python API keeps it)
-
-
-# -- choosing layers and heads ---------------------------------------------------

@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.render.export import StreamedTable, as_lists, token_dicts
+from attn_cli.formats.export import StreamedTable, as_lists, token_dicts
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.analysis.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
-from attn_cli.render.export import token_dicts
+from attn_cli.formats.export import token_dicts
 from attn_cli.records.trace import Trace
 
 if TYPE_CHECKING:

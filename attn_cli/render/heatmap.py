@@ -34,6 +34,7 @@ from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
 from attn_cli.render.titles import FROM, fit_title, title_font
 from attn_cli.records.trace import Trace as Run
 from attn_cli.records.tokens import Tokens, visible
+from attn_cli.records.hiding import shown
 
 if TYPE_CHECKING:
     import torch
@@ -104,7 +105,7 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
     a window); by default it is a plain ``Figure`` on an Agg canvas. Tokens hidden
     with --hide-tokens are left out, rows renormalized (``Trace.shown``).
     """
-    run = run.shown()
+    run = shown(run)
     # Each glyph from the first family that has it: CJK and emoji tokens are not boxes.
     with rc_context({"font.family": font_families(drawn_text(run))}):
         return _heatmap_figure(run, options, new_figure)
@@ -117,7 +118,7 @@ def drawn_text(trace: Run) -> str:
 
 
 def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
-    n_heads = run.result.n_heads
+    n_heads = run.layers[0].n_heads
     heads = run.shown_heads if options.heads is None else options.heads
     if options.what is What.rollout:  # one matrix for every head together
         if run.rollout is None:
@@ -312,7 +313,7 @@ def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
     if kind is What.rollout:
         assert run.rollout is not None, "the command computes the rollout it draws"
         return _masked(run.rollout.weights, run.rollout.mask, kind)
-    return layer_matrix(run.result, kind, head)
+    return layer_matrix(run.layers[0], kind, head)
 
 
 def layer_matrix(result: LayerAttention, kind: What, head: int) -> np.ma.MaskedArray:
@@ -610,7 +611,7 @@ def _is_bottom(grid: list[list[_Panel]], r: int, c: int) -> bool:
 def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
     """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
     m = run.model
-    result = run.result
+    result = run.layers[0]
     text = " ".join(run.text.split())
     if len(text) > 60:
         text = text[:59] + "…"

@@ -48,6 +48,7 @@ from attn_cli.render.fonts import font_families
 from attn_cli.render.titles import fit_title, title_font
 from attn_cli.records.trace import Trace
 from attn_cli.records.tokens import Tokens, visible
+from attn_cli.records.hiding import shown
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
 MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit
@@ -94,7 +95,7 @@ def model_view_figure(trace: Trace, options: HeatmapOptions = HeatmapOptions(), 
     """Draw every kept layer of ``trace`` (rows) by ``options.heads`` or the trace's
     shown heads (columns) into a new Figure and return it. Tokens hidden with
     --hide-tokens are left out, rows renormalized (``Trace.shown``)."""
-    trace = trace.shown()
+    trace = shown(trace)
     with rc_context({"font.family": font_families(drawn_text(trace))}):
         return _model_view_figure(trace, options, new_figure)
 

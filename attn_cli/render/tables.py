@@ -30,12 +30,13 @@ from rich.text import Text
 from attn_cli.records.hiding import hidden_text
 from attn_cli.render.fasttable import Table
 from attn_cli.render.fit import fit_columns, spans
+from attn_cli.records.hiding import shown
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
     import torch
 
     from attn_cli.analysis.stats import HeadStats
-    from attn_cli.records.trace import Trace as Run
+    from attn_cli.records.trace import Trace
 
 SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats", "norms", "rollout")
 ANALYSES = ("norms", "rollout")  # tables of what --norms and --rollout compute (--show norms computes them too)
@@ -281,12 +282,12 @@ class FittedTable:
 # -- header and tokens --------------------------------------------------------
 
 
-def scaling(run: Run) -> tuple[str, str]:
+def scaling(run: Trace) -> tuple[str, str]:
     """The softmax input as a formula of the raw scores, and the factor's value."""
-    expr = run.result.divisor_text
+    expr = run.layers[0].divisor_text
     if not expr:
         return "Q K^T", "1 (--no-scale)"
-    return f"Q K^T / {expr}", f"{1.0 / run.result.divisor:.6g} = 1/{expr}"
+    return f"Q K^T / {expr}", f"{1.0 / run.layers[0].divisor:.6g} = 1/{expr}"
 
 
 class Pairs:
@@ -320,7 +321,7 @@ STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels
 }
 
 
-def config_header(run: Run) -> RenderableType:
+def config_header(run: Trace) -> RenderableType:
     """What ran: the toy model's configuration (and where its numbers come from: the
     seed, the user's file), or the checkpoint's."""
     m = run.model
@@ -338,7 +339,7 @@ def config_header(run: Run) -> RenderableType:
             ("tokenizer", run.tokens.tokenizer),
             ("tokens", str(len(run.tokens))),
             ("scale factor", factor),
-            ("masked", "causal" if run.result.causal else "no"),
+            ("masked", "causal" if run.layers[0].causal else "no"),
         ]
         if run.pair is not None:
             pairs.append(("pair", "segment B has token type 1"))
@@ -391,7 +392,7 @@ def described(chosen: Sequence[int], total: int) -> str:
     return f"{', '.join(map(str, chosen))} of {total}"
 
 
-def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
+def text_rule(run: Trace, index: int | None = None, total: int = 1) -> Rule:
     where = f"text {index + 1} of {total}: " if index is not None and total > 1 else ""
     # one stack of an encoder-decoder: the source and the target, whichever the stack reads
     text = run.text if run.stack_texts is None else " → ".join(run.stack_texts)
@@ -400,7 +401,7 @@ def text_rule(run: Run, index: int | None = None, total: int = 1) -> Rule:
     return Rule(title, align="left", style="dim")
 
 
-def tokens_table(run: Run) -> RenderableType:
+def tokens_table(run: Trace) -> RenderableType:
     from attn_cli.records.tokens import visible
 
     tokens = run.tokens
@@ -464,7 +465,7 @@ def tokens_table(run: Run) -> RenderableType:
     return Group(_title("Tokens"), table, *(_note(n) for n in notes), *([cut] if cut else []), Text(""))
 
 
-def predictions_table(run: Run, precision: int) -> RenderableType:
+def predictions_table(run: Trace, precision: int) -> RenderableType:
     """--predict: each position's most likely next tokens (or fillers), with their probabilities."""
     p = run.predictions
     assert p is not None, "a predictions table needs a trace computed with --predict"
@@ -492,13 +493,13 @@ def predictions_table(run: Run, precision: int) -> RenderableType:
 # -- matrices and vectors ------------------------------------------------------
 
 
-def _head_suffix(run: Run, head: int) -> str:
-    layer = f", layer {run.result.layer}" if run.model.layers > 1 else ""
-    return f"{layer}, head {head}" if run.result.n_heads > 1 else layer
+def _head_suffix(run: Trace, head: int) -> str:
+    layer = f", layer {run.layers[0].layer}" if run.model.layers > 1 else ""
+    return f"{layer}, head {head}" if run.layers[0].n_heads > 1 else layer
 
 
 def vector_table(
-    run: Run, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None,
+    run: Trace, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None,
     *, keys: bool = False,
 ) -> FittedTable:
     """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all);
@@ -511,18 +512,18 @@ def vector_table(
     )
 
 
-def scaled_score(run: Run, head: int, query: int, key: int) -> float:
+def scaled_score(run: Trace, head: int, query: int, key: int) -> float:
     """One cell of the softmax input (see ``AttentionResult.scaled_score``)."""
-    return run.result.scaled_score(head, query, key)
+    return run.layers[0].scaled_score(head, query, key)
 
 
 def square_table(
-    run: Run, title: Text, value: Callable[[int, int], float], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
+    run: Trace, title: Text, value: Callable[[int, int], float], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
 ) -> FittedTable:
     """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
     causally masked cell shows (None: its value)."""
     labels, columns = run.tokens.labels, run.columns.labels
-    result = run.result
+    result = run.layers[0]
     hides = result.causal and masked is not None
 
     def cell(i: int, j: int) -> Text:
@@ -536,8 +537,8 @@ def square_table(
     )
 
 
-def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
-    result = run.result
+def weights_table(run: Trace, head: int, precision: int = 4) -> FittedTable:
+    result = run.layers[0]
     formula, _ = scaling(run)
     hidden = hidden_text(run)
     if hidden is not None:
@@ -548,7 +549,7 @@ def weights_table(run: Run, head: int, precision: int = 4) -> FittedTable:
     return rows_table(run, result.weights[head], result.mask, title, precision, extra=extra)
 
 
-def rollout_table(run: Run, precision: int = 4) -> FittedTable:
+def rollout_table(run: Trace, precision: int = 4) -> FittedTable:
     """The attention rollout (``Trace.rollout``): how much of each key token reaches each query
     position through the layers, drawn as a weights table (its rows sum to 1)."""
     rollout = run.rollout
@@ -561,7 +562,7 @@ def rollout_table(run: Run, precision: int = 4) -> FittedTable:
 
 
 def rows_table(
-    run: Run, weights: torch.Tensor, mask: torch.Tensor | None, title: Text, precision: int, *, extra: str = "",
+    run: Trace, weights: torch.Tensor, mask: torch.Tensor | None, title: Text, precision: int, *, extra: str = "",
     what: str = "",
 ) -> FittedTable:
     """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
@@ -596,10 +597,10 @@ def rows_table(
     )
 
 
-def norms_table(run: Run, head: int | None, precision: int) -> FittedTable:
+def norms_table(run: Trace, head: int | None, precision: int) -> FittedTable:
     """Value-weighted norms of one head (||a_ij f_h(x_j)||), or of the layer (``head``
     None: ||sum_h a_ij^h f_h(x_j)||): what moves from each key to each query."""
-    result = run.result
+    result = run.layers[0]
     assert result.norms is not None and result.layer_norms is not None, "a norms table needs a trace computed with --norms"
     if head is None:
         values = result.layer_norms  # (T, T)
@@ -613,27 +614,27 @@ def norms_table(run: Run, head: int | None, precision: int) -> FittedTable:
     return square_table(run, title, lambda i, j: values[i, j].item(), precision, masked="·", captions=captions)
 
 
-def scores_table(run: Run, head: int, precision: int) -> FittedTable:
+def scores_table(run: Trace, head: int, precision: int) -> FittedTable:
     title = _title("Raw scores", f"  Q K^T, before scaling and masking{_head_suffix(run, head)}")
-    captions = [_note("computed for every pair; the causal mask applies to the scaled scores")] if run.result.causal else []
-    scores = run.result.scores[head]  # (T, T)
+    captions = [_note("computed for every pair; the causal mask applies to the scaled scores")] if run.layers[0].causal else []
+    scores = run.layers[0].scores[head]  # (T, T)
     return square_table(run, title, lambda i, j: scores[i, j].item(), precision, masked=None, captions=captions)
 
 
-def scaled_table(run: Run, head: int, precision: int) -> FittedTable:
+def scaled_table(run: Trace, head: int, precision: int) -> FittedTable:
     formula, factor = scaling(run)
     title = _title("Scaled scores", f"  {formula}, the softmax input{_head_suffix(run, head)}")
     caption = f"raw scores x {factor}"
-    if run.result.causal:
+    if run.layers[0].causal:
         caption += "; -inf: masked (the query may not see the key)"
     return square_table(
         run, title, lambda i, j: scaled_score(run, head, i, j), precision, masked="-inf", captions=[_note(caption)]
     )
 
 
-def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
+def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
     m = run.model
-    result = run.result
+    result = run.layers[0]
     suffix = _head_suffix(run, head)
     bias = " + b" if m.qkv_bias else ""
     x = "X" if not m.trained else "x"
@@ -650,18 +651,18 @@ def qkv_tables(run: Run, head: int, precision: int) -> list[FittedTable]:
     return tables
 
 
-def context_table(run: Run, head: int, precision: int) -> FittedTable:
-    weights = "dropped weights" if run.result.dropped_weights is not None else "weights"
+def context_table(run: Trace, head: int, precision: int) -> FittedTable:
+    weights = "dropped weights" if run.layers[0].dropped_weights is not None else "weights"
     title = _title("Context vectors", f"  {weights} @ V{_head_suffix(run, head)} ({len(run.tokens)} x d_v {run.model.value_dim})")
-    return vector_table(run, title, run.result.context[head], precision)
+    return vector_table(run, title, run.layers[0].context[head], precision)
 
 
-def embeddings_table(run: Run, precision: int) -> FittedTable:
+def embeddings_table(run: Trace, precision: int) -> FittedTable:
     m = run.model
     c = m.config
-    x = run.result.x
+    x = run.layers[0].x
     if c is None:
-        title = _title("Layer input x", f"  ({len(run.tokens)} x d_model {m.d_model}) {m.input_text}{_head_suffix(run, 0) if m.heads == 1 else f', layer {run.result.layer}'}")
+        title = _title("Layer input x", f"  ({len(run.tokens)} x d_model {m.d_model}) {m.input_text}{_head_suffix(run, 0) if m.heads == 1 else f', layer {run.layers[0].layer}'}")
         return vector_table(run, title, x, precision)
     source = f"from {c.embeddings}" if c.embeddings else f"rows of nn.Embedding after manual_seed({c.seed})"
     if c.positional.value != "none":
@@ -670,18 +671,18 @@ def embeddings_table(run: Run, precision: int) -> FittedTable:
     return vector_table(run, title, x, precision)
 
 
-def output_table(run: Run, precision: int, heads: Sequence[int] | None = None) -> FittedTable:
+def output_table(run: Trace, precision: int, heads: Sequence[int] | None = None) -> FittedTable:
     """The layer's output; ``heads`` (--head) chosen from several: without a W_o only their
     dims of the concat, with one the whole output and a caption saying it mixes every head."""
     m = run.model
-    n_heads = run.result.n_heads
+    n_heads = run.layers[0].n_heads
     heads = list(range(n_heads)) if heads is None else list(heads)
     some = len(heads) < n_heads
     how = "the heads' context vectors side by side" if n_heads > 1 else "the context vectors"
     if m.out_proj:
         how += ", through W_o"
-    layer = f", layer {run.result.layer}" if m.layers > 1 else ""
-    width = run.result.output.shape[-1]
+    layer = f", layer {run.layers[0].layer}" if m.layers > 1 else ""
+    width = run.layers[0].output.shape[-1]
     d_v = m.value_dim
     dims = None
     captions = [_note(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if n_heads > 1 and not m.out_proj else []
@@ -697,7 +698,7 @@ def output_table(run: Run, precision: int, heads: Sequence[int] | None = None) -
         captions.append(_note(f"--head chose {which} of {n_heads}: the other heads' dims are left out (--format json has every one)"))
     size = f"{len(dims)} of {width}" if dims is not None else str(width)
     title = _title("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {size})")
-    return vector_table(run, title, run.result.output, precision, captions, dims)
+    return vector_table(run, title, run.layers[0].output, precision, captions, dims)
 
 
 # -- statistics --------------------------------------------------------------
@@ -707,7 +708,7 @@ def _mass(value: float | None, precision: int) -> str:
     return "-" if value is None else fmt(value, precision)
 
 
-def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = True) -> RenderableType:
+def stats_table(run: Trace, stats: HeadStats, precision: int, *, explain: bool = True) -> RenderableType:
     labels = run.tokens.labels
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
@@ -754,7 +755,7 @@ def stats_table(run: Run, stats: HeadStats, precision: int, *, explain: bool = T
     return Group(title, table, *([cut] if cut else []), masses, *([meaning] if explain else []), Text(""))
 
 
-def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> RenderableType:
+def heads_compared(run: Trace, stats: Sequence[HeadStats], precision: int) -> RenderableType:
     table = Table(box=box.SIMPLE_HEAD)
     for name in ("head", "self", "previous", "first", "entropy (bits)", "effective tokens"):
         table.add_column(name, justify="right", no_wrap=True)
@@ -777,10 +778,10 @@ def heads_compared(run: Run, stats: Sequence[HeadStats], precision: int) -> Rend
 # -- one query, one key --------------------------------------------------------
 
 
-def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
+def query_view(run: Trace, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
     labels, columns = run.tokens.labels, run.columns.labels
-    row = run.result.weights[head][query].tolist()  # (T,)
-    visible = _unmasked(run, query=query) if run.result.causal else range(len(row))
+    row = run.layers[0].weights[head][query].tolist()  # (T,)
+    visible = _unmasked(run, query=query) if run.layers[0].causal else range(len(row))
     order = sorted(visible, key=lambda j: -row[j])  # stable: equal weights keep position order
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("rank", justify="right")
@@ -813,10 +814,10 @@ def query_view(run: Run, head: int, query: int, stats: HeadStats, precision: int
     return Group(*parts)
 
 
-def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
+def key_view(run: Trace, head: int, key: int, precision: int) -> RenderableType:
     labels, columns = run.tokens.labels, run.columns.labels
-    column = run.result.weights[head][:, key].tolist()  # (T,)
-    queries = _unmasked(run, key=key) if run.result.causal else range(len(column))
+    column = run.layers[0].weights[head][:, key].tolist()  # (T,)
+    queries = _unmasked(run, key=key) if run.layers[0].causal else range(len(column))
     best = max(queries, key=lambda i: column[i])
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("pos", justify="right")
@@ -837,7 +838,7 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
         no_wrap=True, overflow="ellipsis",
     )
     parts: list[RenderableType] = [title, table]
-    if run.result.causal and key > 0:
+    if run.layers[0].causal and key > 0:
         before = "query 0 comes" if key == 1 else f"queries 0..{key - 1} come"
         parts.append(_note(f"{before} before the key: masked, weight 0"))
     cut = rows_note(chosen, len(queries), "queries", start=queries[0])
@@ -852,17 +853,17 @@ def key_view(run: Run, head: int, key: int, precision: int) -> RenderableType:
     return Group(*parts)
 
 
-def _unmasked(run: Run, *, query: int | None = None, key: int | None = None) -> list[int]:
+def _unmasked(run: Trace, *, query: int | None = None, key: int | None = None) -> list[int]:
     """The keys ``query`` may see, or the queries that may see ``key``, in order."""
-    mask = run.result.mask
+    mask = run.layers[0].mask
     assert mask is not None
     line = mask[query] if query is not None else mask[:, key]  # (T,)
     return (~line).nonzero().flatten().tolist()
 
 
-def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text:
+def cell_line(run: Trace, head: int, query: int, key: int, precision: int) -> Text:
     labels = run.tokens.labels
-    result = run.result
+    result = run.layers[0]
     weight = result.weights[head][query][key].item()
     raw = result.scores[head][query][key].item()
     scaled = scaled_score(run, head, query, key)
@@ -876,12 +877,12 @@ def cell_line(run: Run, head: int, query: int, key: int, precision: int) -> Text
 # -- the whole view ------------------------------------------------------------
 
 
-def human_view(run: Run, view: View = View(), index: int | None = None, total: int = 1) -> RenderableType:
+def human_view(run: Trace, view: View = View(), index: int | None = None, total: int = 1) -> RenderableType:
     """Everything ``view`` asks for, for one run, as one renderable: each kept layer in turn."""
     parts: list[RenderableType] = [text_rule(run, index, total), config_header(run), Text("")]
     if "tokens" in view.show:
         parts.append(tokens_table(run))
-    full, run = run, run.shown()  # every table after the tokens: without the hidden tokens
+    full, run = run, shown(run)  # every table after the tokens: without the hidden tokens
     if (full.hiding is not None and full.hiding.active) or (full.key_hiding is not None and full.key_hiding.active):
         parts.append(hidden_note(full))
     for layer in run.layers:
@@ -895,7 +896,7 @@ def human_view(run: Run, view: View = View(), index: int | None = None, total: i
     return Group(*parts)
 
 
-def _layer_view(run: Run, view: View) -> list[RenderableType]:
+def _layer_view(run: Trace, view: View) -> list[RenderableType]:
     """One layer's tables (``run`` holds just that layer)."""
     from attn_cli.analysis.stats import attention_stats
 
@@ -909,20 +910,20 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
         shown = [i for i in rows_to_show(len(run.tokens)) if i is not None] if "stats" in show else []
         rows = None if compared else sorted({*shown, *([view.query] if view.query is not None else [])})
         for h in heads:
-            weights = run.result.weights[h : h + 1]  # (1, T, T)
+            weights = run.layers[0].weights[h : h + 1]  # (1, T, T)
             if run.renormalized:  # a renormalized row with no weight left (NaN) counts as all zeros
                 weights = weights.nan_to_num(0.0)
-            (one,) = attention_stats(weights, mask=run.result.mask, rows=rows, cross=run.result.cross)
+            (one,) = attention_stats(weights, mask=run.layers[0].mask, rows=rows, cross=run.layers[0].cross)
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:
         parts.append(embeddings_table(run, p))
-    multi = run.result.n_heads > 1
-    norms = "norms" in show and run.result.norms is not None
+    multi = run.layers[0].n_heads > 1
+    norms = "norms" in show and run.layers[0].norms is not None
     per_head = {"qkv", "scores", "scaled", "weights", "stats", "context"} & show or norms or view.query is not None or view.key is not None
     for h in heads:
         if multi and len(heads) > 1 and per_head:
-            parts.append(Rule(Text(f"head {h} of {run.result.n_heads}", style="bold"), align="left"))
+            parts.append(Rule(Text(f"head {h} of {run.layers[0].n_heads}", style="bold"), align="left"))
         if "qkv" in show:
             parts.extend(qkv_tables(run, h, p))
         if "scores" in show:
@@ -934,7 +935,7 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
         if norms:
             parts.append(norms_table(run, h, p))
         if "stats" in show:
-            parts.append(stats_table(run, stats[h], p, explain=h == heads[0] and run.result is run.layers[0]))
+            parts.append(stats_table(run, stats[h], p, explain=h == heads[0] and run.layers[0] is run.layers[0]))
         if view.query is not None:
             parts.append(query_view(run, h, view.query, stats[h], p))
         if view.key is not None:
@@ -945,7 +946,7 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
             parts.append(context_table(run, h, p))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
-    if norms and run.result.n_heads > 1:
+    if norms and run.layers[0].n_heads > 1:
         parts.append(norms_table(run, None, p))
     # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
     if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
@@ -953,7 +954,7 @@ def _layer_view(run: Run, view: View) -> list[RenderableType]:
     return parts
 
 
-def hidden_note(run: Run) -> Text:
+def hidden_note(run: Trace) -> Text:
     """The line before the layers' tables when --hide-tokens left tokens out of them."""
     hiding = run.hiding
     if run.key_tokens is not None:  # cross-attention: the decoder's inputs (rows) and the source's tokens (columns)

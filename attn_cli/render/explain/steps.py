@@ -32,7 +32,7 @@ _HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when co
 
 
 def resolve_head(run: Trace, head: int | None) -> int:
-    heads = run.result.n_heads
+    heads = run.layers[0].n_heads
     if head is None:
         return 0
     if not 0 <= head < heads:
@@ -47,7 +47,7 @@ class Walkthrough:
 
     def __init__(self, run: Trace, head: int, query: int | None, precision: int) -> None:
         self.run = run
-        self.layer = run.result
+        self.layer = run.layers[0]
         self.h = head
         self.q = query
         self.p = precision
@@ -434,8 +434,8 @@ class Walkthrough:
 
     def scale(self) -> Step:
         one = self.one
-        s, z = one.scores, one.scores / self.run.result.divisor  # (T, T), (T, T) before any mask
-        factor = 1.0 / self.run.result.divisor
+        s, z = one.scores, one.scores / self.run.layers[0].divisor  # (T, T), (T, T) before any mask
+        factor = 1.0 / self.run.layers[0].divisor
         blocks: list[Block] = []
         text = self.scale_text(factor)
         blocks += [Line(text), Line(f"Z = S × {factor:.6g}   {self.T} × {self.S}", "formula")]
@@ -579,7 +579,7 @@ class Walkthrough:
 
     def context(self) -> Step:
         one, T, dv, S = self.one, self.T, self.d_v, self.S
-        result = self.run.result
+        result = self.run.layers[0]
         blocks: list[Block] = [
             Line(f"context = weights · V   ({T} × {S}) · ({S} × {dv}) → {T} × {dv}", "formula"),
             Line("context[i] = Σ_j weights[i, j] V[j]: each query's weighted average of the value vectors."),
@@ -613,7 +613,7 @@ class Walkthrough:
         return Step(8, "Context vectors", tuple(blocks))
 
     def heads(self) -> Step:
-        result, T = self.run.result, self.T
+        result, T = self.run.layers[0], self.T
         H, dk, dv = self.H, self.d_k, self.d_v
         out = result.projections.out
         if H == 1 and out is None:

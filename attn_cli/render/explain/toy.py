@@ -24,7 +24,7 @@ class ToyWalkthrough(Walkthrough):
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.c: Config = self.run.config
+        self.c: Config = self.run.model.config
 
     def source_steps(self) -> list[Step]:
         return [self.tokenize(), self.embed(), self.project()]
@@ -153,16 +153,16 @@ class ToyWalkthrough(Walkthrough):
             from attn_cli.sources.toy.embed import sinusoidal
 
             pe = sinusoidal(self.T, c.d_model)  # (T, D)
-            base = self.run.x - pe  # (T, D)
+            base = self.run.layers[0].x - pe  # (T, D)
             blocks += self.matrix("E[ids]" if c.embeddings is None else "file rows", base, cols="dims")
             blocks += [
                 Line("Positions: PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(pos / 10000^(2i/D)) (\"Attention Is All You Need\").", "formula"),
                 *self.matrix("PE", pe, cols="dims"),
                 Line("X = " + ("E[ids]" if c.embeddings is None else "file rows") + " + PE", "formula"),
-                *self.matrix("X", self.run.x, cols="dims"),
+                *self.matrix("X", self.run.layers[0].x, cols="dims"),
             ]
         else:
-            blocks += self.matrix(source, self.run.x, cols="dims")
+            blocks += self.matrix(source, self.run.layers[0].x, cols="dims")
         return Step(2, "Embed", tuple(blocks))
 
     def project(self) -> Step:
@@ -189,7 +189,7 @@ class ToyWalkthrough(Walkthrough):
         """Max weight and entropy per query under each scaling: the saturation point."""
         c, one = self.c, self.one
         variants: list[tuple[str, float]] = [("no scaling", 1.0), (f"1/√{c.d_k}", math.sqrt(c.d_k))]
-        mine = self.run.result.divisor
+        mine = self.run.layers[0].divisor
         name = "this run" + (f" (1/{c.temperature:g})" if not c.scale else f" (1/(√{c.d_k}·{c.temperature:g}))")
         if all(abs(mine - d) > 1e-12 * d for _, d in variants):
             variants.append((name, mine))

@@ -45,6 +45,7 @@ from attn_cli.records.hiding import cut
 from attn_cli.render.commands import command_line
 from attn_cli.render.fit import spans
 from attn_cli.records.trace import EXTERNAL, STACKS
+from attn_cli.records.hiding import shown
 
 if TYPE_CHECKING:
     from attn_cli.records.layers import LayerAttention, LayerWeights
@@ -99,7 +100,7 @@ def build(
             raise ValueError("a page holds one encoder-decoder trace")
         traces = [traces[0].stack(name) for name in STACKS]
         start = STACKS.index(stack or "cross")
-    traces = [trace.shown() for trace in traces]  # --hide-tokens: the page never sees the hidden tokens
+    traces = [shown(trace) for trace in traces]  # --hide-tokens: the page never sees the hidden tokens
     chunks = _Chunks()
     manifests = [_trace_manifest(trace, chunks) for trace in traces]
     shell = _shell(title or _title(traces))

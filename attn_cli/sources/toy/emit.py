@@ -32,13 +32,13 @@ _LITERAL_WIDTH = 72
 def script_for_texts(config: Config, texts: Sequence[str]) -> tuple[str, list[str]]:
     """The script for the first of ``texts`` under ``config`` (unresolved), and notes for stderr.
 
-    Tokenizes and reads the embeddings file as ``Pipeline.run`` does, but runs no
+    Tokenizes and reads the embeddings file as ``ToySource.run`` does, but runs no
     attention: the script is what computes it.
     """
     from attn_cli.sources.toy.embed import load_embeddings
-    from attn_cli.pipeline import Pipeline
+    from attn_cli.sources.toy.source import ToySource
 
-    pipeline = Pipeline(config)
+    pipeline = ToySource(config)
     notes = list(pipeline.notes)
     text = texts[0]
     tokens = pipeline.tokenize(text)
@@ -54,14 +54,14 @@ def script_for_texts(config: Config, texts: Sequence[str]) -> tuple[str, list[st
     return script_for(text, tokens, resolved, rows), notes
 
 
-def script_for_run(run) -> str:  # run: attn_cli.pipeline.Run
+def script_for_run(run) -> str:  # run: attn_cli.records.trace.Run
     """The script that reproduces ``run``."""
     rows = None
-    if run.config.embeddings is not None:
+    if run.model.config.embeddings is not None:
         from attn_cli.sources.toy.embed import load_embeddings
 
-        rows = load_embeddings(run.config.embeddings, len(run.tokens)).tolist()
-    return script_for(run.text, run.tokens, run.config, rows)
+        rows = load_embeddings(run.model.config.embeddings, len(run.tokens)).tolist()
+    return script_for(run.text, run.tokens, run.model.config, rows)
 
 
 def script_for(text: str, tokens: Tokens, config: Config, embeddings: list[list[float]] | None = None) -> str:

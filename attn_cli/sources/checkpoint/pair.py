@@ -16,17 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.checkpoint.files import ROOT, WeightReader, locate, read_config
-from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
+from attn_cli.sources.checkpoint.files import ROOT, WeightReader, locate, read_config
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
 
 if TYPE_CHECKING:
-    from attn_cli.analysis.effects import Predictions
+    from attn_cli.records.results import Predictions
     from attn_cli.records.layers import LayerWeights
-    from attn_cli.checkpoint.families.base import Head
-    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.sources.checkpoint.families.base import Head
+    from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
     from attn_cli.records.tokens import Tokens
 
 FLOAT32 = 4
@@ -105,8 +105,8 @@ class PairCheckpoint:
 
         from attn_cli.analysis.effects import top_k
         from attn_cli.analysis.norms import with_norms
-        from attn_cli.checkpoint.families.base import as_float32, head_logits
-        from attn_cli.checkpoint.model import predictions_of
+        from attn_cli.sources.checkpoint.families.base import as_float32, head_logits
+        from attn_cli.sources.checkpoint.model import predictions_of
 
         head = self.model.head(self._weights) if predict else None
         forward = self.model.forward(self._weights, list(source.ids), list(decoder.ids))
@@ -132,7 +132,7 @@ class PairCheckpoint:
         once; each step runs the whole decoder over the tokens so far (no cache)."""
         import torch
 
-        from attn_cli.checkpoint.families.base import head_logits
+        from attn_cli.sources.checkpoint.families.base import head_logits
 
         head = self.model.head(self._weights)
         ids = [self.model.decoder_start]
@@ -156,9 +156,9 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
     """Open the encoder-decoder checkpoint ``spec`` names (float32 on the CPU only, for now)."""
     import torch
 
-    from attn_cli.checkpoint.families import seq2seq_class
-    from attn_cli.checkpoint.model import eos_ids
-    from attn_cli.checkpoint.registry import SEQ2SEQ_TYPES
+    from attn_cli.sources.checkpoint.families import seq2seq_class
+    from attn_cli.sources.checkpoint.model import eos_ids
+    from attn_cli.sources.checkpoint.registry import SEQ2SEQ_TYPES
 
     if dtype != "float32" or device != "cpu":
         raise UsageError("an encoder-decoder model runs in float32 on the CPU for now; drop --dtype and --device")

@@ -6,7 +6,7 @@ cache, in the order its own tools use. Weights are read only from safetensors
 files, memory-mapped, one tensor at a time: a pickle (``pytorch_model.bin``) can
 run code when loaded, so it is refused, never opened.
 
-Nothing here computes; the families (``attn_cli.checkpoint.families``) get a
+Nothing here computes; the families (``attn_cli.sources.checkpoint.families``) get a
 ``WeightReader`` and ask it for tensors by name.
 """
 

@@ -194,7 +194,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     )  # fmt: skip
     config = _toy_config(model, data)
     if config is not None:  # the toy's trace says how it was made: titles and headers say it again
-        from attn_cli.pipeline import toy_info
+        from attn_cli.sources.toy.source import toy_info
 
         threads = model.get("threads")
         info = dataclasses.replace(toy_info(config), threads=threads if isinstance(threads, int) else None)
@@ -229,7 +229,7 @@ def _rollout(saved: Mapping[str, Any], where: str, n: int) -> Any:
     """The file's ``rollout`` object as a Rollout; its mask: the future, when nothing reaches it."""
     import torch
 
-    from attn_cli.analysis.rollout import Rollout
+    from attn_cli.records.results import Rollout
 
     weights = _table(saved["weights"], "rollout.weights", where, n)
     through = _int(saved.get("through_layer", 0), "rollout.through_layer", where)

@@ -26,10 +26,10 @@ import torch
 
 from attn_cli.records.layers import FusedLinear, LayerAttention, Projections
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activation, multi_head, token_rows
-from attn_cli.checkpoint.families.bert import relative_buckets
-from attn_cli.checkpoint.families.norms import layer_norm, rms_norm
-from attn_cli.checkpoint.files import ROOT
+from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights, activation, multi_head, token_rows
+from attn_cli.sources.checkpoint.families.bert import relative_buckets
+from attn_cli.sources.checkpoint.families.norms import layer_norm, rms_norm
+from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.trace import Anatomy
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 
 
 class Llama(Decoder):

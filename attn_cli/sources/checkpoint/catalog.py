@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attn_cli.checkpoint.files import CONFIG, SAFETENSORS, SAFETENSORS_INDEX, _DTYPE_BYTES, _snapshot, cache_roots, read_header
-from attn_cli.checkpoint.registry import family_name
+from attn_cli.sources.checkpoint.files import CONFIG, SAFETENSORS, SAFETENSORS_INDEX, _DTYPE_BYTES, _snapshot, cache_roots, read_header
+from attn_cli.sources.checkpoint.registry import family_name
 from attn_cli.runtime.errors import ModelUnavailable
 
 

@@ -3,7 +3,7 @@
 ``SourceSpec`` is what the shared options build: the seeded toy model's
 ``Config``, or a ``--model`` checkpoint with its revision, pair and truncation;
 and the ``--layer``/``--head`` selection. No torch here: bad options fail before
-anything heavy loads; ``SourceSpec.open()`` loads the source.
+anything heavy loads; ``attn_cli.pipeline.open_source`` opens the source it names.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from attn_cli.records.hiding import HideSpec
 from attn_cli.records.selection import IndexSpec, Keep, Selection
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Source
+    from attn_cli.sources.base import Source
 
 TABLE_HEADS = 4  # a checkpoint's tables and pictures show this many heads unless --head says otherwise
 
@@ -40,20 +40,6 @@ class SourceSpec:
     @property
     def trained(self) -> bool:
         return self.model is not None
-
-    def open(self) -> Source:
-        """The source itself (imports torch; a checkpoint reads its config and tokenizer)."""
-        if self.saved is not None:
-            from attn_cli.saved import SavedSource
-
-            return SavedSource(self.saved)
-        if self.model is not None:  # a checkpoint that is not there says so before torch loads (1-2 s)
-            from attn_cli.checkpoint.files import locate
-
-            locate(self.model, self.revision)
-        from attn_cli.pipeline import open_source
-
-        return open_source(self)
 
     def select(
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,

@@ -28,9 +28,9 @@ import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint.families import norms, rotary
-from attn_cli.checkpoint.families.base import Family, Head, LayerTensors, Weights, activation, token_rows
-from attn_cli.checkpoint.files import ROOT
+from attn_cli.sources.checkpoint.families import norms, rotary
+from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, activation, token_rows
+from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.checkpoint.families.base import Family, forward
-from attn_cli.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, text_config
+from attn_cli.sources.checkpoint.families.base import Family, forward
+from attn_cli.sources.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, text_config
 from attn_cli.runtime.errors import ModelUnavailable
 
 if TYPE_CHECKING:
-    from attn_cli.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
 
 __all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward", "seq2seq_class"]
 
@@ -27,7 +27,7 @@ def seq2seq_class(model_type: str) -> type[Seq2Seq]:
 def _adapter(where: str) -> Any:
     """The class a registry entry names, "module:Class" under this package."""
     module, name = where.split(":")
-    return getattr(importlib.import_module(f"attn_cli.checkpoint.families.{module}"), name)
+    return getattr(importlib.import_module(f"attn_cli.sources.checkpoint.families.{module}"), name)
 
 
 def family_for(config: dict[str, Any], where: str) -> Family:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
-from attn_cli.checkpoint.families.base import (
+from attn_cli.sources.checkpoint.families.base import (
     Family,
     Head,
     LayerTensors,
@@ -28,8 +28,8 @@ from attn_cli.checkpoint.families.base import (
     scaled_divisor,
     token_rows,
 )
-from attn_cli.checkpoint.families.norms import layer_norm
-from attn_cli.checkpoint.files import ROOT
+from attn_cli.sources.checkpoint.families.norms import layer_norm
+from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# model_type -> (family, "module:Class" under attn_cli.checkpoint.families)
+# model_type -> (family, "module:Class" under attn_cli.sources.checkpoint.families)
 MODEL_TYPES: dict[str, tuple[str, str]] = {
     "gpt2": ("gpt2", "gpt2:Gpt2"),
     "bert": ("bert", "bert:Bert"),

@@ -1,15 +1,6 @@
-"""The Python API: attn-cli's traces and views from a notebook or a script.
-
-A front end like the command line (it reaches both the sources and the renderers),
-with the same errors: ``attn_cli.runtime.errors``' typed exceptions, whose messages are
-the command line's. ``Trace``'s notebook methods (``heatmap``, ``page``,
-``to_json``...) call the functions here.
-
-    import attn_cli
-    t = attn_cli.trace("The cat sat on the mat", model=path)   # every layer and head
-    t.weights(layer=-1, head=0)                                  # (T, T) tensor
-    t.heatmap(layer=2)                                           # a matplotlib Figure
-    attn_cli.head_view(attentions, tokens)                       # bertviz's call, drawn offline
+"""What the Python API draws: bertviz's ``head_view`` and ``model_view`` over attention from
+anywhere (an attn-cli page that shows itself in Jupyter), and what ``attn_cli.api.Trace``'s
+notebook methods call (the command line's JSON, CSV, picture, page and heads census).
 """
 
 from __future__ import annotations
@@ -19,137 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.trace import Trace
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
     from matplotlib.figure import Figure
-
-    from attn_cli.records.trace import Trace
-
-# The toy model's keyword arguments: the command line's options, as Config names them
-# (num_heads is --heads: ``heads`` chooses which heads to keep, as --head does).
-TOY_OPTIONS = {
-    "tokenizer": "tokenizer", "seed": "seed", "d_model": "d_model", "d_k": "d_k", "d_v": "d_v", "num_heads": "heads",
-    "causal": "causal", "scale": "scale", "temperature": "temperature", "dropout": "dropout", "qkv_bias": "qkv_bias",
-    "out_proj": "out_proj", "init": "init", "projections": "projections", "positional": "positional",
-    "embeddings": "embeddings", "max_tokens": "max_tokens",
-}  # fmt: skip
-MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate", "target")
-
-
-def trace(
-    text: str,
-    *,
-    model: str | os.PathLike[str] | None = None,
-    layers: Any = None,
-    heads: Any = None,
-    hide_tokens: str | Sequence[Any] | None = None,
-    rollout: bool = False,
-    norms: bool = False,
-    **options: Any,
-) -> Trace:
-    """``text`` through the seeded toy model (its options as keywords: ``num_heads=4,
-    causal=True, tokenizer="words"``...) or through the checkpoint ``model`` (a folder,
-    str or any os.PathLike, or ORG/NAME in the Hugging Face cache; ``pair``,
-    ``revision``, ``dtype``, ``device``, ``truncate`` as keywords; ``target``, an
-    encoder-decoder's decoder text, gives a trace of three stacks: ``Trace.stack("cross")``,
-    ``"decoder"`` or ``"encoder"`` is each as a trace of its own). ``layers`` and
-    ``heads``: what to keep, as --layer and --head take them (an index, a list, a
-    range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
-    --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
-    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
-    command line's errors."""
-    from attn_cli.sources.toy.config import Config, Init, Positional
-    from attn_cli.records.hiding import HideSpec, hide
-    from attn_cli.source import SourceSpec
-    from attn_cli.records.selection import IndexSpec
-
-    if not isinstance(text, str):
-        raise UsageError(f"text is a {type(text).__name__}; give a str")
-    unknown = sorted(set(options) - set(TOY_OPTIONS) - set(MODEL_OPTIONS))
-    if unknown:
-        raise UsageError(
-            f"{', '.join(unknown)}: not an option of attn_cli.trace(); the toy model takes {', '.join(TOY_OPTIONS)}, "
-            f"a checkpoint {', '.join(MODEL_OPTIONS)}"
-        )
-    toy = {TOY_OPTIONS[k]: v for k, v in options.items() if k in TOY_OPTIONS}
-    trained = {k: v for k, v in options.items() if k in MODEL_OPTIONS}
-    if model is not None:
-        given = sorted(set(options) & (set(TOY_OPTIONS) - {"seed", "max_tokens"}))
-        if given:
-            raise UsageError(
-                f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of the seeded toy model; "
-                f"model={os.fspath(model)!s} brings its own tokenizer, sizes and weights: drop {'it' if len(given) == 1 else 'them'}"
-            )
-    elif trained:
-        raise UsageError(f"{', '.join(sorted(trained))} only make{'s' if len(trained) == 1 else ''} sense with model=")
-    if isinstance(toy.get("init"), str):
-        toy["init"] = Init(toy["init"])
-    if isinstance(toy.get("positional"), str):
-        toy["positional"] = Positional(toy["positional"])
-    if toy.get("embeddings") is not None:
-        toy["embeddings"] = Path(os.fspath(toy["embeddings"]))
-    try:
-        config = Config(**toy)
-    except ValueError as err:  # an Init or Positional name that is not one
-        raise UsageError(str(err)) from None
-    spec = SourceSpec(
-        config=config,
-        model=None if model is None else os.fspath(model),
-        layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
-        heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
-        hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
-        **trained,
-    )
-    source = spec.open()
-    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
-    return hide(made, spec.hide)
-
-
-def _index_text(value: Any, name: str) -> str | None:
-    """An index, a list or range of them, or a string, as the command line writes it."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (range, Sequence)):
-        items = list(value)
-        if not items or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in items):
-            raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
-        return ",".join(str(i) for i in items)
-    raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
-
-
-def from_attentions(
-    attentions: Any,
-    tokens: Sequence[str],
-    *,
-    model_name: str | None = None,
-    special: Sequence[bool] | None = None,
-    rollout: bool = False,
-) -> Trace:
-    """A Trace of attention computed elsewhere (see ``attn_cli.saved.from_attentions``);
-    ``rollout``: with the rollout through its last layer (every layer from 0 must be given)."""
-    import dataclasses
-
-    from attn_cli.analysis.rollout import rollout_of
-    from attn_cli.saved import from_attentions as made
-
-    trace = made(attentions, tokens, model_name=model_name, special=special)
-    return dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace
-
-
-def load(path: str | os.PathLike[str]) -> Trace:
-    """The trace a schema-2 JSON holds (``run -F json``, ``Trace.to_json()``), to re-draw."""
-    from attn_cli.saved import load_json
-
-    return load_json(path)
-
-
-# -- views -----------------------------------------------------------------------
 
 
 class View:
@@ -221,7 +87,7 @@ def _view(
 ) -> Any:
     import dataclasses
 
-    from attn_cli.records.trace import Trace
+    from attn_cli.sources.saved import from_attentions
 
     if html_action not in ("view", "return"):
         raise UsageError(f"html_action={html_action!r}: give 'view' or 'return'")
@@ -248,9 +114,6 @@ def _view(
     return shown.html if html_action == "return" else shown
 
 
-# -- what Trace's notebook methods call ----------------------------------------------
-
-
 def weights(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
     """(H, T, T), or (T, T) for ``head``: layer ``layer``'s weights (a model index; -1:
     the last layer the trace kept)."""
@@ -263,13 +126,13 @@ def weights(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
 
 
 def to_json(t: Trace) -> str:
-    from attn_cli.render.export import to_json as made
+    from attn_cli.formats.export import to_json as made
 
     return made(t)
 
 
 def to_csv(t: Trace) -> str:
-    from attn_cli.render.export import to_csv as made
+    from attn_cli.formats.export import to_csv as made
 
     return made(t)
 

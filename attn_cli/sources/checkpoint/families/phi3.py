@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 
 
 class Phi3(Decoder):

@@ -41,7 +41,7 @@ from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
 
 if TYPE_CHECKING:
-    from attn_cli.records.hiding import Hiding
+    from attn_cli.records.trace import Hiding
 
 SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
 

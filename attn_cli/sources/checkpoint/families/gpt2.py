@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.attend import causal_mask
-from attn_cli.checkpoint.families.base import (
+from attn_cli.sources.checkpoint.families.base import (
     Family,
     Head,
     LayerTensors,
@@ -25,8 +25,8 @@ from attn_cli.checkpoint.families.base import (
     scaled_divisor,
     token_rows,
 )
-from attn_cli.checkpoint.families.norms import layer_norm
-from attn_cli.checkpoint.files import ROOT
+from attn_cli.sources.checkpoint.families.norms import layer_norm
+from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 

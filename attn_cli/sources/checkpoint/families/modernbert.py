@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from attn_cli.checkpoint.families import norms
-from attn_cli.checkpoint.families.base import Head, LayerTensors, Weights, activation
-from attn_cli.checkpoint.families.decoder import SLIDING, Decoder
-from attn_cli.checkpoint.files import ROOT
+from attn_cli.sources.checkpoint.families import norms
+from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights, activation
+from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.checkpoint.families import norms
-from attn_cli.checkpoint.families.decoder import Decoder
+from attn_cli.sources.checkpoint.families import norms
+from attn_cli.sources.checkpoint.families.decoder import Decoder
 
 
 class GptNeoX(Decoder):

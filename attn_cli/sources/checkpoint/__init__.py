@@ -1,6 +1,6 @@
 """Trained checkpoints as a source of attention: the public API.
 
-    from attn_cli.checkpoint import open_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
     ckpt = open_checkpoint("sentence-transformers/all-MiniLM-L6-v2")  # or a folder
     tokens = ckpt.tokenizer.encode("The cat sat.")
     layers = ckpt.trace(tokens, [0, 5])  # list[LayerAttention]
@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attn_cli.checkpoint.model import Checkpoint, open_checkpoint
+    from attn_cli.sources.checkpoint.model import Checkpoint, open_checkpoint
 
 __all__ = ["Checkpoint", "open_checkpoint"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from attn_cli.checkpoint import model
+        from attn_cli.sources.checkpoint import model
 
         return getattr(model, name)
-    raise AttributeError(f"module 'attn_cli.checkpoint' has no attribute {name!r}")
+    raise AttributeError(f"module 'attn_cli.sources.checkpoint' has no attribute {name!r}")

@@ -7,8 +7,8 @@ Shapes: T tokens, D d_model, H query heads, Hkv key/value heads, Dk head_dim.
 
 from __future__ import annotations
 
-from attn_cli.checkpoint.families import norms
-from attn_cli.checkpoint.families.decoder import Decoder
+from attn_cli.sources.checkpoint.families import norms
+from attn_cli.sources.checkpoint.families.decoder import Decoder
 
 
 class Olmo2(Decoder):

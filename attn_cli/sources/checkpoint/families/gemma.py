@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.checkpoint.families import norms
-from attn_cli.checkpoint.families.decoder import SLIDING, Decoder, types_from_pattern
+from attn_cli.sources.checkpoint.families import norms
+from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder, types_from_pattern
 
 GEMMA2_NAMES = {
     **Decoder.names,

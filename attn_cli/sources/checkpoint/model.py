@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
-from attn_cli.checkpoint.files import WeightReader, locate, read_config
-from attn_cli.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
+from attn_cli.sources.checkpoint.files import WeightReader, locate, read_config
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.records.tokens import visible
 from attn_cli.records.selection import Keep
@@ -21,11 +21,12 @@ from attn_cli.records.trace import ModelInfo
 if TYPE_CHECKING:
     import torch
 
-    from attn_cli.analysis.effects import Ablation, Predictions
+    from attn_cli.analysis.effects import Ablation
+    from attn_cli.records.results import Predictions
     from attn_cli.analysis.rollout import RolloutAccumulator
-    from attn_cli.checkpoint.families.base import Head
+    from attn_cli.sources.checkpoint.families.base import Head
     from attn_cli.records.layers import LayerAttention, LayerWeights
-    from attn_cli.checkpoint.families import Family
+    from attn_cli.sources.checkpoint.families import Family
     from attn_cli.records.tokens import Tokens
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
@@ -126,7 +127,7 @@ class Checkpoint:
         ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights".
         Runs layers 0 .. max(layers) only, and never reads a later layer's weights.
         ``norms``, ``rollout``: as ``families.forward`` takes them."""
-        from attn_cli.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
         if self.info.max_positions is not None and len(tokens) > self.info.max_positions:
@@ -146,7 +147,7 @@ class Checkpoint:
         import torch
 
         from attn_cli.analysis.effects import top_k
-        from attn_cli.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
         head = self._family.head(self._weights)
@@ -170,7 +171,7 @@ class Checkpoint:
         sequence's, computed once more by ``trace``)."""
         import torch
 
-        from attn_cli.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families import forward
 
         head = self._family.head(self._weights)
         family, weights = self._family, self._weights
@@ -194,10 +195,10 @@ class Checkpoint:
         zero or to its mean over the text (``families.base.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
         from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
-        from attn_cli.checkpoint.families.base import ablated_losses
+        from attn_cli.sources.checkpoint.families.base import ablated_losses
 
         from attn_cli.runtime import budget
-        from attn_cli.checkpoint.families.base import ablation_batch
+        from attn_cli.sources.checkpoint.families.base import ablation_batch
 
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
@@ -249,7 +250,7 @@ class Checkpoint:
 def predictions_of(tokenizer: CheckpointTokenizer, ids: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor) -> Predictions:
     """Each position's top K (``analysis.effects.top_k``'s (T, K) tensors) with the tokenizer's
     text of every predicted id, and its printable label."""
-    from attn_cli.analysis.effects import Predictions
+    from attn_cli.records.results import Predictions
 
     decoded = tokenizer.id_texts([int(i) for i in ids.reshape(-1)])
     width = ids.shape[-1]
@@ -267,8 +268,8 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
     damaged, UsageError for a dtype or device that is not there."""
     import torch
 
-    from attn_cli.checkpoint.families import family_for
-    from attn_cli.checkpoint.registry import text_config
+    from attn_cli.sources.checkpoint.families import family_for
+    from attn_cli.sources.checkpoint.registry import text_config
 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")

@@ -1,0 +1,203 @@
+"""The Python API: attn-cli's traces and views from a notebook or a script.
+
+A front end like the command line (it reaches both the sources and the renderers),
+with the same errors: ``attn_cli.runtime.errors``' typed exceptions, whose messages are
+the command line's. The traces it gives are ``attn_cli.api.Trace``: the record
+(``attn_cli.records.trace.Trace``) with its notebook conveniences (``heatmap``, ``page``,
+``to_json``...; ``attn_cli.api.views``), so the record itself stays data.
+
+    import attn_cli
+    t = attn_cli.trace("The cat sat on the mat", model=path)   # every layer and head
+    t.weights(layer=-1, head=0)                                  # (T, T) tensor
+    t.heatmap(layer=2)                                           # a matplotlib Figure
+    attn_cli.head_view(attentions, tokens)                       # bertviz's call, drawn offline
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.api import views
+from attn_cli.api.views import head_view, model_view
+from attn_cli.compat import FirstRelease
+from attn_cli.pipeline import open_source
+from attn_cli.records.trace import Trace as Record
+from attn_cli.runtime.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from matplotlib.figure import Figure
+
+__all__ = ["Trace", "from_attentions", "head_view", "load", "model_view", "trace"]
+
+
+class Trace(FirstRelease, Record):
+    """A trace (``attn_cli.records.trace.Trace``: the tokens, what ran, the kept layers) that
+    draws itself in a notebook: the command line's outputs as methods."""
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a trace as the `attn-cli html` page, in a sandboxed iframe."""
+        return views.notebook(self)
+
+    def weights(self, layer: int = -1, head: int | None = None) -> torch.Tensor:
+        """(H, T, T) torch tensor of layer ``layer``'s weights (a model index; -1: the last
+        kept layer), or (T, T) for ``head``."""
+        return views.weights(self, layer, head)
+
+    def to_json(self) -> str:
+        """Schema 2, the bytes `attn-cli run -F json` writes (docs/json.md)."""
+        return views.to_json(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``to_json()`` parsed: plain lists and numbers."""
+        import json
+
+        return json.loads(self.to_json())
+
+    def to_csv(self) -> str:
+        """The long-format CSV `attn-cli run -F csv` writes."""
+        return views.to_csv(self)
+
+    def heatmap(self, **options: Any) -> Figure:
+        """The `attn-cli heatmap` picture as a matplotlib Figure (layer=, heads=, what=,
+        and the picture options; layer="all" draws the model view)."""
+        return views.heatmap(self, **options)
+
+    def page(self, **options: Any) -> str:
+        """The `attn-cli html` page as a string (view="head"|"matrix"|"model", max_size= in MB)."""
+        return views.page(self, **options)
+
+    def heads(self) -> list[dict[str, Any]]:
+        """The heads census (masses, entropy, role) per kept layer and shown head."""
+        return views.heads(self)
+
+
+def _notebook(record: Record) -> Trace:
+    """The record as a notebook trace: the same fields, the same tensors."""
+    import dataclasses
+
+    return Trace(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+
+# The toy model's keyword arguments: the command line's options, as Config names them
+# (num_heads is --heads: ``heads`` chooses which heads to keep, as --head does).
+TOY_OPTIONS = {
+    "tokenizer": "tokenizer", "seed": "seed", "d_model": "d_model", "d_k": "d_k", "d_v": "d_v", "num_heads": "heads",
+    "causal": "causal", "scale": "scale", "temperature": "temperature", "dropout": "dropout", "qkv_bias": "qkv_bias",
+    "out_proj": "out_proj", "init": "init", "projections": "projections", "positional": "positional",
+    "embeddings": "embeddings", "max_tokens": "max_tokens",
+}  # fmt: skip
+MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate", "target")
+
+
+def trace(
+    text: str,
+    *,
+    model: str | os.PathLike[str] | None = None,
+    layers: Any = None,
+    heads: Any = None,
+    hide_tokens: str | Sequence[Any] | None = None,
+    rollout: bool = False,
+    norms: bool = False,
+    **options: Any,
+) -> Trace:
+    """``text`` through the seeded toy model (its options as keywords: ``num_heads=4,
+    causal=True, tokenizer="words"``...) or through the checkpoint ``model`` (a folder,
+    str or any os.PathLike, or ORG/NAME in the Hugging Face cache; ``pair``,
+    ``revision``, ``dtype``, ``device``, ``truncate`` as keywords; ``target``, an
+    encoder-decoder's decoder text, gives a trace of three stacks: ``Trace.stack("cross")``,
+    ``"decoder"`` or ``"encoder"`` is each as a trace of its own). ``layers`` and
+    ``heads``: what to keep, as --layer and --head take them (an index, a list, a
+    range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
+    --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
+    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
+    command line's errors."""
+    from attn_cli.sources.toy.config import Config, Init, Positional
+    from attn_cli.records.hiding import HideSpec, hide
+    from attn_cli.sources.spec import SourceSpec
+    from attn_cli.records.selection import IndexSpec
+
+    if not isinstance(text, str):
+        raise UsageError(f"text is a {type(text).__name__}; give a str")
+    unknown = sorted(set(options) - set(TOY_OPTIONS) - set(MODEL_OPTIONS))
+    if unknown:
+        raise UsageError(
+            f"{', '.join(unknown)}: not an option of attn_cli.trace(); the toy model takes {', '.join(TOY_OPTIONS)}, "
+            f"a checkpoint {', '.join(MODEL_OPTIONS)}"
+        )
+    toy = {TOY_OPTIONS[k]: v for k, v in options.items() if k in TOY_OPTIONS}
+    trained = {k: v for k, v in options.items() if k in MODEL_OPTIONS}
+    if model is not None:
+        given = sorted(set(options) & (set(TOY_OPTIONS) - {"seed", "max_tokens"}))
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of the seeded toy model; "
+                f"model={os.fspath(model)!s} brings its own tokenizer, sizes and weights: drop {'it' if len(given) == 1 else 'them'}"
+            )
+    elif trained:
+        raise UsageError(f"{', '.join(sorted(trained))} only make{'s' if len(trained) == 1 else ''} sense with model=")
+    if isinstance(toy.get("init"), str):
+        toy["init"] = Init(toy["init"])
+    if isinstance(toy.get("positional"), str):
+        toy["positional"] = Positional(toy["positional"])
+    if toy.get("embeddings") is not None:
+        toy["embeddings"] = Path(os.fspath(toy["embeddings"]))
+    try:
+        config = Config(**toy)
+    except ValueError as err:  # an Init or Positional name that is not one
+        raise UsageError(str(err)) from None
+    spec = SourceSpec(
+        config=config,
+        model=None if model is None else os.fspath(model),
+        layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
+        heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
+        hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
+        **trained,
+    )
+    source = open_source(spec)
+    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
+    return _notebook(hide(made, spec.hide))
+
+
+def _index_text(value: Any, name: str) -> str | None:
+    """An index, a list or range of them, or a string, as the command line writes it."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (range, Sequence)):
+        items = list(value)
+        if not items or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in items):
+            raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
+        return ",".join(str(i) for i in items)
+    raise UsageError(f"{name}={value!r}: give an index, a list of indexes, a range or 'all'")
+
+
+def from_attentions(
+    attentions: Any,
+    tokens: Sequence[str],
+    *,
+    model_name: str | None = None,
+    special: Sequence[bool] | None = None,
+    rollout: bool = False,
+) -> Trace:
+    """A Trace of attention computed elsewhere (see ``attn_cli.sources.saved.from_attentions``);
+    ``rollout``: with the rollout through its last layer (every layer from 0 must be given)."""
+    import dataclasses
+
+    from attn_cli.analysis.rollout import rollout_of
+    from attn_cli.sources.saved import from_attentions as made
+
+    trace = made(attentions, tokens, model_name=model_name, special=special)
+    return _notebook(dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace)
+
+
+def load(path: str | os.PathLike[str]) -> Trace:
+    """The trace a schema-2 JSON holds (``run -F json``, ``Trace.to_json()``), to re-draw."""
+    from attn_cli.sources.saved import load_json
+
+    return _notebook(load_json(path))

@@ -1,0 +1,273 @@
+"""A trained checkpoint as a source (``--model``): ``CheckpointSource`` runs a decoder or an
+encoder, every layer up to the last selected one; ``PairSource`` an encoder-decoder, the
+text through the encoder and the target through the decoder, with the three stacks in its
+trace. Each checks the memory its run needs before it allocates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
+from attn_cli.records.layers import LayerWeights
+from attn_cli.records.selection import IndexSpec, Keep, Selection
+from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import ModelInfo, Trace
+from attn_cli.runtime import threads
+from attn_cli.runtime.errors import TooLargeError, UsageError
+from attn_cli.runtime.threads import attention_flops, using_threads
+from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
+from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
+
+
+class CheckpointSource(Batches):
+    """A trained checkpoint (``--model``): its tokenizer, then every layer up to the
+    last selected one, computed by ``attn_cli.sources.checkpoint``."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        from attn_cli.sources.checkpoint import open_checkpoint
+
+        assert spec.model is not None
+        self.spec = spec
+        self.notes: list[str] = []
+        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
+        self.info = self.checkpoint.info
+        self.n_layers = self.info.layers
+        self.n_heads = self.info.heads
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        check_text(text)
+        spec = self.spec
+        max_length = self.info.max_positions if spec.truncate else None
+        try:
+            tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
+        except TooLargeError as err:  # over the model's positions: the flag that helps is ours
+            raise TooLargeError(f"{err}; or add --truncate") from None
+        tokens = check_length(tokens, spec.config.max_tokens)
+        if selection is not None and selection.generate:
+            return self._generated(text, tokens, selection)
+        return self._trace(text, tokens, selection, spec.pair)
+
+    def _generated(self, text: str, prompt: Tokens, selection: Selection) -> Trace:
+        """--generate: the prompt extended greedily, then the whole sequence traced."""
+        import dataclasses
+
+        n, info = selection.generate, self.info
+        if self.spec.pair is not None:
+            raise UsageError("--generate continues one text; drop --pair")
+        if self.checkpoint.encoder:
+            raise UsageError(f"--generate: {info.name} is an encoder (a masked LM); greedy generation needs a decoder")
+        most = min(self.spec.config.max_tokens, info.max_positions or self.spec.config.max_tokens)
+        if len(prompt) + n > most:
+            which = "--max-tokens" if most == self.spec.config.max_tokens else f"the model's {most} positions"
+            raise TooLargeError(f"the prompt's {len(prompt)} tokens and --generate {n} make {len(prompt) + n}, over {which}; generate fewer")
+        with using_threads(threads.threads_for(16 * len(prompt) * info.d_model**2)):
+            made = self.checkpoint.generate(prompt, n)
+        tokenizer = self.checkpoint.tokenizer
+        special = prompt.special or (False,) * len(prompt)
+        ids = prompt.ids + made
+        tokens = tokenizer.tokens_from_ids(ids, tuple(special) + tuple(tid in tokenizer.special_ids() for tid in made))
+        before, after = tokenizer.decode(prompt.ids), tokenizer.decode(ids)
+        continued = after[len(before) :] if after.startswith(before) else tokenizer.decode(made)  # a leading space kept
+        trace = self._trace(text, tokens, dataclasses.replace(selection, generate=0), None)
+        return dataclasses.replace(trace, prompt_length=len(prompt), generated_text=continued)
+
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]]:
+        tokenizer = self.checkpoint.tokenizer
+        return tokenizer.leading_special_ids(), tokenizer.ordinary_ids()
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        leading = self.checkpoint.tokenizer.leading_special_ids()
+        special = tuple(i < len(leading) and tid == leading[i] for i, tid in enumerate(ids))
+        tokens = self.checkpoint.tokenizer.tokens_from_ids(tuple(ids), special)
+        return self._trace(PROBE_TEXT, tokens, selection, None)
+
+    def _trace(self, text: str, tokens: Tokens, selection: Selection | None, pair: str | None) -> Trace:
+        spec = self.spec
+        if selection is None:
+            selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
+        parts = self.checkpoint.estimate_bytes(
+            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout,
+            predict=bool(selection.predict),
+        )  # fmt: skip
+        check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
+        # Threads follow the size of one layer's operations, not the whole model's:
+        # a sentence through 12 small layers is still small work for each matmul.
+        info = self.info
+        per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
+        n_threads = threads.threads_for(per_layer)
+        rollout = RolloutAccumulator() if selection.rollout else None
+        predictions = None
+        with using_threads(n_threads):
+            if selection.predict:
+                layers, predictions = self.checkpoint.predict(
+                    tokens, selection.layers, selection.predict, selection.keep, norms=selection.norms, rollout=rollout
+                )  # fmt: skip
+            else:
+                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout)
+        info, layers = with_threads(self.info, layers, n_threads)
+        return Trace(
+            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
+            predictions=predictions,
+        )  # fmt: skip
+
+
+class PairSource(Batches):
+    """An encoder-decoder checkpoint (``--model`` with ``--target``): the text through the
+    encoder, the target's labels shifted right through the decoder (``attn_cli.sources.checkpoint.pair``);
+    the trace holds the three stacks (``Trace.stack`` shows one)."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+
+        assert spec.model is not None
+        self.spec = spec
+        self.notes: list[str] = []
+        self.checkpoint = open_pair_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
+        self.info = self.checkpoint.info
+        # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
+        self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
+        self.n_heads = max(self.info.heads, self.info.decoder_heads or 0)
+        self._source: Tokens | None = None
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        check_text(text)
+        spec, info = self.spec, self.info
+        if spec.pair is not None or spec.truncate:
+            flag = "--pair" if spec.pair is not None else "--truncate"
+            raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
+        rollout_stack = spec.stack or "cross"
+        if selection is not None and selection.rollout and rollout_stack == "cross":
+            raise UsageError(
+                "--rollout multiplies a stack's layers from its input up, and cross-attention's rows and columns are two texts: "
+                "roll out --stack encoder or --stack decoder"
+            )
+        tokenizer = self.checkpoint.tokenizer
+        source = check_length(tokenizer.encode(text), spec.config.max_tokens)
+        self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
+        generate = selection.generate if selection is not None else 0
+        keep = selection.keep if selection is not None else "all"
+        predict = selection.predict if selection is not None else 0
+        norms = selection is not None and selection.norms
+        target = spec.target
+        if generate:  # the target is the model's own: greedy, from decoder_start_token_id
+            if target is not None:
+                raise UsageError("--generate writes the target itself: drop --target, or drop --generate to read yours")
+            most = min(spec.config.max_tokens, info.max_positions or spec.config.max_tokens)
+            if generate + 1 > most:
+                raise TooLargeError(f"--generate {generate} and the decoder's start token make {generate + 1}, over {most}; generate fewer")
+            self._check_budget(len(source), generate + 1, keep, predict=True, norms=norms)  # the longest target it may write
+            made = self.checkpoint.generate(source, generate)
+            target = tokenizer.decode(made)
+            labels = tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
+        else:
+            if target is None:
+                raise UsageError(
+                    f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
+                    f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
+                )
+            if not target.strip():
+                raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
+            labels = self.checkpoint.encode_target(target)
+        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
+        self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
+        n = max(len(source), len(decoder))
+        n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
+        with using_threads(n_threads):
+            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
+        info = dataclasses.replace(info, threads=n_threads)
+        heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
+        layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
+        # JSON, CSV and the page hold every stack, each with every layer and head unless --layer/--head say
+        # otherwise; tables, pictures and explain show one stack, where alone the indexes must exist
+        everything = selection is None or selection.everything
+        shown = None if everything else ({"encoder"} if spec.stack == "encoder" else {"decoder", "cross"})
+
+        def pick(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
+            if shown is None or stack in shown:
+                return self._resolve(index, count, what, stack, default)
+            try:  # a stack not shown: what it has of the indexes, else its last
+                return index.resolve(count, what, default=default)
+            except UsageError:
+                return (count - 1,)
+
+        def chosen(stack: str, kept: Sequence[LayerWeights]) -> tuple[LayerWeights, ...]:
+            count = layers["decoder" if stack == "cross" else stack]
+            wanted = pick(spec.layers, count, "layer", stack, None if everything else [count - 1])
+            return tuple(dataclasses.replace(kept[i], threads=n_threads) for i in wanted)
+
+        def default_heads(count: int) -> Sequence[int] | None:
+            """Unless --head chose: every head (JSON), or those the command asked for that the stack has (the model view: all)."""
+            if everything:
+                return None
+            asked = [h for h in (selection.heads if selection is not None else ()) if h < count]
+            return asked or range(min(TABLE_HEADS, count))
+
+        encoder_heads = pick(spec.heads, heads["encoder"], "head", "encoder", default_heads(heads["encoder"]))
+        decoder_heads = pick(spec.heads, heads["decoder"], "head", "decoder", default_heads(heads["decoder"]))
+        kept = {"encoder": chosen("encoder", stacks.encoder), "decoder": chosen("decoder", stacks.decoder), "cross": chosen("cross", stacks.cross)}
+        rollout = None
+        if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
+            rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
+        return Trace(
+            text, source, info, kept["encoder"], chosen_heads=encoder_heads, target=target,
+            target_tokens=decoder, decoder_layers=kept["decoder"], cross_layers=kept["cross"],
+            decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
+            rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
+        )  # fmt: skip
+
+    def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
+        """Refuse, before anything runs, three stacks over these lengths that would not fit."""
+        check_budget(
+            self.checkpoint.estimate_bytes(n_source, n_target, keep, predict=predict, norms=norms),
+            {
+                "weights": ("the weights of both stacks", "use a smaller model"),
+                "tables": (f"the tables of {n_source} source and {n_target} target tokens in every layer of three stacks", "use shorter texts"),
+                "activations": ("the hidden states of both texts", "use shorter texts"),
+            },
+        )
+
+    @staticmethod
+    def _resolve(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
+        """``--layer``/``--head`` within one stack; an index the stack lacks names the stack."""
+        try:
+            return index.resolve(count, what, default=default)
+        except UsageError as err:
+            raise UsageError(f"{err} (the {stack} stack)") from None
+
+    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:
+        """The repeated-token probe reads the decoder's self-attention: its inputs are
+        ``decoder_start_token_id`` and the probe's ids (the encoder reads the text, see ``trace_ids``)."""
+        if self.spec.stack != "decoder":
+            return "the repeated-token probe reads a decoder's self-attention: heads --stack decoder runs it"
+        return (self.checkpoint.model.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()
+
+    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
+        """The decoder over ``ids`` as its inputs (the probe), the encoder over the last text run."""
+        if self._source is None:
+            raise UsageError("an encoder-decoder's probe reads the decoder over the ids, with a text in the encoder: run a text first")
+        tokenizer = self.checkpoint.tokenizer
+        decoder = tokenizer.tokens_from_ids(tuple(ids), tuple(i == 0 for i in range(len(ids))))
+        keep = selection.keep if selection is not None else "all"
+        with using_threads(threads.threads_for(16 * len(ids) * self.info.d_model**2)):
+            stacks, _ = self.checkpoint.trace(self._source, decoder, keep)
+        return Trace(
+            PROBE_TEXT, self._source, self.info, stacks.encoder, target=PROBE_TEXT, target_tokens=decoder,
+            decoder_layers=stacks.decoder, cross_layers=stacks.cross,
+        )  # fmt: skip
+
+
+def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:
+    kept = len(selection.layers)
+    return {
+        "weights": (
+            f"the weights of layers 0 to {selection.last_layer}",
+            "choose an earlier --layer (later layers are never read)",
+        ),
+        "tables": (
+            f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads",
+            "keep fewer layers with --layer, or use a shorter text",
+        ),
+        "activations": (f"the hidden states of {n_tokens} tokens", "use a shorter text"),
+    }
