@@ -13,29 +13,14 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.app import COMPLETE_VAR, PROG_NAME, AttnCommand, app
 from attn_cli.cli.output import stdout_errors
-
-PROG_NAME = "attn-cli"
-COMPLETE_VAR = "_ATTN_CLI_COMPLETE"
 
 
 class Shell(str, enum.Enum):
     bash = "bash"
     zsh = "zsh"
     fish = "fish"
-
-
-def answer_completion_requests() -> None:
-    """When the shell asks for completions (``_ATTN_CLI_COMPLETE`` set), make sure
-    typer's completion classes are registered: typer 0.26+ registers them only
-    with ``add_completion``, which attn-cli leaves off to keep ``--help`` fast."""
-    import os
-
-    if os.environ.get(COMPLETE_VAR):
-        from typer._completion_classes import completion_init
-
-        completion_init()
 
 
 @app.command(cls=AttnCommand)

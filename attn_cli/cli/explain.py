@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
     NoClobberOption,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.options import (
     OUTPUT,
     GenerateOption,

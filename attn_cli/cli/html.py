@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.options import (
     OUTPUT,

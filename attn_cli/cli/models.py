@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import AttnCommand, app
+from attn_cli.cli.app import AttnCommand, app
 
 
 class ListFormat(str, enum.Enum):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attn_cli.cli import AttnCommand, AttnSubgroup, app
+from attn_cli.cli.app import AttnCommand, AttnSubgroup, app
 from attn_cli.cli.output import stdout_errors
 
 tokenizers_app = typer.Typer(
