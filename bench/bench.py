@@ -208,7 +208,7 @@ t.append(time.perf_counter())
 run = pipeline.run(sys.argv[1])  # tokenize, nn.Embedding(50257, 16), attention
 t.append(time.perf_counter())
 from rich.console import Console
-from attn_cli.render.tables import human_view
+from attn_cli.render.terminal.tables import human_view
 console = Console(file=open(os.devnull, "w"), width=120, no_color=True)
 console.print(human_view(run))
 t.append(time.perf_counter())

@@ -32,7 +32,7 @@ DRAWN = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() =
 
 
 def pages(folder: Path) -> list[tuple[str, Path]]:
-    from attn_cli.render.html import page
+    from attn_cli.render.page import page
     from html_support import hand_trace, toy
 
     words = ("the quick brown fox jumps over the lazy dog and then " * 60).split()

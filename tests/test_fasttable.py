@@ -11,10 +11,10 @@ import pytest
 import rich.table
 from rich.console import Console
 
-import attn_cli.render.tables as tables
+import attn_cli.render.terminal.tables as tables
 from attn_cli.sources.toy.config import Config
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.render import fasttable
+from attn_cli.render.terminal import fasttable
 
 # Random tables of the kinds attn-cli draws and some it does not: wide characters, empty
 # cells, styles, cut labels, fixed widths, headers that wrap when the width is short,
@@ -29,7 +29,7 @@ RANDOM_TABLES = textwrap.dedent(
     from rich.style import Style
     from rich.table import Table as RichTable
     from rich.text import Text
-    from attn_cli.render.fasttable import Table as FastTable
+    from attn_cli.render.terminal.fasttable import Table as FastTable
 
     WORDS = ["a", "tok", "␣saw#3", "naïve", "café", "日本語", "🙂x", "0.1234", "-0.0001", "", "long label here",
              "x" * 30, "effective tokens", "two words"]

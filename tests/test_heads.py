@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import checkpoints
 from attn_cli.cli import app
 from attn_cli.analysis.headroles import HeadScores, Probe, make_probe, probe_scores, role_of, text_scores
-from attn_cli.render.heads import top_heads
+from attn_cli.render.terminal.heads import top_heads
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 R = 12

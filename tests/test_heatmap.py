@@ -27,8 +27,8 @@ from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.trace import Trace
-from attn_cli.render.titles import fit_title, text_width
-from attn_cli.render.heatmap import (
+from attn_cli.render.picture.titles import fit_title, text_width
+from attn_cli.render.picture.heatmap import (
     MASKED_COLOR,
     MAX_ANNOTATED_CELLS,
     FIXED_DRAW_BYTES,
@@ -520,7 +520,7 @@ def test_a_size_too_small_for_the_labels_is_a_note_not_a_failure(tmp_path: Path)
 
 
 def test_a_failed_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import attn_cli.render.heatmap as render
+    import attn_cli.render.picture.heatmap as render
 
     def half_then_fail(fig, file, fmt):
         file.write(b"\x89PNG half a picture")
@@ -584,7 +584,7 @@ CJK_EMOJI = "猫 🦊 cat"
 
 
 def font_with(chars: str) -> bool:
-    from attn_cli.render import fonts
+    from attn_cli.render.picture import fonts
 
     return all(any(ord(c) in fonts._charmap(path) for _name, path in fonts._candidates()) for c in chars)
 
@@ -612,7 +612,7 @@ def test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them(rec
 
 
 def test_without_a_font_for_them_one_note_names_the_characters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.render import fonts
+    from attn_cli.render.picture import fonts
 
     monkeypatch.setattr(fonts, "_candidates", lambda: [])
     fonts._covering.cache_clear()
@@ -625,7 +625,7 @@ def test_without_a_font_for_them_one_note_names_the_characters(monkeypatch: pyte
 
 
 def test_a_batch_says_the_missing_font_note_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.render import fonts
+    from attn_cli.render.picture import fonts
 
     monkeypatch.setattr(fonts, "_candidates", lambda: [])
     fonts._covering.cache_clear()

@@ -27,9 +27,9 @@ from attn_cli.runtime.errors import UsageError
 from attn_cli.records.hiding import HideSpec, hide, renormalize
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.formats.export import run_dict, to_csv
-from attn_cli.render.heatmap import HeatmapOptions, heatmap_figure
-from attn_cli.render.model_view import model_view_figure
-from attn_cli.render.tables import View, human_view
+from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
+from attn_cli.render.picture.model_view import model_view_figure
+from attn_cli.render.terminal.tables import View, human_view
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
 from attn_cli.records.hiding import shown as shown_trace
@@ -285,7 +285,7 @@ def test_query_follows_a_shown_token_by_its_position_in_the_text() -> None:
 
 
 def test_a_notebook_page_reproduces_the_hiding() -> None:
-    from attn_cli.render.html import reproduce_command
+    from attn_cli.render.page import reproduce_command
 
     trace = hide(special_trace(), HideSpec.parse("special"))
     assert reproduce_command(trace).endswith("--hide-tokens 0,7")

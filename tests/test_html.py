@@ -15,9 +15,9 @@ import torch
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
-from attn_cli.render import html as page_module
-from attn_cli.render.html import MASKED, build, notebook_html, page, reproduce_command
-from attn_cli.render.fit import spans as ranges
+from attn_cli.render import page as page_module
+from attn_cli.render.page import MASKED, build, notebook_html, page, reproduce_command
+from attn_cli.render.terminal.fit import spans as ranges
 from attn_cli.formats.export import run_dict
 from html_support import chunk, hand_trace, manifest, toy
 
@@ -147,7 +147,9 @@ def test_reproduce_command_from_the_python_api() -> None:
 
 
 def test_notebook_html_is_a_sandboxed_srcdoc_iframe() -> None:
-    trace = toy(heads=2)
+    import attn_cli
+
+    trace = attn_cli.trace("I saw a saw", tokenizer="words", num_heads=2)
     frame = trace._repr_html_()
     assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame and "srcdoc=" in frame
     assert "allow-same-origin" not in frame

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from attn_cli.formats.export import run_dict
-from attn_cli.render.html import build, notebook_html, page
+from attn_cli.render.page import build, notebook_html, page
 from attn_cli.pipeline import open_source
 from conftest import skip_or_fail
 from html_support import fixed, hand_trace, toy

@@ -53,7 +53,7 @@ FILES = sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[
 def test_every_room_is_in_the_order() -> None:
     rooms = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in FILES}
     assert rooms == set(ORDER), f"a folder or module outside the order: {sorted(rooms ^ set(ORDER))}"
-    assert len(FILES) >= 60 and PACKAGE / "render" / "tables.py" in FILES
+    assert len(FILES) >= 60 and PACKAGE / "render" / "terminal" / "tables.py" in FILES
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
@@ -64,6 +64,20 @@ def test_imports_only_from_rooms_before_it(path: Path) -> None:
     assert not later, f"{here}/ imports {later}: a room imports only rooms before it ({' < '.join(ORDER)})"
 
 
+# What shows a trace reads the trace, whatever made it: formats/ and render/ import no
+# source of traces (the toy's config, embeddings and attend stay readable: explain walks
+# through the toy's own steps).
+SOURCES = ("attn_cli.sources.base", "attn_cli.sources.checkpoint", "attn_cli.sources.spec", "attn_cli.sources.saved",
+           "attn_cli.sources.toy.source", "attn_cli.text.rankfiles")
+SHOWING = sorted(p for p in FILES if p.relative_to(PACKAGE).parts[0] in ("formats", "render"))
+
+
+@pytest.mark.parametrize("path", SHOWING, ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_what_shows_a_trace_imports_no_source(path: Path) -> None:
+    bad = sorted(m for m in imports(path) if any(m == s or m.startswith(s + ".") for s in SOURCES))
+    assert not bad, f"{path.name} imports {bad}: formats and renderers read a Trace, whatever made it"
+
+
 def test_debts_are_still_owed() -> None:
     for name, owed in DEBTS.items():
         assert owed <= imports(PACKAGE / name), f"{name} no longer imports {sorted(owed - imports(PACKAGE / name))}: take it out of DEBTS"
@@ -71,7 +85,9 @@ def test_debts_are_still_owed() -> None:
 
 def test_a_violation_would_be_seen(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from attn_cli.render.tables import x\n"
+    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from attn_cli.render.terminal.tables import x\n"
                    "def f():\n    from attn_cli.pipeline import open_source\n")
     assert {room(m) for m in imports(bad)} == {"render", "pipeline"}
     assert all(rank(room(m)) > rank("sources") for m in imports(bad))
+    bad.write_text("def f():\n    from attn_cli.sources.checkpoint.files import locate\n")
+    assert any(m.startswith(SOURCES[1]) for m in imports(bad))

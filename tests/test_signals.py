@@ -98,7 +98,7 @@ RUN = ["run", "Life is short, eat dessert first", "-t", "words"]
 # Modules whose import is under way at a moment a user's Ctrl-C can land on: the CLI's
 # own (typer, rich), torch (its C++ extension among them), the tokenizer, the renderer.
 # (A module the run never imports would leave the trigger unfired: the test then fails.)
-STARTUP_MOMENTS = ["typer", "rich.console", "attn_cli.cli.run", "torch", "torch._C", "torch.nn", "attn_cli.pipeline", "attn_cli.render.tables"]
+STARTUP_MOMENTS = ["typer", "rich.console", "attn_cli.cli.run", "torch", "torch._C", "torch.nn", "attn_cli.pipeline", "attn_cli.render.terminal.tables"]
 
 
 @pytest.mark.parametrize("module", STARTUP_MOMENTS)

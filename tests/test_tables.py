@@ -20,9 +20,9 @@ from attn_cli.sources.toy.model import self_attention
 from attn_cli.sources.toy.config import Config
 from attn_cli.records.trace import Trace
 from attn_cli.sources.toy.source import toy_info
-from attn_cli.render import tables
+from attn_cli.render.terminal import tables
 from attn_cli.analysis.stats import attention_stats, effective_tokens, entropy_bits, head_masses
-from attn_cli.render.tables import FittedTable, View, bar, fmt, human_view, parse_show
+from attn_cli.render.terminal.tables import FittedTable, View, bar, fmt, human_view, parse_show
 from attn_cli.records.tokens import Tokens
 
 WIDTH = 120

@@ -31,11 +31,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from attn_cli.analysis.stats import attention_stats
+
+if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Ablation
+    from attn_cli.records.trace import Trace
 
 ROLES = ("previous", "first", "self", "duplicate", "induction", "broad", "mixed")
 # A focused role needs this share of the attention on average (the probe's two as well).
@@ -186,3 +190,14 @@ def make_probe(leading: Sequence[int], ordinary: Sequence[int], repeat_length: i
     picks = torch.randint(len(ordinary), (repeat_length,), generator=generator).tolist()  # (R,)
     drawn = [ordinary[i] for i in picks]
     return Probe(tuple(leading) + tuple(drawn) * 2, len(leading), repeat_length)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadsReport:
+    """One text's head scores (and the probe's, when it ran)."""
+
+    trace: Trace  # the text's trace: its tokens and model
+    heads: tuple[HeadScores, ...]  # layer by layer, head by head
+    probe: Probe | None
+    probe_note: str | None = None  # why there is no probe (--no-probe, the words tokenizer)
+    ablation: Ablation | None = None  # --ablate: each head's change in next-token loss

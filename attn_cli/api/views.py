@@ -28,7 +28,7 @@ class View:
         self.view = view
 
     def _repr_html_(self) -> str:
-        from attn_cli.render.html import notebook_html
+        from attn_cli.render.page import notebook_html
 
         return notebook_html(self.traces, height=self.height, view=self.view)
 
@@ -150,8 +150,8 @@ def heatmap(
     ``options``: HeatmapOptions' fields (per_head_scale, annotate, cmap, log, size, dpi)."""
     import dataclasses
 
-    from attn_cli.render.heatmap import HeatmapOptions, check_options, heatmap_figure
-    from attn_cli.render.kinds import What
+    from attn_cli.render.picture.heatmap import HeatmapOptions, check_options, heatmap_figure
+    from attn_cli.render.picture.kinds import What
 
     try:
         kind = What(what)
@@ -161,7 +161,7 @@ def heatmap(
     kept = [k.layer for k in t.layers]
     if layer == "all" or isinstance(layer, (list, tuple, range)):
         chosen = kept if layer == "all" else list(layer)  # type: ignore[arg-type]
-        from attn_cli.render.model_view import check_model_view, model_view_figure
+        from attn_cli.render.picture.model_view import check_model_view, model_view_figure
 
         shown = dataclasses.replace(t, layers=tuple(t.layer(i) for i in chosen))
         check_model_view(drawing, len(chosen), len(drawing.heads or shown.shown_heads))
@@ -183,8 +183,8 @@ def weights_layer(t: Trace, layer: int) -> int:
 
 def page(t: Trace, *, view: str | None = None, max_size: float | None = None) -> str:
     """The `attn-cli html` page of ``t``, as a string (``max_size`` in MB; None: no limit)."""
-    from attn_cli.render.html import page as made
-    from attn_cli.render.html import reproduce_command
+    from attn_cli.render.page import page as made
+    from attn_cli.render.page import reproduce_command
 
     return made([t], command=reproduce_command(t), max_bytes=None if not max_size else round(max_size * 2**20), view=view)
 
@@ -203,6 +203,6 @@ def heads(t: Trace) -> list[dict[str, Any]]:
 
 
 def notebook(t: Trace) -> str:
-    from attn_cli.render.html import notebook_html
+    from attn_cli.render.page import notebook_html
 
     return notebook_html([t])

@@ -23,7 +23,7 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import binary_output, emit_rich
 from attn_cli.runtime.errors import UsageError
-from attn_cli.render.kinds import FORMATS
+from attn_cli.render.picture.kinds import FORMATS
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
@@ -127,11 +127,11 @@ def compare(
         _picture(comparison, spec, output, dpi, clobber=not no_clobber)
         return
     if chosen is Format.table:
-        from attn_cli.render.compare import compare_view
+        from attn_cli.render.terminal.compare import compare_view
 
         emit_rich([compare_view(comparison, top=top, precision=precision)], output, no_color=no_color, clobber=not no_clobber)
         return
-    from attn_cli.render.compare import csv_pieces, json_pieces
+    from attn_cli.formats.compare import csv_pieces, json_pieces
 
     with binary_output(output, clobber=not no_clobber) as out:
         pieces = json_pieces(comparison) if chosen is Format.json else csv_pieces(comparison)
@@ -143,8 +143,8 @@ def compare(
 
 def _picture(comparison: Comparison, spec: SourceSpec, output: Path, dpi: int, *, clobber: bool) -> None:
     from attn_cli.runtime.files import atomic_writer
-    from attn_cli.render.compare import compare_figure
-    from attn_cli.render.heatmap import write_figure
+    from attn_cli.render.picture.compare import compare_figure
+    from attn_cli.render.picture.heatmap import write_figure
 
     layers = [layer.layer for layer in comparison.a.layers]
     heads = list(comparison.a.shown_heads)

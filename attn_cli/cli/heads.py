@@ -27,7 +27,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
-from attn_cli.render.kinds import FORMATS
+from attn_cli.render.picture.kinds import FORMATS
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
@@ -35,7 +35,7 @@ from attn_cli.pipeline import open_source
 if TYPE_CHECKING:
     from attn_cli.analysis.headroles import HeadScores, Probe
     from attn_cli.sources.base import Source
-    from attn_cli.render.heads import HeadsReport
+    from attn_cli.analysis.headroles import HeadsReport
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
 
@@ -138,7 +138,8 @@ def heads(
                 report = dataclasses.replace(report, ablation=source.checkpoint.ablate(trace.tokens, ablate.value))
             yield report
 
-    from attn_cli.render import heads as render
+    from attn_cli.formats import heads as formats
+    from attn_cli.render.terminal.heads import heads_view
 
     if picture:
         assert output is not None
@@ -146,15 +147,15 @@ def heads(
         return
     if chosen is Format.table:
         done = list(reports())  # computed under the progress bar, then printed in one go
-        parts = [render.heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
+        parts = [heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
         emit_rich(parts, output, no_color=no_color, clobber=not no_clobber)
         return
     with binary_output(output, clobber=not no_clobber) as out:
         for i, report in enumerate(reports()):
             if chosen is Format.json:
-                out.write(render.to_json(report, i if numbered else None).encode("utf-8") + b"\n")
+                out.write(formats.to_json(report, i if numbered else None).encode("utf-8") + b"\n")
             else:
-                out.write(render.to_csv(report, header=i == 0, index=i).encode("utf-8"))
+                out.write(formats.to_csv(report, header=i == 0, index=i).encode("utf-8"))
 
 
 def _make_probe(source: Source, length: int | None, seed: int) -> tuple[Probe | None, str | None]:
@@ -191,7 +192,7 @@ def _report(
     trace: Trace, probe: Probe | None, probe_note: str | None, scored: dict[int, tuple[list[float], list[float]]] | None
 ) -> HeadsReport:
     from attn_cli.analysis.headroles import text_scores, with_probe
-    from attn_cli.render.heads import HeadsReport
+    from attn_cli.analysis.headroles import HeadsReport
 
     heads: list[HeadScores] = []
     for layer in trace.layers:
@@ -208,8 +209,8 @@ def _report(
 def _pictures(reports: list[HeadsReport], output: Path, *, clobber: bool) -> None:
     """--ablate -o NAME.png: one picture per text (NAME-001.png ... for several)."""
     from attn_cli.runtime.files import atomic_writer
-    from attn_cli.render.heads import ablation_figure
-    from attn_cli.render.heatmap import write_figure
+    from attn_cli.render.picture.heads import ablation_figure
+    from attn_cli.render.picture.heatmap import write_figure
 
     fmt = output.suffix.lower().lstrip(".")
     for i, report in enumerate(reports, start=1):

@@ -1,6 +1,6 @@
 """`attn-cli heatmap`: attention pictures (PNG, SVG, PDF) for slides and papers.
 
-The figure is drawn by ``attn_cli.render.heatmap`` (pure, headless); this
+The figure is drawn by ``attn_cli.render.picture.heatmap`` (pure, headless); this
 command picks the file names, writes each file atomically and prints the
 paths on stdout, one per line, so scripts can capture them.
 """
@@ -30,7 +30,7 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
-from attn_cli.render.kinds import FORMATS, What
+from attn_cli.render.picture.kinds import FORMATS, What
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
@@ -146,7 +146,7 @@ def heatmap(
     if show:
         _check_display()
 
-    from attn_cli.render.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
+    from attn_cli.render.picture.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
 
     check_model_only(spec, **{"--generate": generate})
     kind = what
@@ -176,7 +176,7 @@ def heatmap(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
     )
     if model_view:
-        from attn_cli.render.model_view import check_model_view, model_view_figure
+        from attn_cli.render.picture.model_view import check_model_view, model_view_figure
 
         check_model_view(options, len(selection.layers), 1 if split_heads else len(shown_heads))
         draw = model_view_figure
@@ -242,8 +242,8 @@ def slug(text: str) -> str:
 
 def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -> None:
     from attn_cli.runtime.files import atomic_writer
-    from attn_cli.render.fonts import MISSING_GLYPHS
-    from attn_cli.render.heatmap import write_figure
+    from attn_cli.render.picture.fonts import MISSING_GLYPHS
+    from attn_cli.render.picture.heatmap import write_figure
 
     with atomic_writer(path, clobber=clobber) as f:
         notes = write_figure(fig, f, fmt)

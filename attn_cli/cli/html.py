@@ -1,6 +1,6 @@
 """`attn-cli html`: one self-contained page to explore attention in a browser.
 
-The page is built by ``attn_cli.render.html`` (pure: traces in, a string out);
+The page is built by ``attn_cli.render.page`` (pure: traces in, a string out);
 this command picks the file name, writes it atomically, prints its path on
 stdout and, with --open, hands it to the system's browser.
 """
@@ -90,7 +90,7 @@ def html(
     path = _target(output, texts[0])
     command = _command_line(ctx, texts, lines)
 
-    from attn_cli.render.html import build
+    from attn_cli.render.page import build
 
     source = open_source(spec)
     for note in source.notes:

@@ -44,7 +44,7 @@ def _parse_show(values: Optional[list[str]]) -> Optional[frozenset[str]]:
     loads only when --show is given, not on the way to JSON or CSV."""
     if values is None:
         return None
-    from attn_cli.render.tables import parse_show
+    from attn_cli.render.terminal.tables import parse_show
 
     return parse_show(values)
 
@@ -59,7 +59,7 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
 
 def _complete_show(incomplete: str) -> list[str]:
     """Tab on --show, comma-aware: "scores,we" completes to "scores,weights"."""
-    from attn_cli.render.tables import SHOW_CHOICES
+    from attn_cli.render.terminal.tables import SHOW_CHOICES
 
     done, _, last = incomplete.rpartition(",")
     chosen = set(done.split(",")) if done else set()
@@ -173,7 +173,7 @@ def _tables(
     clobber: bool,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
-    from attn_cli.render.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
+    from attn_cli.render.terminal.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
 
     focused = query is not None or key is not None
     base = View(

@@ -39,7 +39,7 @@ def _rich_block(block: Block) -> Any:
 class _FitGrid:
     """A grid as rich tables that fit the width they are given: when its columns
     do not fit side by side, the body columns go into stacked blocks, each with the
-    row labels again, so no number is cut (``attn_cli.render.fit`` measures
+    row labels again, so no number is cut (``attn_cli.render.terminal.fit`` measures
     them)."""
 
     def __init__(self, grid: Grid) -> None:

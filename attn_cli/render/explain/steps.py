@@ -23,7 +23,7 @@ from attn_cli.records.layers import softmax_input_of
 from attn_cli.sources.attend import split_heads
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
-from attn_cli.render.fit import spans
+from attn_cli.render.terminal.fit import spans
 from attn_cli.analysis.stats import HeadStats, attention_stats
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace

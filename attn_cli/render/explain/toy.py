@@ -14,7 +14,7 @@ from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import CORNER, FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _repeats, _softmax
-from attn_cli.render.fit import spans
+from attn_cli.render.terminal.fit import spans
 from attn_cli.text.tokenizers import WORDS
 from attn_cli.records.tokens import visible
 

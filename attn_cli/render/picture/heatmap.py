@@ -29,9 +29,9 @@ from matplotlib.figure import Figure
 
 from attn_cli.records.hiding import hidden_text
 from attn_cli.runtime.errors import UsageError
-from attn_cli.render.fonts import font_families, missing_glyph_note, missing_glyphs
-from attn_cli.render.kinds import FORMATS, KINDS, STOCHASTIC, What
-from attn_cli.render.titles import FROM, fit_title, title_font
+from attn_cli.render.picture.fonts import font_families, missing_glyph_note, missing_glyphs
+from attn_cli.render.picture.kinds import FORMATS, KINDS, STOCHASTIC, What
+from attn_cli.render.picture.titles import FROM, fit_title, title_font
 from attn_cli.records.trace import Trace as Run
 from attn_cli.records.tokens import Tokens, visible
 from attn_cli.records.hiding import shown

@@ -1,29 +1,14 @@
-"""`attn-cli heads` output: a table for people (the top heads of each role and a
-layers x heads grid of roles), JSON and CSV for scripts. Renderers are fed a
-``HeadsReport`` (the scores of ``attn_cli.analysis.headroles``) and print nothing.
+"""`attn-cli heads` for people: the top heads of each role and a layers x heads grid of
+roles. Fed a ``HeadsReport`` (``attn_cli.analysis.headroles``); prints nothing.
 """
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import io
-import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from attn_cli.analysis.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, Probe
-from attn_cli.formats.export import token_dicts
-from attn_cli.records.trace import Trace
+from attn_cli.analysis.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, HeadsReport
 
-if TYPE_CHECKING:
-    from attn_cli.analysis.effects import Ablation
-
-SCORES = (
-    "self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "norm_special_mass", "induction_score",
-    "duplicate_score",
-)  # fmt: skip
-CSV_COLUMNS = ("text_index", "layer", "head", *SCORES, "role")
 ROLE_SCORE = {
     "previous": "previous_mass",
     "first": "first_mass",
@@ -36,113 +21,11 @@ LETTERS = {"previous": "P", "first": "F", "self": "S", "duplicate": "D", "induct
 COLOURS = {"previous": "cyan", "first": "yellow", "self": "magenta", "duplicate": "blue", "induction": "green", "broad": "dim", "mixed": "dim"}
 
 
-@dataclasses.dataclass(frozen=True)
-class HeadsReport:
-    """One text's head scores (and the probe's, when it ran)."""
-
-    trace: Trace  # the text's trace: its tokens and model
-    heads: tuple[HeadScores, ...]  # layer by layer, head by head
-    probe: Probe | None
-    probe_note: str | None = None  # why there is no probe (--no-probe, the words tokenizer)
-    ablation: Ablation | None = None  # --ablate: each head's change in next-token loss
-
-
 STACK_LINES = {
     "encoder": "stack: encoder self-attention (--stack decoder|cross for the others)",
     "decoder": "stack: decoder self-attention, causal (--stack encoder|cross for the others)",
     "cross": "stack: cross-attention, decoder inputs to source tokens: the masses are not defined (--stack encoder|decoder for the others)",
 }
-
-
-def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
-    """The documented JSON object of `attn-cli heads`."""
-    data: dict[str, Any] = {}
-    if index is not None:
-        data["text_index"] = index
-    heads = [h.as_dict() for h in report.heads]
-    if report.ablation is not None:
-        for entry, h in zip(heads, report.heads):
-            entry["ablation_loss_delta"] = report.ablation.delta(h.layer, h.head)
-    data.update(
-        {
-            "text": report.trace.text,
-            **({"generated_text": report.trace.generated_text} if report.trace.prompt_length is not None else {}),
-            "heads": heads,
-            "probe": None if report.probe is None else report.probe.as_dict(),
-            "probe_note": report.probe_note,
-            "tokens": token_dicts(report.trace.tokens, report.trace.hiding.hidden if report.trace.hiding else (), report.trace.prompt_length),
-            "model": report.trace.model.as_dict(),
-        }
-    )
-    if report.trace.stack_name is not None:  # an encoder-decoder: the stack scored, and cross-attention's source
-        data["stack"] = report.trace.stack_name
-        if report.trace.key_tokens is not None:
-            data["source"] = report.trace.key_text
-            data["source_tokens"] = token_dicts(report.trace.key_tokens)
-    if report.ablation is not None:
-        data["ablation"] = {"method": report.ablation.method, "clean_loss": report.ablation.clean_loss}
-    return data
-
-
-def to_json(report: HeadsReport, index: int | None = None) -> str:
-    return json.dumps(heads_dict(report, index), ensure_ascii=False)
-
-
-def to_csv(report: HeadsReport, *, header: bool, index: int = 0) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    ablated = report.ablation
-    if header:
-        writer.writerow((*CSV_COLUMNS, *(("ablation_loss_delta",) if ablated else ())))
-    for h in report.heads:
-        row = h.as_dict()
-        extra = [repr(ablated.delta(h.layer, h.head))] if ablated else []
-        writer.writerow([index, h.layer, h.head, *("" if row[s] is None else repr(row[s]) for s in SCORES), row["role"], *extra])
-    return out.getvalue()
-
-
-def ablation_figure(report: HeadsReport, *, dpi: float = 150) -> Any:
-    """--ablate -o NAME.png: the layers x heads grid of loss deltas on RdBu_r centred on 0
-    (red: the loss rises without the head, it matters)."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
-
-    from attn_cli.render.heatmap import check_pixels, colour_map
-
-    ablation = report.ablation
-    assert ablation is not None, "an ablation picture needs heads --ablate"
-    deltas = np.array(ablation.deltas, dtype=float)  # (L, H)
-    layers, heads = deltas.shape
-    extent = float(np.abs(deltas).max()) or 1.0
-    size = (max(6.0, min(18.0, 2.5 + 0.45 * heads)), max(3.5, min(18.0, 2.0 + 0.4 * layers)))
-    check_pixels(size, dpi)
-    fig = Figure(figsize=size, dpi=dpi, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    image = ax.imshow(deltas, cmap=colour_map("RdBu_r"), norm=Normalize(-extent, extent), aspect="auto", interpolation="nearest")
-    image.set_label("ablation_loss_delta")
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(layers))
-    if layers * heads <= 400:
-        for l in range(layers):
-            for h in range(heads):
-                ax.text(h, l, f"{deltas[l, h]:+.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if abs(deltas[l, h]) > 0.6 * extent else "black")  # fmt: skip
-    fig.colorbar(image, ax=ax, shrink=0.9).set_label("loss change (nats)")
-    text = " ".join(report.trace.text.split())
-    text = text if len(text) <= 50 else text[:49] + "…"
-    from attn_cli.render.titles import fit_title
-
-    lines = [
-        [f"Head ablation ({ablation.method}): next-token loss change on “{text}”"],
-        [report.trace.model.name, f"clean loss {ablation.clean_loss:.3f} nats", "red: the loss rises without the head"],
-    ]
-    fig.suptitle(fit_title(lines, (size[0] - 0.2) * 72, 10), fontsize=10, parse_math=False)
-    return fig
 
 
 def top_heads(heads: Sequence[HeadScores], role: str, n: int) -> list[HeadScores]:

@@ -28,8 +28,8 @@ from rich.style import Style
 from rich.text import Text
 
 from attn_cli.records.hiding import hidden_text
-from attn_cli.render.fasttable import Table
-from attn_cli.render.fit import fit_columns, spans
+from attn_cli.render.terminal.fasttable import Table
+from attn_cli.render.terminal.fit import fit_columns, spans
 from attn_cli.records.hiding import shown
 
 if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
@@ -234,7 +234,7 @@ class FittedTable:
     def columns_that_fit(self, width: int) -> list[int | None]:
         """Column indexes to draw, ``None`` standing for the ``…`` column: every
         column if they fit, else the most first columns that fit with ``…`` and
-        the last (``attn_cli.render.fit``). Only the columns looked at are
+        the last (``attn_cli.render.terminal.fit``). Only the columns looked at are
         measured (so made), a few more than fit."""
         # each column: content + 1 space padding either side + 1 divider; the label column, 2 edges
         room = width - (self.label_width() + 4)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.hiding import cut
 from attn_cli.render.commands import command_line
-from attn_cli.render.fit import spans
+from attn_cli.render.terminal.fit import spans
 from attn_cli.records.trace import EXTERNAL, STACKS
 from attn_cli.records.hiding import shown
 

@@ -26,7 +26,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from attn_cli.runtime.errors import UsageError
-from attn_cli.render.heatmap import (
+from attn_cli.render.picture.heatmap import (
     DEFAULT_CMAPS,
     SPECIAL_COLOR,
     HeatmapOptions,
@@ -44,8 +44,8 @@ from attn_cli.render.heatmap import (
     mark_prompt_end,
     shorten,
 )
-from attn_cli.render.fonts import font_families
-from attn_cli.render.titles import fit_title, title_font
+from attn_cli.render.picture.fonts import font_families
+from attn_cli.render.picture.titles import fit_title, title_font
 from attn_cli.records.trace import Trace
 from attn_cli.records.tokens import Tokens, visible
 from attn_cli.records.hiding import shown

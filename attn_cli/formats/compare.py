@@ -1,0 +1,98 @@
+"""`attn-cli compare` for scripts: its JSON document and tidy CSV, streamed from a
+``Comparison`` (``attn_cli.analysis.compare``), whatever the two traces came from.
+Shapes: T tokens, H the heads shown.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.formats.export import StreamedTable, as_lists, token_dicts
+
+if TYPE_CHECKING:
+    from attn_cli.analysis.compare import Comparison
+    from attn_cli.records.trace import Trace
+
+SCHEMA_VERSION = 1  # compare's own document
+CSV_COLUMNS = ("table", "head", "layer", "row", "col", "row_token", "col_token", "value")
+
+
+def pair_label(a: str, b: str) -> str:
+    """A position's label in a comparison: the token, or "he→she" where the two differ."""
+    return a if a == b else f"{a}→{b}"
+
+
+
+def pair_labels(c: Comparison) -> list[str]:
+    return [pair_label(x, y) for x, y in zip(c.a.tokens.labels, c.b.tokens.labels)]
+
+
+
+def _run(trace: Trace) -> dict[str, Any]:
+    return {"text": trace.text, "tokens": token_dicts(trace.tokens), "model": trace.model.as_dict()}
+
+
+
+def comparison_dict(c: Comparison, *, table: Any = as_lists) -> dict[str, Any]:
+    """The documented JSON object (docs/analyses.md): ``a`` and ``b`` (text, tokens,
+    model), ``heads[]`` (layer, head, mean_tv, max_tv, max_row; model order) and
+    ``layers[].heads[].difference`` (B - A, T x T)."""
+    heads = list(c.a.shown_heads)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": _run(c.a),
+        "b": _run(c.b),
+        "heads": [h.as_dict() for h in c.heads],
+        "layers": [
+            {"layer": layer.layer, "heads": [{"head": h, "difference": table(diff[i])} for i, h in enumerate(heads)]}
+            for layer, diff in zip(c.a.layers, c.differences)
+        ],
+    }
+
+
+
+def json_pieces(c: Comparison) -> Iterator[str]:
+    """``comparison_dict`` as one line of JSON, the differences written a block of rows at a time."""
+    import json
+
+    made = comparison_dict(c, table=StreamedTable)
+    layers = made.pop("layers")
+    yield json.dumps(made, ensure_ascii=False, allow_nan=False)[:-1] + ', "layers": ['
+    for i, layer in enumerate(layers):
+        yield ("" if i == 0 else ", ") + '{"layer": ' + str(layer["layer"]) + ', "heads": ['
+        for j, head in enumerate(layer["heads"]):
+            yield ("" if j == 0 else ", ") + '{"head": ' + str(head["head"]) + ', "difference": '
+            yield from head["difference"].json_pieces()
+            yield "}"
+        yield "]}"
+    yield "]}"
+
+
+
+def csv_pieces(c: Comparison) -> Iterator[str]:
+    """Tidy rows (``CSV_COLUMNS``): ``token_a``/``token_b`` (a row per position, the id as
+    value), ``mean_tv`` and ``max_tv`` (a row per head, ``row`` of max_tv its query row),
+    ``tv`` (a row per head and query) and ``difference`` (a row per head, query and key)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    labels = pair_labels(c)
+    for name, trace in (("token_a", c.a), ("token_b", c.b)):
+        writer.writerows((name, "", "", i, "", label, "", tid) for i, (label, tid) in enumerate(zip(trace.tokens.labels, trace.tokens.ids)))
+    for h in c.heads:
+        writer.writerow(("mean_tv", h.head, h.layer, "", "", "", "", h.mean_tv))
+        writer.writerow(("max_tv", h.head, h.layer, h.max_row, "", labels[h.max_row], "", h.max_tv))
+    yield buffer.getvalue()
+    heads = list(c.a.shown_heads)
+    for layer, diff in zip(c.a.layers, c.differences):
+        for i, h in enumerate(heads):
+            buffer.seek(0)
+            buffer.truncate()
+            tv = (0.5 * diff[i].double().abs().sum(dim=-1)).tolist()  # (T,)
+            writer.writerows(("tv", h, layer.layer, q, "", labels[q], "", v) for q, v in enumerate(tv))
+            for q, row in enumerate(StreamedTable(diff[i]).row_lists()):
+                writer.writerows(("difference", h, layer.layer, q, k, labels[q], labels[k], v) for k, v in enumerate(row))
+            yield buffer.getvalue()
