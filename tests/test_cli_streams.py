@@ -71,7 +71,7 @@ def test_cli_runner_still_sees_normal_output() -> None:
     assert result.exit_code == 0 and result.stdout.startswith("{")
 
 
-# -- a long text is streamed (render.export.write_json): failures in the middle of it --
+# -- a long text is streamed (formats.export.write_json): failures in the middle of it --
 
 LONG = ["run", " ".join(["attention"] * 400), "-t", "words", "--max-tokens", "1000"]  # JSON ~7 MB, CSV ~25 MB
 

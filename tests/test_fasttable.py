@@ -12,9 +12,9 @@ import rich.table
 from rich.console import Console
 
 import attn_cli.render.terminal.tables as tables
+from attn_cli.render.terminal import cells, fasttable, header, matrices
 from attn_cli.sources.toy.config import Config
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.render.terminal import fasttable
 
 # Random tables of the kinds attn-cli draws and some it does not: wide characters, empty
 # cells, styles, cut labels, fixed widths, headers that wrap when the width is short,
@@ -83,12 +83,15 @@ def test_random_tables_are_drawn_as_rich_draws_them(color: str) -> None:
 def draw_view(table_class: type, run, width: int, color: str | None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=color, force_terminal=color is not None, highlight=False, markup=False, emoji=False)
-    saved = tables.Table
-    tables.Table = table_class
+    drawing = [m for m in (cells, header, matrices, tables) if hasattr(m, "Table")]  # every module that makes tables
+    saved = [m.Table for m in drawing]
+    for m in drawing:
+        m.Table = table_class
     try:
-        console.print(tables.human_view(run, tables.View(show=frozenset(tables.SHOW_CHOICES))))
+        console.print(tables.human_view(run, cells.View(show=frozenset(cells.SHOW_CHOICES))))
     finally:
-        tables.Table = saved
+        for m, table in zip(drawing, saved):
+            m.Table = table
     return buf.getvalue()
 
 

@@ -29,7 +29,8 @@ from attn_cli.sources.toy.source import ToySource
 from attn_cli.formats.export import run_dict, to_csv
 from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
 from attn_cli.render.picture.model_view import model_view_figure
-from attn_cli.render.terminal.tables import View, human_view
+from attn_cli.render.terminal.cells import View
+from attn_cli.render.terminal.tables import human_view
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
 from attn_cli.records.hiding import shown as shown_trace

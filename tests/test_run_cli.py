@@ -293,7 +293,7 @@ def test_lines_csv_has_one_header_and_a_text_index(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])
 def test_lines_write_the_whole_text_writers_bytes(fmt: str, tmp_path: Path) -> None:
-    """run streams each text's tables (render.export.write_json/write_csv): the file and
+    """run streams each text's tables (formats.export.write_json/write_csv): the file and
     stdout hold the bytes the whole-text writer made, text after text."""
     import export_reference
 

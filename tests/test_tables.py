@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from attn_cli.sources.attend import causal_mask
-
 import dataclasses
 import io
 import json
@@ -16,14 +14,17 @@ import torch
 from rich.console import Console
 from rich.text import Text
 
-from attn_cli.sources.toy.model import self_attention
-from attn_cli.sources.toy.config import Config
-from attn_cli.records.trace import Trace
-from attn_cli.sources.toy.source import toy_info
-from attn_cli.render.terminal import tables
 from attn_cli.analysis.stats import attention_stats, effective_tokens, entropy_bits, head_masses
-from attn_cli.render.terminal.tables import FittedTable, View, bar, fmt, human_view, parse_show
 from attn_cli.records.tokens import Tokens
+from attn_cli.records.trace import Trace
+from attn_cli.render.terminal import cells, fit, matrices, tables
+from attn_cli.render.terminal import header as heading
+from attn_cli.render.terminal.cells import FittedTable, View, bar, fmt
+from attn_cli.render.terminal.tables import human_view, parse_show
+from attn_cli.sources.attend import causal_mask
+from attn_cli.sources.toy.config import Config
+from attn_cli.sources.toy.model import self_attention
+from attn_cli.sources.toy.source import toy_info
 
 WIDTH = 120
 
@@ -133,18 +134,18 @@ def test_fmt(value: float, precision: int, text: str) -> None:
 
 
 def test_bar_length_is_proportional() -> None:
-    assert bar(1.0) == "█" * tables.BAR_WIDTH
+    assert bar(1.0) == "█" * cells.BAR_WIDTH
     assert bar(0.0) == ""
-    assert bar(0.5) == "█" * (tables.BAR_WIDTH // 2)
+    assert bar(0.5) == "█" * (cells.BAR_WIDTH // 2)
     assert bar(1 / 48) == "▌"  # half a character at width 24
 
 
 def test_weight_colours_run_from_dark_to_bright() -> None:
-    low, high = tables.weight_style(0.0), tables.weight_style(1.0)
+    low, high = cells.weight_style(0.0), cells.weight_style(1.0)
     assert low.bgcolor.get_truecolor() == (68, 1, 84)
     assert high.bgcolor.get_truecolor() == (253, 231, 37)
     assert low.color.name == "white" and high.color.name == "black"
-    sixteen = [tables.weight_style(w / 10, "standard").bgcolor for w in range(11)]
+    sixteen = [cells.weight_style(w / 10, "standard").bgcolor for w in range(11)]
     assert all(c.is_system_defined for c in sixteen) and len(set(sixteen)) == 6  # each sixth its own colour
 
 
@@ -155,7 +156,7 @@ def test_weight_colours_run_from_dark_to_bright() -> None:
         (["weights"], {"weights"}),
         (["scores,scaled", "weights"], {"scores", "scaled", "weights"}),
         ([" Tokens , STATS "], {"tokens", "stats"}),
-        (["all"], set(tables.SHOW_CHOICES)),
+        (["all"], set(cells.SHOW_CHOICES)),
     ],
 )
 def test_parse_show(values, expected) -> None:
@@ -204,7 +205,7 @@ def test_tables_never_exceed_the_width(width: int, n_cols: int) -> None:
 
 def test_long_labels_are_cut_with_an_ellipsis() -> None:
     out = render(fitted(2, label="x" * 50))
-    assert "x" * (tables.LABEL_WIDTH - 1) + "…" in out and "x" * tables.LABEL_WIDTH not in out
+    assert "x" * (cells.LABEL_WIDTH - 1) + "…" in out and "x" * cells.LABEL_WIDTH not in out
 
 
 # -- the header and the tokens ---------------------------------------------------------
@@ -239,7 +240,7 @@ def test_header_shows_the_scale_factor(options: dict, factor: str) -> None:
     ],
 )
 def test_header_says_where_the_numbers_come_from(options: dict, said: str, untrue: tuple[str, ...]) -> None:
-    pairs, reminder = tables.config_header(make_run(SAW, **options)).renderables
+    pairs, reminder = heading.config_header(make_run(SAW, **options)).renderables
     assert said in reminder.plain
     for words in untrue:
         assert words not in reminder.plain, words
@@ -254,11 +255,11 @@ def test_header_wraps_between_pairs_not_inside_them() -> None:
 
 
 def test_tokens_table_makes_spaces_visible_and_labels_repeats() -> None:
-    out = render(tables.tokens_table(make_run(("I", " saw", " a", " saw", "\n"))))
+    out = render(heading.tokens_table(make_run(("I", " saw", " a", " saw", "\n"))))
     rows = section(out, "Tokens")
     assert rows == [["0", "0", "I", "I"], ["1", "1", "␣saw", "␣saw#1"], ["2", "2", "␣a", "␣a"], ["3", "1", "␣saw", "␣saw#3"], ["4", "3", "↵", "↵"]]
     assert "␣ is a space" in out and "use the label with --query/--key" in out
-    plain = render(tables.tokens_table(make_run(("one", "two"))))
+    plain = render(heading.tokens_table(make_run(("one", "two"))))
     assert "label" not in plain and "␣ is a space" not in plain
 
 
@@ -266,18 +267,18 @@ def test_pieces_of_a_character_get_their_bytes_and_one_note() -> None:
     run = make_run(("\\xe7", "\\x8c", "\\xab", " sat", "\\xe7"))
     partial = ("e7", "8c", "ab", "", "")  # the last reads \xe7 but is that text: a backslash, x, e, 7
     run = dataclasses.replace(run, tokens=dataclasses.replace(run.tokens, partial=partial))
-    out = render(tables.tokens_table(run))
+    out = render(heading.tokens_table(run))
     rows = section(out, "Tokens")
     assert [row[-1] for row in rows] == ["e7", "8c", "ab", "␣sat", "\\xe7#4"]  # the text \xe7 has no bytes cell
     assert out.count("of a character the tokenizer split over several tokens") == 1
     assert "\\xe7: one byte of a character" in out
-    whole = render(tables.tokens_table(make_run(("\\xe7", "sat"))))
+    whole = render(heading.tokens_table(make_run(("\\xe7", "sat"))))
     assert "bytes" not in whole and "of a character" not in whole
 
 
 def test_token_text_is_never_markup() -> None:
     run = make_run(("[b]", "[/]", "[red]x"))
-    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))), color=True)
+    out = render(human_view(run, View(show=frozenset(cells.SHOW_CHOICES))), color=True)
     assert "[b]" in out and "[/]" in out and "[red]x" in out
 
 
@@ -297,20 +298,20 @@ def test_weights_table_shows_the_weights_rounded() -> None:
 
 def test_weights_cells_are_coloured_and_the_row_max_is_bold() -> None:
     run = make_run(SAW, weights=[[0.1, 0.7, 0.1, 0.1]] * 4)
-    out = render(tables.weights_table(run, 0), color=True)
+    out = render(matrices.weights_table(run, 0), color=True)
     row = next(line for line in out.splitlines() if line.startswith("  saw#3"))
     cells = re.findall(r"\x1b\[([0-9;]*)m([0-9.]+)\x1b\[0m", row)
     assert [value for _, value in cells] == ["0.1000", "0.7000", "0.1000", "0.1000"]
     assert all("48;2;" in codes for codes, _ in cells)  # a background colour on every weight
     bold = [value for codes, value in cells if codes.split(";")[0] == "1"]
     assert bold == ["0.7000"]
-    assert render(tables.weights_table(run, 0)).count("\x1b") == 0
+    assert render(matrices.weights_table(run, 0)).count("\x1b") == 0
 
 
 def weight_codes(run: Trace, color_system: str) -> list[str]:
     """The SGR codes of each weight cell in the table's first row, drawn for ``color_system``."""
     console = Console(file=io.StringIO(), width=WIDTH, color_system=color_system, force_terminal=True, no_color=False, highlight=False)
-    console.print(tables.weights_table(run, 0))
+    console.print(matrices.weights_table(run, 0))
     row = next(line for line in console.file.getvalue().splitlines() if line.startswith("  I "))
     return [codes for codes, _ in re.findall(r"\x1b\[([0-9;]*)m([0-9.]+)\x1b\[0m", row)]
 
@@ -343,7 +344,7 @@ def test_scores_scaled_and_masking() -> None:
 
 def test_qkv_context_embeddings_and_output_tables() -> None:
     run = make_run(SAW, d_model=8, heads=2, out_proj=True)
-    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))))
+    out = render(human_view(run, View(show=frozenset(cells.SHOW_CHOICES))))
     for title in (
         "Embeddings X  (4 x d_model 8)",
         "Queries  Q = X W_q^T, head 0 (4 x d_k 4)",
@@ -386,8 +387,8 @@ def test_output_under_head_shows_the_chosen_heads_or_says_w_o_mixes_them() -> No
 
 
 def test_cut_columns_are_named_by_their_numbers() -> None:
-    assert tables.spans([0, 1, 2, 3, 8, 11]) == "0-3, 8, 11"
-    assert tables.spans([0, 1, 2, 39]) == "0-2, 39" and tables.spans([5]) == "5"
+    assert fit.spans([0, 1, 2, 3, 8, 11]) == "0-3, 8, 11"
+    assert fit.spans([0, 1, 2, 39]) == "0-2, 39" and fit.spans([5]) == "5"
 
 
 def test_stats_table_and_heads_compared() -> None:
@@ -434,10 +435,10 @@ def test_key_view_lists_its_column_in_query_order() -> None:
 
 
 def test_long_rows_list_the_top_keys_only() -> None:
-    n = tables.TOP_KEYS + 10
+    n = cells.TOP_KEYS + 10
     run = make_run(tuple(f"t{i}" for i in range(n)), d_model=4)
     out = render(human_view(run, View(show=frozenset(), query=0)))
-    assert len(section(out, "Query t0")) == tables.TOP_KEYS
+    assert len(section(out, "Query t0")) == cells.TOP_KEYS
     assert "… 10 more keys" in out
 
 
@@ -446,7 +447,7 @@ def test_long_rows_list_the_top_keys_only() -> None:
 
 def test_a_wide_run_fits_the_terminal() -> None:
     run = make_run(tuple(f"word{i}" for i in range(30)), d_model=64, heads=2)
-    out = render(human_view(run, View(show=frozenset(tables.SHOW_CHOICES))))
+    out = render(human_view(run, View(show=frozenset(cells.SHOW_CHOICES))))
     assert max(len(line) for line in out.splitlines()) <= WIDTH
     assert "of 30 keys shown" in out and "of 32 dims shown" in out and "of 64 dims shown" in out
     assert "--format csv (or -o FILE.csv) has every number" in out
@@ -455,7 +456,7 @@ def test_a_wide_run_fits_the_terminal() -> None:
 def test_the_text_in_the_rule_cannot_drive_the_terminal() -> None:
     run = make_run(("red", "bold"))
     run = dataclasses.replace(run, text="\x1b[31mred\x1b[0m [b]bold[/b]\x00 \u202eevil\nnext\tcol  two")
-    out = render(tables.text_rule(run), width=200)
+    out = render(heading.text_rule(run), width=200)
     assert "\\x1b[31mred\\x1b[0m [b]bold[/b]\\x00 \\u202eevil↵next⇥col  two" in out
     assert not any(ord(c) < 32 and c != "\n" for c in out)
 
@@ -503,8 +504,8 @@ def test_a_big_table_makes_only_the_cells_it_shows_once_each() -> None:
     table, made = counting_table(3000, 3000)
     out = render(table, width=80)
     chosen = table.columns_that_fit(80)
-    shown_rows = [*range(tables.ROW_LIMIT), 2999]
-    assert table.rows == [*range(tables.ROW_LIMIT), None, 2999]
+    shown_rows = [*range(cells.ROW_LIMIT), 2999]
+    assert table.rows == [*range(cells.ROW_LIMIT), None, 2999]
     assert len(made) == len(set(made)), "a cell was made twice"
     assert {i for i, _ in made} == set(shown_rows)
     # measured: a run of first columns, up to one that does not fit (each takes >= 4 characters), and the last
@@ -518,25 +519,25 @@ def test_a_big_table_makes_only_the_cells_it_shows_once_each() -> None:
 
 
 def test_long_tables_show_the_first_rows_a_marker_and_the_last() -> None:
-    n = tables.ROW_LIMIT + 5
+    n = cells.ROW_LIMIT + 5
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
     out = render(human_view(run, View(show=frozenset({"weights"}))))
     rows = section(out, "Attention weights")
     weights = run.layers[0].weights[0]
-    assert [r[0] for r in rows] == [*(f"w{i}" for i in range(tables.ROW_LIMIT)), "⋮", f"w{n - 1}"]
-    assert set(rows[tables.ROW_LIMIT]) == {"⋮"}
+    assert [r[0] for r in rows] == [*(f"w{i}" for i in range(cells.ROW_LIMIT)), "⋮", f"w{n - 1}"]
+    assert set(rows[cells.ROW_LIMIT]) == {"⋮"}
     assert rows[-1][1:3] == [fmt(weights[n - 1, 0].item(), 4), fmt(weights[n - 1, 1].item(), 4)]
     assert rows[1][1:4] == [fmt(weights[1, 0].item(), 4), fmt(weights[1, 1].item(), 4), "·"]
     note = " ".join(out.split())
     assert (
-        f"⋮ {tables.ROW_LIMIT + 1} of {n} queries shown (0-{tables.ROW_LIMIT - 1}, {n - 1}): "
-        f"long tables show their first {tables.ROW_LIMIT} rows and the last" in note
+        f"⋮ {cells.ROW_LIMIT + 1} of {n} queries shown (0-{cells.ROW_LIMIT - 1}, {n - 1}): "
+        f"long tables show their first {cells.ROW_LIMIT} rows and the last" in note
     )
     assert max(len(line) for line in out.splitlines()) <= WIDTH
 
 
 def test_rows_and_columns_cut_together_say_how_to_see_all_once() -> None:
-    n = tables.ROW_LIMIT + 20
+    n = cells.ROW_LIMIT + 20
     out = render(human_view(make_run(tuple(f"w{i}" for i in range(n)), d_model=4), View(show=frozenset({"weights"}))))
     note = " ".join(out.split())
     assert f"of {n} keys shown" in note and f"of {n} queries shown" in note
@@ -544,7 +545,7 @@ def test_rows_and_columns_cut_together_say_how_to_see_all_once() -> None:
 
 
 def test_a_table_of_one_more_row_than_the_limit_is_whole() -> None:
-    n = tables.ROW_LIMIT + 1
+    n = cells.ROW_LIMIT + 1
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4)
     out = render(human_view(run, View(show=frozenset({"tokens", "weights", "stats", "embeddings"}))))
     assert "⋮" not in out and "queries shown" not in out and "tokens shown" not in out
@@ -553,37 +554,37 @@ def test_a_table_of_one_more_row_than_the_limit_is_whole() -> None:
 
 
 def test_tokens_stats_and_vector_tables_cut_their_rows_too() -> None:
-    n = tables.ROW_LIMIT + 3
+    n = cells.ROW_LIMIT + 3
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True)
     out = render(human_view(run, View(show=frozenset({"tokens", "stats", "context"}))))
     note = " ".join(out.split())
     stats = attention_stats(run.layers[0].weights, mask=causal_mask(run.layers[0].weights.shape[-1]))[0]
     tokens = section(out, "Tokens")
-    assert [r[0] for r in tokens] == [*(str(i) for i in range(tables.ROW_LIMIT)), "⋮", str(n - 1)]
-    assert f"{tables.ROW_LIMIT + 1} of {n} tokens shown" in note and "--format json lists every token" in note
+    assert [r[0] for r in tokens] == [*(str(i) for i in range(cells.ROW_LIMIT)), "⋮", str(n - 1)]
+    assert f"{cells.ROW_LIMIT + 1} of {n} tokens shown" in note and "--format json lists every token" in note
     rows = section(out, "Statistics")
     assert rows[-1] == [f"w{n - 1}", f"w{stats.most_attended[-1]}", fmt(stats.top_weight[-1], 4),
                         fmt(stats.entropy_bits[-1], 4), fmt(stats.effective_tokens[-1], 4), str(n)]
     assert f"of {n} queries shown" in note and "--query N shows one query's entropy" in note
     context = section(out, "Context vectors")
     assert context[-1][1:] == [fmt(v, 4) for v in run.layers[0].context[0][n - 1].tolist()]
-    assert context[tables.ROW_LIMIT][0] == "⋮"
+    assert context[cells.ROW_LIMIT][0] == "⋮"
 
 
 def test_key_view_cuts_its_queries_and_names_a_hidden_largest() -> None:
-    n = tables.ROW_LIMIT + 10
+    n = cells.ROW_LIMIT + 10
     column = [0.01] * n
-    column[tables.ROW_LIMIT + 5] = 0.9  # a query in the hidden rows (5 + 40 = row 45)
+    column[cells.ROW_LIMIT + 5] = 0.9  # a query in the hidden rows (5 + 40 = row 45)
     weights = [[1.0 if j == 0 else 0.0 for j in range(n)] for _ in range(n)]
     for i in range(2, n):
         weights[i] = [(1 - column[i]) if j == 0 else (column[i] if j == 2 else 0.0) for j in range(n)]
     run = make_run(tuple(f"w{i}" for i in range(n)), d_model=4, causal=True, weights=weights)
     out = render(human_view(run, View(show=frozenset(), key=2)))
     rows = section(out, "Key w2 (position 2)")
-    assert [r[0] for r in rows] == [*(str(i) for i in range(2, 2 + tables.ROW_LIMIT)), "⋮", str(n - 1)]
+    assert [r[0] for r in rows] == [*(str(i) for i in range(2, 2 + cells.ROW_LIMIT)), "⋮", str(n - 1)]
     note = " ".join(out.split())
-    assert f"⋮ {tables.ROW_LIMIT + 1} of {n - 2} queries shown (2-{tables.ROW_LIMIT + 1}, {n - 1})" in note
-    assert f"the largest, 0.9000, is from query {tables.ROW_LIMIT + 5} (w{tables.ROW_LIMIT + 5}), not shown" in note
+    assert f"⋮ {cells.ROW_LIMIT + 1} of {n - 2} queries shown (2-{cells.ROW_LIMIT + 1}, {n - 1})" in note
+    assert f"the largest, 0.9000, is from query {cells.ROW_LIMIT + 5} (w{cells.ROW_LIMIT + 5}), not shown" in note
 
 
 def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
@@ -592,7 +593,7 @@ def test_scaled_scores_cell_by_cell_match_the_tensor() -> None:
     for h in range(2):
         for i in range(4):
             for j in range(4):
-                assert tables.scaled_score(run, h, i, j) == scaled[h, i, j].item()
+                assert matrices.scaled_score(run, h, i, j) == scaled[h, i, j].item()
 
 
 def test_stats_in_row_blocks_equal_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -653,10 +654,10 @@ def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeyp
     args = ["run", "-t", "words", "--causal", "--", text]
     table = CliRunner().invoke(app, [*args[:-2], "-F", "table", "--query", "100", "--show", "stats", *args[-2:]], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.stderr
-    assert rows_done == tables.ROW_LIMIT + 2  # the rows shown and the followed query, not 600
+    assert rows_done == cells.ROW_LIMIT + 2  # the rows shown and the followed query, not 600
     data = json.loads(CliRunner().invoke(app, [*args[:-2], "-F", "json", *args[-2:]]).stdout)
     stats, labels = data["layers"][0]["heads"][0]["stats"], [t["label"] for t in data["tokens"]]
-    shown = [*range(tables.ROW_LIMIT), n - 1]
+    shown = [*range(cells.ROW_LIMIT), n - 1]
     body = [row for row in section(table.stdout, "Statistics") if row[0] != "⋮"]
     assert body == [
         [labels[i], labels[stats["most_attended"][i]], *(fmt(stats[k][i], 4) for k in ("top_weight", "entropy_bits", "effective_tokens")), str(i + 1)]
@@ -681,20 +682,20 @@ def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.Mon
     from attn_cli.cli import app
 
     styled = 0
-    original = tables.weight_style
+    original = cells.weight_style
 
     def counting(weight: float, color_system: str | None = "truecolor"):
         nonlocal styled
         styled += 1
         return original(weight, color_system)
 
-    monkeypatch.setattr(tables, "weight_style", counting)
+    monkeypatch.setattr(cells, "weight_style", counting)
     n = 2000
     text = " ".join(f"w{i}" for i in range(n))
     result = CliRunner().invoke(app, ["run", "-t", "words", "--format", "table", "--", text], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    rows = tables.ROW_LIMIT + 1
+    rows = cells.ROW_LIMIT + 1
     assert styled <= rows * 12, f"{styled} weight cells styled for {rows} rows shown"
     assert out.count(f"{rows} of {n} queries shown") == 2  # the weights and the statistics
     assert f"{rows} of {n} tokens shown" in out

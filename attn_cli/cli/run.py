@@ -59,7 +59,7 @@ def _check_show(values: Optional[list[str]]) -> Optional[list[str]]:
 
 def _complete_show(incomplete: str) -> list[str]:
     """Tab on --show, comma-aware: "scores,we" completes to "scores,weights"."""
-    from attn_cli.render.terminal.tables import SHOW_CHOICES
+    from attn_cli.render.terminal.cells import SHOW_CHOICES
 
     done, _, last = incomplete.rpartition(",")
     chosen = set(done.split(",")) if done else set()
@@ -173,7 +173,8 @@ def _tables(
     clobber: bool,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
-    from attn_cli.render.terminal.tables import DEFAULT_SHOW, FOCUSED_SHOW, View, human_view, more_hint
+    from attn_cli.render.terminal.cells import DEFAULT_SHOW, FOCUSED_SHOW, View
+    from attn_cli.render.terminal.tables import human_view, more_hint
 
     focused = query is not None or key is not None
     base = View(

@@ -21,7 +21,7 @@ def compare_view(c: Comparison, *, top: int, precision: int) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from attn_cli.render.terminal.tables import printable
+    from attn_cli.render.terminal.cells import printable
 
     labels = pair_labels(c)
     a, b = c.a, c.b

@@ -1,0 +1,229 @@
+"""The top of a run's view: what ran (the config header, the scaling, the text's rule), the
+tokens table and the predictions table. Shapes: T tokens, K predictions per position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.rule import Rule
+from rich.text import Text
+
+from attn_cli.render.terminal.cells import ELLIPSIS, LABEL_WIDTH, VDOTS, note_text, title_text, fmt, label_text, printable, rows_note, rows_to_show
+from attn_cli.render.terminal.fasttable import Table
+
+if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
+
+    from attn_cli.records.trace import Trace
+
+
+def scaling(run: Trace) -> tuple[str, str]:
+    """The softmax input as a formula of the raw scores, and the factor's value."""
+    expr = run.layers[0].divisor_text
+    if not expr:
+        return "Q K^T", "1 (--no-scale)"
+    return f"Q K^T / {expr}", f"{1.0 / run.layers[0].divisor:.6g} = 1/{expr}"
+
+
+class Pairs:
+    """``key value`` pairs on lines that break between pairs, never inside one."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], *, gap: str = "  ") -> None:
+        self.pairs = pairs
+        self.gap = gap
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        line = Text()
+        for key, value in self.pairs:
+            pair = Text.assemble((key + " ", "dim"), (value, "bold"))
+            room = width - cell_len(key) - 1
+            if pair.cell_len > width and room > 1:  # a long path: its end names it, never folded mid-word
+                pair = Text.assemble((key + " ", "dim"), ("…" + value[-(room - 1) :], "bold"))
+            if line.cell_len and line.cell_len + len(self.gap) + pair.cell_len > width:
+                yield line
+                line = Text()
+            if line.cell_len:
+                line.append(self.gap)
+            line.append_text(pair)
+        yield line
+
+
+STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels shifted right
+    "encoder": "encoder self-attention (source x source)",
+    "decoder": "decoder self-attention (target shifted right, causal)",
+    "cross": "cross-attention (target rows x source columns)",
+}
+
+
+def config_header(run: Trace) -> RenderableType:
+    """What ran: the toy model's configuration (and where its numbers come from: the
+    seed, the user's file), or the checkpoint's."""
+    m = run.model
+    c = m.config
+    _, factor = scaling(run)
+    if c is None:
+        pairs = [
+            ("model", m.source),
+            *([("revision", m.revision[:12])] if m.revision else []),
+            ("architecture", m.architecture),
+            ("layers", str(m.layers)),
+            ("heads", str(m.heads) + (f" ({m.kv_heads} key/value)" if m.kv_heads != m.heads else "")),
+            ("head_dim", str(m.head_dim)),
+            ("d_model", str(m.d_model)),
+            ("tokenizer", run.tokens.tokenizer),
+            ("tokens", str(len(run.tokens))),
+            ("scale factor", factor),
+            ("masked", "causal" if run.layers[0].causal else "no"),
+        ]
+        if run.pair is not None:
+            pairs.append(("pair", "segment B has token type 1"))
+        if run.stack_name is not None:  # one stack of an encoder-decoder (--stack)
+            pairs.append(("stack", STACK_TEXTS[run.stack_name]))
+            if run.key_tokens is not None:
+                pairs.append(("source tokens", str(len(run.key_tokens))))
+        if run.prompt_length is not None:
+            added = len(run.tokens) - run.prompt_length
+            pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
+        shown = ", ".join(str(layer.layer) for layer in run.layers)
+        reminder = Text(
+            f"A trained model's own weights; layer{'s' if len(run.layers) > 1 else ''} {shown} of {m.layers} shown, "
+            f"head{'s' if len(run.shown_heads) != 1 else ''} {described(run.shown_heads, m.heads)} (--layer, --head choose).",
+            style="dim italic",
+        )
+        return Group(Pairs(pairs), reminder)
+    if c.embeddings:
+        source = str(c.embeddings)
+    else:
+        source = f"nn.Embedding({run.tokens.vocab_size}, {c.d_model})"
+    if c.positional.value != "none":
+        source += f" + {c.positional.value} positions"
+    pairs = [
+        ("tokenizer", run.tokens.tokenizer),
+        ("tokens", str(len(run.tokens))),
+        ("seed", str(c.seed)),
+        ("d_model", str(c.d_model)),
+        ("heads", str(c.heads)),
+        ("d_k", str(c.d_k)),
+        ("d_v", str(c.d_v)),
+        ("scale factor", factor),
+        ("causal", "yes" if c.causal else "no"),
+        ("init", c.init.value if c.projections else "none (Q = K = V = X)"),
+        ("qkv_bias", "yes" if c.qkv_bias else "no"),
+        ("out_proj", "yes" if c.out_proj else "no"),
+        ("dropout", f"{c.dropout:g}"),
+        ("embeddings", source),
+    ]
+    return Group(Pairs(pairs), Text(c.weights_origin(), style="dim italic"))
+
+
+def described(chosen: Sequence[int], total: int) -> str:
+    """'all 12', '0-3 of 12', '2, 5 of 12'."""
+    chosen = list(chosen)
+    if chosen == list(range(total)):
+        return f"all {total}"
+    if len(chosen) > 2 and chosen == list(range(chosen[0], chosen[-1] + 1)):
+        return f"{chosen[0]}-{chosen[-1]} of {total}"
+    return f"{', '.join(map(str, chosen))} of {total}"
+
+
+def text_rule(run: Trace, index: int | None = None, total: int = 1) -> Rule:
+    where = f"text {index + 1} of {total}: " if index is not None and total > 1 else ""
+    # one stack of an encoder-decoder: the source and the target, whichever the stack reads
+    text = run.text if run.stack_texts is None else " → ".join(run.stack_texts)
+    shown = text if len(text) <= 200 else text[:200] + ELLIPSIS
+    title = Text(where + printable(shown), no_wrap=True, overflow="ellipsis")
+    return Rule(title, align="left", style="dim")
+
+
+def tokens_table(run: Trace) -> RenderableType:
+    from attn_cli.records.tokens import visible
+
+    tokens = run.tokens
+    labels = tokens.labels  # (T,) made on each access: once here
+    rows = rows_to_show(len(tokens))
+    shown = {i: visible(tokens.texts[i]) for i in rows if i is not None}
+    with_labels = any(text != labels[i] for i, text in shown.items())
+    special = any(tokens.special)
+    pair = any(tokens.type_ids)
+    hidden = set(run.hiding.hidden) if run.hiding is not None else set()
+    pieces = {i: tokens.partial_bytes(i) for i in shown if tokens.partial_bytes(i)}  # hex of a piece of a character
+    generated = set(run.generated)
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("pos", justify="right")
+    table.add_column("id", justify="right")
+    table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=40)
+    if with_labels:
+        table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=40)
+    if special:
+        table.add_column("special")
+    if pair:
+        table.add_column("segment", justify="right")
+    if hidden:
+        table.add_column("hidden")
+    if pieces:
+        table.add_column("bytes")
+    if generated:
+        table.add_column("generated")
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(3 + with_labels + special + pair + bool(hidden) + bool(pieces) + bool(generated))))
+            continue
+        row: list[str | Text] = [str(i), str(tokens.ids[i]), Text(shown[i], style="italic" if tokens.is_special(i) else "")]
+        if with_labels:
+            row.append(Text(labels[i]))
+        if special:
+            row.append(Text("special", style="dim") if tokens.is_special(i) else "")
+        if pair:
+            row.append("AB"[tokens.type_ids[i]] if tokens.type_ids[i] < 2 else str(tokens.type_ids[i]))
+        if hidden:
+            row.append(Text("hidden", style="yellow") if i in hidden else "")
+        if pieces:
+            row.append(pieces.get(i, ""))
+        if generated:
+            row.append(Text("generated", style="cyan") if i in generated else "")
+        table.add_row(*row)
+    notes = []
+    if pieces:
+        one = next((i for i, hexed in pieces.items() if len(hexed) == 2), min(pieces))  # a one-byte piece reads best
+        notes.append(
+            f"{shown[one]}: {'one byte' if len(pieces[one]) == 2 else 'a piece'} of a character the tokenizer split over "
+            f"several tokens, not the text {shown[one]}; the bytes column has each such token's bytes in hex (JSON: tokens[].bytes)"
+        )
+    if special:
+        notes.append("special: added by the model's tokenizer, not in the text")
+    if any(mark in text for text in shown.values() for mark in "␣↵⇥␍"):
+        notes.append("␣ is a space, ↵ a line break, ⇥ a tab, ␍ a carriage return")
+    if with_labels:
+        notes.append("a repeated token is labelled with its position: use the label with --query/--key")
+    cut = rows_note(rows, len(tokens), "tokens", see_all="--format json lists every token")
+    return Group(title_text("Tokens"), table, *(note_text(n) for n in notes), *([cut] if cut else []), Text(""))
+
+
+def predictions_table(run: Trace, precision: int) -> RenderableType:
+    """--predict: each position's most likely next tokens (or fillers), with their probabilities."""
+    p = run.predictions
+    assert p is not None, "a predictions table needs a trace computed with --predict"
+    tokens = run.tokens
+    rows = rows_to_show(len(tokens))
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("pos", justify="right")
+    table.add_column("token", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH)
+    for r in range(p.k):
+        table.add_column(f"{r + 1}", no_wrap=True, overflow="ellipsis", max_width=LABEL_WIDTH + precision + 3)
+    probs = p.probs.tolist()
+    for i in rows:
+        if i is None:
+            table.add_row(*(Text(VDOTS, style="dim") for _ in range(2 + p.k)))
+            continue
+        cells = [Text.assemble((printable(p.labels[i][r]), "bold" if r == 0 else ""), f" {fmt(probs[i][r], precision)}") for r in range(p.k)]
+        table.add_row(str(i), label_text(tokens.labels[i], "italic" if tokens.is_special(i) else ""), *cells)
+    causal = run.stack_name in ("decoder", "cross") or any(layer.causal for layer in run.layers)  # an encoder-decoder's decoder predicts
+    what = "the next token after each position" if causal else "what the model would put at each position (a [MASK] shows it best)"
+    notes = [f"{what}: the softmax of the position's logits, most likely first (run to the last layer, its final norm and the head)"]
+    cut = rows_note(rows, len(tokens), "positions", see_all="--format json has every position's predictions")
+    return Group(title_text("Predictions", f"  top {p.k}"), table, *(note_text(n) for n in notes), *([cut] if cut else []), Text(""))

@@ -1,0 +1,229 @@
+"""A run's matrices and vectors as fitted tables: weights, scores and their softmax input,
+the rollout, the value-weighted norms, Q, K, V, the context, the embeddings and the output.
+Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from attn_cli.records.hiding import hidden_text
+from attn_cli.render.terminal.cells import ROW_HINT, FittedTable, WeightCell, note_text, title_text, fmt
+from attn_cli.render.terminal.header import scaling
+
+if TYPE_CHECKING:  # importing this module must not import torch (run's option parsing uses it)
+    import torch
+
+    from attn_cli.records.trace import Trace
+
+
+def head_suffix(run: Trace, head: int) -> str:
+    layer = f", layer {run.layers[0].layer}" if run.model.layers > 1 else ""
+    return f"{layer}, head {head}" if run.layers[0].n_heads > 1 else layer
+
+
+def vector_table(
+    run: Trace, title: Text, matrix: torch.Tensor, precision: int, captions: Sequence[Text] = (), dims: Sequence[int] | None = None,
+    *, keys: bool = False,
+) -> FittedTable:
+    """A (T, d) table: a row per token, a column per dimension (those in ``dims``, by default all);
+    ``keys``: a row per key token (cross-attention's keys and values are the source's)."""
+    dims = range(matrix.shape[-1]) if dims is None else dims  # matrix: (T, d)
+    return FittedTable(
+        title, "token \\ dim", (run.columns if keys else run.tokens).labels, [str(d) for d in dims],
+        lambda i, j: Text(fmt(matrix[i, dims[j]].item(), precision)),
+        what="dims", rows_what="tokens", captions=captions, numbers=dims,
+    )
+
+
+def scaled_score(run: Trace, head: int, query: int, key: int) -> float:
+    """One cell of the softmax input (see ``AttentionResult.scaled_score``)."""
+    return run.layers[0].scaled_score(head, query, key)
+
+
+def square_table(
+    run: Trace, title: Text, value: Callable[[int, int], float], precision: int, *, masked: str | None, captions: Sequence[Text] = ()
+) -> FittedTable:
+    """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
+    causally masked cell shows (None: its value)."""
+    labels, columns = run.tokens.labels, run.columns.labels
+    result = run.layers[0]
+    hides = result.causal and masked is not None
+
+    def cell(i: int, j: int) -> Text:
+        if hides and result.masked(i, j):
+            return Text(masked, style="dim")
+        return Text(fmt(value(i, j), precision))
+
+    return FittedTable(
+        title, "query \\ key", labels, columns, cell,
+        what="keys", rows_what="queries", captions=captions, hint=ROW_HINT, row_hint=ROW_HINT,
+    )
+
+
+def weights_table(run: Trace, head: int, precision: int = 4) -> FittedTable:
+    result = run.layers[0]
+    formula, _ = scaling(run)
+    hidden = hidden_text(run)
+    if hidden is not None:
+        title = title_text("Attention weights", f"  softmax({formula}), {hidden}{head_suffix(run, head)}")
+    else:
+        title = title_text("Attention weights", f"  softmax({formula}) over each row{head_suffix(run, head)}")
+    extra = "; before dropout (the JSON has dropped_weights)" if result.dropped_weights is not None else ""
+    return rows_table(run, result.weights[head], result.mask, title, precision, extra=extra)
+
+
+def rollout_table(run: Trace, precision: int = 4) -> FittedTable:
+    """The attention rollout (``Trace.rollout``): how much of each key token reaches each query
+    position through the layers, drawn as a weights table (its rows sum to 1)."""
+    rollout = run.rollout
+    assert rollout is not None, "a rollout table needs a trace computed with --rollout"
+    hidden = hidden_text(run)
+    through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
+    rest = f"  of {through}: each layer's mean over all heads, half residual (I), multiplied"
+    title = title_text("Attention rollout", rest + (f"; {hidden}" if hidden is not None else ""))
+    return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
+
+
+def rows_table(
+    run: Trace, weights: torch.Tensor, mask: torch.Tensor | None, title: Text, precision: int, *, extra: str = "",
+    what: str = "",
+) -> FittedTable:
+    """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
+    value, the row's largest bold, masked cells a dot; NaN: a renormalized row with no weight left."""
+    labels, columns = run.tokens.labels, run.columns.labels
+    causal = mask is not None and bool(mask.any())
+    best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
+
+    def cell(i: int, j: int) -> Text:
+        if causal and bool(mask[i, j]):
+            return Text("·", style="dim")
+        w = weights[i, j].item()
+        if math.isnan(w):
+            return Text("—", style="dim")
+        if i not in best:
+            best[i] = int(weights[i].nan_to_num(-1.0).argmax())  # (T,) -> () the first of equal maxima
+        return WeightCell(fmt(w, precision), w, best=j == best[i])
+
+    lead = f"{what}; " if what else ""
+    if hidden_text(run) is not None:
+        caption = f"{lead}rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
+        if weights.isnan().any():
+            caption += "; —: the row put all its weight on hidden tokens, nothing is left to renormalize"
+    else:
+        caption = f"{lead}rows are queries, columns keys; each row sums to 1; the row's largest weight is bold"
+    if causal:
+        caption += "; · masked (weight exactly 0)"
+    caption += extra
+    return FittedTable(
+        title, "query \\ key", labels, columns, cell,
+        what="keys", rows_what="queries", captions=[note_text(caption)], hint=ROW_HINT, row_hint=ROW_HINT,
+    )
+
+
+def norms_table(run: Trace, head: int | None, precision: int) -> FittedTable:
+    """Value-weighted norms of one head (||a_ij f_h(x_j)||), or of the layer (``head``
+    None: ||sum_h a_ij^h f_h(x_j)||): what moves from each key to each query."""
+    result = run.layers[0]
+    assert result.norms is not None and result.layer_norms is not None, "a norms table needs a trace computed with --norms"
+    if head is None:
+        values = result.layer_norms  # (T, T)
+        layer = f", layer {result.layer}" if run.model.layers > 1 else ""
+        title = title_text("Value-weighted norms", f"  ||sum over heads of a_ij f_h(x_j)||, every head together{layer}")
+    else:
+        values = result.norms[head]  # (T, T)
+        title = title_text("Value-weighted norms", f"  ||a_ij f(x_j)||, weight x the norm of what the key sends{head_suffix(run, head)}")
+    captions = [note_text("rows are queries, columns keys; how much the attention output of the query moves from each key, in the "
+                      "model's units: a large weight on a key that sends little is a small norm (Kobayashi et al. 2020)")]
+    return square_table(run, title, lambda i, j: values[i, j].item(), precision, masked="·", captions=captions)
+
+
+def scores_table(run: Trace, head: int, precision: int) -> FittedTable:
+    title = title_text("Raw scores", f"  Q K^T, before scaling and masking{head_suffix(run, head)}")
+    captions = [note_text("computed for every pair; the causal mask applies to the scaled scores")] if run.layers[0].causal else []
+    scores = run.layers[0].scores[head]  # (T, T)
+    return square_table(run, title, lambda i, j: scores[i, j].item(), precision, masked=None, captions=captions)
+
+
+def scaled_table(run: Trace, head: int, precision: int) -> FittedTable:
+    formula, factor = scaling(run)
+    title = title_text("Scaled scores", f"  {formula}, the softmax input{head_suffix(run, head)}")
+    caption = f"raw scores x {factor}"
+    if run.layers[0].causal:
+        caption += "; -inf: masked (the query may not see the key)"
+    return square_table(
+        run, title, lambda i, j: scaled_score(run, head, i, j), precision, masked="-inf", captions=[note_text(caption)]
+    )
+
+
+def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
+    m = run.model
+    result = run.layers[0]
+    suffix = head_suffix(run, head)
+    bias = " + b" if m.qkv_bias else ""
+    x = "X" if not m.trained else "x"
+    tables = []
+    for name, letter, tensor, size, width in (
+        ("Queries", "q", result.queries, "d_k", m.head_dim),
+        ("Keys", "k", result.keys, "d_k", m.head_dim),
+        ("Values", "v", result.values, "d_v", m.value_dim),
+    ):
+        formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = X (no projections)"
+        rows = len(run.tokens if letter == "q" else run.columns)
+        title = title_text(name, f"  {formula}{suffix} ({rows} x {size} {width})")
+        tables.append(vector_table(run, title, tensor[head], precision, keys=letter != "q"))
+    return tables
+
+
+def context_table(run: Trace, head: int, precision: int) -> FittedTable:
+    weights = "dropped weights" if run.layers[0].dropped_weights is not None else "weights"
+    title = title_text("Context vectors", f"  {weights} @ V{head_suffix(run, head)} ({len(run.tokens)} x d_v {run.model.value_dim})")
+    return vector_table(run, title, run.layers[0].context[head], precision)
+
+
+def embeddings_table(run: Trace, precision: int) -> FittedTable:
+    m = run.model
+    c = m.config
+    x = run.layers[0].x
+    if c is None:
+        title = title_text("Layer input x", f"  ({len(run.tokens)} x d_model {m.d_model}) {m.input_text}{head_suffix(run, 0) if m.heads == 1 else f', layer {run.layers[0].layer}'}")
+        return vector_table(run, title, x, precision)
+    source = f"from {c.embeddings}" if c.embeddings else f"rows of nn.Embedding after manual_seed({c.seed})"
+    if c.positional.value != "none":
+        source += f", plus {c.positional.value} positional encodings"
+    title = title_text("Embeddings X", f"  ({len(run.tokens)} x d_model {c.d_model}) {source}")
+    return vector_table(run, title, x, precision)
+
+
+def output_table(run: Trace, precision: int, heads: Sequence[int] | None = None) -> FittedTable:
+    """The layer's output; ``heads`` (--head) chosen from several: without a W_o only their
+    dims of the concat, with one the whole output and a caption saying it mixes every head."""
+    m = run.model
+    n_heads = run.layers[0].n_heads
+    heads = list(range(n_heads)) if heads is None else list(heads)
+    some = len(heads) < n_heads
+    how = "the heads' context vectors side by side" if n_heads > 1 else "the context vectors"
+    if m.out_proj:
+        how += ", through W_o"
+    layer = f", layer {run.layers[0].layer}" if m.layers > 1 else ""
+    width = run.layers[0].output.shape[-1]
+    d_v = m.value_dim
+    dims = None
+    captions = [note_text(f"dims h*{d_v} .. h*{d_v}+{d_v - 1} come from head h")] if n_heads > 1 and not m.out_proj else []
+    if some and m.out_proj:
+        captions.append(note_text(
+            f"W_o mixes every head's dims into each output dim: this is the output of all {n_heads} heads, "
+            f"not of head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))} alone (--head)"
+        ))
+    elif some:
+        dims = [h * d_v + d for h in heads for d in range(d_v)]  # the chosen heads' slices of the concat
+        which = f"head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))}"
+        how = f"{which} of the heads side by side"
+        captions.append(note_text(f"--head chose {which} of {n_heads}: the other heads' dims are left out (--format json has every one)"))
+    size = f"{len(dims)} of {width}" if dims is not None else str(width)
+    title = title_text("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {size})")
+    return vector_table(run, title, run.layers[0].output, precision, captions, dims)
