@@ -14,7 +14,7 @@ peak comes while the attention is computed (its scratch T x T buffer), above wha
 trace keeps afterwards, so "the export's own" is measured too, inside the streamed
 process: its high-water mark during `write_json`/`write_csv` (reset through
 `/proc/self/clear_refs` as it starts) above its RSS just before. That is what
-`export.export_bytes` ("budgeted") estimates, and what the refusal of exit 4 compares
+`formats.numbers.export_bytes` ("budgeted") estimates, and what the refusal of exit 4 compares
 with free memory. A child's ru_maxrss starts from its parent's RSS at the fork, so
 this process never imports torch: the budget is asked of another process.
 
@@ -100,13 +100,13 @@ def peak_rss(writer: str, fmt: str, text_file: Path, out: Path) -> tuple[int, in
 
 BUDGETED = (
     "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.pipeline import ToySource; "
-    "from attn_cli.formats.export import export_bytes; "
+    "from attn_cli.formats.numbers import export_bytes; "
     "print(export_bytes(ToySource(Config(tokenizer='words', max_tokens=5000)).run(open(sys.argv[1], encoding='utf-8').read())))"
 )
 
 
 def budgeted(text_file: Path) -> int:
-    """What export.export_bytes budgets for streaming this text, asked in another process:
+    """What formats.numbers.export_bytes budgets for streaming this text, asked in another process:
     this one stays small, because a child's ru_maxrss starts from its parent's peak at fork."""
     return int(subprocess.run([PYTHON, "-c", BUDGETED, str(text_file)], env=ENV, capture_output=True, text=True, check=True).stdout)
 

@@ -21,7 +21,9 @@ from typing import Any, Callable
 import torch
 
 from attn_cli.records.layers import LayerAttention
-from attn_cli.formats.export import CSV_COLUMNS, HEAD_STATS, MATRIX_TABLES, SCHEMA_VERSION, VECTOR_TABLES, token_dicts
+from attn_cli.formats.rows import CSV_COLUMNS
+from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, token_dicts
+from attn_cli.formats.document import SCHEMA_VERSION
 from attn_cli.analysis.stats import attention_stats
 from attn_cli.records.trace import Trace
 

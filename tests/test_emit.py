@@ -26,7 +26,8 @@ from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.sources.toy.emit import _float32, script_for, script_for_run
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.formats.export import run_dict, to_json
+from attn_cli.formats.document import run_dict
+from attn_cli.formats.export import to_json
 
 LIFE = "Life is short, eat dessert first"
 LONG = " ".join(f"w{i % 97}" for i in range(400))  # long enough for a BLAS to split its sums across threads

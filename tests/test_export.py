@@ -17,7 +17,10 @@ import torch
 from attn_cli.sources.toy.config import Config
 from attn_cli.sources.toy.source import ToySource, toy_info
 from attn_cli.records.trace import Trace
-from attn_cli.formats.export import CSV_COLUMNS, SCHEMA_VERSION, JsonTable, csv_rows, run_dict, to_csv, to_json
+from attn_cli.formats.rows import CSV_COLUMNS, csv_rows
+from attn_cli.formats.document import SCHEMA_VERSION, run_dict
+from attn_cli.formats.numbers import JsonTable
+from attn_cli.formats.export import to_csv, to_json
 from attn_cli.analysis.stats import attention_stats
 
 ISSUE_KEYS = {"schema_version", "text", "tokenizer", "tokens", "model", "layers"}
@@ -261,10 +264,10 @@ def test_an_export_too_big_for_memory_is_refused_before_it_is_built(monkeypatch)
     from attn_cli.sources.toy.source import ToySource
     from attn_cli.sources.toy.config import Config
     from attn_cli.runtime.errors import TooLargeError
-    from attn_cli.formats import export
+    from attn_cli.formats import export, numbers
 
     run = ToySource(Config(tokenizer="words", heads=2)).run("I saw a saw")
-    assert export.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
+    assert numbers.export_numbers(run) == 3 * 2 * 16 + 4 * (16 + 2 * (2 * 8 + 2 * 8) + 2 * 2 * 8)
     from attn_cli.runtime import budget
 
     monkeypatch.setattr(budget, "available_bytes", lambda: 1000)  # bytes
@@ -280,11 +283,11 @@ def test_a_streamed_export_is_budgeted_for_what_it_holds(monkeypatch) -> None:
 
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError
-    from attn_cli.formats import export
+    from attn_cli.formats import export, numbers
 
     run = run_of(" ".join(["word"] * 200), heads=2)
-    streamed, whole = export.export_bytes(run), export.export_bytes(run, whole=True)
-    assert streamed == 2 * 200 * 200 * 4 + (2 * 4 * 32 * 200 + 2 * 8 * 200 * 200 * 2) + export.STREAM_BYTES  # scores, stats
+    streamed, whole = numbers.export_bytes(run), numbers.export_bytes(run, whole=True)
+    assert streamed == 2 * 200 * 200 * 4 + (2 * 4 * 32 * 200 + 2 * 8 * 200 * 200 * 2) + numbers.STREAM_BYTES  # scores, stats
     assert whole > 2 * streamed
     monkeypatch.setattr(budget, "available_bytes", lambda: int(streamed / budget.SHARE) + 1)
     for write in (export.write_json, export.write_csv):

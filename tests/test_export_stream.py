@@ -20,7 +20,7 @@ from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.sources.toy.config import Config
 from attn_cli.records.hiding import HideSpec, hide
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.formats import export
+from attn_cli.formats import document, export, numbers, rows
 from attn_cli.records.trace import Trace
 
 from html_support import hand_trace
@@ -70,20 +70,20 @@ def assert_same_bytes(run: Trace) -> None:
     assert written(export.write_json, run) == old_json.encode("utf-8")
     assert export.to_csv(run) == reference.to_csv(run)
     assert written(export.write_csv, run, header=False, index=2) == reference.to_csv(run, header=False, index=2).encode("utf-8")
-    assert export.csv_rows(run, 1) == reference.csv_rows(run, 1)
-    assert export.run_dict(run) == reference.run_dict(run) == json.loads(export.to_json(run))
+    assert rows.csv_rows(run, 1) == reference.csv_rows(run, 1)
+    assert document.run_dict(run) == reference.run_dict(run) == json.loads(export.to_json(run))
 
 
-@pytest.mark.parametrize("block", [export.BLOCK_NUMBERS, 7], ids=["blocks", "tiny blocks"])
+@pytest.mark.parametrize("block", [numbers.BLOCK_NUMBERS, 7], ids=["blocks", "tiny blocks"])
 @pytest.mark.parametrize("name", TRACES)
 def test_streamed_bytes_are_the_whole_writers_bytes(name: str, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(export, "BLOCK_NUMBERS", block)
+    monkeypatch.setattr(numbers, "BLOCK_NUMBERS", block)
     assert_same_bytes(TRACES[name]())
 
 
 @pytest.mark.parametrize("hidden", [None, "0,5"])
 def test_streamed_bytes_of_a_checkpoint(gpt2_folder: Path, hidden: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(export, "BLOCK_NUMBERS", 50)
+    monkeypatch.setattr(numbers, "BLOCK_NUMBERS", 50)
     assert_same_bytes(checkpoint_trace(gpt2_folder, hidden))
 
 
@@ -104,7 +104,7 @@ def test_the_text_is_written_in_pieces_of_about_write_chars(write, monkeypatch: 
     out = Recorder()
     write(run, out)
     assert len(out.sizes) > 10
-    widest = 2 * max(len(s) for s in export.StreamedTable(run.layers[0].weights[0]).json_pieces())  # one piece past the mark
+    widest = 2 * max(len(s) for s in numbers.StreamedTable(run.layers[0].weights[0]).json_pieces())  # one piece past the mark
     assert all(size < 10_000 + widest for size in out.sizes), out.sizes
 
 
@@ -115,7 +115,7 @@ def test_a_derived_table_is_not_kept_on_the_layer() -> None:
     export.write_json(run, io.BytesIO())
     assert all("scores" not in vars(layer) for layer in run.layers)
     kept = run.layers[0].scores  # a renderer asked: the export reads the layer's own
-    assert export._raw_scores(run.layers[0]) is kept
+    assert document._raw_scores(run.layers[0]) is kept
 
 
 def test_a_table_that_is_not_json_is_refused_like_json_dumps() -> None:
@@ -129,8 +129,8 @@ def test_a_table_that_is_not_json_is_refused_like_json_dumps() -> None:
 
 def test_a_stack_of_tables_and_a_vector_are_written_as_json_dumps_writes_them() -> None:
     stack = torch.randn(3, 70, 70)  # over a block: row blocks inside each table
-    assert export.StreamedTable(stack).json() == json.dumps([[[float(format(v, ".9")) for v in row] for row in m] for m in stack.tolist()])
-    assert export.StreamedTable(torch.tensor([1.5, -2.0])).json() == "[1.5, -2.0]"
+    assert numbers.StreamedTable(stack).json() == json.dumps([[[float(format(v, ".9")) for v in row] for row in m] for m in stack.tolist()])
+    assert numbers.StreamedTable(torch.tensor([1.5, -2.0])).json() == "[1.5, -2.0]"
 
 
 # -- the memory a streamed export holds ------------------------------------------------
@@ -190,6 +190,6 @@ def test_a_large_streamed_export_gives_freed_blocks_back(monkeypatch: pytest.Mon
     run = toy(words(50))
     export.write_json(run, io.BytesIO())
     assert calls == []  # a small export keeps glibc's faster default
-    monkeypatch.setattr(export, "LARGE_EXPORT_BYTES", export.export_bytes(run) - export.STREAM_BYTES)
+    monkeypatch.setattr(export, "LARGE_EXPORT_BYTES", numbers.export_bytes(run) - numbers.STREAM_BYTES)
     export.write_csv(run, io.BytesIO())
     assert calls == [1]

@@ -19,8 +19,6 @@ _spec.loader.exec_module(house)
 
 # where -> the most lines it may still have
 DEBTS = {
-    "attn_cli/cli/options.py": 681,
-    "attn_cli/formats/export.py": 732,
     "attn_cli/render/explain/steps.py": 753,
     "attn_cli/render/page/__init__.py": 545,
     "attn_cli/render/picture/heatmap.py": 700,
@@ -33,7 +31,7 @@ DEBTS = {
     "attn_cli/cli/heatmap.py:heatmap": 164,
     "attn_cli/cli/html.py:html": 72,
     "attn_cli/cli/run.py:run": 78,
-    "attn_cli/formats/export.py:_csv_batches": 92,
+    "attn_cli/formats/rows.py:csv_batches": 92,
     "attn_cli/render/explain/steps.py:matrix": 76,
     "attn_cli/render/explain/steps.py:projection_blocks": 78,
     "attn_cli/render/explain/steps.py:heads": 82,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from attn_cli.formats.export import run_dict
+from attn_cli.formats.document import run_dict
 from attn_cli.render.page import build, notebook_html, page
 from attn_cli.pipeline import open_source
 from conftest import skip_or_fail

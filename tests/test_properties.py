@@ -27,7 +27,8 @@ from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.trace import Trace
-from attn_cli.formats.export import run_dict, to_csv, to_json
+from attn_cli.formats.document import run_dict
+from attn_cli.formats.export import to_csv, to_json
 from attn_cli.text.tokenizers import WordTokenizer, get_tokenizer
 
 # No deadlines: the machine is shared and torch's first calls are slow; the

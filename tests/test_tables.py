@@ -17,7 +17,7 @@ from rich.text import Text
 from attn_cli.analysis.stats import attention_stats, effective_tokens, entropy_bits, head_masses
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
-from attn_cli.render.terminal import cells, fit, matrices, tables
+from attn_cli.render.terminal import cells, fit, matrices
 from attn_cli.render.terminal import header as heading
 from attn_cli.render.terminal.cells import FittedTable, View, bar, fmt
 from attn_cli.render.terminal.tables import human_view, parse_show

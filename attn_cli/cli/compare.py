@@ -9,14 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.params import OUTPUT, TRAINED, NoColorOption, PrecisionOption
 from attn_cli.cli.options import (
-    OUTPUT,
-    TRAINED,
     Format,
     FormatOption,
     NoClobberOption,
-    NoColorOption,
-    PrecisionOption,
     choose_format,
     output_option,
     shared_options,

@@ -12,15 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.params import OUTPUT, GenerateOption, NoColorOption, PrecisionOption
 from attn_cli.cli.options import (
-    OUTPUT,
     Format,
     FormatOption,
-    GenerateOption,
     NoClobberOption,
-    NoColorOption,
     OutputOption,
-    PrecisionOption,
     check_model_only,
     choose_format,
     run_texts,

@@ -18,18 +18,8 @@ import typer
 
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.options import (
-    OUTPUT,
-    GenerateOption,
-    NoClobberOption,
-    NormsOption,
-    PredictOption,
-    RolloutOption,
-    check_model_only,
-    output_option,
-    run_texts,
-    shared_options,
-)
+from attn_cli.cli.params import OUTPUT, GenerateOption, NormsOption, PredictOption, RolloutOption
+from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source

@@ -13,335 +13,38 @@ import enum
 import functools
 import gc
 import inspect
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from attn_cli.runtime.files import output_path
-from attn_cli.sources.toy.config import DEFAULT_D_MODEL, DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Config, Init, Positional
 from attn_cli.cli.inputs import read_texts
-from attn_cli.runtime.errors import UsageError, in_batch
+from attn_cli.cli.params import (
+    CONFIG_PARAMS,
+    HIDE_PARAMS,
+    INPUT_PARAMS,
+    MODEL_ONLY,
+    OUTPUT,
+    SAVED_PARAMS,
+    SHARED_NAMES,
+    TOY_ONLY,
+    TRAINED_PARAMS,
+    Device,
+    DType,
+)
 from attn_cli.records.hiding import HideSpec
-from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
-from attn_cli.records.trace import STACKS
 from attn_cli.records.selection import IndexSpec
+from attn_cli.records.trace import STACKS
+from attn_cli.runtime.errors import UsageError, in_batch
+from attn_cli.runtime.files import output_path
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.sources.toy.config import Config
 
 if TYPE_CHECKING:
-    from attn_cli.sources.base import Source
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
-
-class DType(str, enum.Enum):
-    """--dtype: what a checkpoint is computed in (``attn_cli.sources.checkpoint.model.DTYPES``)."""
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-
-
-class Device(str, enum.Enum):
-    """--device: where a checkpoint runs."""
-
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-INPUT = "Input"
-MODEL = "Toy model (seeded weights)"
-TRAINED = "Trained model"
-OUTPUT = "Output"
-ANALYSIS = "Beyond the weights"
-
-
-def complete_tokenizer(incomplete: str) -> list[str]:
-    """Tab on --tokenizer: words and the tiktoken encodings attn-cli knows the files of."""
-    from attn_cli.text.rankfiles import ENCODING_FILES
-    from attn_cli.text.tokenizers import WORDS
-
-    return [name for name in (WORDS, *ENCODING_FILES) if name.startswith(incomplete)]
-
-
-def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-
-
-INPUT_PARAMS = [
-    _param(
-        "text",
-        Annotated[
-            Optional[str],
-            typer.Argument(
-                help="The text; '-' (or no TEXT with a pipe on stdin) reads standard input.",
-                show_default=False,
-                metavar="TEXT",
-            ),
-        ],
-        None,
-    ),
-    _param(
-        "file",
-        Annotated[
-            Optional[Path],
-            typer.Option("--file", "-f", help="Read the text from this file.", rich_help_panel=INPUT, show_default=False),
-        ],
-        None,
-    ),
-    _param(
-        "lines",
-        Annotated[
-            bool,
-            typer.Option("--lines", help="Treat each non-empty line of the input as its own text.", rich_help_panel=INPUT),
-        ],
-        False,
-    ),
-]
-
-CONFIG_PARAMS = [
-    _param(
-        "tokenizer",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--tokenizer",
-                "-t",
-                autocompletion=complete_tokenizer,
-                help=f"'words', a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...) or a model name (gpt-4o). "
-                f"Default {DEFAULT_TOKENIZER}, or 'words' when its files are not on this machine.",
-                rich_help_panel=MODEL,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    _param("seed", Annotated[int, typer.Option("--seed", "-s", help="Seeds the embeddings, then again the projections.", rich_help_panel=MODEL)], DEFAULT_SEED),
-    _param(
-        "d_model",
-        Annotated[
-            Optional[int],
-            typer.Option("--d-model", help="Embedding width D [default: 16, or the --embeddings file's width].", rich_help_panel=MODEL, show_default=False),
-        ],
-        None,
-    ),
-    _param(
-        "d_k",
-        Annotated[Optional[int], typer.Option("--d-k", help="Query/key size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
-        None,
-    ),
-    _param(
-        "d_v",
-        Annotated[Optional[int], typer.Option("--d-v", help="Value size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
-        None,
-    ),
-    _param("heads", Annotated[int, typer.Option("--heads", "-H", help="Number of heads.", rich_help_panel=MODEL)], 1),
-    _param("causal", Annotated[bool, typer.Option("--causal", help="Mask each query's future keys before the softmax.", rich_help_panel=MODEL)], False),
-    _param("no_scale", Annotated[bool, typer.Option("--no-scale", help="Do not divide the scores by sqrt(d_k).", rich_help_panel=MODEL)], False),
-    _param("temperature", Annotated[float, typer.Option("--temperature", help="Divide the softmax input by this too.", rich_help_panel=MODEL)], 1.0),
-    _param("dropout", Annotated[float, typer.Option("--dropout", help="Dropout on the weights before they mix the values (seeded).", rich_help_panel=MODEL)], 0.0),
-    _param("qkv_bias", Annotated[bool, typer.Option("--qkv-bias", help="Bias in the query, key and value projections.", rich_help_panel=MODEL)], False),
-    _param("out_proj", Annotated[bool, typer.Option("--out-proj", help="Output projection W_o after the heads are concatenated.", rich_help_panel=MODEL)], False),
-    _param(
-        "init",
-        Annotated[Init, typer.Option("--init", help="linear: nn.Linear; uniform: torch.rand; normal: torch.randn.", rich_help_panel=MODEL, case_sensitive=False)],
-        Init.linear,
-    ),
-    _param("no_projections", Annotated[bool, typer.Option("--no-projections", help="Naive attention: Q = K = V = X.", rich_help_panel=MODEL)], False),
-    _param(
-        "positional",
-        Annotated[Positional, typer.Option("--positional", help="Add positional encodings to X.", rich_help_panel=MODEL, case_sensitive=False)],
-        Positional.none,
-    ),
-    _param(
-        "embeddings",
-        Annotated[
-            Optional[Path],
-            typer.Option("--embeddings", help="Use these vectors (JSON list of lists, CSV or .npy; one row per token).", rich_help_panel=MODEL, show_default=False),
-        ],
-        None,
-    ),
-    _param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=MODEL)], DEFAULT_MAX_TOKENS),
-    _param(
-        "emit_python",
-        Annotated[
-            bool,
-            typer.Option(
-                "--emit-python",
-                help="Print a standalone PyTorch script that reproduces this run (the first text, with --lines) instead of running.",
-                rich_help_panel=OUTPUT,
-            ),
-        ],
-        False,
-    ),
-    _param("debug", Annotated[bool, typer.Option("--debug", help="Show a traceback on errors (also before the command: attn-cli --debug run ...).", rich_help_panel=OUTPUT)], False),
-]
-
-TRAINED_PARAMS = [
-    _param(
-        "model",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--model",
-                "-m",
-                help="A trained checkpoint instead of the seeded toy model: a folder with config.json, *.safetensors and "
-                "tokenizer files, or ORG/NAME from the Hugging Face cache (never downloaded). GPT-2, BERT-style and "
-                "Llama-style (Llama, Mistral, Qwen2) models; `attn-cli models` lists those on this machine.",
-                rich_help_panel=TRAINED,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    _param(
-        "revision",
-        Annotated[
-            Optional[str],
-            typer.Option("--revision", help="With --model ORG/NAME: the cached branch, tag or commit [default: main].", rich_help_panel=TRAINED, show_default=False),
-        ],
-        None,
-    ),
-    _param(
-        "pair",
-        Annotated[
-            Optional[str],
-            typer.Option("--pair", help="A second text, for encoders (BERT): segment B, token type 1.", rich_help_panel=TRAINED, show_default=False),
-        ],
-        None,
-    ),
-    _param(
-        "target",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--target",
-                help="For an encoder-decoder --model (BART, T5, Marian): the decoder's text, read teacher-forced "
-                "(its labels shifted right), beside the source TEXT.",
-                rich_help_panel=TRAINED,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    _param(
-        "stack",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--stack",
-                help="With --target: the stack tables and pictures show: encoder (source x source), decoder (target x target) "
-                "or cross (target rows x source columns, the default). JSON and CSV have all three.",
-                rich_help_panel=TRAINED,
-                show_default=False,
-                metavar="encoder|decoder|cross",
-            ),
-        ],
-        None,
-    ),
-    _param(
-        "truncate",
-        Annotated[bool, typer.Option("--truncate", help="Cut a text longer than the model's positions instead of refusing it.", rich_help_panel=TRAINED)],
-        False,
-    ),
-    _param(
-        "dtype",
-        Annotated[
-            DType,
-            typer.Option(
-                "--dtype",
-                help="With --model: compute in float32, bfloat16 or float16 (as transformers does for that dtype; "
-                "the numbers shown are float32 either way).",
-                rich_help_panel=TRAINED,
-                case_sensitive=False,
-            ),
-        ],
-        DType.float32,
-    ),
-    _param(
-        "device",
-        Annotated[
-            Device,
-            typer.Option("--device", help="With --model: cpu, or cuda when torch sees a GPU.", rich_help_panel=TRAINED, case_sensitive=False),
-        ],
-        Device.cpu,
-    ),
-    _param(
-        "layer",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--layer",
-                "-l",
-                help="Layers to run and show: an index, a list (0,2), a range (0-3) or all; -1 is the last. Later layers are "
-                f"never run. [default: JSON/CSV all; tables and pictures the last]",
-                rich_help_panel=OUTPUT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    _param(
-        "head",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--head",
-                help="Heads to show: an index, a list (0,2), a range (0-3) or all; -1 is the last. "
-                f"[default: every head; a trained model's tables and pictures: 0-{TABLE_HEADS - 1}]",
-                rich_help_panel=OUTPUT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-]
-
-HIDE_PARAMS = [
-    _param(
-        "hide_tokens",
-        Annotated[
-            Optional[str],
-            typer.Option(
-                "--hide-tokens",
-                help="Leave these tokens' rows and columns out of tables and pictures and renormalize each other row "
-                "over the keys shown: special (BOS, [CLS], [SEP]), and/or positions and tokens, comma-separated "
-                "(0,-1 or '[CLS],[SEP]'). JSON and CSV keep the model's weights and add the renormalized ones.",
-                rich_help_panel=OUTPUT,
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-]
-
-# The toy model's own options: with --model each is a usage error.
-TOY_ONLY = (
-    "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
-    "qkv_bias", "out_proj", "init", "no_projections", "positional", "embeddings",
-)  # fmt: skip
-MODEL_ONLY = ("revision", "pair", "target", "stack", "truncate", "dtype", "device")
-
-# --from FILE: heatmap, html and heads re-draw a saved trace instead of running a source
-SAVED_PARAMS = [
-    _param(
-        "saved",
-        Annotated[
-            Optional[Path],
-            typer.Option(
-                "--from",
-                help="Re-draw the attention a schema-2 JSON holds (run -F json, Trace.to_json(), or any file with "
-                "tokens[] and layers[].heads[].weights) instead of computing it; no TEXT, no model options.",
-                rich_help_panel=INPUT,
-                show_default=False,
-                metavar="FILE.json",
-            ),
-        ],
-        None,
-    ),
-]
-
-_SHARED = INPUT_PARAMS + CONFIG_PARAMS + TRAINED_PARAMS + HIDE_PARAMS + SAVED_PARAMS
-_SHARED_NAMES = {p.name for p in _SHARED}
+    from attn_cli.sources.base import Source
 
 
 def build_config(**values: Any) -> Config:
@@ -469,7 +172,7 @@ def shared_options(
 
     @functools.wraps(command)
     def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
-        shared = {name: kwargs.pop(name) for name in list(kwargs) if name in _SHARED_NAMES}
+        shared = {name: kwargs.pop(name) for name in list(kwargs) if name in SHARED_NAMES}
         shared.update({name: defaults[name] for name in left_out})
         ctx.meta["debug"] = shared["debug"] or ctx.meta.get("debug", False)  # `attn-cli --debug run` set it already
         if shared["saved"] is not None:
@@ -530,119 +233,14 @@ def _print_script(config: Config, texts: list[str], output: Any) -> None:
     """--emit-python: the script on stdout, notes on stderr; the command itself does not run."""
     if output is not None:
         raise UsageError("--emit-python prints the script on stdout: drop -o and redirect it, e.g. > attention.py")
-    from attn_cli.sources.toy.emit import script_for_texts
-
     from attn_cli.cli.output import stdout_errors
+    from attn_cli.sources.toy.emit import script_for_texts
 
     script, notes = script_for_texts(config, texts)
     for note in notes:
         typer.echo(note, err=True)
     with stdout_errors():
         typer.echo(script, nl=False)
-
-
-# Options several commands take; each defined here once and used as
-# ``query: QueryOption = None`` in the commands that want it.
-QueryOption = Annotated[
-    Optional[str],
-    typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
-]
-KeyOption = Annotated[
-    Optional[str],
-    typer.Option("--key", "-k", help="Who attends to this key: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
-]
-RolloutOption = Annotated[
-    bool,
-    typer.Option(
-        "--rollout",
-        help="Also attention rollout (Abnar & Zuidema 2020): through layers 0 to the last --layer, each layer's mean "
-        "over all heads, half residual, multiplied; how much of each input token reaches each position. Rows sum to 1.",
-        rich_help_panel=ANALYSIS,
-    ),
-]
-NormsOption = Annotated[
-    bool,
-    typer.Option(
-        "--norms",
-        help="Also value-weighted norms (Kobayashi et al. 2020): ||a_ij f_h(x_j)|| per head and ||sum_h a_ij f_h(x_j)|| "
-        "per layer, f_h(x_j) being what key j sends through head h and W_o: how much each weight moves.",
-        rich_help_panel=ANALYSIS,
-    ),
-]
-PredictOption = Annotated[
-    int,
-    typer.Option(
-        "--predict",
-        help="With --model: also each position's K most likely next tokens (decoders) or fillers (masked LMs), "
-        "running every layer, the final norm and the model's head. 0: none.",
-        min=0,
-        max=1000,
-        rich_help_panel=ANALYSIS,
-    ),
-]
-GenerateOption = Annotated[
-    int,
-    typer.Option(
-        "--generate",
-        help="With --model (a decoder): first extend the text by up to N tokens, greedily (the most likely token "
-        "each time, no sampling, stopping at the model's end-of-sequence), then show the whole sequence's attention.",
-        min=0,
-        max=4096,
-        rich_help_panel=ANALYSIS,
-        metavar="N",
-    ),
-]
-PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
-NoColorOption = Annotated[
-    bool,
-    typer.Option("--no-color", help="No colour (also when NO_COLOR is set or stdout is not a terminal).", rich_help_panel=OUTPUT),
-]
-def output_option(help: str = "Write here (atomically) instead of stdout.") -> Any:
-    """The one ``-o/--output`` option, with the help of the command that takes it: a PATH read
-    by ``output_path`` (a name ending in '/' that is not a folder is refused)."""
-    return Annotated[
-        Optional[Path],
-        typer.Option("--output", "-o", help=help, rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
-    ]
-
-
-OutputOption = output_option()
-NoClobberOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-clobber",
-        help="Never replace an existing file: stop with exit 1 naming it. Checked as the file is created, "
-        "so two runs writing one name cannot both pass.",
-        rich_help_panel=OUTPUT,
-    ),
-]
-
-
-class Format(str, enum.Enum):
-    """The output formats of the commands that print results (run, heads)."""
-
-    auto = "auto"
-    table = "table"
-    json = "json"
-    jsonl = "jsonl"  # what people type for JSON Lines: the same output as json (one object per line)
-    csv = "csv"
-
-
-# -o FILE with --format auto: the format its name says, JSON otherwise
-SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
-
-FormatOption = Annotated[
-    Format,
-    typer.Option(
-        "--format",
-        "-F",
-        help="table for people; json (JSON Lines with --lines; jsonl says the same) or csv for scripts. "
-        "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
-        "(or with an option only tables use, such as run's --show/--head/--query/--key), else json.",
-        rich_help_panel=OUTPUT,
-        case_sensitive=False,
-    ),
-]
 
 
 def choose_format(format: Format, output: Path | None, *, table_asked: bool) -> Format:
@@ -679,3 +277,50 @@ def check_model_only(spec: SourceSpec, **options: Any) -> None:
         raise UsageError(f"{given[0]} runs the model, and --from re-draws a saved trace: give TEXT and --model instead")
     if given and spec.model is None:
         raise UsageError(f"{given[0]} needs a trained model (--model): the toy model has no vocabulary head")
+
+
+def output_option(help: str = "Write here (atomically) instead of stdout.") -> Any:
+    """The one ``-o/--output`` option, with the help of the command that takes it: a PATH read
+    by ``output_path`` (a name ending in '/' that is not a folder is refused)."""
+    return Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help=help, rich_help_panel=OUTPUT, show_default=False, parser=output_path, metavar="PATH"),
+    ]
+
+
+OutputOption = output_option()
+NoClobberOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-clobber",
+        help="Never replace an existing file: stop with exit 1 naming it. Checked as the file is created, "
+        "so two runs writing one name cannot both pass.",
+        rich_help_panel=OUTPUT,
+    ),
+]
+
+
+class Format(str, enum.Enum):
+    """The output formats of the commands that print results (run, heads)."""
+
+    auto = "auto"
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"  # what people type for JSON Lines: the same output as json (one object per line)
+    csv = "csv"
+
+
+# -o FILE with --format auto: the format its name says, JSON otherwise
+SUFFIX_FORMATS = {".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json, ".csv": Format.csv, ".txt": Format.table}
+FormatOption = Annotated[
+    Format,
+    typer.Option(
+        "--format",
+        "-F",
+        help="table for people; json (JSON Lines with --lines; jsonl says the same) or csv for scripts. "
+        "auto: what the -o file's suffix says (.json, .jsonl, .csv, .txt), else table on a terminal "
+        "(or with an option only tables use, such as run's --show/--head/--query/--key), else json.",
+        rich_help_panel=OUTPUT,
+        case_sensitive=False,
+    ),
+]

@@ -9,20 +9,22 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.options import (
+from attn_cli.cli.params import (
     OUTPUT,
-    Format,
-    FormatOption,
     KeyOption,
-    NoClobberOption,
     NoColorOption,
     NormsOption,
-    OutputOption,
     PrecisionOption,
     GenerateOption,
     PredictOption,
     QueryOption,
     RolloutOption,
+)
+from attn_cli.cli.options import (
+    Format,
+    FormatOption,
+    NoClobberOption,
+    OutputOption,
     check_model_only,
     choose_format,
     run_texts,

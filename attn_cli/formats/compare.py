@@ -10,7 +10,7 @@ import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.formats.export import StreamedTable, as_lists, token_dicts
+from attn_cli.formats.numbers import StreamedTable, as_lists, token_dicts
 
 if TYPE_CHECKING:
     from attn_cli.analysis.compare import Comparison

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from attn_cli.analysis.headroles import HeadsReport
-from attn_cli.formats.export import token_dicts
+from attn_cli.formats.numbers import token_dicts
 
 
 SCORES = (

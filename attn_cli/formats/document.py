@@ -1,0 +1,294 @@
+"""The JSON document of one text (schema 2, docs/json.md): the header, each layer's tables
+and statistics (``layer_dict``, shared with the CSV rows so the numbers cannot depend on the
+format), the decoder's stacks, rollout and predictions. ``json_pieces`` streams it;
+``run_dict`` holds the same numbers whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attn_cli.analysis.stats import attention_stats
+from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
+from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.records.trace import Trace
+
+if TYPE_CHECKING:
+    from attn_cli.records.trace import Hiding
+
+
+SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].special
+
+
+def layer_dict(
+    layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists,
+    kept_rows: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
+    ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
+    The softmax input and ``weights_shown`` are ``Rows``, made as they are read. A layer
+    of weights alone (a saved trace, attention from elsewhere) has its weights, what is
+    shown of them and their statistics, and none of the vectors or scores."""
+    if not isinstance(layer, LayerAttention):
+        return _weights_layer_dict(layer, heads, kept, table, kept_rows)
+    scores = _raw_scores(layer)  # (H, T, T)
+    stats = _head_stats(layer, heads)
+    entries = []
+    for h, head_stats in zip(heads, stats):
+        entry: dict[str, Any] = {
+            "head": h,
+            "queries": table(layer.queries[h]),
+            "keys": table(layer.keys[h]),
+            "values": table(layer.values[h]),
+            "scores": table(scores[h]),
+            "scaled_scores": table(_softmax_input_rows(layer, scores[h], h), nulls=True),
+            "weights": table(layer.weights[h]),
+            "context": table(layer.context[h]),
+        }
+        if layer.dropped_weights is not None:
+            entry["dropped_weights"] = table(layer.dropped_weights[h])
+        if kept is not None:
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept, kept_rows), nulls=True)
+        if layer.norms is not None:
+            entry["norms"] = table(layer.norms[h])
+        entry["stats"] = head_stats.as_dict()
+        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]  # float32 weights, as in the table
+        entries.append(entry)
+    made = {
+        "layer": layer.layer,
+        "input": table(layer.x) if layer.x is not None else None,
+        "heads": entries,
+        "concat": table(layer.concat),
+        "output": table(layer.output),
+    }
+    return _with_layer_norms(made, layer, table)
+
+
+def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
+    """A layer's object with its (T, T) ``norms`` (the heads' summed value-weighted norms), when computed."""
+    if layer.layer_norms is not None:
+        made["norms"] = table(layer.layer_norms)
+    return made
+
+
+def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
+    """The chosen heads' statistics, every chosen head at once, as before streaming:
+    torch's exp2 can round a number differently by where it falls in the tensor (a
+    vectorized stretch or the tail), so one head at a time would change last digits.
+    A subset of the heads is a copy."""
+    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
+    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
+
+
+def _weights_layer_dict(
+    layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table, kept_rows: Sequence[int] | None = None
+) -> dict[str, Any]:
+    stats = _head_stats(layer, heads)
+    entries = []
+    for h, head_stats in zip(heads, stats):
+        entry: dict[str, Any] = {"head": h, "weights": table(layer.weights[h])}
+        if kept is not None:
+            entry["weights_shown"] = table(_weights_shown(layer, h, kept, kept_rows), nulls=True)
+        if layer.norms is not None:
+            entry["norms"] = table(layer.norms[h])
+        entry["stats"] = head_stats.as_dict()
+        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]
+        entries.append(entry)
+    return _with_layer_norms({"layer": layer.layer, "input": None, "heads": entries}, layer, table)
+
+
+def _raw_scores(layer: LayerAttention) -> torch.Tensor:
+    """(H, T, T) raw Q K^T: the layer's own when a table derived them already, otherwise
+    derived by the same function but not kept on the layer, so that an export of many
+    layers holds one layer's at a time."""
+    derived = vars(layer).get("scores")
+    return derived if derived is not None else type(layer).scores.func(layer)
+
+
+def _softmax_input_rows(layer: LayerAttention, scores: torch.Tensor, head: int) -> Rows:
+    """(T, T) head ``head``'s ``scaled_scores`` from its raw scores, a block of rows at a
+    time (the same operations and mask, cell by cell, as the whole tensor)."""
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        return layer.softmax_input(scores[start:stop], start, stop, head=head)  # (R, T)
+
+    return Rows(tuple(scores.shape), scores.dtype, rows)
+
+
+def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> Rows:
+    """(T, T): head ``h``'s renormalized weights (``attn_cli.records.hiding``) at the model's
+    positions, a block of rows at a time; NaN (``null``) in the hidden tokens' rows and
+    columns, and in a row with no weight left. ``kept_rows``: the rows kept when they are not
+    the columns (cross-attention: the decoder's inputs; the columns are the source's)."""
+    from attn_cli.records.hiding import renormalize
+
+    n_rows, n = layer.weights.shape[-2:]
+    shown = set(kept if kept_rows is None else kept_rows)
+    columns = torch.tensor(list(kept))  # (K,)
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        full = torch.full((stop - start, n), math.nan, dtype=layer.weights.dtype)  # (R, T)
+        queries = [i for i in range(start, stop) if i in shown]
+        if queries:
+            at = torch.tensor(queries)[:, None] - start  # (R', 1)
+            full[at, columns[None, :]] = renormalize(layer.weights[h : h + 1], kept, rows=queries)[0]  # (R', K)
+        return full
+
+    return Rows((n_rows, n), layer.weights.dtype, rows)
+
+
+def hiding_of(run: Trace) -> Hiding | None:
+    return run.hiding if run.hiding is not None and run.hiding.active else None
+
+
+def _header(run: Trace) -> dict[str, Any]:
+    """The documented JSON object up to its layers."""
+    tokens = run.tokens
+    hiding = hiding_of(run)
+    made = {
+        "schema_version": SCHEMA_VERSION,
+        "text": run.text,
+        "pair": run.pair,
+        "tokenizer": tokens.tokenizer,
+        "vocab_size": tokens.vocab_size,
+        "tokens": token_dicts(tokens, hiding.hidden if hiding else (), run.prompt_length),
+        "model": run.model.as_dict(),
+    }
+    if run.prompt_length is not None:  # --generate: what the model added to the text
+        made["generated_text"] = run.generated_text
+    if run.target_tokens is not None:  # an encoder-decoder: the decoder's text and inputs
+        made["target"] = run.target
+        if run.generated_text is not None:  # --generate wrote the target
+            made["generated_text"] = run.generated_text
+        target_hidden = run.target_hiding.hidden if run.target_hiding is not None else ()
+        made["target_tokens"] = token_dicts(run.target_tokens, target_hidden)
+    return made
+
+
+def kept_of(run: Trace) -> Sequence[int] | None:
+    """The columns --hide-tokens keeps (None: nothing hidden): the keys, the source's for cross-attention."""
+    if run.key_tokens is not None:
+        key_hiding = run.key_hiding if run.key_hiding is not None and run.key_hiding.active else None
+        if key_hiding is None and hiding_of(run) is None:
+            return None
+        return key_hiding.kept if key_hiding is not None else tuple(range(len(run.key_tokens)))
+    hiding = hiding_of(run)
+    return hiding.kept if hiding else None
+
+
+def kept_rows_of(run: Trace) -> Sequence[int] | None:
+    """Cross-attention's rows --hide-tokens keeps, when some columns or rows are hidden; None otherwise."""
+    if run.key_tokens is None or kept_of(run) is None:
+        return None
+    hiding = hiding_of(run)
+    return hiding.kept if hiding is not None else tuple(range(len(run.tokens)))
+
+
+def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
+    """The top-level ``rollout`` object: ``through_layer`` and the (T, T) ``weights``, and
+    with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
+    rollout = run.rollout
+    if rollout is None:
+        return None
+    made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
+    if run.rollout_stack is not None:  # an encoder-decoder's: which stack's layers were rolled out
+        made = {"stack": run.rollout_stack, **made}
+    kept = kept_of(run)
+    if kept is not None:
+        as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
+        made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)
+    return made
+
+
+def predictions_list(run: Trace) -> list[dict[str, Any]] | None:
+    """The top-level ``predictions`` array (--predict): per position, its top K, most likely first."""
+    p = run.predictions
+    if p is None:
+        return None
+    ids, probs, logits = p.ids.tolist(), p.probs.tolist(), p.logits.tolist()
+    return [
+        {"position": i, "top": [
+            {"id": tid, "text": text, "label": label, "prob": float32_value(prob), "logit": float32_value(logit)}
+            for tid, text, label, prob, logit in zip(ids[i], p.texts[i], p.labels[i], probs[i], logits[i])
+        ]}
+        for i in range(len(ids))
+    ]  # fmt: skip
+
+
+def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
+    """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
+    becomes (nested lists of floats, or ``StreamedTable``)."""
+    check_export_size(run)
+    made = {**_header(run), "layers": _layer_list(run, table)}
+    for key, stack in decoder_stacks(run):
+        made[key] = _layer_list(stack, table)
+    if run.rollout is not None:
+        made["rollout"] = rollout_dict(run, table=table)
+    if run.predictions is not None:
+        made["predictions"] = predictions_list(run)
+    return made
+
+
+def _layer_list(run: Trace, table: Table) -> list[dict[str, Any]]:
+    return [layer_dict(layer, run.shown_heads, kept_of(run), table=table, kept_rows=kept_rows_of(run)) for layer in run.layers]
+
+
+_dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
+
+
+def json_pieces(run: Trace) -> Iterator[str]:
+    """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
+    each layer's dict is made as it is reached and let go before the next."""
+    yield _dumps(_header(run))[:-1] + ', "layers": '  # the rest (tokens, model) has no tables: json writes it
+    yield from _layer_array(run)
+    for key, stack in decoder_stacks(run):
+        yield f', "{key}": '
+        yield from _layer_array(stack)
+    rollout = rollout_dict(run, table=StreamedTable)
+    if rollout is not None:
+        yield ', "rollout": {'
+        yield from _members(rollout)
+        yield "}"
+    if run.predictions is not None:
+        yield ', "predictions": ' + _dumps(predictions_list(run))
+    yield "}"
+
+
+def _layer_array(run: Trace) -> Iterator[str]:
+    """A trace's layers as a JSON array, each layer's object made as it is reached."""
+    yield "["
+    for i, layer in enumerate(run.layers):
+        yield "{" if i == 0 else ", {"
+        yield from _members(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable, kept_rows=kept_rows_of(run)))
+        yield "}"
+    yield "]"
+
+
+def _members(entry: dict[str, Any]) -> Iterator[str]:
+    """An object's members (without its braces) as json.dumps writes them (", " and ": ")."""
+    for k, (key, value) in enumerate(entry.items()):
+        yield f'{", " if k else ""}"{key}": '
+        yield from _pieces(value)
+
+
+def _pieces(value: Any) -> Iterator[str]:
+    """JSON text of a value of ``layer_dict(table=StreamedTable)``: tables and the heads'
+    objects around them here, the rest through json."""
+    if type(value) is StreamedTable:
+        yield from value.json_pieces()
+    elif type(value) is list and value and type(value[0]) is dict:  # a layer's heads
+        for i, entry in enumerate(value):
+            yield "[{" if i == 0 else ", {"
+            yield from _members(entry)
+            yield "}"
+        yield "]"
+    elif type(value) is int:
+        yield str(value)
+    else:
+        yield _dumps(value)

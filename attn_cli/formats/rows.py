@@ -1,0 +1,123 @@
+"""The tidy long CSV of one text: one row per table cell (``CSV_COLUMNS``), made from the
+same ``layer_dict`` as the JSON, a layer at a time (``csv_batches``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.formats.document import hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list, rollout_dict
+from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, check_export_size, decoder_stacks, token_dicts
+from attn_cli.records.trace import Trace
+
+if TYPE_CHECKING:
+    pass
+
+
+CSV_COLUMNS = ("text_index", "tokenizer", "table", "head", "layer", "row", "col", "row_token", "col_token", "value")
+
+
+def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
+    """Tidy rows (``CSV_COLUMNS``): one per head/query/key for matrices, per
+    token/dimension for vectors, per query for the row statistics, one per head
+    for the head statistics, and first one per token with its id (and, for a
+    checkpoint's added tokens, ``special``; for a piece of a character, one per byte in
+    ``token_bytes``). ``index`` is the text's place in a
+    --lines batch; every row names the tokenizer actually used and the layer."""
+    check_export_size(run)
+    return [row for rows in csv_batches(run, index) for row in rows]
+
+
+def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``csv_rows`` a few at a time (the token rows, then one row of a
+    table at a time), each layer's tables made as the layer is reached."""
+    hiding = hiding_of(run)
+    tokens = token_dicts(run.tokens, hiding.hidden if hiding else (), run.prompt_length)
+    labels = [t["label"] for t in tokens]
+    tokenizer = run.tokens.tokenizer
+    yield [(index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(tokens)]
+    yield [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["special"]]
+    yield [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["hidden"]]
+    yield [
+        (index, tokenizer, "token_bytes", "", "", i, b, labels[i], "", byte)
+        for i, t in enumerate(tokens) if t["partial"]
+        for b, byte in enumerate(bytes.fromhex(t["bytes"]))
+    ]
+    hidden = {i for i, t in enumerate(tokens) if t["hidden"]}
+
+    # An encoder-decoder's decoder and cross-attention tables are named "decoder.weights",
+    # "cross.weights", ...: ``p`` the prefix, ``rl`` and ``cl`` the row and column labels.
+    def vectors(table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, p: str = "") -> Iterator[list[tuple[Any, ...]]]:
+        for i, vec in enumerate(values.row_lists()):
+            yield [(index, tokenizer, p + table, head, layer, i, d, rl[i], "", v) for d, v in enumerate(vec)]
+
+    def squares(
+        table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "",
+        rh: set[int] = hidden, ch: set[int] = hidden,
+    ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
+        if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
+            for i, vec in enumerate(values.row_lists()):
+                if i not in rh:
+                    yield [
+                        (index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "" if v is None else v)
+                        for j, v in enumerate(vec) if j not in ch
+                    ]
+            return
+        for i, vec in enumerate(values.row_lists()):
+            yield [(index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
+
+    def layer_rows(
+        layer: dict[str, Any], rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "", out_proj: bool = run.model.out_proj,
+        rh: set[int] = hidden, ch: set[int] = hidden,
+    ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
+        n = layer["layer"]
+        if layer["input"] is not None:
+            yield from vectors("input", "", n, layer["input"], rl, p)
+        for head in layer["heads"]:
+            h = head["head"]
+            for table in VECTOR_TABLES:
+                if table in head:  # a layer of weights alone has no vectors; cross-attention's keys and values are the source's
+                    yield from vectors(table, h, n, head[table], cl if table in ("keys", "values") else rl, p)
+            for table in MATRIX_TABLES:
+                if table in head:
+                    yield from squares(table, h, n, head[table], rl, cl, p, rh, ch)
+            stats = head["stats"]
+            yield [
+                (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
+                for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
+            ]
+            for table in ("entropy_bits", "effective_tokens"):
+                yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
+            yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
+        if "norms" in layer:
+            yield from squares("layer_norms", "", n, layer["norms"], rl, cl, p)
+        if out_proj and "concat" in layer:  # otherwise concat is the output itself
+            yield from vectors("concat", "", n, layer["concat"], rl, p)
+        if "output" in layer:
+            yield from vectors("output", "", n, layer["output"], rl, p)
+
+    for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
+        yield from layer_rows(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable))
+    for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
+        target = [t["label"] for t in token_dicts(stack.tokens)]
+        prefix = "decoder." if key == "decoder_layers" else "cross."
+        if prefix == "decoder.":  # the decoder's inputs, one per decoder row
+            yield [(index, tokenizer, "decoder.token_id", "", "", i, "", target[i], "", tid) for i, tid in enumerate(stack.tokens.ids)]
+        columns = target if prefix == "decoder." else labels
+        row_hidden = set(stack.hiding.hidden) if stack.hiding is not None else set()
+        column_hidden = row_hidden if prefix == "decoder." else hidden
+        for layer in stack.layers:
+            made = layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack))
+            yield from layer_rows(made, target, columns, prefix, True, row_hidden, column_hidden)
+    predictions = predictions_list(run)
+    if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
+        positions = labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's
+        for entry in predictions:
+            i = entry["position"]
+            yield [(index, tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
+    rollout = rollout_dict(run, table=StreamedTable)
+    if rollout is not None:  # its layer: the last layer rolled out through
+        yield from squares("rollout", "", rollout["through_layer"], rollout["weights"])
+        if "weights_shown" in rollout:
+            yield from squares("rollout_shown", "", rollout["through_layer"], rollout["weights_shown"])
