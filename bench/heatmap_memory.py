@@ -1,6 +1,6 @@
 """What drawing a heatmap allocates: tracemalloc's peak around heatmap_figure + write_figure.
 
-The constants in attn_cli/render/picture/heatmap.py (HELD_BYTES_PER_CELL, DRAW_BYTES_PER_CELL,
+The constants in attn_cli/render/picture/canvas.py (HELD_BYTES_PER_CELL, DRAW_BYTES_PER_CELL,
 FIXED_DRAW_BYTES) come from these figures; bench/README.md has a run.
 
     python bench/heatmap_memory.py            # the default table
@@ -15,7 +15,9 @@ import tracemalloc
 
 from attn_cli.sources.toy.config import Config
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure, write_figure
+from attn_cli.render.picture.panels import HeatmapOptions
+from attn_cli.render.picture.heatmap import heatmap_figure
+from attn_cli.render.picture.canvas import write_figure
 
 CASES = [(500, 1, False), (1000, 1, False), (2000, 1, False), (3000, 1, False), (4000, 1, False), (2000, 4, True), (4000, 4, True)]
 

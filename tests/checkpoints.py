@@ -324,15 +324,15 @@ def builds_maker(factory: Any, prefix: str, builds: dict[str, tuple[Any, dict[st
 def patch_layers(monkeypatch: Any, change: Any) -> None:
     """Every layer the engine computes is replaced by ``change(layer)``'s fields, before
     its output feeds the next layer (as a bug in the layer step itself would)."""
-    from attn_cli.sources.checkpoint.families import base
+    from attn_cli.sources.checkpoint.families import loop
 
-    original = base.multi_head
+    original = loop.multi_head
 
     def patched(*args: Any, **kwargs: Any) -> Any:
         layer = original(*args, **kwargs)
         return dataclasses.replace(layer, **change(layer))
 
-    monkeypatch.setattr(base, "multi_head", patched)
+    monkeypatch.setattr(loop, "multi_head", patched)
 
 
 def x_of_the_layer_before(monkeypatch: Any) -> None:

@@ -136,15 +136,15 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
     from attn_cli.sources.checkpoint import open_checkpoint
-    from attn_cli.sources.checkpoint.families import base
+    from attn_cli.sources.checkpoint.families import ablation
     from attn_cli.runtime.errors import TooLargeError
 
     checkpoint = open_checkpoint(str(gpt2_folder))
     tokens = checkpoint.tokenizer.encode(TEXT)
     need = sum(checkpoint.estimate_bytes(len(tokens), [2], "weights", predict=True).values())
-    real = base.ablated_losses
+    real = ablation.ablated_losses
     ran: list[bool] = []
-    monkeypatch.setattr(base, "ablated_losses", lambda *a, **k: ran.append(True) or real(*a, **k))
+    monkeypatch.setattr(ablation, "ablated_losses", lambda *a, **k: ran.append(True) or real(*a, **k))
     monkeypatch.setattr(budget, "available_bytes", lambda: int(need / budget.SHARE) - 1)  # just short of the forward's needs
     with pytest.raises(TooLargeError, match="^this ablation needs about"):
         checkpoint.ablate(tokens, "zero")

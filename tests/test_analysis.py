@@ -136,7 +136,7 @@ def test_the_toy_rollout_is_one_layer_with_its_residual() -> None:
 
 
 def test_a_rollout_needs_every_layer_up_to_its_last() -> None:
-    from attn_cli.sources.saved import from_attentions
+    from attn_cli.sources.outside import from_attentions
 
     trace = from_attentions([torch.full((2, 3, 3), 1 / 3)] * 3, ["a", "b", "c"])
     assert rollout_of(trace.layers).through_layer == 2
@@ -369,7 +369,8 @@ def test_the_memory_estimate_counts_the_norms_and_rollout(gpt2_folder: Path) -> 
 def test_heatmap_draws_the_rollout_and_the_norms(gpt2_folder: Path, tmp_path: Path) -> None:
     import numpy as np
 
-    from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
+    from attn_cli.render.picture.panels import HeatmapOptions
+    from attn_cli.render.picture.heatmap import heatmap_figure
     from attn_cli.render.picture.kinds import What
     from attn_cli.render.picture.model_view import model_view_figure
 

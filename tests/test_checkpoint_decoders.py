@@ -15,7 +15,7 @@ import torch
 import checkpoints
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint import open_checkpoint
-from attn_cli.sources.checkpoint.families import base, decoder, gemma, gpt_neox, llama, olmo2, rotary
+from attn_cli.sources.checkpoint.families import activations, decoder, gemma, gpt_neox, llama, olmo2, rotary
 from attn_cli.runtime.errors import ModelUnavailable
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -267,9 +267,9 @@ def test_the_steps_written_in_place_give_transformers_formulas_bits(dtype: torch
     assert torch.equal(decoder.norms.rms_norm_plus_one(h, w, None, 1e-6), (normed * (1.0 + w.float())).to(dtype))
     assert torch.equal(decoder.norms.rms_norm_wide_gain(h, w, None, 1e-6), (w.float() * normed).to(dtype))
     assert torch.equal(h, before) and torch.equal(x, x_before)  # the inputs are left as they were (float32: h.float() is h)
-    for name in base.IN_PLACE:
+    for name in activations.IN_PLACE:
         gate = (torch.randn(40, 24) * 4).to(dtype)
-        assert torch.equal(base.activation(name, "k", "f", in_place=True)(gate.clone()), base.ACTIVATIONS[name](gate)), name
+        assert torch.equal(activations.activation(name, "k", "f", in_place=True)(gate.clone()), activations.ACTIVATIONS[name](gate)), name
 
 
 # -- what is refused ------------------------------------------------------------------------

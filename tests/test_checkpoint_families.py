@@ -214,7 +214,7 @@ def test_minilm_token_texts_and_special_flags(minilm: Path) -> None:
 def test_gpt2_gelu_in_one_buffer_is_transformers_gelu_bit_for_bit(dtype: torch.dtype) -> None:
     from transformers.activations import NewGELUActivation
 
-    from attn_cli.sources.checkpoint.families.base import ACTIVATIONS
+    from attn_cli.sources.checkpoint.families.activations import ACTIVATIONS
 
     x = (torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)  # (T, F)
     before = x.clone()

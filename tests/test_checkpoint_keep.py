@@ -60,7 +60,8 @@ def test_weights_are_the_full_traces_bit_for_bit_and_nothing_else_is_kept(folder
 
 def test_a_renderer_that_needs_a_vector_fails_on_a_weights_trace_and_an_export_leaves_them_out(folder: Path) -> None:
     from attn_cli.formats.document import layer_dict
-    from attn_cli.render.picture.heatmap import What, layer_matrix
+    from attn_cli.render.picture.heatmap import What
+    from attn_cli.render.picture.panels import layer_matrix
 
     ckpt = open_checkpoint(str(folder))
     (layer,) = ckpt.trace(ckpt.tokenizer.encode(TEXT), [1], "weights")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import checkpoints
-from attn_cli.sources.checkpoint.families import base
+from attn_cli.sources.checkpoint.families import loop
 from attn_cli.cli import app
 from attn_cli.runtime.errors import ExitStatus
 
@@ -63,7 +63,7 @@ def test_a_config_that_disagrees_with_its_tensors_is_exit_3_naming_them(
     def never(*args, **kwargs):
         raise AssertionError("a layer ran before the shapes were checked")
 
-    monkeypatch.setattr(base, "forward", never)
+    monkeypatch.setattr(loop, "forward", never)
     monkeypatch.setattr("attn_cli.sources.checkpoint.families.forward", never)
     result = CliRunner().invoke(app, ["run", "--model", str(folder), "hello world", "-F", "json"])
     assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE, result.output

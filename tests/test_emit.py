@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
-from attn_cli.sources.toy.emit import _float32, script_for, script_for_run
+from attn_cli.sources.toy.emit import script_for, script_for_run
+from attn_cli.sources.toy.script import float32_literal as _float32
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.formats.document import run_dict
 from attn_cli.formats.export import to_json

@@ -28,20 +28,18 @@ from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.trace import Trace
 from attn_cli.render.picture.titles import fit_title, text_width
-from attn_cli.render.picture.heatmap import (
-    MASKED_COLOR,
+from attn_cli.render.picture.panels import MASKED_COLOR, HeatmapOptions
+from attn_cli.render.picture.canvas import (
     MAX_ANNOTATED_CELLS,
     FIXED_DRAW_BYTES,
-    HeatmapOptions,
-    What,
     annotate_refusal,
     grid_shape,
-    heatmap_figure,
     picture_bytes,
     shorten,
     tick_step,
     write_figure,
 )
+from attn_cli.render.picture.heatmap import What, heatmap_figure
 from conftest import skip_or_fail
 
 FOX = "The quick brown fox jumps over the lazy dog"
@@ -520,7 +518,7 @@ def test_a_size_too_small_for_the_labels_is_a_note_not_a_failure(tmp_path: Path)
 
 
 def test_a_failed_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import attn_cli.render.picture.heatmap as render
+    import attn_cli.render.picture.canvas as render
 
     def half_then_fail(fig, file, fmt):
         file.write(b"\x89PNG half a picture")

@@ -28,7 +28,8 @@ from attn_cli.records.hiding import HideSpec, hide, renormalize
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.formats.document import run_dict
 from attn_cli.formats.export import to_csv
-from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
+from attn_cli.render.picture.panels import HeatmapOptions
+from attn_cli.render.picture.heatmap import heatmap_figure
 from attn_cli.render.picture.model_view import model_view_figure
 from attn_cli.render.terminal.cells import View
 from attn_cli.render.terminal.tables import human_view

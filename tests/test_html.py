@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from attn_cli.cli import app
 from attn_cli.render import page as page_module
-from attn_cli.render.page import MASKED, build, notebook_html, page, reproduce_command
+from attn_cli.render.page.chunks import MASKED
+from attn_cli.render.page import build, notebook_html, page, reproduce_command
 from attn_cli.render.terminal.fit import spans as ranges
 from attn_cli.formats.document import run_dict
 from html_support import chunk, hand_trace, manifest, toy

@@ -20,7 +20,9 @@ from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.source import ToySource
-from attn_cli.render.picture.heatmap import SPECIAL_COLOR, HeatmapOptions, What, heatmap_figure, write_figure
+from attn_cli.render.picture.panels import SPECIAL_COLOR, HeatmapOptions
+from attn_cli.render.picture.heatmap import What, heatmap_figure
+from attn_cli.render.picture.canvas import write_figure
 from attn_cli.render.picture.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import IndexSpec

@@ -175,7 +175,7 @@ def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[st
     from attn_cli.render.picture.heatmap import heatmap_figure
     from attn_cli.render.picture.kinds import What
     from attn_cli.render.picture.model_view import model_view_figure
-    from attn_cli.render.picture.heatmap import HeatmapOptions
+    from attn_cli.render.picture.panels import HeatmapOptions
     from attn_cli.sources.spec import SourceSpec
 
     spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET)
@@ -490,7 +490,8 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     invoke("heatmap", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special", "--head", "0", "-o", str(out))
     from attn_cli.sources.toy.config import Config
     from attn_cli.records.hiding import HideSpec, hide
-    from attn_cli.render.picture.heatmap import HeatmapOptions, heatmap_figure
+    from attn_cli.render.picture.panels import HeatmapOptions
+    from attn_cli.render.picture.heatmap import heatmap_figure
     from attn_cli.render.picture.kinds import What
     from attn_cli.sources.spec import SourceSpec
 

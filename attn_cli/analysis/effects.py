@@ -2,7 +2,7 @@
 next-token loss that ablating a head changes (``heads --ablate``).
 
 The forward runs on after the last kept layer (every layer, the final norm, the head;
-``checkpoint.families.base.forward``); this module turns the last hidden states into
+``checkpoint.families.loop.forward``); this module turns the last hidden states into
 each position's K most likely next tokens (decoders) or fillers (masked LMs): the
 softmax of that position's logits in float32, most likely first; or into the mean
 next-token cross-entropy. Logits are made a block of positions at a time, so what is

@@ -114,13 +114,31 @@ def trace(
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
     --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
     command line's errors."""
-    from attn_cli.sources.toy.config import Config, Init, Positional
     from attn_cli.records.hiding import HideSpec, hide
-    from attn_cli.sources.spec import SourceSpec
     from attn_cli.records.selection import IndexSpec
+    from attn_cli.sources.spec import SourceSpec
 
     if not isinstance(text, str):
         raise UsageError(f"text is a {type(text).__name__}; give a str")
+    config, trained = _source_options(options, model)
+    spec = SourceSpec(
+        config=config,
+        model=None if model is None else os.fspath(model),
+        layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
+        heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
+        hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
+        **trained,
+    )
+    source = open_source(spec)
+    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
+    return _notebook(hide(made, spec.hide))
+
+
+def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str, Any]]:
+    """(the toy's Config, a checkpoint's options) from ``trace()``'s keywords, each checked
+    as the command line checks its options."""
+    from attn_cli.sources.toy.config import Config, Init, Positional
+
     unknown = sorted(set(options) - set(TOY_OPTIONS) - set(MODEL_OPTIONS))
     if unknown:
         raise UsageError(
@@ -148,17 +166,7 @@ def trace(
         config = Config(**toy)
     except ValueError as err:  # an Init or Positional name that is not one
         raise UsageError(str(err)) from None
-    spec = SourceSpec(
-        config=config,
-        model=None if model is None else os.fspath(model),
-        layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
-        heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
-        hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
-        **trained,
-    )
-    source = open_source(spec)
-    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
-    return _notebook(hide(made, spec.hide))
+    return config, trained
 
 
 def _index_text(value: Any, name: str) -> str | None:
@@ -185,12 +193,12 @@ def from_attentions(
     special: Sequence[bool] | None = None,
     rollout: bool = False,
 ) -> Trace:
-    """A Trace of attention computed elsewhere (see ``attn_cli.sources.saved.from_attentions``);
+    """A Trace of attention computed elsewhere (see ``attn_cli.sources.outside.from_attentions``);
     ``rollout``: with the rollout through its last layer (every layer from 0 must be given)."""
     import dataclasses
 
     from attn_cli.analysis.rollout import rollout_of
-    from attn_cli.sources.saved import from_attentions as made
+    from attn_cli.sources.outside import from_attentions as made
 
     trace = made(attentions, tokens, model_name=model_name, special=special)
     return _notebook(dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace)

@@ -87,7 +87,7 @@ def _view(
 ) -> Any:
     import dataclasses
 
-    from attn_cli.sources.saved import from_attentions
+    from attn_cli.sources.outside import from_attentions
 
     if html_action not in ("view", "return"):
         raise UsageError(f"html_action={html_action!r}: give 'view' or 'return'")
@@ -150,7 +150,8 @@ def heatmap(
     ``options``: HeatmapOptions' fields (per_head_scale, annotate, cmap, log, size, dpi)."""
     import dataclasses
 
-    from attn_cli.render.picture.heatmap import HeatmapOptions, check_options, heatmap_figure
+    from attn_cli.render.picture.panels import HeatmapOptions
+    from attn_cli.render.picture.heatmap import check_options, heatmap_figure
     from attn_cli.render.picture.kinds import What
 
     try:

@@ -141,7 +141,7 @@ def compare(
 def _picture(comparison: Comparison, spec: SourceSpec, output: Path, dpi: int, *, clobber: bool) -> None:
     from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.picture.compare import compare_figure
-    from attn_cli.render.picture.heatmap import write_figure
+    from attn_cli.render.picture.canvas import write_figure
 
     layers = [layer.layer for layer in comparison.a.layers]
     heads = list(comparison.a.shown_heads)

@@ -207,7 +207,7 @@ def _pictures(reports: list[HeadsReport], output: Path, *, clobber: bool) -> Non
     """--ablate -o NAME.png: one picture per text (NAME-001.png ... for several)."""
     from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.picture.heads import ablation_figure
-    from attn_cli.render.picture.heatmap import write_figure
+    from attn_cli.render.picture.canvas import write_figure
 
     fmt = output.suffix.lower().lstrip(".")
     for i, report in enumerate(reports, start=1):

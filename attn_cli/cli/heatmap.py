@@ -138,7 +138,8 @@ def heatmap(
     if show:
         _check_display()
 
-    from attn_cli.render.picture.heatmap import HeatmapOptions, check_options, colour_map, heatmap_figure
+    from attn_cli.render.picture.panels import HeatmapOptions, colour_map
+    from attn_cli.render.picture.heatmap import check_options, heatmap_figure
 
     check_model_only(spec, **{"--generate": generate})
     kind = what
@@ -235,7 +236,7 @@ def slug(text: str) -> str:
 def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -> None:
     from attn_cli.runtime.files import atomic_writer
     from attn_cli.render.picture.fonts import MISSING_GLYPHS
-    from attn_cli.render.picture.heatmap import write_figure
+    from attn_cli.render.picture.canvas import write_figure
 
     with atomic_writer(path, clobber=clobber) as f:
         notes = write_figure(fig, f, fmt)

@@ -32,30 +32,60 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
 def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``csv_rows`` a few at a time (the token rows, then one row of a
     table at a time), each layer's tables made as the layer is reached."""
-    hiding = hiding_of(run)
-    tokens = token_dicts(run.tokens, hiding.hidden if hiding else (), run.prompt_length)
-    labels = [t["label"] for t in tokens]
-    tokenizer = run.tokens.tokenizer
-    yield [(index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(tokens)]
-    yield [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["special"]]
-    yield [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["hidden"]]
-    yield [
-        (index, tokenizer, "token_bytes", "", "", i, b, labels[i], "", byte)
-        for i, t in enumerate(tokens) if t["partial"]
-        for b, byte in enumerate(bytes.fromhex(t["bytes"]))
-    ]
-    hidden = {i for i, t in enumerate(tokens) if t["hidden"]}
+    rows = _Rows(run, index)
+    yield from rows.token_rows()
+    for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
+        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable))
+    for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
+        yield from rows.stack_rows(key, stack)
+    predictions = predictions_list(run)
+    if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
+        positions = rows.labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's
+        for entry in predictions:
+            i = entry["position"]
+            yield [(index, rows.tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
+    rollout = rollout_dict(run, table=StreamedTable)
+    if rollout is not None:  # its layer: the last layer rolled out through
+        yield from rows.squares("rollout", "", rollout["through_layer"], rollout["weights"])
+        if "weights_shown" in rollout:
+            yield from rows.squares("rollout_shown", "", rollout["through_layer"], rollout["weights_shown"])
 
-    # An encoder-decoder's decoder and cross-attention tables are named "decoder.weights",
-    # "cross.weights", ...: ``p`` the prefix, ``rl`` and ``cl`` the row and column labels.
-    def vectors(table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, p: str = "") -> Iterator[list[tuple[Any, ...]]]:
+
+class _Rows:
+    """One text's CSV rows, table by table. An encoder-decoder's decoder and cross-attention
+    tables are named "decoder.weights", "cross.weights", ...: ``p`` the prefix, ``rl`` and
+    ``cl`` the row and column labels, ``rh`` and ``ch`` the hidden rows and columns."""
+
+    def __init__(self, run: Trace, index: int) -> None:
+        hiding = hiding_of(run)
+        self.run, self.index, self.tokenizer = run, index, run.tokens.tokenizer
+        self.tokens = token_dicts(run.tokens, hiding.hidden if hiding else (), run.prompt_length)
+        self.labels = [t["label"] for t in self.tokens]
+        self.hidden = {i for i, t in enumerate(self.tokens) if t["hidden"]}
+
+    def token_rows(self) -> Iterator[list[tuple[Any, ...]]]:
+        index, tokenizer, labels, tokens = self.index, self.tokenizer, self.labels, self.tokens
+        yield [(index, tokenizer, "token_id", "", "", i, "", labels[i], "", t["id"]) for i, t in enumerate(tokens)]
+        yield [(index, tokenizer, "special", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["special"]]
+        yield [(index, tokenizer, "hidden", "", "", i, "", labels[i], "", 1) for i, t in enumerate(tokens) if t["hidden"]]
+        yield [
+            (index, tokenizer, "token_bytes", "", "", i, b, labels[i], "", byte)
+            for i, t in enumerate(tokens) if t["partial"]
+            for b, byte in enumerate(bytes.fromhex(t["bytes"]))
+        ]
+
+    def vectors(self, table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] | None = None, p: str = "") -> Iterator[list[tuple[Any, ...]]]:
+        rl = self.labels if rl is None else rl
         for i, vec in enumerate(values.row_lists()):
-            yield [(index, tokenizer, p + table, head, layer, i, d, rl[i], "", v) for d, v in enumerate(vec)]
+            yield [(self.index, self.tokenizer, p + table, head, layer, i, d, rl[i], "", v) for d, v in enumerate(vec)]
 
     def squares(
-        table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "",
-        rh: set[int] = hidden, ch: set[int] = hidden,
+        self, table: str, head: Any, layer: int, values: StreamedTable, rl: Sequence[str] | None = None, cl: Sequence[str] | None = None,
+        p: str = "", rh: set[int] | None = None, ch: set[int] | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
+        index, tokenizer = self.index, self.tokenizer
+        rl, cl = (self.labels if rl is None else rl), (self.labels if cl is None else cl)
+        rh, ch = (self.hidden if rh is None else rh), (self.hidden if ch is None else ch)
         if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
                 if i not in rh:
@@ -68,56 +98,50 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             yield [(index, tokenizer, p + table, head, layer, i, j, rl[i], cl[j], "-inf" if v is None else v) for j, v in enumerate(vec)]
 
     def layer_rows(
-        layer: dict[str, Any], rl: Sequence[str] = labels, cl: Sequence[str] = labels, p: str = "", out_proj: bool = run.model.out_proj,
-        rh: set[int] = hidden, ch: set[int] = hidden,
+        self, layer: dict[str, Any], rl: Sequence[str] | None = None, cl: Sequence[str] | None = None, p: str = "",
+        out_proj: bool | None = None, rh: set[int] | None = None, ch: set[int] | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
+        rl, cl = (self.labels if rl is None else rl), (self.labels if cl is None else cl)
+        out_proj = self.run.model.out_proj if out_proj is None else out_proj
         n = layer["layer"]
         if layer["input"] is not None:
-            yield from vectors("input", "", n, layer["input"], rl, p)
+            yield from self.vectors("input", "", n, layer["input"], rl, p)
         for head in layer["heads"]:
-            h = head["head"]
-            for table in VECTOR_TABLES:
-                if table in head:  # a layer of weights alone has no vectors; cross-attention's keys and values are the source's
-                    yield from vectors(table, h, n, head[table], cl if table in ("keys", "values") else rl, p)
-            for table in MATRIX_TABLES:
-                if table in head:
-                    yield from squares(table, h, n, head[table], rl, cl, p, rh, ch)
-            stats = head["stats"]
-            yield [
-                (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
-                for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
-            ]
-            for table in ("entropy_bits", "effective_tokens"):
-                yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
-            yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
+            yield from self.head_rows(head, n, rl, cl, p, rh, ch)
         if "norms" in layer:
-            yield from squares("layer_norms", "", n, layer["norms"], rl, cl, p)
+            yield from self.squares("layer_norms", "", n, layer["norms"], rl, cl, p)
         if out_proj and "concat" in layer:  # otherwise concat is the output itself
-            yield from vectors("concat", "", n, layer["concat"], rl, p)
+            yield from self.vectors("concat", "", n, layer["concat"], rl, p)
         if "output" in layer:
-            yield from vectors("output", "", n, layer["output"], rl, p)
+            yield from self.vectors("output", "", n, layer["output"], rl, p)
 
-    for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
-        yield from layer_rows(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable))
-    for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
+    def head_rows(
+        self, head: dict[str, Any], n: int, rl: Sequence[str], cl: Sequence[str], p: str, rh: set[int] | None, ch: set[int] | None
+    ) -> Iterator[list[tuple[Any, ...]]]:  # fmt: skip
+        index, tokenizer, h = self.index, self.tokenizer, head["head"]
+        for table in VECTOR_TABLES:
+            if table in head:  # a layer of weights alone has no vectors; cross-attention's keys and values are the source's
+                yield from self.vectors(table, h, n, head[table], cl if table in ("keys", "values") else rl, p)
+        for table in MATRIX_TABLES:
+            if table in head:
+                yield from self.squares(table, h, n, head[table], rl, cl, p, rh, ch)
+        stats = head["stats"]
+        yield [
+            (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
+            for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
+        ]
+        for table in ("entropy_bits", "effective_tokens"):
+            yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
+        yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
+
+    def stack_rows(self, key: str, stack: Trace) -> Iterator[list[tuple[Any, ...]]]:
         target = [t["label"] for t in token_dicts(stack.tokens)]
         prefix = "decoder." if key == "decoder_layers" else "cross."
         if prefix == "decoder.":  # the decoder's inputs, one per decoder row
-            yield [(index, tokenizer, "decoder.token_id", "", "", i, "", target[i], "", tid) for i, tid in enumerate(stack.tokens.ids)]
-        columns = target if prefix == "decoder." else labels
+            yield [(self.index, self.tokenizer, "decoder.token_id", "", "", i, "", target[i], "", tid) for i, tid in enumerate(stack.tokens.ids)]
+        columns = target if prefix == "decoder." else self.labels
         row_hidden = set(stack.hiding.hidden) if stack.hiding is not None else set()
-        column_hidden = row_hidden if prefix == "decoder." else hidden
+        column_hidden = row_hidden if prefix == "decoder." else self.hidden
         for layer in stack.layers:
             made = layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack))
-            yield from layer_rows(made, target, columns, prefix, True, row_hidden, column_hidden)
-    predictions = predictions_list(run)
-    if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
-        positions = labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's
-        for entry in predictions:
-            i = entry["position"]
-            yield [(index, tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
-    rollout = rollout_dict(run, table=StreamedTable)
-    if rollout is not None:  # its layer: the last layer rolled out through
-        yield from squares("rollout", "", rollout["through_layer"], rollout["weights"])
-        if "weights_shown" in rollout:
-            yield from squares("rollout_shown", "", rollout["through_layer"], rollout["weights_shown"])
+            yield from self.layer_rows(made, target, columns, prefix, True, row_hidden, column_hidden)

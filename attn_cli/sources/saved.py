@@ -1,15 +1,14 @@
-"""Attention that attn-cli did not compute: a saved schema-2 JSON (``--from FILE``)
-or the attentions another tool returned (``from_attentions``), as a ``Trace`` of
-weights that every weights-based view draws (heatmaps and the model view, the
+"""A saved schema-2 JSON (``--from FILE``, ``attn_cli.load``) as a source: the ``Trace`` of
+weights it holds, which every weights-based view draws (heatmaps and the model view, the
 page, the heads census without its probe).
 
 Shapes: L layers, H heads, T tokens; weights (H, T, T), rows summing to 1.
 
-What is known is kept: the tokens' labels (and ids, special flags when given),
-the layer and head numbers, the mask (JSON: the cells ``scaled_scores`` leaves
-null; otherwise a causal mask when every cell above the diagonal is exactly 0 in
-every head). What is not (the vectors, the raw scores) is not made up: such a
-trace holds ``LayerWeights`` only, and the views that need more say so.
+What is known is kept: the tokens' labels (and ids, special flags when given), the layer
+and head numbers, the mask (the cells ``scaled_scores`` leaves null), the raw and scaled
+scores, the rollout, the toy's config. What is not (the vectors) is not made up: such a
+trace holds ``LayerWeights`` or ``SavedScores``, and the views that need more say so.
+Attention computed by another tool comes in through ``attn_cli.sources.outside``.
 """
 
 from __future__ import annotations
@@ -23,59 +22,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.runtime.errors import AttnCliError, UsageError
-from attn_cli.records.tokens import Tokens
-from attn_cli.records.trace import EXTERNAL, ModelInfo, Trace
 from attn_cli.records.selection import Selection
+from attn_cli.records.trace import EXTERNAL, ModelInfo, Trace
+from attn_cli.runtime.errors import AttnCliError, UsageError
+from attn_cli.sources.outside import check_layers, dims_text, model_info, numbers_of, placed, tokens_of, weights_trace, whole_number
 
 if TYPE_CHECKING:
     import torch
 
     from attn_cli.records.layers import LayerWeights
 
-ROW_SUM_TOLERANCE = 1e-3
 MAX_FILE_BYTES = 4 * 2**30  # a saved trace is read whole; beyond this, say so rather than try
-
-
-def from_attentions(
-    attentions: Any,
-    tokens: Sequence[str],
-    *,
-    model_name: str | None = None,
-    special: Sequence[bool] | None = None,
-    text: str | None = None,
-) -> Trace:
-    """A Trace of the ``attentions`` another tool computed: one (1, H, T, T) or (H, T, T)
-    tensor or array per layer (what transformers returns with ``output_attentions=True``),
-    over ``tokens`` (their strings, in order). ``special``: which tokens the tokenizer
-    added ([CLS], BOS), for --hide-tokens special and the special_mass score.
-    Raises UsageError naming the first problem: a wrong rank, layers of different
-    sizes, a token count that does not match, rows that do not sum to 1."""
-    import torch
-
-    if isinstance(attentions, torch.Tensor) or _is_array(attentions):  # one tensor: stacked layers, or one layer
-        attentions = [attentions[i] for i in range(attentions.shape[0])] if len(attentions.shape) >= 4 else [attentions]
-    layers = list(attentions)
-    if not layers:
-        raise UsageError("attentions is empty: give one (H, T, T) or (1, H, T, T) tensor per layer")
-    tensors = []
-    for i, item in enumerate(layers):
-        tensor = _numeric(item, f"attentions[{i}]")
-        if tensor.dim() == 4:
-            if tensor.shape[0] != 1:
-                raise UsageError(f"attentions[{i}] has a batch of {tensor.shape[0]}; give one text's attentions (batch 1)")
-            tensor = tensor[0]  # (1, H, T, T) -> (H, T, T)
-        if tensor.dim() != 3:
-            raise UsageError(f"attentions[{i}] has {tensor.dim()} dimensions {tuple(tensor.shape)}; each layer is (H, T, T) or (1, H, T, T)")
-        tensors.append(tensor)
-    labels = [str(t) for t in tokens]
-    weights = _check_layers(tensors, len(labels), "attentions")
-    names = special if special is not None else [False] * len(labels)
-    if len(names) != len(labels):
-        raise UsageError(f"special has {len(names)} flags for {len(labels)} tokens")
-    toks = Tokens(tuple(range(len(labels))), tuple(labels), len(labels), model_name or EXTERNAL, tuple(bool(s) for s in names))
-    info = _info(model_name or "attentions", model_name or EXTERNAL, EXTERNAL, len(weights), weights[0].shape[0])
-    return _trace(text if text is not None else " ".join(labels), toks, info, weights, list(range(len(weights))), None)
 
 
 def load_json(path: str | os.PathLike[str]) -> Trace:
@@ -121,8 +78,50 @@ def _load(where: str, mtime: int, size: int) -> Trace:
 
 def from_dict(data: Any, where: str = "the trace") -> Trace:
     """The trace a parsed schema-2 document describes (see ``load_json``)."""
-    import torch
+    tokens, layers = _document(data, where)
+    toks = tokens_of(tokens, data, where)
+    n = len(toks)
+    weights, masks, numbers, head_numbers = [], [], [], None
+    saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+    saved_norms: list[tuple[torch.Tensor, torch.Tensor] | None] = []  # (H, T, T), (T, T) when the file has them (run --norms)
+    for i, layer in enumerate(layers):
+        number, found, stacked, mask, scores, norms = _read_layer(layer, i, n, where, head_numbers)
+        if head_numbers is None:
+            head_numbers = found
+        numbers.append(number)
+        weights.append(stacked)
+        masks.append(mask)
+        saved_scores.append(scores)
+        saved_norms.append(norms)
+    if len(set(numbers)) != len(numbers):
+        raise UsageError(f"{where}: layers {numbers} repeat a layer number")
+    assert head_numbers is not None
+    if len(set(head_numbers)) != len(head_numbers) or min(head_numbers) < 0:
+        raise UsageError(f"{where}: heads {head_numbers} repeat a head or count below 0")
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    n_heads = max(int(model.get("heads") or 0), max(head_numbers) + 1)
+    full = [placed(w, head_numbers, n_heads) for w in weights]  # (H, T, T), heads at their numbers
+    check_layers([w[head_numbers] for w in full], n, where)
+    text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
+    pair = data.get("pair") if isinstance(data.get("pair"), str) else None
+    made = weights_trace(text, toks, _saved_info(model, data, where, numbers, n_heads), full, numbers, masks, heads=tuple(head_numbers), pair=pair)
+    if all(s is not None for s in saved_scores):
+        layers = tuple(
+            _with_scores(layer, *[placed(t, head_numbers, n_heads) for t in scores], model)  # type: ignore[misc]
+            for layer, scores in zip(made.layers, saved_scores)
+        )
+        made = dataclasses.replace(made, layers=layers)
+    if all(pair is not None for pair in saved_norms):
+        layers = tuple(
+            dataclasses.replace(layer, norms=placed(head, head_numbers, n_heads, fill=0.0), layer_norms=summed)
+            for layer, (head, summed) in zip(made.layers, saved_norms)  # type: ignore[misc]
+        )
+        made = dataclasses.replace(made, layers=layers)
+    return _with_rollout_and_prompt(made, data, tokens, where, n)
 
+
+def _document(data: Any, where: str) -> tuple[list[Any], list[Any]]:
+    """(tokens[], layers[]) of a schema-2 document, or the UsageError that says what is missing."""
     if not isinstance(data, dict):
         raise UsageError(f"{where}: not a schema-2 trace (a JSON object with tokens and layers)")
     version = data.get("schema_version", 2)
@@ -135,58 +134,50 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
         raise UsageError(f"{where}: no tokens[]; a schema-2 trace lists its tokens")
     if not isinstance(layers, list) or not layers:
         raise UsageError(f"{where}: no layers[]; a schema-2 trace has layers[].heads[].weights")
-    toks = _tokens(tokens, data, where)
-    n = len(toks)
-    weights, masks, numbers, head_numbers = [], [], [], None
-    saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-    saved_norms: list[tuple[torch.Tensor, torch.Tensor] | None] = []  # (H, T, T), (T, T) when the file has them (run --norms)
-    for i, layer in enumerate(layers):
-        heads = layer.get("heads") if isinstance(layer, dict) else None
-        if not isinstance(heads, list) or not heads:
-            raise UsageError(f"{where}: layers[{i}] has no heads[]")
-        numbers.append(_int(layer.get("layer", i), f"layers[{i}].layer", where))
-        found = [_int(h.get("head", j), f"layers[{i}].heads[{j}].head", where) if isinstance(h, dict) else j for j, h in enumerate(heads)]
-        if head_numbers is None:
-            head_numbers = found
-        elif found != head_numbers:
-            raise UsageError(f"{where}: layers[{i}] has heads {found}, layers[0] {head_numbers}; every layer must list the same heads")
-        per_head, per_mask, per_scores = [], [], []
-        for j, head in enumerate(heads):
-            table = head.get("weights") if isinstance(head, dict) else None
-            if table is None:
-                raise UsageError(f"{where}: layers[{i}].heads[{j}] has no weights")
-            w = _table(table, f"layers[{i}].heads[{j}].weights", where, n)
-            per_head.append(w)
-            scaled = head.get("scaled_scores")
-            if isinstance(scaled, list) and len(scaled) == n:
-                per_mask.append(torch.tensor([[v is None for v in row] for row in scaled], dtype=torch.bool))
-                raw = head.get("scores")
-                if isinstance(raw, list):
-                    given = _table(raw, f"layers[{i}].heads[{j}].scores", where, n)
-                    shown = _table([[float("-inf") if v is None else v for v in row] for row in scaled], f"layers[{i}].heads[{j}].scaled_scores", where, n)
-                    per_scores.append((given, shown))
-        weights.append(torch.stack(per_head))  # (H, T, T)
-        if all(isinstance(h, dict) and h.get("norms") is not None for h in heads) and layer.get("norms") is not None:
-            saved_norms.append((
-                torch.stack([_table(h["norms"], f"layers[{i}].heads[{j}].norms", where, n) for j, h in enumerate(heads)]),
-                _table(layer["norms"], f"layers[{i}].norms", where, n),
-            ))  # fmt: skip
-        else:
-            saved_norms.append(None)
-        masks.append(per_mask[0] if per_mask and all(torch.equal(m, per_mask[0]) for m in per_mask) else None)
-        saved_scores.append(
-            (torch.stack([g for g, _ in per_scores]), torch.stack([z for _, z in per_scores])) if len(per_scores) == len(heads) else None
-        )  # (H, T, T) each, when every head has both tables
-    if len(set(numbers)) != len(numbers):
-        raise UsageError(f"{where}: layers {numbers} repeat a layer number")
-    assert head_numbers is not None
-    if len(set(head_numbers)) != len(head_numbers) or min(head_numbers) < 0:
-        raise UsageError(f"{where}: heads {head_numbers} repeat a head or count below 0")
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    n_heads = max(int(model.get("heads") or 0), max(head_numbers) + 1)
-    full = [_place(w, head_numbers, n_heads) for w in weights]  # (H, T, T), heads at their numbers
-    _check_layers([w[head_numbers] for w in full], n, where)
-    info = _info(
+    return tokens, layers
+
+
+def _read_layer(layer: Any, i: int, n: int, where: str, head_numbers: list[int] | None) -> tuple[int, list[int], Any, Any, Any, Any]:
+    """layers[i] of the file: (its number, its heads' numbers, its (H, T, T) weights, its mask
+    when every head's scaled scores give the same one, (raw, scaled) scores when every head has
+    both, (head, layer) norms when the file has them)."""
+    import torch
+
+    heads = layer.get("heads") if isinstance(layer, dict) else None
+    if not isinstance(heads, list) or not heads:
+        raise UsageError(f"{where}: layers[{i}] has no heads[]")
+    number = whole_number(layer.get("layer", i), f"layers[{i}].layer", where)
+    found = [whole_number(h.get("head", j), f"layers[{i}].heads[{j}].head", where) if isinstance(h, dict) else j for j, h in enumerate(heads)]
+    if head_numbers is not None and found != head_numbers:
+        raise UsageError(f"{where}: layers[{i}] has heads {found}, layers[0] {head_numbers}; every layer must list the same heads")
+    per_head, per_mask, per_scores = [], [], []
+    for j, head in enumerate(heads):
+        table = head.get("weights") if isinstance(head, dict) else None
+        if table is None:
+            raise UsageError(f"{where}: layers[{i}].heads[{j}] has no weights")
+        per_head.append(_table(table, f"layers[{i}].heads[{j}].weights", where, n))
+        scaled = head.get("scaled_scores")
+        if isinstance(scaled, list) and len(scaled) == n:
+            per_mask.append(torch.tensor([[v is None for v in row] for row in scaled], dtype=torch.bool))
+            raw = head.get("scores")
+            if isinstance(raw, list):
+                given = _table(raw, f"layers[{i}].heads[{j}].scores", where, n)
+                shown = _table([[float("-inf") if v is None else v for v in row] for row in scaled], f"layers[{i}].heads[{j}].scaled_scores", where, n)
+                per_scores.append((given, shown))
+    norms = None
+    if all(isinstance(h, dict) and h.get("norms") is not None for h in heads) and layer.get("norms") is not None:
+        norms = (
+            torch.stack([_table(h["norms"], f"layers[{i}].heads[{j}].norms", where, n) for j, h in enumerate(heads)]),
+            _table(layer["norms"], f"layers[{i}].norms", where, n),
+        )
+    mask = per_mask[0] if per_mask and all(torch.equal(m, per_mask[0]) for m in per_mask) else None
+    scores = (torch.stack([g for g, _ in per_scores]), torch.stack([z for _, z in per_scores])) if len(per_scores) == len(heads) else None
+    return number, found, torch.stack(per_head), mask, scores, norms  # (H, T, T) weights
+
+
+def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, numbers: list[int], n_heads: int) -> ModelInfo:
+    """What ran, as the file says: the toy's own info when it holds the toy's config."""
+    info = model_info(
         str(model.get("source") or where), str(model.get("architecture") or EXTERNAL), str(model.get("family") or EXTERNAL),
         max(int(model.get("layers") or 0), max(numbers) + 1), n_heads,
         kv_heads=model.get("kv_heads"), head_dim=model.get("head_dim"), d_model=model.get("d_model"),
@@ -198,26 +189,16 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
 
         threads = model.get("threads")
         info = dataclasses.replace(toy_info(config), threads=threads if isinstance(threads, int) else None)
-    text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
-    pair = data.get("pair") if isinstance(data.get("pair"), str) else None
-    made = _trace(text, toks, info, full, numbers, masks, heads=tuple(head_numbers), pair=pair)
-    if all(s is not None for s in saved_scores):
-        layers = tuple(
-            _with_scores(layer, *[_place(t, head_numbers, n_heads) for t in scores], model)  # type: ignore[misc]
-            for layer, scores in zip(made.layers, saved_scores)
-        )
-        made = dataclasses.replace(made, layers=layers)
-    if all(pair is not None for pair in saved_norms):
-        layers = tuple(
-            dataclasses.replace(layer, norms=_place(head, head_numbers, n_heads, fill=0.0), layer_norms=summed)
-            for layer, (head, summed) in zip(made.layers, saved_norms)  # type: ignore[misc]
-        )
-        made = dataclasses.replace(made, layers=layers)
+    return info
+
+
+def _with_rollout_and_prompt(made: Trace, data: Mapping[str, Any], tokens: list[Any], where: str, n: int) -> Trace:
+    """The file's rollout, and where --generate's prompt ended, drawn again."""
     rollout = data.get("rollout")
     if isinstance(rollout, dict) and rollout.get("weights") is not None:
         made = dataclasses.replace(made, rollout=_rollout(rollout, where, n))
     generated = [bool(entry.get("generated")) for entry in tokens if isinstance(entry, dict)]
-    if any(generated) and len(generated) == n:  # --generate: where the prompt ended, drawn again
+    if any(generated) and len(generated) == n:
         text_after = data.get("generated_text")
         made = dataclasses.replace(
             made, prompt_length=generated.index(True), generated_text=text_after if isinstance(text_after, str) else None
@@ -232,7 +213,7 @@ def _rollout(saved: Mapping[str, Any], where: str, n: int) -> Any:
     from attn_cli.records.results import Rollout
 
     weights = _table(saved["weights"], "rollout.weights", where, n)
-    through = _int(saved.get("through_layer", 0), "rollout.through_layer", where)
+    through = whole_number(saved.get("through_layer", 0), "rollout.through_layer", where)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (T, T)
     causal = n > 1 and bool((weights[future] == 0).all())
     return Rollout(through, weights, future if causal else None)
@@ -295,9 +276,9 @@ def _with_scores(layer: LayerWeights, scores: torch.Tensor, scaled: torch.Tensor
 
 def _table(value: Any, what: str, where: str, n: int) -> torch.Tensor:
     """(T, T) float32: one of a saved head's tables, its size checked against the tokens."""
-    table = _numeric(value, what, where)
+    table = numbers_of(value, what, where)
     if table.shape != (n, n):
-        raise UsageError(f"{where}: {what} is {_dims(table.shape)}, but there are {n} tokens ({n} x {n})")
+        raise UsageError(f"{where}: {what} is {dims_text(table.shape)}, but there are {n} tokens ({n} x {n})")
     return table
 
 
@@ -365,133 +346,3 @@ class SavedSource:
 
 
 # -- the pieces ------------------------------------------------------------------------
-
-
-def _is_array(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (list, tuple))
-
-
-def _numeric(value: Any, what: str, where: str | None = None) -> torch.Tensor:
-    """``value`` (a tensor, an array or nested lists of numbers) as a float32 tensor on the
-    CPU, converted once; anything else is a UsageError."""
-    import torch
-
-    try:
-        if isinstance(value, torch.Tensor):
-            return value.detach().to("cpu", torch.float32)
-        return torch.as_tensor(value, dtype=torch.float32)
-    except (TypeError, ValueError, RuntimeError):
-        prefix = f"{where}: " if where else ""
-        raise UsageError(f"{prefix}{what} is not a table of numbers (rows of equal length)") from None
-
-
-def _dims(shape: Sequence[int]) -> str:
-    return " x ".join(str(s) for s in shape)
-
-
-def _int(value: Any, what: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{where}: {what} is {value!r}, not an index")
-    return value
-
-
-def _check_layers(layers: Sequence[torch.Tensor], n_tokens: int, where: str) -> list[torch.Tensor]:
-    """Each (H, T, T), the same H in every layer, T the tokens', rows summing to 1."""
-    first = layers[0].shape
-    for i, w in enumerate(layers):
-        if w.shape[0] < 1:
-            raise UsageError(f"{where}: layer {i} has no heads")
-        if w.shape != first:
-            raise UsageError(f"{where}: layer {i} is {_dims(w.shape)} but layer 0 is {_dims(first)}; every layer must be the same size")
-        if w.shape[1] != w.shape[2]:
-            raise UsageError(f"{where}: layer {i}'s weights are {_dims(w.shape[1:])}, not square (T x T)")
-        if w.shape[-1] != n_tokens:
-            raise UsageError(f"{where}: the weights are {w.shape[-1]} x {w.shape[-1]} but there are {n_tokens} tokens")
-        if not bool(w.isfinite().all()) or bool((w < 0).any()):
-            raise UsageError(f"{where}: layer {i} has a negative, NaN or infinite weight; attention weights are a softmax's")
-        sums = w.sum(-1)  # (H, T)
-        worst = float((sums - 1).abs().max())
-        if worst > ROW_SUM_TOLERANCE:
-            h, q = divmod(int((sums - 1).abs().argmax()), w.shape[1])
-            raise UsageError(
-                f"{where}: layer {i}, head {h}, row {q} sums to {float(sums[h, q]):.6g}, not 1 (within {ROW_SUM_TOLERANCE:g}); "
-                f"give the softmax weights, not the scores"
-            )
-    return list(layers)
-
-
-def _place(weights: torch.Tensor, numbers: Sequence[int], n_heads: int, fill: float | None = None) -> torch.Tensor:
-    """(H_file, T, T) -> (H, T, T) with head numbers[j] at index numbers[j]; a head the
-    file lacks is uniform, or ``fill`` (never shown: the trace's heads are the file's)."""
-    import torch
-
-    if list(numbers) == list(range(n_heads)):
-        return weights
-    n = weights.shape[-1]
-    full = torch.full((n_heads, n, n), 1.0 / n if fill is None else fill)  # (H, T, T)
-    full[list(numbers)] = weights
-    return full
-
-
-def _tokens(entries: list[Any], data: Mapping[str, Any], where: str) -> Tokens:
-    texts, ids, special = [], [], []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, str):
-            entry = {"text": entry}
-        if not isinstance(entry, dict) or not isinstance(entry.get("text", entry.get("label")), str):
-            raise UsageError(f"{where}: tokens[{i}] has no text; each token is an object with its text")
-        texts.append(entry.get("text", entry.get("label")))
-        ids.append(entry["id"] if isinstance(entry.get("id"), int) else i)
-        special.append(bool(entry.get("special", False)))
-    vocab = data.get("vocab_size") if isinstance(data.get("vocab_size"), int) else max(ids) + 1
-    tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), str) else EXTERNAL
-    return Tokens(tuple(ids), tuple(texts), max(vocab, max(ids) + 1), tokenizer, tuple(special))
-
-
-def _info(source: str, architecture: str, family: str, layers: int, heads: int, **known: Any) -> ModelInfo:
-    def number(key: str) -> int:
-        value = known.get(key)
-        return int(value) if isinstance(value, int) and value > 0 else 0
-
-    return ModelInfo(
-        source=source,
-        architecture=architecture,
-        family=family,
-        layers=layers,
-        heads=heads,
-        kv_heads=number("kv_heads") or heads,
-        head_dim=number("head_dim"),
-        d_model=number("d_model"),
-        dtype=str(known.get("dtype") or "float32"),
-        revision=known.get("revision") if isinstance(known.get("revision"), str) else None,
-        model_type=known.get("model_type") if isinstance(known.get("model_type"), str) else None,
-        path=source if "/" in source else None,  # titles shorten a long folder as they do for the run that saved it
-        input_text="(not saved)",
-    )
-
-
-def _trace(
-    text: str,
-    tokens: Tokens,
-    info: ModelInfo,
-    weights: Sequence[torch.Tensor],
-    numbers: Sequence[int],
-    masks: Sequence[torch.Tensor | None] | None,
-    *,
-    heads: tuple[int, ...] | None = None,
-    pair: str | None = None,
-) -> Trace:
-    from attn_cli.records.layers import LayerWeights
-    from attn_cli.sources.attend import causal_mask
-
-    made: list[LayerWeights] = []
-    for i, (w, number) in enumerate(zip(weights, numbers)):
-        mask = masks[i] if masks is not None else None
-        if mask is None:
-            n = w.shape[-1]
-            causal = causal_mask(n)
-            mask = causal if n > 1 and bool((w[:, causal] == 0).all()) else None
-        elif not bool(mask.any()):
-            mask = None
-        made.append(LayerWeights(w.contiguous(), mask, 1.0, number, "", 0))
-    return Trace(text, tokens, info, tuple(made), chosen_heads=heads, pair=pair)

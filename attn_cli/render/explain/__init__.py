@@ -11,12 +11,12 @@ the tokens, the layer's input and the weights come from.
 
 from __future__ import annotations
 
-from attn_cli.runtime.errors import UsageError
-from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
-from attn_cli.render.explain.rich import to_rich
-from attn_cli.render.explain.steps import resolve_head
-from attn_cli.render.explain.text import to_text
 from attn_cli.records.trace import Trace
+from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
+from attn_cli.render.explain.layout import resolve_head
+from attn_cli.render.explain.rich import to_rich
+from attn_cli.render.explain.text import to_text
+from attn_cli.runtime.errors import UsageError
 
 __all__ = [
     "CORNER", "FULL_D", "FULL_T", "Block", "Explanation", "Grid", "Line", "Step",

@@ -13,34 +13,25 @@ Shapes: T tokens, D d_model, H heads, Dk/Dv per-head query-key/value sizes.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any
-
 import torch
 
-from attn_cli.records.layers import softmax_input_of
-from attn_cli.sources.attend import split_heads
-from attn_cli.runtime.errors import UsageError
-from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
-from attn_cli.render.terminal.fit import spans
-from attn_cli.analysis.stats import HeadStats, attention_stats
-from attn_cli.records.tokens import Tokens
+from attn_cli.analysis.stats import attention_stats
 from attn_cli.records.trace import Trace
+from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
+from attn_cli.render.explain.layout import (
+    Layout,
+    head_stats_of,
+    mean_top,
+    softmax_of,
+    span_of,
+    std_of,
+)
+from attn_cli.render.explain.projections import ProjectionSteps
 
 _HEAD_BLOCKS = 8  # step 9 shows at most this many heads' context blocks when concat is summarised
 
 
-def resolve_head(run: Trace, head: int | None) -> int:
-    heads = run.layers[0].n_heads
-    if head is None:
-        return 0
-    if not 0 <= head < heads:
-        raise UsageError(f"--head {head} does not exist: this run has {heads} head{'s' if heads > 1 else ''} (0 to {heads - 1})")
-    return head
-
-
-class Walkthrough:
+class Walkthrough(Layout, ProjectionSteps):
     """One head's walk-through; subclasses give ``intro``, ``outro`` and ``steps``."""
 
     weights_hint = ""  # where to see a summarised weight matrix whole
@@ -113,285 +104,9 @@ class Walkthrough:
     def head_columns_note(self) -> str:
         return "each head's own steps 4 to 8: --head N"
 
-    # formatting -------------------------------------------------------------
-
-    def f(self, v: float) -> str:
-        if math.isinf(v):
-            return "-inf" if v < 0 else "inf"
-        return f"{v:.{self.p}f}"
-
-    def signed(self, v: float) -> str:
-        return ("+" if v >= 0 else "") + self.f(v)
-
-    @property
-    def query_keys(self) -> list[int]:
-        """The keys the per-query tables list: all of them, or for long texts the
-        CORNER keys the query weights most, in text order."""
-        if self.S <= FULL_T or self.q is None:
-            return list(range(min(self.S, FULL_T)))
-        top = torch.topk(self.one.weights[self.q], CORNER).indices.tolist()
-        return sorted(top)
-
-    @property
-    def query_keys_note(self) -> Line:
-        return Line(
-            f"Summarised ({'S' if self.cross else 'T'} = {self.S} > {FULL_T} tokens): keys {spans(self.query_keys, dash='–')} shown, "
-            f"the {CORNER} this query weights most; the sums run over all {self.S} keys.",
-            "note",
-        )
-
-    @property
-    def head_note(self) -> str:
-        return f" (head {self.h})" if self.H > 1 else ""
-
-    def ql(self) -> str:
-        assert self.q is not None
-        return f"{self.q} {self.labels[self.q]!r}"
-
-    def matrix(
-        self,
-        title: str,
-        m: torch.Tensor,
-        *,
-        cols: str = "tokens",
-        col_offset: int = 0,
-        emphasise_max: bool = False,
-        masked_as: str | None = None,
-        row_sums: bool = False,
-        key_rows: bool = False,
-    ) -> list[Block]:
-        """A (T, n) tensor as a grid: rows are tokens (the keys' with ``key_rows``: cross-attention's
-        K and V are the source's), columns the keys or dimensions; summarised (a corner plus
-        statistics) past FULL_T tokens or FULL_D dimensions."""
-        row_labels = self.key_labels if key_rows else self.labels
-        values = m.tolist()
-        n_rows, n_cols = len(values), len(values[0]) if values else 0
-        row_idx = list(range(n_rows)) if n_rows <= FULL_T else _corner_rows(self.q)
-        col_limit = FULL_T if cols == "tokens" else FULL_D
-        col_idx = list(range(n_cols)) if n_cols <= col_limit else list(range(CORNER))
-        if cols == "tokens":
-            header = [self.key_labels[j] for j in col_idx]
-        else:
-            header = [str(col_offset + j) for j in col_idx]
-        cut_cols = len(col_idx) < n_cols
-        if cut_cols:
-            header.append("…")
-        if row_sums:
-            header.append("row sum")
-        rows: list[tuple[str, ...]] = []
-        emphasis: set[tuple[int, int]] = set()
-        previous = -1
-        for i in row_idx:
-            if i != previous + 1:
-                rows.append(("⋮",) + ("",) * len(header))
-            previous = i
-            row = values[i]
-            cells = []
-            for j in col_idx:
-                v = row[j]
-                if masked_as is not None and self._hidden_cells is not None and self._hidden_cells[i][j]:
-                    cells.append(masked_as)
-                else:
-                    cells.append(self.f(v))
-            if cut_cols:
-                cells.append("…")
-            if row_sums:
-                cells.append(self.f(math.fsum(row)))
-            if emphasise_max:
-                best = max(range(n_cols), key=row.__getitem__)
-                if best in col_idx:
-                    emphasis.add((len(rows), col_idx.index(best) + 1))
-            rows.append((row_labels[i], *cells))
-        blocks: list[Block] = [
-            Grid(f"{title}   {n_rows} × {n_cols}", ("",) + tuple(header), tuple(rows), frozenset(emphasis), 1 if row_sums else 0)
-        ]
-        if len(row_idx) < n_rows or cut_cols:
-            shown = []
-            if len(row_idx) < n_rows:
-                shown.append(f"rows {spans(row_idx, dash='–')}")
-            if cut_cols:
-                shown.append(f"columns {spans(col_idx, dash='–')}")
-            reasons = []
-            if len(row_idx) < n_rows or (cut_cols and cols == "tokens"):
-                reasons.append(f"T = {self.T} > {FULL_T} tokens")
-            if cut_cols and cols != "tokens":
-                reasons.append(f"{n_cols} > {FULL_D} dimensions")
-            blocks.append(
-                Line(
-                    f"Summarised ({', '.join(reasons)}): showing {' and '.join(shown)}. {_stats(m, self.f)}. "
-                    "The JSON of the command at the end has every number.",
-                    "note",
-                )
-            )
-        return blocks
 
     # the steps ----------------------------------------------------------------
 
-    def projection_blocks(self, x: str, D: int, *, bias_flag: str = "") -> list[Block]:
-        """Step 3's common part: Q, K, V from ``x`` (T, D) through the head's rows of
-        W_q, W_k, W_v (nn.Linear's (out, in)), and the K, V rows a followed query uses.
-        With grouped-query attention, K and V come from the key/value head the query
-        head shares; where the family rotates queries and keys (RoPE), Q and K are
-        shown before and after the rotation."""
-        one, H, dk, dv = self.one, self.H, self.d_k, self.d_v
-        Hkv, g = self.kv_heads, self.kv_head
-        proj = self.layer.projections
-        assert proj.query is not None and proj.key is not None and proj.value is not None
-        has_bias = proj.query.bias is not None
-        bias = (" + b_q", " + b_k", " + b_v") if has_bias else ("", "", "")
-        m, S = ("m", self.S) if self.cross else (x, self.T)  # cross-attention: keys and values from the encoder's output m
-        blocks: list[Block] = []
-        blocks += [
-            Line(f"Q = {x} W_qᵀ{bias[0]}   ({self.T} × {D}) · ({D} × {H * dk}) → {self.T} × {H * dk}", "formula"),
-            Line(f"K = {m} W_kᵀ{bias[1]}   ({S} × {D}) · ({D} × {Hkv * dk}) → {S} × {Hkv * dk}", "formula"),
-            Line(f"V = {m} W_vᵀ{bias[2]}   ({S} × {D}) · ({D} × {Hkv * dv}) → {S} × {Hkv * dv}", "formula"),
-        ]
-        blocks.append(
-            Line(
-                "Each weight matrix is stored as nn.Linear stores it, (out × in): row d of W_q makes column d of Q, "
-                f"Q[i, d] = Σ_e {x}[i, e] W_q[d, e]" + (" + b_q[d]" if has_bias else "") + f", row i of {x} (step 2) against row d of W_q; "
-                "likewise K and V."
-                + (f" The biases b_q, b_k, b_v{bias_flag} are the last column of each weight table: one number per row, added for every token." if has_bias else ""),
-            )
-        )
-        if H > 1:
-            q_rows, kv_rows, v_rows = self._rows(self.h, dk), self._rows(g, dk), self._rows(g, dv)
-            if Hkv < H:
-                blocks.append(
-                    Line(
-                        f"Grouped-query attention: the {H} query heads share {Hkv} key/value heads, {H // Hkv} each, so W_k and W_v "
-                        f"have {Hkv * dk} rows, not {H * dk}. Query head {self.h} takes columns {q_rows} of Q (rows {q_rows} of W_q) "
-                        f"and the keys and values of key/value head {g} = {self.h} // {H // Hkv}: columns {kv_rows} of K and {v_rows} of V "
-                        f"(rows {kv_rows} of W_k, {v_rows} of W_v), which query heads {self._sharing()} use too. Head {self.h}'s parts:"
-                    )
-                )
-            else:
-                blocks.append(
-                    Line(
-                        f"With {H} heads, head {self.h} takes columns {q_rows} of Q and K and {v_rows} of V (step 9), so it needs only "
-                        f"rows {q_rows} of W_q and W_k and rows {v_rows} of W_v. Head {self.h}'s parts"
-                        + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
-                    )
-                )
-        rotary = self.run.model.anatomy.rotary if self.run.model.anatomy is not None else None
-        before = self._projected() if rotary else {}
-        for name, w, d, first, result in (
-            ("q", proj.query, dk, self.h * dk, one.queries),
-            ("k", proj.key, dk, g * dk, one.keys),
-            ("v", proj.value, dv, g * dv, one.values),
-        ):
-            blocks += self.weight(f"W_{name}", w.weight[first : first + d], None if w.bias is None else w.bias[first : first + d], f"b_{name}", first)  # (d, D)
-            if name in before:
-                normed = proj.query_norm if name == "q" else proj.key_norm
-                when = f"after {name}_norm (RMSNorm), before the rotation" if normed is not None else "before the rotation"
-                blocks += self.matrix(f"{name.upper()} {when}{self.head_note}", before[name], cols="dims")
-            else:
-                blocks += self.matrix(f"{name.upper()}{self.head_note}", result, cols="dims", key_rows=name != "q" and self.cross)
-        if rotary:
-            blocks.append(Line(f"Then positions: {rotary}. The scores (step 4) use the rotated Q and K:", "formula"))
-            blocks += self.matrix(f"Q{self.head_note}, rotated", one.queries, cols="dims")
-            blocks += self.matrix(f"K{self.head_note}, rotated", one.keys, cols="dims")
-        if self.q is not None and self.S > FULL_T:
-            keys = self.query_keys
-            blocks.append(
-                Line(
-                    f"The tables that follow query {self.ql()} in steps 4 to 8 list only the {len(keys)} keys it weights "
-                    f"most (positions {', '.join(map(str, keys))}); here are their rows of K and V, so those tables can be checked "
-                    "against this step:"
-                )
-            )
-            blocks.append(self.picked_rows(f"K{self.head_note}, the rows query {self.q} uses", one.keys, keys))
-            blocks.append(self.picked_rows(f"V{self.head_note}, the rows query {self.q} uses", one.values, keys))
-            if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
-                blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
-        return blocks
-
-    @property
-    def kv_heads(self) -> int:
-        """Hkv, the key/value heads (H without grouped-query attention)."""
-        return self.run.model.kv_heads
-
-    @property
-    def kv_head(self) -> int:
-        """The key/value head this query head shares."""
-        return self.run.model.kv_head(self.h)
-
-    def _sharing(self) -> str:
-        group = self.H // self.kv_heads
-        return spans([q for q in range(self.kv_head * group, (self.kv_head + 1) * group) if q != self.h])
-
-    @staticmethod
-    def _rows(head: int, d: int) -> str:
-        return f"{head * d}…{(head + 1) * d - 1}"
-
-    def _projected(self) -> dict[str, torch.Tensor]:
-        """This head's Q and K before the family's rotation: the layer's own projections
-        (the engine's Linear objects, and its q/k norms where it has them) applied to its
-        input x again, split as the engine splits."""
-        proj, x = self.layer.projections, self.layer.x
-        assert x is not None
-        queries, keys = proj.queries_keys(x)  # (T, D) -> (T, H*Dk), (T, Hkv*Dk)
-        return {
-            "q": split_heads(queries, self.H)[self.h],  # (T, H*Dk) -> (H, T, Dk) -> (T, Dk)
-            "k": split_heads(keys, self.kv_heads)[self.kv_head],  # (T, Hkv*Dk) -> (Hkv, T, Dk) -> (T, Dk)
-        }
-
-    def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
-        """Rows ``idx`` of a (T, n) tensor, each with its position; columns as ``matrix`` cuts them."""
-        n = m.shape[1]
-        cols = list(range(n)) if n <= FULL_D else list(range(CORNER))
-        values = m.tolist()
-        header = ["", "position", *(str(d) for d in cols)] + (["…"] if len(cols) < n else [])
-        rows = tuple(
-            (self.key_labels[j], str(j), *(self.f(values[j][d]) for d in cols), *(["…"] if len(cols) < n else []))
-            for j in idx
-        )
-        return Grid(f"{title}   {len(rows)} of {m.shape[0]} × {n}", tuple(header), rows)
-
-    def weight(self, name: str, w: torch.Tensor, bias: torch.Tensor | None, bias_name: str, lo: int) -> list[Block]:
-        """A weight matrix (out, in), rows labelled by their row number in the full
-        matrix (``lo`` on), its bias as a last column; summarised past FULL_D."""
-        n_rows, n_cols = w.shape
-        row_idx = list(range(n_rows)) if n_rows <= FULL_D else list(range(CORNER))
-        col_idx = list(range(n_cols)) if n_cols <= FULL_D else list(range(CORNER))
-        values = w.tolist()
-        header = ["row", *(str(e) for e in col_idx)]
-        if len(col_idx) < n_cols:
-            header.append("…")
-        if bias is not None:
-            header.append(bias_name)
-        rows: list[tuple[str, ...]] = []
-        for d in row_idx:
-            cells = [self.f(values[d][e]) for e in col_idx]
-            if len(col_idx) < n_cols:
-                cells.append("…")
-            if bias is not None:
-                cells.append(self.f(bias[d].item()))
-            rows.append((str(lo + d), *cells))
-        if len(row_idx) < n_rows:
-            rows.append(("⋮",) + ("",) * (len(header) - 1))
-        shared = self.kv_heads < self.H and name in ("W_k", "W_v")
-        whose = f" (key/value head {self.kv_head}, for query head {self.h})" if shared else f" (head {self.h})"
-        part = f" rows {lo}…{lo + n_rows - 1}" + (whose if self.H > 1 and name != "W_o" else "")
-        if lo == 0 and (self.H == 1 or name == "W_o"):
-            part = ""
-        blocks: list[Block] = [Grid(f"{name}{part}   {n_rows} × {n_cols}", tuple(header), tuple(rows), keep_last=1 if bias is not None else 0)]
-        if len(row_idx) < n_rows or len(col_idx) < n_cols:
-            shown = []
-            if len(row_idx) < n_rows:
-                shown.append(f"rows {spans([lo + d for d in row_idx], dash='–')}")
-            if len(col_idx) < n_cols:
-                shown.append(f"columns {spans(col_idx, dash='–')}")
-            wide = max(n_rows, n_cols)
-            blocks.append(
-                Line(
-                    f"Summarised ({wide} > {FULL_D} dimensions): showing {' and '.join(shown)}. {name} {_lower(_stats(w, self.f))}. "
-                    + (f"{bias_name} {_lower(_stats(bias, self.f))}. " if bias is not None else "")
-                    + self.weights_hint,
-                    "note",
-                )
-            )
-        return blocks
 
     def raw_scores(self) -> Step:
         one, dk, T, S = self.one, self.d_k, self.T, self.S
@@ -408,29 +123,9 @@ class Walkthrough:
             q = self.q
             blocks.append(Line(f"Query {self.ql()}: its dot product with every key, term by term (each term is Q[{q}, d] × K[j, d], both from step 3):"))
             products = one.queries[q].unsqueeze(0) * one.keys  # (1, Dk) * (T, Dk) -> (T, Dk)
-            blocks += self._key_table(products, lambda j: self.f(s[q, j].item()), f"Σ = S[{q}, j]")
+            blocks += self.key_table(products, lambda j: self.f(s[q, j].item()), f"Σ = S[{q}, j]")
         return Step(4, "Raw scores", tuple(blocks))
 
-    def _key_table(self, per_key: torch.Tensor, total: Any, total_name: str, first: Sequence[tuple[str, Any]] = ()) -> list[Block]:
-        """Rows = keys j; columns = ``first`` (name, j -> cell), the terms of ``per_key`` (T, n), and a total."""
-        n = per_key.shape[1]
-        cols = list(range(n)) if n <= FULL_D else list(range(CORNER))
-        keys = self.query_keys
-        header = ["key", *(name for name, _ in first), *(f"d={d}" for d in cols)]
-        if len(cols) < n:
-            header.append(f"… {n - len(cols)} more")
-        header.append(total_name)
-        rows = []
-        values = per_key.tolist()
-        for j in keys:
-            cells = [cell(j) for _, cell in first] + [self.signed(values[j][d]) for d in cols]
-            if len(cols) < n:
-                cells.append("…")
-            rows.append((self.key_labels[j], *cells, total(j)))
-        blocks: list[Block] = [Grid("", tuple(header), tuple(rows), keep_last=1)]
-        if len(keys) < self.S:
-            blocks.append(self.query_keys_note)
-        return blocks
 
     def scale(self) -> Step:
         one = self.one
@@ -441,8 +136,8 @@ class Walkthrough:
         blocks += [Line(text), Line(f"Z = S × {factor:.6g}   {self.T} × {self.S}", "formula")]
         blocks.append(
             Line(
-                f"Spread of the scores: std {self.f(_std(s))} → {self.f(_std(z))}, max − min "
-                f"{self.f(_span(s))} → {self.f(_span(z))}."
+                f"Spread of the scores: std {self.f(std_of(s))} → {self.f(std_of(z))}, max − min "
+                f"{self.f(span_of(s))} → {self.f(span_of(z))}."
             )
         )
         blocks.append(
@@ -454,12 +149,12 @@ class Walkthrough:
             )
         )
         if self.standard_scaling() and self.T > 1:
-            unscaled = _head_stats(_softmax(s, 1.0, self.hidden), self.hidden)
-            scaled = _head_stats(one.weights, self.hidden)
+            unscaled = head_stats_of(softmax_of(s, 1.0, self.hidden), self.hidden)
+            scaled = head_stats_of(one.weights, self.hidden)
             blocks.append(
                 Line(
-                    f"Here, without the scaling the largest weight per row would average {self.f(_mean_top(unscaled))} "
-                    f"instead of {self.f(_mean_top(scaled))}, and the entropy {self.f(unscaled.mean_entropy_bits)} bits "
+                    f"Here, without the scaling the largest weight per row would average {self.f(mean_top(unscaled))} "
+                    f"instead of {self.f(mean_top(scaled))}, and the entropy {self.f(unscaled.mean_entropy_bits)} bits "
                     f"instead of {self.f(scaled.mean_entropy_bits)} "
                     "(--no-scale shows the whole comparison).",
                     "note",
@@ -639,7 +334,7 @@ class Walkthrough:
                     best = st.most_attended[follow]
                     summary_rows.append((str(st.head), self.key_labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
                 else:
-                    summary_rows.append((str(st.head), self.f(_mean_top(st)), self.f(st.mean_entropy_bits)))
+                    summary_rows.append((str(st.head), self.f(mean_top(st)), self.f(st.mean_entropy_bits)))
             if follow is not None:
                 blocks.append(Line(f"What query {self.ql()} does in each head:"))
                 blocks.append(Grid("", ("head", "most attended key", "its weight", "entropy bits"), tuple(summary_rows)))
@@ -694,60 +389,3 @@ class Walkthrough:
         else:
             blocks.append(Line(f"No output projection (--out-proj adds one): output = concat, {T} × {H * dv}."))
         return Step(9, "Heads and output", tuple(blocks))
-
-
-# -- numbers -------------------------------------------------------------------
-
-
-def _softmax(scores: torch.Tensor, divisor: float, mask: torch.Tensor | None) -> torch.Tensor:
-    """The weights the scores ``S`` (T, T) would give under ``divisor``: the engine's
-    softmax input (scaled, masked), then its softmax."""
-    return torch.softmax(softmax_input_of(scores, divisor, mask), dim=-1)  # (T, T)
-
-
-def _head_stats(weights: torch.Tensor, mask: torch.Tensor | None) -> HeadStats:
-    """``run``'s statistics (``attn_cli.analysis.stats``) of one (T, T) weight matrix,
-    so both commands print the same entropy for the same row."""
-    return attention_stats(weights.unsqueeze(0), mask=mask)[0]  # (T, T) -> (1, T, T)
-
-
-def _mean_top(stats: HeadStats) -> float:
-    """The largest weight per row, averaged over the rows."""
-    return math.fsum(stats.top_weight) / len(stats.top_weight)
-
-
-def _std(m: torch.Tensor) -> float:
-    return m.double().std(correction=0).item()
-
-
-def _span(m: torch.Tensor) -> float:
-    return (m.max() - m.min()).item()
-
-
-def _stats(m: torch.Tensor, f: Any) -> str:
-    finite = m[torch.isfinite(m)].double()
-    if finite.numel() == 0:
-        return "No finite values"
-    where = f"Over all {m.numel()} cells" if finite.numel() == m.numel() else f"Over its {finite.numel()} unmasked cells"
-    return (
-        f"{where}: min {f(finite.min().item())}, max {f(finite.max().item())}, mean {f(finite.mean().item())}, "
-        f"std {f(finite.std(correction=0).item())}"
-    )
-
-
-def _lower(sentence: str) -> str:
-    return sentence[:1].lower() + sentence[1:]
-
-
-def _corner_rows(query: int | None) -> list[int]:
-    rows = list(range(CORNER))
-    if query is not None and query >= CORNER:
-        rows.append(query)
-    return rows
-
-
-def _repeats(tokens: Tokens) -> list[tuple[str, list[int]]]:
-    seen: dict[int, list[int]] = {}
-    for i, tid in enumerate(tokens.ids):
-        seen.setdefault(tid, []).append(i)
-    return [(tokens.texts[where[0]], where) for where in seen.values() if len(where) > 1]

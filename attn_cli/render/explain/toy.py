@@ -10,13 +10,14 @@ import math
 
 import torch
 
-from attn_cli.sources.toy.config import Config, Init, Positional
+from attn_cli.records.tokens import visible
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import CORNER, FULL_T, Block, Grid, Line, Step
-from attn_cli.render.explain.steps import Walkthrough, _head_stats, _mean_top, _repeats, _softmax
+from attn_cli.render.explain.layout import head_stats_of, mean_top, repeats_of, softmax_of
+from attn_cli.render.explain.steps import Walkthrough
 from attn_cli.render.terminal.fit import spans
+from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.text.tokenizers import WORDS
-from attn_cli.records.tokens import visible
 
 
 class ToyWalkthrough(Walkthrough):
@@ -116,7 +117,7 @@ class ToyWalkthrough(Walkthrough):
         blocks.append(Grid("Tokens", ("position", "token", "id"), rows, left=2))
         if self.T > len(shown):
             blocks.append(Line(f"Summarised: the first {len(shown)} of {self.T} tokens are listed.", "note"))
-        repeats = _repeats(tokens)
+        repeats = repeats_of(tokens)
         if repeats and self.c.embeddings is None:
             text, where = repeats[0]
             blocks.append(
@@ -195,7 +196,7 @@ class ToyWalkthrough(Walkthrough):
             variants.append((name, mine))
         else:
             variants = [(n + (" = this run" if abs(mine - d) <= 1e-12 * d else ""), d) for n, d in variants]
-        stats = [_head_stats(_softmax(one.scores, d, self.hidden), self.hidden) for _, d in variants]
+        stats = [head_stats_of(softmax_of(one.scores, d, self.hidden), self.hidden) for _, d in variants]
         letters = "ABC"
         legend = "; ".join(f"{letters[k]}: {n}, softmax(S / {d:.6g})" for k, (n, d) in enumerate(variants))
         header = ["query"]
@@ -210,7 +211,7 @@ class ToyWalkthrough(Walkthrough):
             rows.append(tuple(cells))
         mean = ["mean"]
         for st in stats:
-            mean += [self.f(_mean_top(st)), self.f(st.mean_entropy_bits)]
+            mean += [self.f(mean_top(st)), self.f(st.mean_entropy_bits)]
         rows.append(tuple(mean))
         most = math.log2(self.T)
         return [

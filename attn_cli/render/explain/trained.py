@@ -12,7 +12,9 @@ from __future__ import annotations
 from attn_cli.analysis.headroles import BROAD, THRESHOLDS, role_scores, text_scores
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
-from attn_cli.render.explain.steps import Walkthrough, _repeats
+from attn_cli.render.explain.layout import repeats_of
+from attn_cli.render.explain.steps import Walkthrough
+
 
 class TrainedWalkthrough(Walkthrough):
     weights_hint = "They are the checkpoint's own tensors, read as float32."
@@ -91,7 +93,7 @@ class TrainedWalkthrough(Walkthrough):
             listed = range(min(self.S, FULL_T * 2))
             blocks.append(Grid("Source tokens (the keys)", ("position", "token", "id", "special"),
                                tuple((str(j), self.key_labels[j], str(source.ids[j]), "★" if source.is_special(j) else "") for j in listed), left=2))  # fmt: skip
-        repeats = _repeats(tokens)
+        repeats = repeats_of(tokens)
         if repeats:
             text, where = repeats[0]
             blocks.append(

@@ -4,7 +4,7 @@ matplotlib Figure. Shapes: T tokens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.formats.compare import pair_labels
 
@@ -24,7 +24,8 @@ def compare_figure(c: Comparison, layer: int, head: int, *, dpi: float = 150, si
     from matplotlib.figure import Figure
 
     from attn_cli.render.picture.fonts import font_families
-    from attn_cli.render.picture.heatmap import MASKED_COLOR, SPECIAL_COLOR, check_pixels, colour_map, shorten, tick_step
+    from attn_cli.render.picture.canvas import check_pixels, tick_step
+    from attn_cli.render.picture.panels import MASKED_COLOR, colour_map
     from attn_cli.render.picture.titles import fit_title
 
     labels = pair_labels(c)
@@ -57,16 +58,7 @@ def compare_figure(c: Comparison, layer: int, head: int, *, dpi: float = 150, si
             image = ax.imshow(data, cmap=cmap, norm=Normalize(*limits), aspect="equal", interpolation="nearest")
             image.set_label(f"{name} layer {layer} head {head}")
             ax.set_title(name if name != "B − A" else "B − A (red: more in B)", fontsize=11)
-            ax.set_xticks(ticks)
-            ax.set_yticks(ticks)
-            ax.set_xticklabels([shorten(labels[i], 14) for i in ticks], rotation=60, ha="right", rotation_mode="anchor", fontsize=8, parse_math=False)
-            ax.set_yticklabels([shorten(labels[i], 14) for i in ticks], fontsize=8, parse_math=False)
-            for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
-                for i, text in zip(ticks, tick_labels):
-                    if c.a.tokens.is_special(i):
-                        text.set_color(SPECIAL_COLOR)
-                    if c.a.tokens.ids[i] != c.b.tokens.ids[i]:
-                        text.set_fontweight("bold")
+            _label_ticks(ax, ticks, labels, c)
             ax.set_xlabel("key", fontsize=9)
             ax.tick_params(length=0)
             for spine in ax.spines.values():
@@ -83,6 +75,22 @@ def compare_figure(c: Comparison, layer: int, head: int, *, dpi: float = 150, si
         fig.suptitle(fit_title(title, (figsize[0] - 0.2) * 72, 11), fontsize=11, parse_math=False)
     return fig
 
+
+def _label_ticks(ax: Any, ticks: list[int], labels: list[str], c: Comparison) -> None:
+    """The panel's token ticks: special tokens in their colour, tokens that differ between A and B in bold."""
+    from attn_cli.render.picture.canvas import shorten
+    from attn_cli.render.picture.panels import SPECIAL_COLOR
+
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xticklabels([shorten(labels[i], 14) for i in ticks], rotation=60, ha="right", rotation_mode="anchor", fontsize=8, parse_math=False)
+    ax.set_yticklabels([shorten(labels[i], 14) for i in ticks], fontsize=8, parse_math=False)
+    for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        for i, text in zip(ticks, tick_labels):
+            if c.a.tokens.is_special(i):
+                text.set_color(SPECIAL_COLOR)
+            if c.a.tokens.ids[i] != c.b.tokens.ids[i]:
+                text.set_fontweight("bold")
 
 
 def _short(text: str, limit: int = 50) -> str:

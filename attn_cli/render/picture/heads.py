@@ -17,7 +17,8 @@ def ablation_figure(report: HeadsReport, *, dpi: float = 150) -> Any:
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
-    from attn_cli.render.picture.heatmap import check_pixels, colour_map
+    from attn_cli.render.picture.canvas import check_pixels
+    from attn_cli.render.picture.panels import colour_map
 
     ablation = report.ablation
     assert ablation is not None, "an ablation picture needs heads --ablate"

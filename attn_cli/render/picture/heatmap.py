@@ -14,75 +14,46 @@ cells a neutral grey, so they never pass for zeros of the scale.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-import warnings
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from matplotlib import colormaps, rc_context
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from attn_cli.records.hiding import hidden_text
-from attn_cli.runtime.errors import UsageError
-from attn_cli.render.picture.fonts import font_families, missing_glyph_note, missing_glyphs
-from attn_cli.render.picture.kinds import FORMATS, KINDS, STOCHASTIC, What
-from attn_cli.render.picture.titles import FROM, fit_title, title_font
-from attn_cli.records.trace import Trace as Run
-from attn_cli.records.tokens import Tokens, visible
 from attn_cli.records.hiding import shown
-
-if TYPE_CHECKING:
-    import torch
-
-    from attn_cli.records.layers import LayerAttention
-
-
-DEFAULT_DPI = 150
-DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", What.rollout: "viridis"}
-MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
-SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
-MAX_PANELS = 64  # a bigger grid is unreadable and slow; --head or --split-heads instead
-MAX_ANNOTATED_CELLS = 2500  # numbers written into cells, over all panels
-MAX_FIGURE_INCHES = 20.0  # automatic sizes stay on a screen and a slide
-MAX_PIXELS_PER_SIDE = 16000  # well under Agg's 2**16 limit, and under a minute to draw
-MIN_TICK_FONT = 5.5  # points: token labels smaller than this are thinned instead
-# What a picture allocates, measured with tracemalloc around heatmap_figure + write_figure
-# (PNG, SVG and PDF alike) at T = 500 to 6,000 and 1 to 4 heads (bench/heatmap_memory.py);
-# the sum is 1.1x-1.4x the measured peaks, never under them:
-HELD_BYTES_PER_CELL = 12  # each panel's masked (T, T) array, kept until the figure is saved
-DRAW_BYTES_PER_CELL = 40  # resampling one panel onto the canvas (float RGBA copies); panels draw one at a time
-CANVAS_BYTES_PER_PIXEL = 16  # the Agg buffer, its copies and the encoder
-FIXED_DRAW_BYTES = 150 * 2**20  # the renderer, fonts, colour bars and text, whatever T
-FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
-FAINT_SHARE = 0.95  # a weights picture with this share of faint cells reads as one colour
-
-
-@dataclasses.dataclass(frozen=True)
-class HeatmapOptions:
-    """How to draw; every field has a sensible automatic value."""
-
-    what: What = What.weights
-    heads: tuple[int, ...] | None = None  # None: every head, in a grid
-    per_head_scale: bool = False  # False: one colour scale shared by the heads of a kind
-    annotate: bool | None = None  # None: write the values in the cells when they are big enough
-    cmap: str | None = None  # None: viridis for weights, RdBu_r (centred on 0) for scores
-    log: bool = False  # weights on a log scale: long texts spread their weight thin
-    size: tuple[float, float] | None = None  # (width, height) inches; None: grows with T
-    dpi: float = DEFAULT_DPI
-
-
-@dataclasses.dataclass(frozen=True)
-class _Panel:
-    kind: What
-    head: int
-    matrix: np.ma.MaskedArray  # (T, T)
-    limits: tuple[float, float]
-    log: bool = False
+from attn_cli.records.tokens import Tokens, visible
+from attn_cli.records.trace import Trace as Run
+from attn_cli.render.picture.canvas import (
+    MAX_ANNOTATED_CELLS,
+    MAX_FIGURE_INCHES,
+    MAX_PANELS,
+    MIN_TICK_FONT,
+    annotate_refusal,
+    check_picture_memory,
+    check_pixels,
+    grid_shape,
+    shorten,
+    tick_step,
+)
+from attn_cli.render.picture.fonts import font_families
+from attn_cli.render.picture.kinds import KINDS, STOCHASTIC, What
+from attn_cli.render.picture.panels import (
+    DEFAULT_CMAPS,
+    KIND_NAMES,
+    SPECIAL_COLOR,
+    HeatmapOptions,
+    Panel,
+    cell_number,
+    colour_map,
+    faint_hint,
+    panels_of,
+)
+from attn_cli.render.picture.titles import fit_title, heatmap_title, hint_lines, title_font
+from attn_cli.runtime.errors import UsageError
 
 
 def check_options(options: HeatmapOptions, heads: Sequence[int]) -> None:
@@ -145,7 +116,7 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     check_picture_memory(n_tokens, n_panels, layout.figsize, options.dpi, one_panel=len(kinds),
                          fewer="draw one head with --head N, or one file per head with --split-heads")
 
-    panels = [_panels(run, kind, heads, options) for kind in kinds]
+    panels = [panels_of(run, kind, heads, options) for kind in kinds]
     if len(kinds) > 1:
         grid = [[panels[k][i] for k in range(len(kinds))] for i in range(len(heads))]
     else:
@@ -168,7 +139,7 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
                         title=_panel_title(panel, options.what is not What.rollout and (len(heads) > 1 or (options.heads is not None and n_heads > 1)), len(kinds) > 1),
                         left=c == 0, bottom=_is_bottom(grid, r, c))
     _colorbars(fig, axes, grid, options)
-    title = _title(run, options.what, heads)
+    title = heatmap_title(run, options.what, heads)
     for kind in set(kinds) & set(STOCHASTIC):
         title += hint_lines(faint_hint([p.matrix for p in panels[kinds.index(kind)]], options))
     fig_width = layout.figsize[0]
@@ -178,234 +149,6 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     return fig
 
 
-def check_pixels(figsize: tuple[float, float], dpi: float) -> None:
-    """UsageError for a canvas over MAX_PIXELS_PER_SIDE a side (Agg's limit is 2**16)."""
-    width, height = (round(v * dpi) for v in figsize)
-    if max(width, height) > MAX_PIXELS_PER_SIDE:
-        raise UsageError(
-            f"the picture would be {width}x{height} pixels, over {MAX_PIXELS_PER_SIDE} a side; "
-            f"lower --dpi or give a smaller --size"
-        )
-
-
-def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
-    """Save ``fig`` as ``fmt`` (png, svg, pdf) into an open binary file; return notes for the user."""
-    notes: list[str] = []
-    # A fixed salt for the SVG element ids: the same run gives the same bytes in every format.
-    with warnings.catch_warnings(record=True) as caught, rc_context({"svg.hashsalt": "attn-cli"}):
-        warnings.simplefilter("always")
-        fig.savefig(file, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
-    messages = [str(warning.message) for warning in caught]
-    missing = missing_glyphs(messages)
-    if missing:  # one note for the characters no installed font has, not a warning per glyph
-        notes.append(missing_glyph_note(missing))
-    for message in messages:
-        if missing_glyphs([message]) or re.search(r"does not support .* natively", message):
-            continue
-        if "constrained_layout not applied" in message:
-            notes.append("note: the picture is too small for its labels, so they may overlap; give a larger --size")
-        else:
-            notes.append(f"note: matplotlib: {' '.join(message.split())}")
-    return list(dict.fromkeys(notes))
-
-
-def picture_bytes(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float) -> dict[str, int]:
-    """What drawing and saving a picture allocates, by part, in bytes (see the constants)."""
-    cells = n_tokens * n_tokens
-    pixels = round(figsize[0] * dpi) * round(figsize[1] * dpi)
-    return {
-        "panels": n_panels * cells * HELD_BYTES_PER_CELL,
-        "drawing": cells * DRAW_BYTES_PER_CELL + FIXED_DRAW_BYTES,
-        "canvas": pixels * CANVAS_BYTES_PER_PIXEL,
-    }
-
-
-def check_picture_memory(n_tokens: int, n_panels: int, figsize: tuple[float, float], dpi: float, *, one_panel: int, fewer: str) -> None:
-    """TooLargeError, before any panel is built, when the picture would not fit in free
-    memory (``attn_cli.runtime.budget``); the message names what would: ``fewer`` panels (when
-    ``one_panel`` of them would fit), a text short enough, or a smaller canvas."""
-    from attn_cli.runtime import budget
-
-    have = budget.available_bytes()
-    if have is None:
-        return
-    parts = picture_bytes(n_tokens, n_panels, figsize, dpi)
-
-    def fitting_tokens(panels: int) -> int:
-        """The longest text whose picture of ``panels`` panels fits beside this canvas."""
-        room = have * budget.SHARE - FIXED_DRAW_BYTES - parts["canvas"]
-        return math.isqrt(max(0, int(room / (panels * HELD_BYTES_PER_CELL + DRAW_BYTES_PER_CELL))))
-
-    smaller_canvas = "lower --dpi or give a smaller --size"
-    if n_panels > one_panel and fitting_tokens(one_panel) >= n_tokens:
-        cells_fix = fewer
-    elif fitting_tokens(n_panels) >= 2:
-        cells_fix = f"use a shorter text (about {fitting_tokens(n_panels):,} tokens fit)"
-    elif parts["canvas"] > FIXED_DRAW_BYTES:  # the canvas alone nearly fills the budget
-        cells_fix = smaller_canvas
-    else:
-        cells_fix = f"free some memory: drawing any picture takes about {budget.gib(FIXED_DRAW_BYTES)}"
-    wide, tall = round(figsize[0] * dpi), round(figsize[1] * dpi)
-    budget.check(
-        parts,
-        {
-            "panels": f"{n_panels} panel{'s' if n_panels > 1 else ''} of {n_tokens:,} x {n_tokens:,} cells",
-            "drawing": f"drawing {n_tokens:,} x {n_tokens:,} cells",
-            "canvas": f"a {wide:,} x {tall:,}-pixel canvas",
-        },
-        {"panels": cells_fix, "drawing": cells_fix, "canvas": smaller_canvas},
-        doing="this picture",
-        available=have,
-    )
-
-
-def annotate_refusal(n_tokens: int, n_panels: int, n_kinds: int) -> str:
-    """Why --annotate is refused, naming what would make it fit: fewer heads, one
-    matrix, or a shorter text (when even one panel has too many cells)."""
-    cells = n_panels * n_tokens * n_tokens
-    one_panel = n_tokens * n_tokens
-    several_heads = n_panels > n_kinds
-    if one_panel > MAX_ANNOTATED_CELLS:  # no choice of heads or matrices helps
-        fix = f"a shorter text: at most {math.isqrt(MAX_ANNOTATED_CELLS)} tokens (this one has {n_tokens})"
-    elif n_kinds * one_panel <= MAX_ANNOTATED_CELLS:
-        fix = "one head with --head N, or one file per head with --split-heads"
-    elif several_heads:
-        fix = "one head (--head N) of one matrix (--what weights, scores or scaled)"
-    else:
-        fix = "one matrix with --what weights, scores or scaled"
-    return f"--annotate would write {cells:,} numbers, over {MAX_ANNOTATED_CELLS:,}; drop --annotate, or draw {fix}"
-
-
-def grid_shape(n: int) -> tuple[int, int]:
-    """(rows, cols) for n panels: an exact rectangle near square, else a near-square grid."""
-    rows = math.isqrt(n)
-    while rows > 1 and n % rows:
-        rows -= 1
-    cols = n // rows
-    if cols > 2 * rows + 1:
-        cols = math.ceil(math.sqrt(n))
-        rows = math.ceil(n / cols)
-    return rows, cols
-
-
-def shorten(label: str, limit: int) -> str:
-    """``label`` cut to ``limit`` characters with an ellipsis, keeping a ``#pos`` suffix whole."""
-    if len(label) <= limit:
-        return label
-    match = re.search(r"#\d+$", label)
-    suffix = match.group(0) if match else ""
-    head = label[: len(label) - len(suffix)]
-    keep = max(1, limit - len(suffix) - 1)
-    return head[:keep] + "…" + suffix
-
-
-def tick_step(n_tokens: int, room: int) -> int:
-    """Label every ``step``-th token so that at most ``room`` labels fit an axis."""
-    return max(1, math.ceil(n_tokens / max(1, room)))
-
-
-# -- matrices and colour limits ------------------------------------------------
-
-
-def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
-    """(T, T) values of one head of the run's first kept layer (``layer_matrix``), or the
-    run's rollout (``kind`` rollout: every head together, ``head`` unused)."""
-    if kind is What.rollout:
-        assert run.rollout is not None, "the command computes the rollout it draws"
-        return _masked(run.rollout.weights, run.rollout.mask, kind)
-    return layer_matrix(run.layers[0], kind, head)
-
-
-def layer_matrix(result: LayerAttention, kind: What, head: int) -> np.ma.MaskedArray:
-    """(T, T) values of one head as a masked array. Causal runs mask the future keys
-    of the scaled scores and weights; raw scores Q K^T exist for every pair (the
-    mask comes after them), so they are drawn whole."""
-    if kind is What.weights:
-        values = result.weights[head]  # (T, T)
-    elif kind is What.scores:
-        values = result.scores[head]  # (T, T)
-    elif kind is What.scaled:
-        values = result.head(head).scaled_scores  # (T, T), masked cells -inf
-    elif kind is What.norms:
-        if result.norms is None:
-            raise UsageError("this trace has no value-weighted norms: compute them with --norms")
-        values = result.norms[head]  # (T, T)
-    else:
-        raise ValueError(f"not one matrix: {kind}")
-    return _masked(values, result.mask, kind)
-
-
-def _masked(values: torch.Tensor, hidden: torch.Tensor | None, kind: What) -> np.ma.MaskedArray:
-    """(T, T) values as a masked array: ``hidden`` (True: the query may not see the key)
-    and NaN cells (a renormalized row with no weight left) masked, except for raw scores."""
-    data = values.detach().cpu().numpy()  # (T, T)
-    empty = np.isnan(data)  # (T, T) a renormalized row with no weight left (--hide-tokens)
-    if empty.any():
-        mask = empty if hidden is None else empty | hidden.numpy()
-        return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
-    if hidden is not None and kind is not What.scores:
-        mask = hidden.numpy()  # (T, T) the keys each query may not see
-        # Under the mask 0, not the scaled scores' -inf: nothing non-finite reaches the colour norm.
-        return np.ma.masked_array(np.where(mask, 0.0, data).astype(data.dtype), mask=mask)
-    return np.ma.masked_array(data, mask=np.zeros(data.shape, dtype=bool))
-
-
-def _panels(run: Run, kind: What, heads: Sequence[int], options: HeatmapOptions) -> list[_Panel]:
-    """One panel per head, with colour limits shared by the heads unless ``per_head_scale``."""
-    drawn = [matrices(run, kind, h) for h in heads]
-    scopes = [[m] for m in drawn] if options.per_head_scale else [drawn] * len(drawn)
-    return [_Panel(kind, h, m, _limits(kind, scope, options), log=kind in (*STOCHASTIC, What.norms) and options.log)
-            for h, m, scope in zip(heads, drawn, scopes)]
-
-
-def _limits(kind: What, scope: list[np.ma.MaskedArray], options: HeatmapOptions) -> tuple[float, float]:
-    visible_values = [m for m in scope if m.count()]
-    if kind is What.norms and not options.log:  # magnitudes: from 0 to the largest drawn
-        top = max((float(m.max()) for m in visible_values), default=1.0)
-        return 0.0, top if top > 0 and math.isfinite(top) else 1.0
-    if kind in (*STOCHASTIC, What.norms) and options.log:
-        # From the smallest non-zero weight (down to a power of ten) up to 1, or the head's largest.
-        positive = [float(m[m > 0].min()) for m in visible_values if (m > 0).any()]
-        low = 10 ** math.floor(math.log10(max(min(positive, default=1e-3), 1e-6)))
-        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale or kind is What.norms else 1.0
-        return low, max(top, low * 10)
-    if kind in STOCHASTIC:
-        if not options.per_head_scale:
-            return 0.0, 1.0  # a fixed scale: the same colour means the same weight in every picture
-        top = max((float(m.max()) for m in visible_values), default=1.0)
-        return 0.0, top if top > 0 else 1.0
-    # Diverging maps centred on zero: symmetric limits over the visible cells only.
-    extent = max((float(np.abs(m).max()) for m in visible_values), default=0.0)
-    extent = extent if extent > 0 and math.isfinite(extent) else 1.0
-    return -extent, extent
-
-
-def faint_share(drawn: Sequence[np.ma.MaskedArray]) -> float:
-    """The share of visible weights under ``FAINT_WEIGHT`` over all ``drawn`` panels."""
-    visible_cells = sum(int(m.count()) for m in drawn)
-    faint = sum(int((m < FAINT_WEIGHT).sum()) for m in drawn)  # masked cells do not count
-    return faint / visible_cells if visible_cells else 0.0
-
-
-def faint_hint(drawn: Sequence[np.ma.MaskedArray], options: HeatmapOptions) -> str:
-    """A title line when weights on the fixed 0..1 scale would be nearly one colour
-    (long texts spread each row's weight thin), naming --log; else ""."""
-    if options.log or options.per_head_scale:
-        return ""
-    share = faint_share(drawn)
-    if share < FAINT_SHARE:
-        return ""
-    return (f"\nnearly one colour: {share:.0%} of the weights are under {FAINT_WEIGHT:g} on the 0..1 scale; "
-            f"--log shows their differences")
-
-
-def colour_map(name: str) -> Colormap:
-    """Matplotlib's colour map ``name`` with masked cells in the neutral grey; UsageError if unknown."""
-    try:
-        cmap = colormaps[name]
-    except KeyError:
-        raise UsageError(f"unknown colour map {name!r}: use one of matplotlib's, e.g. viridis, magma, Blues, RdBu_r") from None
-    return cmap.with_extremes(bad=MASKED_COLOR)
 
 
 # -- layout --------------------------------------------------------------------
@@ -487,7 +230,7 @@ class _Layout:
 # -- drawing -------------------------------------------------------------------
 
 
-def _draw_panel(ax: Axes, panel: _Panel, cmap: Colormap, run: Run, layout: _Layout, *, title: str, left: bool, bottom: bool) -> None:
+def _draw_panel(ax: Axes, panel: Panel, cmap: Colormap, run: Run, layout: _Layout, *, title: str, left: bool, bottom: bool) -> None:
     n_rows, n_cols = panel.matrix.shape  # queries x keys: the same tokens, or cross-attention's target x source
     n_tokens = max(n_rows, n_cols)
     norm = LogNorm(*panel.limits, clip=True) if panel.log else Normalize(*panel.limits)
@@ -552,7 +295,7 @@ def mark_prompt_end(ax: Axes, run: Run) -> None:
         line(start - 0.5, color="white", linewidth=0.9, linestyle=(0, (3, 2)), alpha=0.9)
 
 
-def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: float) -> None:
+def _annotate(ax: Axes, panel: Panel, cmap: Colormap, norm: Normalize, font: float) -> None:
     data = panel.matrix
     n_rows, n_cols = data.shape
     rgba = cmap(norm(data.filled(0.0)))  # (T, T, 4)
@@ -563,18 +306,11 @@ def _annotate(ax: Axes, panel: _Panel, cmap: Colormap, norm: Normalize, font: fl
             if mask[i, j]:
                 continue
             value = float(data[i, j])
-            ax.text(j, i, _number(value, panel.kind), ha="center", va="center", fontsize=font,
+            ax.text(j, i, cell_number(value, panel.kind), ha="center", va="center", fontsize=font,
                     color="black" if luminance[i, j] > 0.5 else "white", parse_math=False)
 
 
-def _number(value: float, kind: What) -> str:
-    if kind in STOCHASTIC:
-        return f"{value:.2f}"
-    size = abs(value)
-    return f"{value:.2f}" if size < 10 else f"{value:.1f}" if size < 100 else f"{value:.0f}"
-
-
-def _colorbars(fig: Figure, axes: Any, grid: list[list[_Panel]], options: HeatmapOptions) -> None:
+def _colorbars(fig: Figure, axes: Any, grid: list[list[Panel]], options: HeatmapOptions) -> None:
     names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score", What.norms: "‖a·f(x)‖",
              What.rollout: "rollout"}  # fmt: skip
     placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
@@ -591,11 +327,7 @@ def _colorbars(fig: Figure, axes: Any, grid: list[list[_Panel]], options: Heatma
         bar.ax.tick_params(labelsize=9)
 
 
-KIND_NAMES = {What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores", What.norms: "norms ‖a·f(x)‖",
-              What.rollout: "rollout"}  # fmt: skip
-
-
-def _panel_title(panel: _Panel, name_heads: bool, name_kind: bool) -> str:
+def _panel_title(panel: Panel, name_heads: bool, name_kind: bool) -> str:
     parts = []
     if name_heads:
         parts.append(f"head {panel.head}")
@@ -604,97 +336,5 @@ def _panel_title(panel: _Panel, name_heads: bool, name_kind: bool) -> str:
     return " · ".join(parts)
 
 
-def _is_bottom(grid: list[list[_Panel]], r: int, c: int) -> bool:
+def _is_bottom(grid: list[list[Panel]], r: int, c: int) -> bool:
     return r == len(grid) - 1 or c >= len(grid[r + 1])
-
-
-def _title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
-    """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
-    m = run.model
-    result = run.layers[0]
-    text = " ".join(run.text.split())
-    if len(text) > 60:
-        text = text[:59] + "…"
-    divisor = f"/ {result.divisor:.4g}" if result.divisor != 1 else ""
-    headline = {
-        What.weights: "Attention weights",
-        What.scores: "Attention scores Q·Kᵀ",
-        What.scaled: f"Scaled scores Q·Kᵀ {divisor}".rstrip(),
-        What.all: "Attention: scores, scaled scores, weights",
-        What.norms: "Value-weighted norms ‖a·f(x)‖",
-        What.rollout: f"Attention rollout through layer {run.rollout.through_layer}" if run.rollout is not None else "",
-    }[what]
-    shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
-    masked = (
-        ("causal (grey: masked)" if what is not What.scores else "causal (mask not yet applied to raw scores)")
-        if result.causal
-        else "not causal"
-    )
-    if m.config is None:
-        source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
-        if run.stack_name is not None:  # one stack of an encoder-decoder
-            source.append(STACK_TITLES[run.stack_name])
-        config = [*source, f"heads {shown}", *([f"head_dim {m.head_dim}"] if m.head_dim else []), masked]  # 0: not known (a saved trace)
-    else:
-        c = m.config
-        config = [f"tokenizer {run.tokens.tokenizer}", f"seed {c.seed}", f"heads {shown}", f"d_k {c.d_k}"]
-        if not c.scale:
-            config.append("unscaled (--no-scale: scores not divided by √d_k)")
-        config.append(masked)
-        if c.dropout and what in (What.weights, What.all):
-            config.append(f"dropout {c.dropout:g} (weights shown before it)")
-        if c.dropout and what is What.norms:
-            config.append(f"dropout {c.dropout:g} (the dropped weights, which mixed the values)")
-    if what is What.rollout and run.rollout is not None:
-        through = run.rollout.through_layer
-        config = [m.name if m.config is None else f"tokenizer {run.tokens.tokenizer}",
-                  f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
-                  f"each layer: mean of all {m.heads} heads, half residual (I)",
-                  "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
-    if run.key_text is not None:  # cross-attention: the target's rows read the source
-        source = " ".join(run.key_text.split())
-        source = source if len(source) <= 60 else source[:59] + "…"
-        return [[f"{headline}: “{text}”", f"{FROM}“{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
-    return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
-
-
-STACK_TITLES = {
-    "encoder": "encoder self-attention",
-    "decoder": "decoder self-attention",
-    "cross": "cross-attention: target rows, source columns",
-}
-
-
-def hint_lines(text: str) -> list[list[str]]:
-    """A title addition written as "\\nline\\nline" (``hidden_line``, ``faint_hint``) as title lines."""
-    return [[line] for line in text.split("\n") if line]
-
-
-def generated_line(run: Run) -> str:
-    """A title line saying where --generate's tokens start (the dashed lines); else ""."""
-    if run.prompt_length is None:
-        return ""
-    added = len(run.tokens) - run.prompt_length
-    return f"\n{added} generated token{'s' if added != 1 else ''} from position {run.prompt_length} (after the dashed lines)"
-
-
-def hidden_line(run: Run) -> str:
-    """A title line naming what --hide-tokens left out of a ``shown()`` trace; else ""."""
-    hidden = hidden_text(run)
-    if hidden is None:
-        return ""
-    line = f"\n{hidden} over the {len(run.columns)} tokens shown"
-    if any(bool(layer.weights.isnan().any()) for layer in run.layers):
-        line += " (grey rows: all their weight was on hidden tokens)"
-    return line
-
-
-def _metadata(fmt: str) -> dict[str, Any]:
-    # No creation dates: the same run gives the same bytes.
-    if fmt == "png":
-        return {"Software": "attn-cli (matplotlib)"}
-    if fmt == "pdf":
-        return {"Creator": "attn-cli", "Producer": None, "CreationDate": None}
-    if fmt == "svg":
-        return {"Creator": "attn-cli", "Date": None}
-    return {}

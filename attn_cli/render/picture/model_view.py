@@ -17,38 +17,32 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
-import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from attn_cli.runtime.errors import UsageError
-from attn_cli.render.picture.heatmap import (
+from attn_cli.records.hiding import shown
+from attn_cli.records.tokens import Tokens, visible
+from attn_cli.records.trace import Trace
+from attn_cli.render.picture.canvas import check_picture_memory, check_pixels, shorten
+from attn_cli.render.picture.fonts import font_families
+from attn_cli.render.picture.heatmap import drawn_text, mark_prompt_end
+from attn_cli.render.picture.kinds import What
+from attn_cli.render.picture.panels import (
     DEFAULT_CMAPS,
     SPECIAL_COLOR,
     HeatmapOptions,
-    What,
-    _limits,
-    check_picture_memory,
-    check_pixels,
+    colour_limits,
     colour_map,
-    drawn_text,
     faint_hint,
-    generated_line,
-    hidden_line,
-    hint_lines,
     layer_matrix,
-    mark_prompt_end,
-    shorten,
 )
-from attn_cli.render.picture.fonts import font_families
-from attn_cli.render.picture.titles import fit_title, title_font
-from attn_cli.records.trace import Trace
-from attn_cli.records.tokens import Tokens, visible
-from attn_cli.records.hiding import shown
+from attn_cli.render.picture.titles import fit_title, generated_line, hidden_line, hint_lines, title_font
+from attn_cli.runtime.errors import UsageError
 
 MAX_MODEL_PANELS = 576  # 24 layers x 24 heads; past that a panel is a few pixels: --layer, --head
 MAX_MODEL_INCHES = 18.0  # the automatic size stays printable (2700 px at 150 dpi); panels shrink to fit
@@ -115,22 +109,13 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     kind = options.what
     drawn = [[layer_matrix(layer, kind, h) for h in heads] for layer in layers]  # L x H of (T, T)
     flat = [m for row in drawn for m in row]
-    limits = _limits(kind, flat, options)
+    limits = colour_limits(kind, flat, options)
     norm = LogNorm(*limits, clip=True) if options.log else Normalize(*limits)
     cmap = colour_map(options.cmap or DEFAULT_CMAPS[kind])
 
     n_tokens = max(len(trace.tokens), len(trace.columns))  # cross-attention's panels are T_target x T_source
     title_lines = _title(trace, heads, kind) + (hint_lines(faint_hint(flat, options)) if kind is What.weights else [])
-    # The title wraps to the figure's width, and its lines take height from the panels:
-    # plan, wrap, plan again until the width the title was wrapped for stays put.
-    font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
-    title = fit_title(title_lines, MAX_MODEL_INCHES * 72, font)
-    for _ in range(4):
-        plan = _plan(n_tokens, len(layers), len(heads), [*trace.tokens.labels, *trace.columns.labels], (title.count("\n") + 1) * font / 72, options)
-        wrapped = fit_title(title_lines, (plan.figsize[0] - _title_left(plan) - 0.1) * 72, font)
-        if wrapped == title:
-            break
-        title = wrapped
+    plan, title, font = _planned(trace, title_lines, n_tokens, len(layers), len(heads), options)
     make = new_figure or Figure
     fig = make(figsize=plan.figsize, dpi=options.dpi)
     if new_figure is None:
@@ -159,15 +144,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
                 else:
                     ax.set_ylabel(str(layer.layer), fontsize=LABEL_FONT, labelpad=4, rotation=0, ha="right", va="center")
     assert image is not None  # at least one layer and one head: Selection never gives fewer
-    bar_x = plan.left + len(heads) * (plan.panel + plan.gap) + 0.1
-    grid_height = len(layers) * plan.panel + (len(layers) - 1) * plan.gap
-    bar_height = min(grid_height, 4.0)
-    bar_y = height - plan.top - (grid_height + bar_height) / 2
-    bar_ax = fig.add_axes((bar_x / width, bar_y / height, 0.15 / width, bar_height / height))
-    bar = fig.colorbar(image, cax=bar_ax)
-    name = "weight" if kind is What.weights else "‖a·f(x)‖"
-    bar.set_label(f"{name} (log scale)" if options.log else name, fontsize=9)
-    bar.ax.tick_params(labelsize=8)
+    _colour_bar(fig, plan, image, kind, options.log, len(layers), len(heads))
     fig.text(_title_left(plan) / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=font, parse_math=False)
     if not named:  # numbers over the columns and beside the rows; what they count, said once
         grid_top = height - plan.top
@@ -176,6 +153,37 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
         fig.text(0.06 / width, grid_middle / height, "layer ↓", ha="left", va="center", rotation=90, fontsize=LABEL_FONT)
     check_pixels(tuple(fig.get_size_inches()), options.dpi)
     return fig
+
+
+def _colour_bar(fig: Figure, plan: _Plan, image: Any, kind: What, log: bool, n_layers: int, n_heads: int) -> None:
+    """The colour bar right of the grid, centred on it."""
+    width, height = plan.figsize
+    bar_x = plan.left + n_heads * (plan.panel + plan.gap) + 0.1
+    grid_height = n_layers * plan.panel + (n_layers - 1) * plan.gap
+    bar_height = min(grid_height, 4.0)
+    bar_y = height - plan.top - (grid_height + bar_height) / 2
+    bar_ax = fig.add_axes((bar_x / width, bar_y / height, 0.15 / width, bar_height / height))
+    bar = fig.colorbar(image, cax=bar_ax)
+    name = "weight" if kind is What.weights else "‖a·f(x)‖"
+    bar.set_label(f"{name} (log scale)" if log else name, fontsize=9)
+    bar.ax.tick_params(labelsize=8)
+
+
+def _planned(
+    trace: Trace, title_lines: list[list[str]], n_tokens: int, n_layers: int, n_heads: int, options: HeatmapOptions
+) -> tuple[_Plan, str, float]:
+    """(the layout, the title wrapped to it, the title's font size). The title wraps to the
+    figure's width, and its lines take height from the panels: plan, wrap, plan again until
+    the width the title was wrapped for stays put."""
+    font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
+    title = fit_title(title_lines, MAX_MODEL_INCHES * 72, font)
+    for _ in range(4):
+        plan = _plan(n_tokens, n_layers, n_heads, [*trace.tokens.labels, *trace.columns.labels], (title.count("\n") + 1) * font / 72, options)
+        wrapped = fit_title(title_lines, (plan.figsize[0] - _title_left(plan) - 0.1) * 72, font)
+        if wrapped == title:
+            break
+        title = wrapped
+    return plan, title, font
 
 
 def _title_left(plan: _Plan) -> float:

@@ -7,6 +7,9 @@ whole figure on its own: a quoted text loses its end (the closing quote stays),
 a path its beginning (the name at its end stays), anything else its end.
 Widths are measured with matplotlib's own text layout (``text_to_path``), in the
 font the figure draws with, so the answer holds for PNG, SVG and PDF alike.
+
+What a heatmap's title says is here too (``heatmap_title``): the model and what ran, the
+stack, the tokens --hide-tokens left out, what --generate added.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from collections.abc import Sequence
 from matplotlib import rcParams
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
+
+from attn_cli.records.hiding import hidden_text
+from attn_cli.records.trace import Trace as Run
+from attn_cli.render.picture.kinds import What
 
 JOIN = " · "
 FROM = "← "  # a part that begins so continues the part before it (a cross-attention's source): a space, not JOIN
@@ -106,3 +113,88 @@ def _shortened_whole(part: str) -> bool:
     """Parts that lose characters rather than wrap: a quoted text (the title repeats the
     start of the text) and a path or a model name (one unbreakable word)."""
     return _quoted(part) or " " not in part
+
+
+def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]:
+    """The title's lines, each a list of parts (``fit_title`` wraps them between parts)."""
+    m = run.model
+    result = run.layers[0]
+    text = " ".join(run.text.split())
+    if len(text) > 60:
+        text = text[:59] + "…"
+    divisor = f"/ {result.divisor:.4g}" if result.divisor != 1 else ""
+    headline = {
+        What.weights: "Attention weights",
+        What.scores: "Attention scores Q·Kᵀ",
+        What.scaled: f"Scaled scores Q·Kᵀ {divisor}".rstrip(),
+        What.all: "Attention: scores, scaled scores, weights",
+        What.norms: "Value-weighted norms ‖a·f(x)‖",
+        What.rollout: f"Attention rollout through layer {run.rollout.through_layer}" if run.rollout is not None else "",
+    }[what]
+    shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
+    masked = (
+        ("causal (grey: masked)" if what is not What.scores else "causal (mask not yet applied to raw scores)")
+        if result.causal
+        else "not causal"
+    )
+    if m.config is None:
+        source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
+        if run.stack_name is not None:  # one stack of an encoder-decoder
+            source.append(STACK_TITLES[run.stack_name])
+        config = [*source, f"heads {shown}", *([f"head_dim {m.head_dim}"] if m.head_dim else []), masked]  # 0: not known (a saved trace)
+    else:
+        c = m.config
+        config = [f"tokenizer {run.tokens.tokenizer}", f"seed {c.seed}", f"heads {shown}", f"d_k {c.d_k}"]
+        if not c.scale:
+            config.append("unscaled (--no-scale: scores not divided by √d_k)")
+        config.append(masked)
+        if c.dropout and what in (What.weights, What.all):
+            config.append(f"dropout {c.dropout:g} (weights shown before it)")
+        if c.dropout and what is What.norms:
+            config.append(f"dropout {c.dropout:g} (the dropped weights, which mixed the values)")
+    if what is What.rollout and run.rollout is not None:
+        through = run.rollout.through_layer
+        config = [m.name if m.config is None else f"tokenizer {run.tokens.tokenizer}",
+                  f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
+                  f"each layer: mean of all {m.heads} heads, half residual (I)",
+                  "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
+    if run.key_text is not None:  # cross-attention: the target's rows read the source
+        source = " ".join(run.key_text.split())
+        source = source if len(source) <= 60 else source[:59] + "…"
+        return [[f"{headline}: “{text}”", f"{FROM}“{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
+    return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
+
+
+
+STACK_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention: target rows, source columns",
+}
+
+
+
+def hint_lines(text: str) -> list[list[str]]:
+    """A title addition written as "\\nline\\nline" (``hidden_line``, ``faint_hint``) as title lines."""
+    return [[line] for line in text.split("\n") if line]
+
+
+
+def generated_line(run: Run) -> str:
+    """A title line saying where --generate's tokens start (the dashed lines); else ""."""
+    if run.prompt_length is None:
+        return ""
+    added = len(run.tokens) - run.prompt_length
+    return f"\n{added} generated token{'s' if added != 1 else ''} from position {run.prompt_length} (after the dashed lines)"
+
+
+
+def hidden_line(run: Run) -> str:
+    """A title line naming what --hide-tokens left out of a ``shown()`` trace; else ""."""
+    hidden = hidden_text(run)
+    if hidden is None:
+        return ""
+    line = f"\n{hidden} over the {len(run.columns)} tokens shown"
+    if any(bool(layer.weights.isnan().any()) for layer in run.layers):
+        line += " (grey rows: all their weight was on hidden tokens)"
+    return line

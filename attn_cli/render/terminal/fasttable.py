@@ -114,22 +114,8 @@ class Table(rich.table.Table):
             left, right, divider = edges[0 if first else (2 if last else 1)]
             if not divider.text.strip():
                 divider = Segment(divider.text, row_style.background_style + divider.style)
-            cells: list[list[list[Segment]]] = []  # per cell, its lines
-            by_rich = False
-            for cell, cell_options in zip(row, column_options):
-                style = get_style(cell.style) + row_style
-                line = _one_line(console, cell_options, cell.renderable)
-                if line is None:  # rich draws this one (a header that wraps, say)
-                    by_rich = True
-                    cells.append(console.render_lines(cell.renderable, cell_options, style=style))
-                else:
-                    cells.append([list(Segment.apply_style(line, style)) if style else line])
-            height = max(1, *(len(lines) for lines in cells))
-            if by_rich:  # rich's alignment and shape: a header at the bottom, other cells as their column says
-                cells = [
-                    Segment.set_shape(_align(lines, "bottom" if header_row else cell.vertical, width, height, get_style(cell.style) + row_style), width, height)
-                    for lines, cell, width in zip(cells, row, widths)
-                ]
+            cells = _row_lines(console, row, column_options, widths, row_style, header_row)
+            height = len(cells[0]) if cells else 1
             for line_no in range(height):
                 if self.show_edge:
                     out.append(left)
@@ -145,6 +131,31 @@ class Table(rich.table.Table):
         if self.show_edge:
             out += [Segment(box.get_bottom(widths), border_style), new_line]
         return out
+
+
+def _row_lines(
+    console: Console, row: Any, column_options: list[ConsoleOptions], widths: list[int], row_style: Style, header_row: bool
+) -> list[list[list[Segment]]]:
+    """Each cell of one row as its lines: one line drawn here, or rich's lines for a cell that
+    wraps, every cell then shaped to the row's height as rich shapes them."""
+    get_style = console.get_style
+    cells: list[list[list[Segment]]] = []  # per cell, its lines
+    by_rich = False
+    for cell, cell_options in zip(row, column_options):
+        style = get_style(cell.style) + row_style
+        line = _one_line(console, cell_options, cell.renderable)
+        if line is None:  # rich draws this one (a header that wraps, say)
+            by_rich = True
+            cells.append(console.render_lines(cell.renderable, cell_options, style=style))
+        else:
+            cells.append([list(Segment.apply_style(line, style)) if style else line])
+    height = max(1, *(len(lines) for lines in cells))
+    if by_rich:  # rich's alignment and shape: a header at the bottom, other cells as their column says
+        cells = [
+            Segment.set_shape(_align(lines, "bottom" if header_row else cell.vertical, width, height, get_style(cell.style) + row_style), width, height)
+            for lines, cell, width in zip(cells, row, widths)
+        ]
+    return cells
 
 
 def _align(lines: list[list[Segment]], vertical: str, width: int, height: int, style: Style) -> list[list[Segment]]:

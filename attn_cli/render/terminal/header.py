@@ -187,6 +187,13 @@ def tokens_table(run: Trace) -> RenderableType:
         if generated:
             row.append(Text("generated", style="cyan") if i in generated else "")
         table.add_row(*row)
+    notes = _token_notes(shown, pieces, special=special, with_labels=with_labels)
+    cut = rows_note(rows, len(tokens), "tokens", see_all="--format json lists every token")
+    return Group(title_text("Tokens"), table, *(note_text(n) for n in notes), *([cut] if cut else []), Text(""))
+
+
+def _token_notes(shown: dict[int, str], pieces: dict[int, str], *, special: bool, with_labels: bool) -> list[str]:
+    """What the tokens table's marks mean, for the marks it shows."""
     notes = []
     if pieces:
         one = next((i for i, hexed in pieces.items() if len(hexed) == 2), min(pieces))  # a one-byte piece reads best
@@ -200,8 +207,7 @@ def tokens_table(run: Trace) -> RenderableType:
         notes.append("␣ is a space, ↵ a line break, ⇥ a tab, ␍ a carriage return")
     if with_labels:
         notes.append("a repeated token is labelled with its position: use the label with --query/--key")
-    cut = rows_note(rows, len(tokens), "tokens", see_all="--format json lists every token")
-    return Group(title_text("Tokens"), table, *(note_text(n) for n in notes), *([cut] if cut else []), Text(""))
+    return notes
 
 
 def predictions_table(run: Trace, precision: int) -> RenderableType:

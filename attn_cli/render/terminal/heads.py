@@ -7,6 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
 from attn_cli.analysis.headroles import BROAD, ROLES, THRESHOLDS, HeadScores, HeadsReport
 
 ROLE_SCORE = {
@@ -44,13 +49,21 @@ def thresholds_text() -> str:
 
 
 def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: int = 0, total: int = 1) -> Any:
-    """The table for people: a header, the top heads of each role, the grid of roles."""
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
+    """The table for people: a header, the top heads of each role, the grid of roles; what
+    --ablate and --norms add; cross-attention's alignment."""
+    heads = report.heads
+    parts: list[Any] = _header(report, index, total)
+    parts.append(_top_heads_table(heads, top, precision))
+    parts += _roles_grid(heads)
+    if report.ablation is not None:
+        parts += _ablation_part(report, top, precision)
+    parts += _sinks_part(heads, top, precision)
+    parts += _alignment_part(report)
+    return Group(*parts)
 
-    trace, heads = report.trace, report.heads
+
+def _header(report: HeadsReport, index: int, total: int) -> list[Any]:
+    trace = report.trace
     model = trace.model
     title = Text()
     if total > 1:
@@ -81,7 +94,10 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
         )
     elif report.probe_note:
         parts.append(Text(f"no probe: {report.probe_note}; induction and duplicate scores are not computed", style="dim"))
+    return parts
 
+
+def _top_heads_table(heads: Sequence[HeadScores], top: int, precision: int) -> Table:
     f = f"{{:.{precision}f}}"
     table = Table(box=box.SIMPLE_HEAD, title="Top heads per role", title_justify="left", title_style="bold", pad_edge=False)
     table.add_column("role", no_wrap=True)
@@ -97,10 +113,11 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
             key = ROLE_SCORE[role]
             listed = Text("  ".join(f"L{h.layer}H{h.head} {f.format(getattr(h, key))}" for h in top_heads(heads, role, top)))
         table.add_row(Text(role, style=COLOURS[role]), str(len(members)), listed)
-    parts.append(table)
+    return table
 
+
+def _roles_grid(heads: Sequence[HeadScores]) -> list[Any]:
     # The title on a line of its own: a table as narrow as one head's would wrap it word by word.
-    parts.append(Text("Roles, layers x heads", style="bold"))
     grid = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     n_heads = max(h.head for h in heads) + 1
     grid.add_column("layer", justify="right")
@@ -110,51 +127,67 @@ def heads_view(report: HeadsReport, *, top: int = 5, precision: int = 3, index: 
         row = {h.head: h for h in heads if h.layer == layer}
         cells = [Text(LETTERS[row[h].role], style=COLOURS[row[h].role]) if h in row else Text("") for h in range(n_heads)]
         grid.add_row(str(layer), *cells)
-    parts.append(grid)
-    parts.append(Text("  ".join(f"{LETTERS[r]} {r}" for r in ROLES), style="dim"))
-    parts.append(Text(thresholds_text(), style="dim"))
-    if report.ablation is not None:
-        ablation = report.ablation
-        ranked = sorted(heads, key=lambda h: -ablation.delta(h.layer, h.head))[:top]
-        parts.append(Text(""))
-        parts.append(Text(f"Heads that matter ({ablation.method} ablation)", style="bold"))  # a title line: the table is narrow
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        table.add_column("head")
-        table.add_column("loss change (nats)", justify="right")
-        for h in ranked:
-            table.add_row(f"L{h.layer}H{h.head}", f"{ablation.delta(h.layer, h.head):+.{precision}f}")
-        parts.append(table)
-        parts.append(Text(
+    return [
+        Text("Roles, layers x heads", style="bold"), grid, Text("  ".join(f"{LETTERS[r]} {r}" for r in ROLES), style="dim"),
+        Text(thresholds_text(), style="dim"),
+    ]  # fmt: skip
+
+
+def _ablation_part(report: HeadsReport, top: int, precision: int) -> list[Any]:
+    ablation = report.ablation
+    assert ablation is not None
+    ranked = sorted(report.heads, key=lambda h: -ablation.delta(h.layer, h.head))[:top]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("head")
+    table.add_column("loss change (nats)", justify="right")
+    for h in ranked:
+        table.add_row(f"L{h.layer}H{h.head}", f"{ablation.delta(h.layer, h.head):+.{precision}f}")
+    return [
+        Text(""),
+        Text(f"Heads that matter ({ablation.method} ablation)", style="bold"),  # a title line: the table is narrow
+        table,
+        Text(
             f"the mean next-token loss of the text is {ablation.clean_loss:.{precision}f} nats; each row is how much it "
             f"rises when that head's output (its slice of W_o's input) is set to {'zero' if ablation.method == 'zero' else 'its mean over the text'}",
             style="dim",
-        ))  # fmt: skip
+        ),
+    ]  # fmt: skip
+
+
+def _sinks_part(heads: Sequence[HeadScores], top: int, precision: int) -> list[Any]:
+    f = f"{{:.{precision}f}}"
     sinks = sorted((h for h in heads if h.special_mass is not None), key=lambda h: -(h.special_mass or 0.0))[:top]
-    if sinks and any(h.norm_special_mass is not None for h in sinks):
-        parts.append(Text(""))
-        table = Table(box=box.SIMPLE_HEAD, title="Special tokens: weight vs what moves", title_justify="left", title_style="bold", pad_edge=False)
-        table.add_column("head")
-        table.add_column("special_mass", justify="right")
-        table.add_column("norm_special_mass", justify="right")
-        for h in sinks:
-            norm = "—" if h.norm_special_mass is None else f.format(h.norm_special_mass)
-            table.add_row(f"L{h.layer}H{h.head}", f.format(h.special_mass), norm)
-        parts.append(table)
-        parts.append(Text(
+    if not sinks or all(h.norm_special_mass is None for h in sinks):
+        return []
+    table = Table(box=box.SIMPLE_HEAD, title="Special tokens: weight vs what moves", title_justify="left", title_style="bold", pad_edge=False)
+    table.add_column("head")
+    table.add_column("special_mass", justify="right")
+    table.add_column("norm_special_mass", justify="right")
+    for h in sinks:
+        norm = "—" if h.norm_special_mass is None else f.format(h.norm_special_mass)
+        table.add_row(f"L{h.layer}H{h.head}", f.format(h.special_mass), norm)
+    return [
+        Text(""),
+        table,
+        Text(
             "the heads with the most weight on special tokens; norm_special_mass is the share of the value-weighted "
             "norms ||a f(x)|| on them: much lower means the weight parks there and moves little (a sink)",
             style="dim",
-        ))  # fmt: skip
+        ),
+    ]  # fmt: skip
+
+
+def _alignment_part(report: HeadsReport) -> list[Any]:
+    """Cross-attention: each decoder input's most attended source token, in the last layer scored."""
+    trace, heads = report.trace, report.heads
     aligned = [h for h in heads if h.alignment is not None and h.layer == heads[-1].layer]
-    if aligned:  # cross-attention: each decoder input's most attended source token, in the last layer scored
-        parts.append(Text(""))
-        parts.append(Text(f"Alignment, layer {aligned[0].layer}: each decoder input's most attended source token", style="bold"))
-        align = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        align.add_column("decoder input", no_wrap=True)
-        for h in aligned:
-            align.add_column(f"H{h.head}", no_wrap=True)
-        source = trace.columns.labels
-        for i, label in enumerate(trace.tokens.labels):
-            align.add_row(Text(label), *(Text(source[h.alignment[i]]) for h in aligned))
-        parts.append(align)
-    return Group(*parts)
+    if not aligned:
+        return []
+    align = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    align.add_column("decoder input", no_wrap=True)
+    for h in aligned:
+        align.add_column(f"H{h.head}", no_wrap=True)
+    source = trace.columns.labels
+    for i, label in enumerate(trace.tokens.labels):
+        align.add_row(Text(label), *(Text(source[h.alignment[i]]) for h in aligned))
+    return [Text(""), Text(f"Alignment, layer {aligned[0].layer}: each decoder input's most attended source token", style="bold"), align]

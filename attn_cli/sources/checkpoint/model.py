@@ -192,13 +192,13 @@ class Checkpoint:
 
     def ablate(self, tokens: Tokens, method: str) -> Ablation:
         """Every head's change in mean next-token loss when its slice of W_o's input is set to
-        zero or to its mean over the text (``families.base.ablated_losses``); decoders with a
+        zero or to its mean over the text (``families.ablation.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
         from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
-        from attn_cli.sources.checkpoint.families.base import ablated_losses
+        from attn_cli.sources.checkpoint.families.ablation import ablated_losses
 
         from attn_cli.runtime import budget
-        from attn_cli.sources.checkpoint.families.base import ablation_batch
+        from attn_cli.sources.checkpoint.families.ablation import ablation_batch
 
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")

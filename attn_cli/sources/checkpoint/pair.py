@@ -105,7 +105,8 @@ class PairCheckpoint:
 
         from attn_cli.analysis.effects import top_k
         from attn_cli.analysis.norms import with_norms
-        from attn_cli.sources.checkpoint.families.base import as_float32, head_logits
+        from attn_cli.sources.checkpoint.families.loop import as_float32
+        from attn_cli.sources.checkpoint.families.base import head_logits
         from attn_cli.sources.checkpoint.model import predictions_of
 
         head = self.model.head(self._weights) if predict else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.sources.checkpoint.families.base import Family, forward
+from attn_cli.sources.checkpoint.families.base import Family
+from attn_cli.sources.checkpoint.families.loop import forward
 from attn_cli.sources.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, text_config
 from attn_cli.runtime.errors import ModelUnavailable
 

@@ -1,4 +1,5 @@
-"""What every family shares: the layer loop and the multi-head attention step.
+"""What every family shares: the ``Family`` a checkpoint's architecture declares, the tensors
+of a layer by role, the head. The layer loop is loop.py.
 
 Shapes: T tokens, D d_model, H (query) heads, Hkv key/value heads (H without
 grouped-query attention), Dk = Dv per head (D / H unless the family says), F
@@ -16,22 +17,16 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import torch
 
-from attn_cli.runtime.allocator import LayerHeap
-from attn_cli.analysis.norms import with_norms
-from attn_cli.analysis.rollout import RolloutAccumulator
-from attn_cli.records.layers import LayerAttention, LayerWeights, Linear, Projections
-from attn_cli.sources.attend import attend, split_heads
-from attn_cli.runtime.errors import ModelUnavailable
+from attn_cli.records.layers import Projections
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Anatomy
-from attn_cli.records.selection import Keep
+from attn_cli.runtime.errors import ModelUnavailable
 
 
 class Weights(Protocol):
@@ -236,240 +231,6 @@ def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.T
     return logits
 
 
-@dataclasses.dataclass
-class Forward:
-    layers: list[LayerWeights]  # one record per requested layer, in the order asked
-    hidden: torch.Tensor | None  # (T, D) the last layer's output (``whole``), before the final norm; else None
-
-
-def forward(
-    family: Family,
-    weights: Weights,
-    tokens: Tokens,
-    layers: Sequence[int],
-    device: torch.device | str = "cpu",
-    keep: Keep = "all",
-    *,
-    norms: bool = False,
-    rollout: RolloutAccumulator | None = None,
-    whole: bool = False,
-) -> Forward:
-    """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
-    order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
-    divisor) at "weights". Later layers are never read; a layer not kept, and a kept
-    layer's vectors at "weights", are dropped once the next layer has its input.
-    ``norms``: each kept layer with its value-weighted norms, worked out from its vectors
-    before they are dropped. ``rollout``: every layer's weights are added to it, in order.
-    ``whole``: every layer runs, the last one's MLP too, and ``Forward.hidden`` is its output.
-
-    The layers run in the dtype the ``weights`` come in, on ``device``; what is
-    kept is handed back as float32 on the CPU, the way every renderer reads it.
-    """
-    wanted = set(layers)
-    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
-    last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
-    kept: dict[int, LayerWeights] = {}
-    try:
-        with torch.inference_mode():
-            hidden = family.embed(weights, tokens)  # (T, D)
-            shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
-            shared = shared.to(device) if shared is not None else None
-            for index in range(last + 1):
-                heap.before_layer(len(kept))  # the heap's free memory back where it would raise the peak
-                t, layer = attention_step(family, weights, index, hidden, shared, heap)
-                output = layer.output  # (T, D)
-                if rollout is not None:
-                    rollout.add(layer.weights, layer.mask)
-                if index in wanted:
-                    if norms:
-                        layer = with_norms(layer)
-                    kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
-                # What is not kept goes now, before the MLP and the next layer allocate theirs:
-                # held until the next assignment, this layer's (H, T, T) weights would be a
-                # second one in flight beside the next layer's.
-                del layer
-                if index < last or whole:
-                    hidden = family.finish_layer(t, hidden, output)  # (T, D)
-    finally:
-        heap.done()  # glibc trims the heap's top again, whatever ended the forward
-    return Forward([kept[index] for index in layers], hidden if whole else None)
-
-
-def attention_step(
-    family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None,
-    heap: LayerHeap | None = None,
-) -> tuple[LayerTensors, LayerAttention]:
-    """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
-    ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
-    mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
-    t = LayerTensors(weights, family.layer_names(index))
-    x = family.attention_input(t, hidden)  # (T, D)
-    divisor, divisor_text = family.divisor(index)
-    mask = family.layer_mask(index, shared)  # (T, T) or None
-    n_tokens = hidden.shape[-2]
-    bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
-    shape = (*hidden.shape[:-2], family.heads, n_tokens, n_tokens)  # the weights: (H, T, T), or (B, H, T, T)
-    table = heap.table(shape, hidden.dtype, hidden.device) if heap else None
-    layer = multi_head(
-        x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
-        functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
-    )  # fmt: skip
-    return t, layer
-
-
-def ablated_losses(
-    family: Family, weights: Weights, tokens: Tokens, head: Head, losses: Callable[[torch.Tensor], list[float]], method: str,
-    device: torch.device | str = "cpu",
-) -> tuple[float, list[list[float]]]:
-    """(the clean loss, per layer and head the loss with that head ablated): ``losses`` maps
-    a batch of the last layer's normed outputs (B, T, D) to each one's loss. Ablating head h of layer l sets its slice
-    of W_o's input (the concat) to zero (``method`` "zero") or to its mean over the text's
-    positions ("mean"), every other head untouched. Each layer's input and concat are kept
-    from the clean run, so an ablation recomputes layers l .. L-1 only, a layer's ablations
-    as one batch (``multi_head`` and the families' steps take a leading batch dimension)."""
-    d_v = None
-    with torch.inference_mode():
-        hidden = family.embed(weights, tokens)  # (T, D)
-        shared = family.mask(len(tokens))  # (T, T) or None
-        shared = shared.to(device) if shared is not None else None
-        clean: list[tuple[torch.Tensor, LayerTensors, torch.Tensor, Linear]] = []  # per layer: input, tensors, concat, W_o
-        for index in range(family.layers):
-            t, layer = attention_step(family, weights, index, hidden, shared)
-            clean.append((hidden, t, layer.concat, layer.projections.out))
-            d_v = layer.values.shape[-1]
-            hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
-        (clean_loss,) = losses(family.final_norm(weights, hidden)[None])  # (1, T, D)
-
-        def finish(start: int, hidden: torch.Tensor) -> list[float]:
-            """(B, T, D) the batch's outputs of layer ``start - 1`` -> each one's loss."""
-            for index in range(start, family.layers):
-                t, layer = attention_step(family, weights, index, hidden, shared)
-                hidden = family.finish_layer(t, hidden, layer.output)  # (B, T, D)
-                del layer
-            return losses(family.final_norm(weights, hidden))  # (B, T, D)
-
-        assert d_v is not None
-        batch, _ = ablation_batch(family, len(tokens))
-        ablated = []
-        for index, (layer_input, t, concat, out) in enumerate(clean):
-            row: list[float] = []
-            for first in range(0, family.heads, batch):
-                chosen = range(first, min(first + batch, family.heads))
-                changed = concat.expand(len(chosen), *concat.shape).clone()  # (B, T, H*Dv)
-                for b, h in enumerate(chosen):
-                    cut = slice(h * d_v, (h + 1) * d_v)
-                    changed[b, :, cut] = 0.0 if method == "zero" else concat[:, cut].mean(dim=0, keepdim=True)  # (T, Dv)
-                after = family.finish_layer(t, layer_input, out(changed))  # (B, T, D) this layer's outputs, each ablated
-                row += finish(index + 1, after)
-            ablated.append(row)
-    return clean_loss, ablated
-
-
-ABLATION_BATCH_BYTES = 256 * 2**20  # a batch of ablations' tensors in flight through one layer
-
-
-def ablation_batch(family: Family, n_tokens: int) -> tuple[int, int]:
-    """(how many of a layer's ablations run as one batch, the bytes in flight for each): a
-    layer's ablations go through the later layers together, in bigger matmuls (on
-    GPT-2-small's layers about 2.4x the speed of one text at a time; bench/ablation.py)."""
-    n = n_tokens
-    per_text = 4 * (3 * family.heads * n * n + n * (8 * family.d_model + 3 * family.d_ffn))
-    return max(1, min(family.heads, ABLATION_BATCH_BYTES // per_text)), per_text
-
-
-AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)
-
-
-def as_float32(layer: AnyLayer) -> AnyLayer:
-    """The layer (either record) with every tensor float32 on the CPU (itself when it already is)."""
-    if layer.weights.dtype == torch.float32 and layer.weights.device.type == "cpu":
-        return layer
-
-    def cast(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return value.to("cpu", torch.float32) if value.is_floating_point() else value.to("cpu")
-        if isinstance(value, Linear):
-            return type(value)(cast(value.weight), cast(value.bias))
-        if isinstance(value, Projections):
-            return Projections(*(cast(getattr(value, f.name)) for f in dataclasses.fields(value)))
-        return value
-
-    return dataclasses.replace(layer, **{f.name: cast(getattr(layer, f.name)) for f in dataclasses.fields(layer)})
-
-
-def multi_head(
-    x: torch.Tensor,
-    projections: Projections,
-    heads: int,
-    divisor: float,
-    mask: torch.Tensor | None,
-    layer: int,
-    divisor_text: str,
-    kv_heads: int | None = None,
-    rotate: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
-    *,
-    bias: torch.Tensor | None = None,
-    softcap: float | None = None,
-    source: torch.Tensor | None = None,
-    weights_out: torch.Tensor | None = None,
-) -> LayerAttention:
-    """One layer's multi-head attention over X (T, D), every tensor kept; keys and
-    values per query head (a shared key/value head repeated for its group). X may have
-    leading batch dimensions (B, T, D): the same operations, each tensor (B, ...) too
-    (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
-    cross-attention, the keys and values projected from it (an encoder's output), so the
-    weights are (H, T, S). ``weights_out``: the block the weights are written into."""
-    assert projections.query and projections.key and projections.value and projections.out
-    n_tokens, lead = x.shape[-2], x.shape[:-2]
-    kv_heads = kv_heads or heads
-    # 1. project (and norm, where the family norms queries and keys), split into heads
-    queries, keys = projections.queries_keys(x, source)  # (T, D) -> (T, H*Dk), (S, Hkv*Dk)
-    queries = split_heads(queries, heads)  # (T, H*Dk) -> (H, T, Dk)
-    keys = split_heads(keys, kv_heads)  # (S, Hkv*Dk) -> (Hkv, S, Dk)
-    values = split_heads(projections.value(x if source is None else source), kv_heads)  # (S, D) -> (S, Hkv*Dv) -> (Hkv, S, Dv)
-    # 2. positions, where the family rotates queries and keys (RoPE)
-    if rotate is not None:
-        queries, keys = rotate(queries, keys)  # (H, T, Dk), (Hkv, T, Dk)
-    # 3. each query head's key/value head: h // (H / Hkv)
-    keys = repeat_kv(keys, heads // kv_heads)  # (Hkv, T, Dk) -> (H, T, Dk)
-    values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
-    # 4. the masked softmax every source shares, and each head's context
-    context, weights = attend(
-        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out
-    )  # (H, T, Dv), (H, T, T)
-    # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
-    # the heads being views into the concat's columns
-    concat = context.transpose(-3, -2).reshape(*lead, n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
-    context = concat.view(*lead, n_tokens, heads, -1).transpose(-3, -2)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv), a view
-    output = projections.out(concat)  # (T, H*Dv) -> (T, D)
-    return LayerAttention(
-        queries=queries,
-        keys=keys,
-        values=values,
-        weights=weights,
-        dropped_weights=None,
-        context=context,
-        concat=concat,
-        output=output,
-        divisor=divisor,
-        mask=mask,
-        projections=projections,
-        layer=layer,
-        x=x,
-        divisor_text=divisor_text,
-        bias=bias,
-        softcap=softcap,
-        cross=source is not None,
-        source=source,
-    )
-
-
-def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:
-    """(Hkv, T, d) -> (H, T, d), each key/value head repeated for the ``groups``
-    query heads beside each other that share it (0, 0, 1, 1, not 0, 1, 0, 1)."""
-    return m if groups == 1 else m.repeat_interleave(groups, dim=-3)  # (Hkv, T, d) -> (Hkv*groups, T, d)
-
-
 def token_rows(weights: Weights, name: str, ids: Sequence[int], rows: int) -> torch.Tensor:
     """(T, D) rows ``ids`` of an embedding table with ``rows`` rows, reading only
     those rows (GPT-2's table is 150 MB; a text uses a few hundred of its rows)."""
@@ -490,58 +251,3 @@ def scaled_divisor(head_dim: int, scale: bool, layer_factor: int) -> tuple[float
     parts = ([f"sqrt({head_dim})"] if scale else []) + ([str(layer_factor)] if layer_factor != 1 else [])
     text = parts[0] if len(parts) == 1 else "(" + " * ".join(parts) + ")" if parts else ""
     return value, text
-
-
-def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GPT-2's own formula ("gelu_new"), as OpenAI and transformers write it,
-    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), in one (T, F) buffer
-    instead of six: the same operations on the same operands (the halving is exact
-    wherever it comes), so the same bits in every dtype."""
-    out = torch.pow(x, 3.0)  # (T, F)
-    out.mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0).mul_(x).mul_(0.5)
-    return out  # (T, F)
-
-
-def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))  # (T, F)
-
-
-# The activation names config.json uses (transformers' ACT2FN) that these families meet.
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": torch.nn.functional.gelu,  # exact, with erf
-    "gelu_python": torch.nn.functional.gelu,
-    "gelu_new": _gelu_tanh,
-    "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "gelu_python_tanh": _gelu_tanh,
-    "gelu_fast": _gelu_fast,
-    "relu": torch.relu,
-    "silu": torch.nn.functional.silu,
-    "swish": torch.nn.functional.silu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "linear": lambda x: x,
-}
-
-
-# The same kernels writing into their input, for the activations torch has them for: a
-# gated MLP's (T, F) blocks are a layer's largest, and each fresh one is mapped and faulted in.
-IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": torch.ops.aten.gelu_,
-    "gelu_python": torch.ops.aten.gelu_,
-    "gelu_pytorch_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
-    "relu": torch.relu_,
-    "silu": lambda x: torch.nn.functional.silu(x, inplace=True),
-    "swish": lambda x: torch.nn.functional.silu(x, inplace=True),
-}
-
-
-def activation(name: Any, key: str, family: str, in_place: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
-    """config.json's activation ``name``. ``in_place``: one that may overwrite its input and
-    returns its result (the input itself where torch has the kernel in place): for an input
-    nothing else reads."""
-    if name not in ACTIVATIONS:
-        raise ModelUnavailable(
-            f"config.json {key} {name!r} is not one attn-cli computes for {family}; "
-            f"supported: {', '.join(ACTIVATIONS)}"
-        )
-    return IN_PLACE.get(name, ACTIVATIONS[name]) if in_place else ACTIVATIONS[name]

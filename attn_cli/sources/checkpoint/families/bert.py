@@ -24,10 +24,10 @@ from attn_cli.sources.checkpoint.families.base import (
     Head,
     LayerTensors,
     Weights,
-    activation,
     scaled_divisor,
     token_rows,
 )
+from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.norms import layer_norm
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable

@@ -9,7 +9,7 @@ A family here is data: its tensor names by role, its norm, where the norms sit
 whole projection), fused projections, a parallel residual, the embedding scale,
 the score modifiers (Gemma 2's soft-capping, ``query_pre_attn_scalar``), the
 windows and rotary settings per layer. The steps are written once, below; the
-attention itself is ``base.multi_head`` as for every family.
+attention itself is ``loop.multi_head`` as for every family.
 
 Roles (the keys of ``names``; each with ``.weight`` and, where the family has
 one, ``.bias``): attn_norm (before attention), attn_out_norm (on the attention
@@ -29,7 +29,8 @@ import torch
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families import norms, rotary
-from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, activation, token_rows
+from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, token_rows
+from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from attn_cli.sources.checkpoint.families import norms
-from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights, activation
+from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
+from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable

@@ -3,7 +3,7 @@
 Three stacks, as transformers computes them: the encoder's self-attention over the source
 (S x S), the decoder's causal self-attention over its inputs (T x T), and in every decoder
 layer cross-attention from the decoder's states (queries) to the encoder's output (keys and
-values): T x S. Every attention is ``base.multi_head`` (``source=`` for cross-attention) and
+values): T x S. Every attention is ``loop.multi_head`` (``source=`` for cross-attention) and
 so ``attention.attend``; what differs between the two families is where the norms go, the
 embeddings, the scale and T5's relative position bias, each a method below.
 
@@ -26,7 +26,9 @@ import torch
 
 from attn_cli.records.layers import FusedLinear, LayerAttention, Projections
 from attn_cli.sources.attend import causal_mask
-from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights, activation, multi_head, token_rows
+from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights, token_rows
+from attn_cli.sources.checkpoint.families.activations import activation
+from attn_cli.sources.checkpoint.families.loop import multi_head
 from attn_cli.sources.checkpoint.families.bert import relative_buckets
 from attn_cli.sources.checkpoint.families.norms import layer_norm, rms_norm
 from attn_cli.sources.checkpoint.files import ROOT

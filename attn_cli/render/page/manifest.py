@@ -1,0 +1,189 @@
+"""What the page's script reads about each trace beside the chunks: the tokens, the layers
+and heads kept, the predictions, the stack, and the rows of the header (what ran).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.records.hiding import cut
+from attn_cli.records.trace import EXTERNAL
+from attn_cli.render.page.chunks import PRECISION, Chunk, Chunks, f32, f32_norms, f32_scores, fixed_weights
+from attn_cli.render.terminal.fit import spans
+
+if TYPE_CHECKING:
+    from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.records.trace import ModelInfo, Trace
+
+
+def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
+    """What the page's script reads about ``trace``; its tables go into ``chunks`` in page order
+    (the layers, then the rollout, then the toy's vectors)."""
+    tokens = trace.tokens
+    n, m = len(tokens), len(trace.columns)  # queries and keys: T x T, or cross-attention's T_target x T_source
+    layers = [_layer_entry(layer, chunks, n, m) for layer in trace.layers]
+    manifest: dict[str, Any] = {
+        "text": trace.text,
+        "pair": trace.pair,
+        "tokens": _token_lists(tokens),
+        "model": _model_entry(trace.model),
+        "header": _header_rows(trace),
+        "stack": trace.stack_name,  # one stack of an encoder-decoder, or None
+        # cross-attention's columns: the source's tokens (the rows are the decoder's inputs)
+        "keys": _token_lists(trace.key_tokens) if trace.key_tokens is not None else None,
+        "layers": layers,
+        "vectors": None,
+        "rollout": None,
+        "predictions": _predictions(trace),
+    }
+    if trace.rollout is not None:  # --rollout: drawn like one head's weights
+        from attn_cli.records.layers import LayerWeights
+
+        as_layer = LayerWeights(trace.rollout.weights[None], trace.rollout.mask, 1.0, trace.rollout.through_layer)  # (1, T, T)
+        manifest["rollout"] = {
+            "through": trace.rollout.through_layer,
+            "weights": chunks.add(Chunk("u16", (1, n, n), functools.partial(fixed_weights, as_layer))),
+            "masked": trace.rollout.causal,
+        }
+    manifest.update(_toy_entries(trace, chunks))
+    return manifest
+
+
+def _layer_entry(layer: LayerWeights, chunks: Chunks, n: int, m: int) -> dict[str, Any]:
+    from attn_cli.records.layers import LayerAttention, SavedScores
+
+    heads = layer.n_heads
+    return {
+        "index": layer.layer,
+        "heads": heads,
+        "divisor": layer.divisor,
+        "divisorText": layer.divisor_text,
+        "masked": layer.causal,
+        "weights": chunks.add(Chunk("u16", (heads, n, m), functools.partial(fixed_weights, layer))),
+        # a trace of weights alone (a saved one, attention from elsewhere) has no scores to show
+        "scores": chunks.add(Chunk("f32", (heads, n, m), functools.partial(f32_scores, layer)))
+        if isinstance(layer, (LayerAttention, SavedScores))
+        else None,
+        "scaled": None,  # decided with the scores: "derived", or a chunk of its own
+        # --norms: each head's value-weighted norms ||a f(x)||, float32 (H, T, T)
+        "norms": chunks.add(Chunk("f32", (heads, n, m), functools.partial(f32_norms, layer))) if layer.norms is not None else None,
+    }
+
+
+def _model_entry(model: ModelInfo) -> dict[str, Any]:
+    return {
+        "trained": model.trained,
+        "source": model.source,
+        "name": model.name,
+        "family": model.family,
+        "layers": model.layers,
+        "heads": model.heads,
+        "kvHeads": model.kv_heads,
+        "headDim": model.head_dim,
+        "valueDim": model.value_dim,
+        "dModel": model.d_model,
+        "inputText": model.input_text,
+    }
+
+
+def _toy_entries(trace: Trace, chunks: Chunks) -> dict[str, Any]:
+    """The toy's vectors and settings, for the step-by-step view (which follows the model's own
+    softmax, so not for a trace whose hidden tokens were taken out); else nothing."""
+    from attn_cli.records.layers import LayerAttention
+
+    config = trace.model.config
+    if config is None or trace.renormalized or not isinstance(trace.layers[0], LayerAttention):
+        return {}
+    layer = trace.layers[0]
+    parts = [("x", layer.x), ("queries", layer.queries), ("keys", layer.keys), ("values", layer.values), ("context", layer.context)]
+    if layer.dropped_weights is not None:
+        parts.append(("dropped", layer.dropped_weights))
+    offsets, total = {}, 0
+    for name, tensor in parts:
+        if tensor is not None:
+            offsets[name] = {"offset": total, "shape": list(tensor.shape)}
+            total += tensor.numel()
+    make = functools.partial(lambda ts: b"".join(f32(t) for t in ts), [t for _, t in parts if t is not None])
+    toy = {
+        "causal": config.causal, "scale": config.scale, "temperature": config.temperature, "dropout": config.dropout,
+        "projections": config.projections, "outProj": config.out_proj, "dK": config.d_k, "dV": config.d_v,
+    }  # fmt: skip
+    return {"vectors": {"chunk": chunks.add(Chunk("f32", (total,), make)), "parts": offsets}, "toy": toy}
+
+
+def _token_lists(tokens: Tokens) -> dict[str, Any]:
+    n = len(tokens)
+    return {
+        "labels": list(tokens.labels),
+        "texts": list(tokens.texts),
+        "ids": list(tokens.ids),
+        "special": [tokens.is_special(i) for i in range(n)],
+        "positions": [tokens.position(i) for i in range(n)],
+        "tokenizer": tokens.tokenizer,
+    }
+
+
+def _predictions(trace: Trace) -> dict[str, Any] | None:
+    """--predict: per position, the top K labels and their probabilities (4 decimals, as fixed text)."""
+    p = trace.predictions
+    if p is None:
+        return None
+    kept = list(trace.hiding.kept) if trace.renormalized and trace.hiding is not None else list(range(len(p.labels)))
+    probs = p.probs.tolist()
+    return {
+        "k": p.k,
+        "next": any(layer.causal for layer in trace.layers),  # decoders predict the next token, masked LMs the token itself
+        "labels": [list(p.labels[i]) for i in kept],
+        "probs": [[f"{v:.{PRECISION}f}" for v in probs[i]] for i in kept],
+    }
+
+
+def _header_rows(trace: Trace) -> list[list[str]]:
+    model, tokens = trace.model, trace.tokens
+    rows = [["tokenizer", tokens.tokenizer], ["tokens", str(len(tokens))]]
+    for hiding in cut(trace):  # the rows' tokens; cross-attention's source columns apart
+        source = hiding is trace.key_hiding
+        if not source:
+            rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
+        rows.append([
+            "hidden in the source" if source else "hidden",
+            f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {spans(hiding.hidden)}): "
+            f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
+        ])
+    if model.config is not None:
+        rows.append(["model", f"toy, one layer. {model.config.weights_origin()}"])
+        rows += [phrase.split(" ", 1) if " " in phrase else [phrase, ""] for phrase in model.config.describe(tokens.tokenizer)[1:]]
+        rows.append(["scale factor", f"{1 / trace.layers[0].divisor:.6g}" + (f" = 1/{trace.layers[0].divisor_text}" if trace.layers[0].divisor_text else "")])
+        rows.append(["input", model.input_text])
+        return rows
+    rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])  # the full path here; titles use the short name
+    if model.family == EXTERNAL:  # weights alone: what made them is not known here
+        rows.append(["computed", "outside attn-cli (weights given to attn_cli.from_attentions)"])
+    else:
+        rows.append(["architecture", f"{model.architecture} ({model.family})"])
+    kept = [layer.layer for layer in trace.layers]
+    rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {spans(kept)}")])
+    heads = f"{model.heads}" + (f" (key/value heads {model.kv_heads})" if model.kv_heads != model.heads else "")
+    rows.append(["heads", heads])
+    rows += [[name, str(value)] for name, value in (("head size", model.head_dim), ("d_model", model.d_model)) if value]  # 0: not saved
+    if model.family != EXTERNAL:
+        rows.append(["dtype", model.dtype])
+    if trace.pair is not None:
+        rows.append(["pair", trace.pair])
+    if trace.stack_name is not None:  # one stack of an encoder-decoder: the stack picker chooses
+        rows.append(["stack", STACK_ROWS[trace.stack_name]])
+        if trace.key_text is not None:
+            rows.append(["source", trace.key_text])
+    if trace.prompt_length is not None:
+        added = len(tokens) - trace.prompt_length
+        rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])
+    return rows
+
+
+STACK_ROWS = {
+    "encoder": "encoder self-attention: the source's tokens attend to each other",
+    "decoder": "decoder self-attention, causal: the decoder's inputs (the target shifted right) attend to those before them",
+    "cross": "cross-attention: each decoder input (left) attends to the source's tokens (right)",
+}

@@ -1,0 +1,184 @@
+"""The one layer loop: ``forward`` runs a family's layers over a text (embed, then for each
+layer: its attention step, what the run keeps of it, the rest of the layer), keeping what
+was asked for and handing each layer to the analyses that read it as it passes (norms,
+rollout); ``multi_head`` is every family's attention step, through ``attn_cli.sources.attend``.
+
+Shapes: T tokens, D d_model, H (query) heads, Hkv key/value heads, Dk = Dv per head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from attn_cli.analysis.norms import with_norms
+from attn_cli.analysis.rollout import RolloutAccumulator
+from attn_cli.records.layers import LayerAttention, LayerWeights, Linear, Projections
+from attn_cli.records.selection import Keep
+from attn_cli.records.tokens import Tokens
+from attn_cli.runtime.allocator import LayerHeap
+from attn_cli.sources.attend import attend, split_heads
+from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights
+
+
+@dataclasses.dataclass
+class Forward:
+    layers: list[LayerWeights]  # one record per requested layer, in the order asked
+    hidden: torch.Tensor | None  # (T, D) the last layer's output (``whole``), before the final norm; else None
+
+
+def forward(
+    family: Family,
+    weights: Weights,
+    tokens: Tokens,
+    layers: Sequence[int],
+    device: torch.device | str = "cpu",
+    keep: Keep = "all",
+    *,
+    norms: bool = False,
+    rollout: RolloutAccumulator | None = None,
+    whole: bool = False,
+) -> Forward:
+    """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
+    order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
+    divisor) at "weights". Later layers are never read; a layer not kept, and a kept
+    layer's vectors at "weights", are dropped once the next layer has its input.
+    ``norms``: each kept layer with its value-weighted norms, worked out from its vectors
+    before they are dropped. ``rollout``: every layer's weights are added to it, in order.
+    ``whole``: every layer runs, the last one's MLP too, and ``Forward.hidden`` is its output.
+
+    The layers run in the dtype the ``weights`` come in, on ``device``; what is
+    kept is handed back as float32 on the CPU, the way every renderer reads it.
+    """
+    wanted = set(layers)
+    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
+    last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
+    kept: dict[int, LayerWeights] = {}
+    try:
+        with torch.inference_mode():
+            hidden = family.embed(weights, tokens)  # (T, D)
+            shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+            shared = shared.to(device) if shared is not None else None
+            for index in range(last + 1):
+                heap.before_layer(len(kept))  # the heap's free memory back where it would raise the peak
+                t, layer = attention_step(family, weights, index, hidden, shared, heap)
+                output = layer.output  # (T, D)
+                if rollout is not None:
+                    rollout.add(layer.weights, layer.mask)
+                if index in wanted:
+                    if norms:
+                        layer = with_norms(layer)
+                    kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
+                # What is not kept goes now, before the MLP and the next layer allocate theirs:
+                # held until the next assignment, this layer's (H, T, T) weights would be a
+                # second one in flight beside the next layer's.
+                del layer
+                if index < last or whole:
+                    hidden = family.finish_layer(t, hidden, output)  # (T, D)
+    finally:
+        heap.done()  # glibc trims the heap's top again, whatever ended the forward
+    return Forward([kept[index] for index in layers], hidden if whole else None)
+
+
+def attention_step(
+    family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None,
+    heap: LayerHeap | None = None,
+) -> tuple[LayerTensors, LayerAttention]:
+    """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
+    ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
+    mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
+    t = LayerTensors(weights, family.layer_names(index))
+    x = family.attention_input(t, hidden)  # (T, D)
+    divisor, divisor_text = family.divisor(index)
+    mask = family.layer_mask(index, shared)  # (T, T) or None
+    n_tokens = hidden.shape[-2]
+    bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
+    shape = (*hidden.shape[:-2], family.heads, n_tokens, n_tokens)  # the weights: (H, T, T), or (B, H, T, T)
+    table = heap.table(shape, hidden.dtype, hidden.device) if heap else None
+    layer = multi_head(
+        x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
+        functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
+    )  # fmt: skip
+    return t, layer
+
+
+AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)
+
+
+def as_float32(layer: AnyLayer) -> AnyLayer:
+    """The layer (either record) with every tensor float32 on the CPU (itself when it already is)."""
+    if layer.weights.dtype == torch.float32 and layer.weights.device.type == "cpu":
+        return layer
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to("cpu", torch.float32) if value.is_floating_point() else value.to("cpu")
+        if isinstance(value, Linear):
+            return type(value)(cast(value.weight), cast(value.bias))
+        if isinstance(value, Projections):
+            return Projections(*(cast(getattr(value, f.name)) for f in dataclasses.fields(value)))
+        return value
+
+    return dataclasses.replace(layer, **{f.name: cast(getattr(layer, f.name)) for f in dataclasses.fields(layer)})
+
+
+def multi_head(
+    x: torch.Tensor,
+    projections: Projections,
+    heads: int,
+    divisor: float,
+    mask: torch.Tensor | None,
+    layer: int,
+    divisor_text: str,
+    kv_heads: int | None = None,
+    rotate: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    *,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    source: torch.Tensor | None = None,
+    weights_out: torch.Tensor | None = None,
+) -> LayerAttention:
+    """One layer's multi-head attention over X (T, D), every tensor kept; keys and
+    values per query head (a shared key/value head repeated for its group). X may have
+    leading batch dimensions (B, T, D): the same operations, each tensor (B, ...) too
+    (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
+    cross-attention, the keys and values projected from it (an encoder's output), so the
+    weights are (H, T, S). ``weights_out``: the block the weights are written into."""
+    assert projections.query and projections.key and projections.value and projections.out
+    n_tokens, lead = x.shape[-2], x.shape[:-2]
+    kv_heads = kv_heads or heads
+    # 1. project (and norm, where the family norms queries and keys), split into heads
+    queries, keys = projections.queries_keys(x, source)  # (T, D) -> (T, H*Dk), (S, Hkv*Dk)
+    queries = split_heads(queries, heads)  # (T, H*Dk) -> (H, T, Dk)
+    keys = split_heads(keys, kv_heads)  # (S, Hkv*Dk) -> (Hkv, S, Dk)
+    values = split_heads(projections.value(x if source is None else source), kv_heads)  # (S, D) -> (S, Hkv*Dv) -> (Hkv, S, Dv)
+    # 2. positions, where the family rotates queries and keys (RoPE)
+    if rotate is not None:
+        queries, keys = rotate(queries, keys)  # (H, T, Dk), (Hkv, T, Dk)
+    # 3. each query head's key/value head: h // (H / Hkv)
+    keys = repeat_kv(keys, heads // kv_heads)  # (Hkv, T, Dk) -> (H, T, Dk)
+    values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
+    # 4. the masked softmax every source shares, and each head's context
+    context, weights = attend(
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out
+    )  # (H, T, Dv), (H, T, T)
+    # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
+    # the heads being views into the concat's columns
+    concat = context.transpose(-3, -2).reshape(*lead, n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
+    context = concat.view(*lead, n_tokens, heads, -1).transpose(-3, -2)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv), a view
+    output = projections.out(concat)  # (T, H*Dv) -> (T, D)
+    return LayerAttention(
+        queries=queries, keys=keys, values=values, weights=weights, dropped_weights=None, context=context, concat=concat,
+        output=output, divisor=divisor, mask=mask, projections=projections, layer=layer, x=x, divisor_text=divisor_text,
+        bias=bias, softcap=softcap, cross=source is not None, source=source,
+    )  # fmt: skip
+
+
+def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:
+    """(Hkv, T, d) -> (H, T, d), each key/value head repeated for the ``groups``
+    query heads beside each other that share it (0, 0, 1, 1, not 0, 1, 0, 1)."""
+    return m if groups == 1 else m.repeat_interleave(groups, dim=-3)  # (Hkv, T, d) -> (Hkv*groups, T, d)
