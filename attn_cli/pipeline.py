@@ -30,14 +30,14 @@ def open_source(spec: SourceSpec) -> Source:
         from attn_cli.sources.toy.source import ToySource
 
         return ToySource(spec.config)
-    from attn_cli.sources.checkpoint.files import locate, read_config
+    from attn_cli.sources.checkpoint.files import find
     from attn_cli.sources.checkpoint.registry import is_seq2seq
 
-    located = locate(spec.model, spec.revision)
+    found = find(spec.model, spec.revision)  # located and its config.json read once, before torch loads
     from attn_cli.sources.checkpoint.source import CheckpointSource, PairSource
 
-    if is_seq2seq(read_config(located.folder)):
-        return PairSource(spec)
+    if is_seq2seq(found.config):
+        return PairSource(spec, found)
     if spec.target is not None:
         raise UsageError(f"--target is for encoder-decoder models (BART, T5, Marian); {spec.model} has one stack: drop --target")
-    return CheckpointSource(spec)
+    return CheckpointSource(spec, found)

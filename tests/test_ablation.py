@@ -10,12 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
+from invoking import invoke
 
-import checkpoints
-from attn_cli.cli import app
 from attn_cli.pipeline import open_source
 
 TEXT = "the quick brown fox jumps over the lazy dog and the cat"
@@ -25,12 +24,6 @@ TEXT = "the quick brown fox jumps over the lazy dog and the cat"
 def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # grouped-query (8 heads, 2 key/value heads), tied head
     return checkpoints.built(tmp_path_factory, "ablation-llama", checkpoints.build_llama, tie_word_embeddings=True)
-
-
-def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == code, result.stderr
-    return result
 
 
 def hooked_deltas(folder: Path, ids: list[int], method: str, shift: int = 0) -> tuple[float, dict[tuple[int, int], float]]:
@@ -111,8 +104,8 @@ def test_ablation_figure_draws_the_deltas(gpt2_folder: Path) -> None:
     from attn_cli.analysis.effects import Ablation
     from attn_cli.analysis.headroles import HeadsReport
     from attn_cli.render.picture.heads import ablation_figure
-    from attn_cli.sources.toy.config import Config
     from attn_cli.sources.spec import SourceSpec
+    from attn_cli.sources.toy.config import Config
 
     trace = open_source(SourceSpec(Config(), model=str(gpt2_folder))).run(TEXT)
     deltas = ((0.5, -0.25, 0.0, 1.0), (0.1, 0.2, 0.3, 0.4), (-1.0, 0.0, 0.0, 0.0))
@@ -135,9 +128,9 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
 
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
     from attn_cli.sources.checkpoint import open_checkpoint
     from attn_cli.sources.checkpoint.families import ablation
-    from attn_cli.runtime.errors import TooLargeError
 
     checkpoint = open_checkpoint(str(gpt2_folder))
     tokens = checkpoint.tokenizer.encode(TEXT)

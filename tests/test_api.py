@@ -4,27 +4,25 @@ command line, every error one clear line, and no torch on `import attn_cli`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import invoking
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
-
-import attn_cli
-from attn_cli.cli import app
-from attn_cli.runtime.errors import ExitStatus, UsageError
 from html_support import chunk, manifest
 
+import attn_cli
+from attn_cli.runtime.errors import ExitStatus, UsageError
+
+invoke = functools.partial(invoking.invoke, code=None)
+
 TEXT = "The cat sat on the mat"
-
-
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,13 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
-
 import checkpoints
+import pytest
 import test_checkpoint_decoders as decoders
 import test_checkpoint_encoders as encoders
+from invoking import invoke
+from typer.testing import CliRunner
+
 from attn_cli.cli import app
 
 FAMILIES = {
@@ -33,12 +34,6 @@ def folder(tmp_path_factory: pytest.TempPathFactory):
         encoders: checkpoints.folder_maker(tmp_path_factory, "encoder", checkpoints.build_encoder, encoders.CHECKPOINTS),
     }
     return lambda name: made[FAMILIES[name][0]](name)
-
-
-def invoke(*args: str):
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))

@@ -12,20 +12,19 @@ import dataclasses
 import json
 from pathlib import Path
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
+from invoking import invoke
 
-import checkpoints
+from attn_cli.pipeline import open_source
 from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.records.selection import IndexSpec, Selection
+from attn_cli.runtime.errors import TooLargeError
 from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.sources.checkpoint.model import Checkpoint
-from attn_cli.cli import app
-from attn_cli.sources.toy.config import Config
-from attn_cli.runtime.errors import TooLargeError
 from attn_cli.sources.spec import SourceSpec
-from attn_cli.records.selection import IndexSpec, Selection
-from attn_cli.pipeline import open_source
+from attn_cli.sources.toy.config import Config
 
 TEXT = "The cat sat on the mat, and the dog sat on the log."
 VECTORS = ("queries", "keys", "values", "dropped_weights", "context", "concat", "output", "projections", "x")
@@ -123,19 +122,13 @@ def spy_keep(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def invoke(*args: str) -> bytes:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.stderr
-    return result.stdout_bytes
-
-
 def test_heads_keeps_the_weights_and_prints_the_same(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ("heads", TEXT, "--model", str(folder), "--probe-length", "8")
     seen = spy_keep(monkeypatch)
-    light = {fmt: invoke(*args, "--format", fmt) for fmt in ("json", "csv")}
+    light = {fmt: invoke(*args, "--format", fmt).stdout_bytes for fmt in ("json", "csv")}
     assert set(seen) == {"weights"} and len(seen) == 4  # the text and the probe, per format
     keeping_everything(monkeypatch)
-    assert {fmt: invoke(*args, "--format", fmt) for fmt in ("json", "csv")} == light
+    assert {fmt: invoke(*args, "--format", fmt).stdout_bytes for fmt in ("json", "csv")} == light
     assert json.loads(light["json"])["heads"]
 
 

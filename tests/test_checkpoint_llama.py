@@ -15,7 +15,7 @@ import torch
 import checkpoints
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint import open_checkpoint
-from attn_cli.sources.checkpoint.families import base, llama, rotary
+from attn_cli.sources.checkpoint.families import llama, loop, rotary
 
 TOL = 1e-5
 TEXT = "The cat sat on the mat, and the dog sat on the log."
@@ -191,7 +191,7 @@ def tiled(m: torch.Tensor, groups: int) -> torch.Tensor:
     [
         ("llama", rotary, "pairs", interleaved),
         ("llama3", rotary, "llama3_scaled", lambda inv_freq, settings: inv_freq),
-        ("llama", base, "repeat_kv", tiled),
+        ("llama", loop, "repeat_kv", tiled),
     ],
     ids=["interleaved-rope-pairs", "llama3-scaling-ignored", "gqa-heads-tiled"],
 )

@@ -3,6 +3,7 @@ documented exit code; `tokenizers`, `tokenizers add` and `--version` work."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -10,13 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import invoking
 import pytest
 import tiktoken.registry
-from typer.testing import CliRunner
 
 from attn_cli import __version__
-from attn_cli.cli import app
 from attn_cli.runtime.errors import ExitStatus
+
+invoke = functools.partial(invoking.invoke, code=None)
 
 HEADLINE = "Life is short, eat dessert first"
 WORDS = ["--tokenizer", "words"]
@@ -26,10 +28,6 @@ WORDS = ["--tokenizer", "words"]
 def fresh_tiktoken_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """tiktoken keeps every encoding it built for the life of the process."""
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def assert_one_line_error(result, code: int, *words: str) -> None:

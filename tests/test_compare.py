@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
+from invoking import invoke
 
-import checkpoints
-from attn_cli.cli import app
 from attn_cli.pipeline import open_source
 
 A = "the quick brown fox jumps over the lazy dog"
@@ -29,12 +28,6 @@ def other_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def two_head_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoints.built(tmp_path_factory, "compare-gpt2-2heads", checkpoints.build_gpt2, n_head=2)
-
-
-def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == code, result.stderr
-    return result
 
 
 def attentions(folder: Path, text: str) -> list[torch.Tensor]:
@@ -126,10 +119,10 @@ def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: P
     import numpy as np
 
     from attn_cli.analysis.compare import compare
-    from attn_cli.sources.toy.config import Config
+    from attn_cli.records.selection import Selection
     from attn_cli.render.picture.compare import compare_figure
     from attn_cli.sources.spec import SourceSpec
-    from attn_cli.records.selection import Selection
+    from attn_cli.sources.toy.config import Config
 
     out = tmp_path / "pair.png"
     assert invoke("compare", A, B, "--model", str(gpt2_folder), "-o", str(out)).stdout.strip() == str(out)

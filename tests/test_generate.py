@@ -8,12 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
-
-import checkpoints
-from attn_cli.cli import app
+from invoking import invoke
 
 PROMPT = "the quick brown fox"
 N = 8
@@ -26,12 +24,6 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "gemma2": (checkpoints.build_decoder, dict(model_type="gemma2")),
         "bert-mlm": (checkpoints.build_encoder, dict(model_type="bert")),
     })  # fmt: skip
-
-
-def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == code, result.stderr
-    return result
 
 
 def reference_generate(folder: Path, prompt: list[int], n: int) -> list[int]:

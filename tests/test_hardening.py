@@ -8,6 +8,7 @@ the rest go through the app in-process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import select
@@ -15,28 +16,24 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
+import invoking
 import pytest
 import tiktoken
-from typer.testing import CliRunner
-
-from attn_cli.text import rankfiles
-from attn_cli.cli import app
-from attn_cli.runtime.errors import ExitStatus
 from conftest import real_rank_dir, skip_or_fail
+
+from attn_cli.runtime.errors import ExitStatus
+from attn_cli.text import rankfiles
+
+invoke = functools.partial(invoking.invoke, code=None)
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = ["-t", "words"]
 HEADLINE = "Life is short, eat dessert first"
 GPT2_IDS = [14662, 318, 1790, 11, 4483, 23084, 717]
-
-
-def invoke(args: list[str], **kwargs):
-    return CliRunner().invoke(app, args, **kwargs)
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -196,7 +193,7 @@ def test_a_signal_ends_the_command_even_inside_a_long_tensor_operation(tmp_path:
 @pytest.mark.parametrize("command", ["run", "heatmap", "explain", "html", "heads"])
 def test_an_output_folder_that_does_not_exist_is_exit_1_naming_it(tmp_path: Path, command: str) -> None:
     target = f"{tmp_path / 'missing-dir'}/"
-    result = invoke([command, "I saw a saw", *WORDS, "-o", target])
+    result = invoke(*[command, "I saw a saw", *WORDS, "-o", target])
     assert result.exit_code == ExitStatus.ERROR, result.output
     line = one_error_line(result.stderr)
     assert target in line and "folder does not exist" in line
@@ -205,13 +202,13 @@ def test_an_output_folder_that_does_not_exist_is_exit_1_naming_it(tmp_path: Path
 
 def test_an_output_folder_that_is_a_file_says_so(tmp_path: Path) -> None:
     (tmp_path / "results").write_text("a file")
-    result = invoke(["run", "I saw a saw", *WORDS, "-o", f"{tmp_path / 'results'}/"])
+    result = invoke(*["run", "I saw a saw", *WORDS, "-o", f"{tmp_path / 'results'}/"])
     assert result.exit_code == ExitStatus.ERROR
     assert "is a file, not a folder" in one_error_line(result.stderr)
 
 
 def test_an_existing_folder_with_a_slash_still_takes_heatmaps(tmp_path: Path) -> None:
-    result = invoke(["heatmap", "I saw a saw", *WORDS, "-o", f"{tmp_path}/"])
+    result = invoke(*["heatmap", "I saw a saw", *WORDS, "-o", f"{tmp_path}/"])
     assert result.exit_code == 0, result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["i-saw-a-saw.png"]
 
@@ -220,8 +217,8 @@ def test_an_existing_folder_with_a_slash_still_takes_heatmaps(tmp_path: Path) ->
 
 
 def test_debug_shows_the_traceback_and_only_with_debug() -> None:
-    plain = invoke(["run", "I saw a saw", *WORDS, "--heads", "0"])
-    debug = invoke(["run", "I saw a saw", *WORDS, "--heads", "0", "--debug"])
+    plain = invoke(*["run", "I saw a saw", *WORDS, "--heads", "0"])
+    debug = invoke(*["run", "I saw a saw", *WORDS, "--heads", "0", "--debug"])
     assert plain.exit_code == debug.exit_code == ExitStatus.USAGE
     assert "Traceback" not in plain.stderr
     assert "Traceback" in debug.stderr and "ConfigError" in debug.stderr
@@ -229,7 +226,7 @@ def test_debug_shows_the_traceback_and_only_with_debug() -> None:
 
 
 def test_a_text_that_says_debug_is_not_the_debug_flag() -> None:
-    result = invoke(["run", *WORDS, "--heads", "0", "--", "--debug"])
+    result = invoke(*["run", *WORDS, "--heads", "0", "--", "--debug"])
     assert result.exit_code == ExitStatus.USAGE and "Traceback" not in result.stderr
 
 
@@ -244,7 +241,7 @@ def test_add_into_a_data_folder_that_is_a_file_is_exit_1_naming_the_folder(tmp_p
     some.write_bytes(b"anything: the folder is checked after the hash")
     fake_hash = hashlib.sha256(some.read_bytes()).hexdigest()
     monkeypatch.setitem(rankfiles.ENCODING_FILES, "fake", (rankfiles.RankFile("https://x.invalid/r50k_base.tiktoken", fake_hash),))
-    result = invoke(["tokenizers", "add", str(some)])
+    result = invoke(*["tokenizers", "add", str(some)])
     assert result.exit_code == ExitStatus.ERROR
     line = one_error_line(result.stderr)
     assert "data folder" in line and str(blocker) in line and "ATTN_CLI_DATA_DIR" in line
@@ -301,7 +298,7 @@ def test_add_into_a_data_folder_without_write_permission_is_exit_1(tmp_path: Pat
 
 
 def test_add_refuses_an_endless_stream_without_reading_it_all() -> None:
-    result = invoke(["tokenizers", "add", "/dev/zero"])
+    result = invoke(*["tokenizers", "add", "/dev/zero"])
     assert result.exit_code == ExitStatus.USAGE
     assert "over 64 MiB" in one_error_line(result.stderr)
 
@@ -309,7 +306,7 @@ def test_add_refuses_an_endless_stream_without_reading_it_all() -> None:
 @pytest.mark.integration
 def test_add_a_folder_takes_every_rank_file_in_it(rank_dir: Path, tmp_path: Path) -> None:
     (rank_dir / "README.md").write_text("not a rank file, and not named like one")
-    result = invoke(["tokenizers", "add", str(rank_dir)])
+    result = invoke(*["tokenizers", "add", str(rank_dir)])
     assert result.exit_code == 0, result.stderr
     added = sorted(p.name for p in (rankfiles.data_dir() / "tiktoken").iterdir())
     assert added == sorted(p.name for p in rank_dir.iterdir() if p.name != "README.md")
@@ -317,13 +314,13 @@ def test_add_a_folder_takes_every_rank_file_in_it(rank_dir: Path, tmp_path: Path
 
 def test_add_a_folder_with_no_rank_files_says_so(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
-    result = invoke(["tokenizers", "add", str(tmp_path)])
+    result = invoke(*["tokenizers", "add", str(tmp_path)])
     assert result.exit_code == ExitStatus.USAGE
     assert "holds no file named like a rank file" in one_error_line(result.stderr)
 
 
 def test_missing_gpt2_files_are_named_together_with_the_r50k_shortcut() -> None:
-    result = invoke(["run", HEADLINE, "-t", "gpt2"])
+    result = invoke(*["run", HEADLINE, "-t", "gpt2"])
     assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE
     line = one_error_line(result.stderr)
     assert "vocab.bpe and encoder.json" in line and "r50k_base.tiktoken alone" in line
@@ -370,7 +367,7 @@ def test_loading_leaves_tiktokens_registry_and_module_alone(rank_dir: Path) -> N
 
 @pytest.mark.integration
 def test_an_emitted_script_runs_offline_after_one_run(rank_dir: Path, offline_env: Path, tmp_path: Path, monkeypatch) -> None:
-    result = invoke(["run", HEADLINE, "-t", "cl100k_base", "--emit-python"])
+    result = invoke(*["run", HEADLINE, "-t", "cl100k_base", "--emit-python"])
     assert result.exit_code == 0, result.stderr
     script = tmp_path / "attention.py"
     script.write_text(result.stdout)
@@ -389,7 +386,7 @@ def test_an_unusable_tiktoken_cache_still_loads_quietly(cache: str, rank_dir: Pa
     blocker.write_text("a file where a folder should be")
     value = {"a-file": str(blocker), "empty-string": "", "under-a-file": str(blocker / "cache")}[cache]
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", value)
-    result = invoke(["run", HEADLINE, "-t", "r50k_base", "-F", "json"])
+    result = invoke(*["run", HEADLINE, "-t", "r50k_base", "-F", "json"])
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     assert os.environ["TIKTOKEN_CACHE_DIR"] == value  # the private cache was for the load only
@@ -501,7 +498,7 @@ def npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
 def test_malformed_npy_files_are_clear_errors(tmp_path: Path, content, code: int, message: str) -> None:
     path = tmp_path / "x.npy"
     path.write_bytes(content())
-    result = invoke(["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
+    result = invoke(*["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
     assert result.exit_code == code, result.stderr
     assert message in one_error_line(result.stderr)
 
@@ -515,7 +512,7 @@ def test_a_sparse_multi_gigabyte_npy_is_refused_before_it_is_read(tmp_path: Path
         f.write(header)
         f.truncate(len(header) + 8 * 10**9)  # sparse: no disk used
     monkeypatch.setattr(budget, "available_bytes", lambda: 16 * 2**30)
-    result = invoke(["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
+    result = invoke(*["run", "I saw", *WORDS, "--embeddings", str(path), "-F", "json"])
     assert result.exit_code == ExitStatus.TOO_LARGE
     assert "give a smaller embeddings file" in one_error_line(result.stderr)
 
@@ -525,7 +522,7 @@ def test_a_sparse_multi_gigabyte_npy_is_refused_before_it_is_read(tmp_path: Path
 
 @pytest.mark.parametrize("shell, marker", [("bash", "complete_bash"), ("zsh", "#compdef attn-cli"), ("fish", "complete_fish")])
 def test_completion_prints_the_script(shell: str, marker: str) -> None:
-    result = invoke(["completion", shell])
+    result = invoke(*["completion", shell])
     assert result.exit_code == 0 and marker in result.stdout and "_ATTN_CLI_COMPLETE" in result.stdout
 
 

@@ -8,6 +8,7 @@ and the PNG header rather than trusting the extension.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import struct
@@ -15,23 +16,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import invoking
 import numpy as np
 import pytest
+from conftest import skip_or_fail
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from typer.testing import CliRunner
 
-from attn_cli.cli import app
 from attn_cli.cli import heatmap as heatmap_cli
-from attn_cli.sources.toy.config import Config
-from attn_cli.runtime.errors import UsageError
-from attn_cli.sources.toy.source import ToySource
 from attn_cli.records.trace import Trace
-from attn_cli.render.picture.titles import fit_title, text_width
-from attn_cli.render.picture.panels import MASKED_COLOR, HeatmapOptions
 from attn_cli.render.picture.canvas import (
-    MAX_ANNOTATED_CELLS,
     FIXED_DRAW_BYTES,
+    MAX_ANNOTATED_CELLS,
     annotate_refusal,
     grid_shape,
     picture_bytes,
@@ -40,7 +36,13 @@ from attn_cli.render.picture.canvas import (
     write_figure,
 )
 from attn_cli.render.picture.heatmap import What, heatmap_figure
-from conftest import skip_or_fail
+from attn_cli.render.picture.panels import MASKED_COLOR, HeatmapOptions
+from attn_cli.render.picture.titles import fit_title, text_width
+from attn_cli.runtime.errors import UsageError
+from attn_cli.sources.toy.config import Config
+from attn_cli.sources.toy.source import ToySource
+
+invoke = functools.partial(invoking.invoke, code=None, command=("heatmap",))
 
 FOX = "The quick brown fox jumps over the lazy dog"
 LIFE = "Life is short, eat dessert first"
@@ -53,10 +55,6 @@ def make_run(text: str = FOX, **config: object) -> Trace:
 def image_axes(fig):
     """The heatmap panels (colour bars draw a mesh, not an image)."""
     return [ax for ax in fig.axes if ax.images]
-
-
-def invoke(*args: str, input: str | None = None):
-    return CliRunner().invoke(app, ["heatmap", *args], input=input)
 
 
 def png_size(data: bytes) -> tuple[int, int]:

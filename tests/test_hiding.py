@@ -18,36 +18,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
+from html_support import hand_trace
+from invoking import invoke
 
-from attn_cli.records.layers import LayerAttention, Projections
-from attn_cli.cli import app
-from attn_cli.sources.toy.config import Config
-from attn_cli.runtime.errors import UsageError
-from attn_cli.records.hiding import HideSpec, hide, renormalize
-from attn_cli.sources.toy.source import ToySource
 from attn_cli.formats.document import run_dict
-from attn_cli.formats.export import to_csv
-from attn_cli.render.picture.panels import HeatmapOptions
-from attn_cli.render.picture.heatmap import heatmap_figure
-from attn_cli.render.picture.model_view import model_view_figure
-from attn_cli.render.terminal.cells import View
-from attn_cli.render.terminal.tables import human_view
+from attn_cli.records.hiding import HideSpec, hide, renormalize
+from attn_cli.records.hiding import shown as shown_trace
+from attn_cli.records.layers import LayerAttention
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Trace
-from attn_cli.records.hiding import shown as shown_trace
+from attn_cli.render.picture.heatmap import heatmap_figure
+from attn_cli.render.picture.model_view import model_view_figure
+from attn_cli.render.picture.panels import HeatmapOptions
+from attn_cli.render.terminal.cells import View
+from attn_cli.render.terminal.tables import human_view
+from attn_cli.runtime.errors import UsageError
+from attn_cli.sources.toy.config import Config
+from attn_cli.sources.toy.source import ToySource
 
-from html_support import hand_trace
-
-import checkpoints
-
-runner = CliRunner()
-
-
-def invoke(*args: str, code: int = 0):
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
-    return result
 
 
 def reference(weights: np.ndarray, kept: list[int]) -> np.ndarray:
@@ -328,7 +316,6 @@ def test_heatmap_and_html_take_it(tmp_path: Path) -> None:
     invoke("html", *SAW, "--hide-tokens", "0", "-o", str(page))
     text = page.read_text()
     assert "--hide-tokens 0" in text and '"positions":[1,2,3]' in text
-
 
 
 def test_heads_flags_the_tokens_and_scores_the_model_weights(bert_folder: Path) -> None:

@@ -24,9 +24,6 @@ DEBTS = {
     "attn_cli/cli/heatmap.py:heatmap": 165,
     "attn_cli/cli/html.py:html": 72,
     "attn_cli/cli/run.py:run": 78,
-    "attn_cli/render/explain/layout.py:matrix": 76,
-    "attn_cli/render/explain/projections.py:projection_blocks": 78,
-    "attn_cli/render/explain/steps.py:heads": 82,
     "attn_cli/sources/checkpoint/source.py:run": 85,
 }
 

@@ -6,27 +6,25 @@ data is read back from the file in Python and compared with the traces.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
+import invoking
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
-
-from attn_cli.cli import app
-from attn_cli.render import page as page_module
-from attn_cli.render.page.chunks import MASKED
-from attn_cli.render.page import build, notebook_html, page, reproduce_command
-from attn_cli.render.terminal.fit import spans as ranges
-from attn_cli.formats.document import run_dict
 from html_support import chunk, hand_trace, manifest, toy
 
+from attn_cli.formats.document import run_dict
+from attn_cli.render import page as page_module
+from attn_cli.render.page import build, notebook_html, page, reproduce_command
+from attn_cli.render.page.chunks import MASKED
+from attn_cli.render.terminal.fit import spans as ranges
+
+invoke = functools.partial(invoking.invoke, code=None, command=("html",))
+
 MB = 2**20
-
-
-def invoke(*args: str, input: str | None = None):
-    return CliRunner().invoke(app, ["html", *args], input=input)
 
 
 def test_weights_are_the_traces_to_four_decimals_with_masked_cells_marked() -> None:

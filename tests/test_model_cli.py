@@ -5,26 +5,21 @@ eager attention; selection, conflicts and exit codes."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 from pathlib import Path
 
+import checkpoints
+import invoking
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from attn_cli.cli import app
 from attn_cli.runtime.errors import ExitStatus
 
-import checkpoints
+invoke = functools.partial(invoking.invoke, code=None)
 
 TEXT = "The cat sat on the mat"
-
-
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def one_line_error(result, code: int) -> str:

@@ -8,32 +8,32 @@ command tests read the files' magic bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 from pathlib import Path
 
+import checkpoints
+import invoking
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from attn_cli.cli import app
-from attn_cli.sources.toy.config import Config
-from attn_cli.runtime.errors import UsageError
-from attn_cli.sources.toy.source import ToySource
-from attn_cli.render.picture.panels import SPECIAL_COLOR, HeatmapOptions
-from attn_cli.render.picture.heatmap import What, heatmap_figure
-from attn_cli.render.picture.canvas import write_figure
-from attn_cli.render.picture.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
-from attn_cli.sources.spec import SourceSpec
+from attn_cli.pipeline import open_source
 from attn_cli.records.selection import IndexSpec
 from attn_cli.records.trace import Trace
-from attn_cli.pipeline import open_source
+from attn_cli.render.picture.canvas import write_figure
+from attn_cli.render.picture.heatmap import What, heatmap_figure
+from attn_cli.render.picture.model_view import MAX_MODEL_PANELS, check_model_view, model_view_figure
+from attn_cli.render.picture.panels import SPECIAL_COLOR, HeatmapOptions
+from attn_cli.runtime.errors import UsageError
+from attn_cli.sources.spec import SourceSpec
+from attn_cli.sources.toy.config import Config
+from attn_cli.sources.toy.source import ToySource
 
-import checkpoints
+invoke = functools.partial(invoking.invoke, code=None, command=("heatmap",))
 
 FOX = "The quick brown fox jumps over the lazy dog"
 TEXT = "the cat sat on the mat"
-
 
 
 def synthetic(text: str = FOX, layers: int = 12, heads: int = 12, causal: bool = False) -> Trace:
@@ -178,10 +178,6 @@ def test_every_format_draws(fmt: str) -> None:
 
 
 # -- the command -----------------------------------------------------------------------------
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, ["heatmap", *args])
 
 
 @pytest.mark.parametrize(("ext", "magic"), [("png", b"\x89PNG"), ("svg", b"<?xml"), ("pdf", b"%PDF-")])

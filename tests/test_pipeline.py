@@ -40,3 +40,28 @@ def test_embedding_rows_are_the_seeded_tables_rows() -> None:
     torch.manual_seed(3)
     table = torch.nn.Embedding(3, 5)
     assert torch.equal(run.layers[0].x, table(torch.tensor([1, 0, 2, 0])).detach())
+
+
+def test_a_checkpoint_is_located_and_its_config_read_once(gpt2_folder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """open_source finds the model once (the folder or the cache) and reads its config.json
+    once; the source it opens is handed what was found."""
+    from attn_cli.pipeline import open_source
+    from attn_cli.sources.checkpoint import files
+    from attn_cli.sources.checkpoint.source import CheckpointSource
+    from attn_cli.sources.spec import SourceSpec
+
+    calls = {"locate": 0, "read_config": 0}
+    for name in calls:
+        real = getattr(files, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(files, name, counted)
+    spec = SourceSpec(Config(), model=str(gpt2_folder))
+    source = open_source(spec)
+    assert calls == {"locate": 1, "read_config": 1}
+    assert source.run("I saw a saw").tokens.ids
+    CheckpointSource(spec)  # the control: a source opened without what was found looks again
+    assert calls == {"locate": 2, "read_config": 2}

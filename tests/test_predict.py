@@ -11,12 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
-
-import checkpoints
-from attn_cli.cli import app
+from invoking import invoke
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 K = 5
@@ -88,12 +86,6 @@ def test_a_missing_last_step_is_caught(name: str, bug: str, folders: Any, monkey
         monkeypatch.setattr(family, "head", lambda self, weights: dataclasses.replace(real(self, weights), softcap=None))
     with pytest.raises(AssertionError):
         assert_top_matches(folder)
-
-
-def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == code, result.stderr
-    return result
 
 
 def test_run_predict_in_json_csv_and_tables(gpt2_folder: Path) -> None:

@@ -9,6 +9,7 @@ need a real process (bytes on stdin, argv bytes, Ctrl-C, a 5 MB pipe) run one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,23 +20,20 @@ import sys
 import time
 from pathlib import Path
 
+import invoking
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import attn_cli.runtime.files
-from attn_cli.cli import app
-from attn_cli.sources.toy.config import DEFAULT_MAX_TOKENS
 from attn_cli.runtime.errors import ExitStatus
+from attn_cli.sources.toy.config import DEFAULT_MAX_TOKENS
+
+invoke = functools.partial(invoking.invoke, code=None, input=b"")
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "a b c"  # three tokens with the words tokenizer
 WORDS = ["--tokenizer", "words"]
 OK, USAGE, ERROR, TOO_LARGE, INTERRUPTED = 0, 2, 1, 4, 130
-
-
-def invoke(args: list[str], input: bytes | str | None = b"") -> object:
-    return CliRunner().invoke(app, args, input=input)
 
 
 def error_line(result, code: int, *, required: bool = True) -> str:
@@ -61,7 +59,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def run_json(args: list[str], input: bytes | str | None = b"") -> dict:
-    result = invoke(["run", *WORDS, "--format", "json", *args], input=input)
+    result = invoke(*["run", *WORDS, "--format", "json", *args], input=input)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -88,7 +86,7 @@ def run_json(args: list[str], input: bytes | str | None = b"") -> dict:
 def test_unusable_text_is_a_usage_error(tmp_path: Path, args: list[str], input: bytes, code: int, says: str) -> None:
     (tmp_path / "keep.json").write_text("old")
     before = snapshot(tmp_path)
-    result = invoke(["run", *WORDS, "--format", "json", "-o", str(tmp_path / "keep.json"), *args], input=input)
+    result = invoke(*["run", *WORDS, "--format", "json", "-o", str(tmp_path / "keep.json"), *args], input=input)
     assert says in error_line(result, code)
     assert snapshot(tmp_path) == before
 
@@ -106,7 +104,7 @@ def test_single_token_causal_with_heads() -> None:
 
 @pytest.mark.parametrize("text", ["\x00", "a\x00b", "\x1b[2J", "<|endoftext|>", "👩‍👩‍👧 שלום e\u0301", "\u202eevil"])
 def test_odd_characters_are_ordinary_text(text: str) -> None:
-    result = invoke(["run", *WORDS, "--format", "json", "-"], input=text.encode("utf-8"))
+    result = invoke(*["run", *WORDS, "--format", "json", "-"], input=text.encode("utf-8"))
     if result.exit_code == 0:
         data = json.loads(result.stdout)
         assert data["text"] == text
@@ -124,7 +122,7 @@ def test_endoftext_in_user_text_is_not_the_special_token(rank_dir: Path) -> None
 def test_ten_thousand_tokens_over_the_default_limit_is_refused(tmp_path: Path) -> None:
     text = " ".join(f"w{i}" for i in range(10_000))
     out = tmp_path / "out.json"
-    result = invoke(["run", *WORDS, "-o", str(out), "-"], input=text)
+    result = invoke(*["run", *WORDS, "-o", str(out), "-"], input=text)
     line = error_line(result, TOO_LARGE)
     assert "10000" in line and str(DEFAULT_MAX_TOKENS) in line and "--max-tokens" in line
     assert list(tmp_path.iterdir()) == []
@@ -133,7 +131,7 @@ def test_ten_thousand_tokens_over_the_default_limit_is_refused(tmp_path: Path) -
 def test_one_long_line_in_a_batch_is_refused_by_number(tmp_path: Path) -> None:
     lines = "short one\n" + " ".join(["w"] * 5000) + "\nanother\n"
     out = tmp_path / "runs.jsonl"
-    result = invoke(["run", *WORDS, "--lines", "-o", str(out), "-"], input=lines)
+    result = invoke(*["run", *WORDS, "--lines", "-o", str(out), "-"], input=lines)
     assert "text 2 of 3" in error_line(result, TOO_LARGE)
     assert list(tmp_path.iterdir()) == [], "the texts before the bad one must not be left as a partial file"
 
@@ -160,14 +158,14 @@ def test_a_long_texts_table_builds_only_the_cells_it_can_show(monkeypatch: pytes
     for n_tokens in (25, 250):
         made = 0
         text = " ".join(f"w{i}" for i in range(n_tokens))
-        result = invoke(["run", *WORDS, "--format", "table", "--show", "weights", "--", text])
+        result = invoke(*["run", *WORDS, "--format", "table", "--show", "weights", "--", text])
         assert result.exit_code == 0, result.stderr
         counts[n_tokens] = made
     assert counts[250] < 20 * counts[25], f"rich Text objects made: {counts} (quadratic in T)"
 
 
 def test_max_tokens_one_refuses_two_tokens() -> None:
-    result = invoke(["run", *WORDS, "--max-tokens", "1", "--", "two words"])
+    result = invoke(*["run", *WORDS, "--max-tokens", "1", "--", "two words"])
     assert "--max-tokens 1" in error_line(result, TOO_LARGE)
 
 
@@ -192,7 +190,7 @@ BAD_NUMBERS = [
 )
 def test_bad_numeric_option_is_one_usage_line(tmp_path: Path, flag: str, value: str) -> None:
     out = tmp_path / "out.json"
-    result = invoke(["run", *WORDS, "--format", "json", "-o", str(out), f"{flag}={value}", "--", TEXT])
+    result = invoke(*["run", *WORDS, "--format", "json", "-o", str(out), f"{flag}={value}", "--", TEXT])
     line = error_line(result, USAGE)
     assert flag in line, line
     assert list(tmp_path.iterdir()) == []
@@ -216,7 +214,7 @@ def test_bad_numeric_option_is_one_usage_line(tmp_path: Path, flag: str, value: 
     ids=" ".join,
 )
 def test_edge_values_that_are_valid_run(args: list[str]) -> None:
-    result = invoke(["run", *WORDS, "--format", "json", *args, "--", TEXT])
+    result = invoke(*["run", *WORDS, "--format", "json", *args, "--", TEXT])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert all(abs(sum(row) - 1) < 1e-5 for h in data["layers"][0]["heads"] for row in h["weights"])
@@ -240,7 +238,7 @@ def test_edge_values_that_are_valid_run(args: list[str]) -> None:
 def test_configurations_that_do_not_add_up(tmp_path: Path, args: list[str], code: int, says: str) -> None:
     out = tmp_path / "out" / "x.json"
     out.parent.mkdir()
-    result = invoke(["run", *WORDS, "--format", "json", "-o", str(out), *args, "--", "Life is short eat dessert first"])
+    result = invoke(*["run", *WORDS, "--format", "json", "-o", str(out), *args, "--", "Life is short eat dessert first"])
     assert says in error_line(result, code)
     assert list(out.parent.iterdir()) == []
 
@@ -248,7 +246,7 @@ def test_configurations_that_do_not_add_up(tmp_path: Path, args: list[str], code
 def test_gpt2_embedding_table_too_large_for_memory(tmp_path: Path, rank_dir: Path) -> None:
     """nn.Embedding(50257, 2**20) would be 196 GiB."""
     out = tmp_path / "x.json"
-    result = invoke(["run", "--tokenizer", "gpt2", "--d-model", str(2**20), "-o", str(out), "--", "Life is short"])
+    result = invoke(*["run", "--tokenizer", "gpt2", "--d-model", str(2**20), "-o", str(out), "--", "Life is short"])
     assert "GiB" in error_line(result, TOO_LARGE)
     assert list(tmp_path.iterdir()) == [rank_dir]
 
@@ -309,7 +307,7 @@ def test_bad_embeddings_file_is_a_usage_error(tmp_path: Path, name: str) -> None
     (source / filename).write_bytes(content)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    result = invoke(["run", *WORDS, "--format", "json", "-o", str(out_dir / "r.json"), "--embeddings", str(source / filename), "--", TEXT])
+    result = invoke(*["run", *WORDS, "--format", "json", "-o", str(out_dir / "r.json"), "--embeddings", str(source / filename), "--", TEXT])
     line = error_line(result, USAGE)
     assert filename in line or "embeddings" in line, line
     assert list(out_dir.iterdir()) == []
@@ -320,14 +318,14 @@ def test_embeddings_path_that_is_not_a_file(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "vectors.json"
     if kind == "directory":
         path.mkdir()
-    result = invoke(["run", *WORDS, "--embeddings", str(path), "--", TEXT])
+    result = invoke(*["run", *WORDS, "--embeddings", str(path), "--", TEXT])
     assert str(path) in error_line(result, USAGE)
 
 
 def test_embeddings_so_large_that_the_scores_overflow(tmp_path: Path) -> None:
     path = tmp_path / "big.json"
     path.write_text(json.dumps([[3e30, 3e30], [3e30, -3e30], [1.0, 2.0]]))
-    result = invoke(["run", *WORDS, "--no-projections", "--embeddings", str(path), "--", TEXT])
+    result = invoke(*["run", *WORDS, "--no-projections", "--embeddings", str(path), "--", TEXT])
     assert "overflow" in error_line(result, USAGE)
 
 
@@ -354,7 +352,7 @@ def test_bad_input_file(tmp_path: Path, kind: str) -> None:
         path.mkdir()
     elif kind == "latin1":
         path.write_bytes("café".encode("latin-1"))
-    result = invoke(["run", *WORDS, "--file", str(path)])
+    result = invoke(*["run", *WORDS, "--file", str(path)])
     line = error_line(result, USAGE)
     assert str(path) in line or "UTF-8" in line
 
@@ -365,7 +363,7 @@ def test_output_that_cannot_be_written_is_a_runtime_error(tmp_path: Path, kind: 
     if kind == "is-a-folder":
         target.mkdir()
     before = snapshot(tmp_path)
-    result = invoke(["run", *WORDS, "--format", "json", "-o", str(target), "--", TEXT])
+    result = invoke(*["run", *WORDS, "--format", "json", "-o", str(target), "--", TEXT])
     error_line(result, ERROR)
     assert snapshot(tmp_path) == before
 
@@ -378,7 +376,7 @@ def test_output_to_a_named_pipe_is_written_through_it(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        result = invoke(["run", *WORDS, "--format", "json", "-o", str(fifo), "--", TEXT])
+        result = invoke(*["run", *WORDS, "--format", "json", "-o", str(fifo), "--", TEXT])
         assert result.exit_code == 0, result.stderr
         assert stat.S_ISFIFO(fifo.stat().st_mode), "-o replaced the pipe with a regular file"
         assert json.loads(os.read(reader, 1 << 20))["text"] == TEXT
@@ -436,7 +434,7 @@ def test_failure_mid_write_leaves_the_old_file_and_no_temporary(
 
     monkeypatch.setattr(attn_cli.runtime.files.os, "fdopen", fdopen)
     texts = "first text here\nsecond text\nthird one\n"
-    result = invoke(["run", *WORDS, "--lines", "--format", format, "-o", str(target), "-"], input=texts)
+    result = invoke(*["run", *WORDS, "--lines", "--format", format, "-o", str(target), "-"], input=texts)
     monkeypatch.undo()
     assert wrapped, "the output did not go through attn_cli.runtime.files.atomic_writer"
     line = error_line(result, code, required=code != INTERRUPTED)
@@ -454,14 +452,14 @@ def test_ctrl_c_says_interrupted_in_one_line(monkeypatch: pytest.MonkeyPatch) ->
         raise KeyboardInterrupt
 
     monkeypatch.setattr(attn_cli.sources.toy.source.ToySource, "run", interrupted)
-    result = invoke(["run", *WORDS, "--format", "json", "--", TEXT])
+    result = invoke(*["run", *WORDS, "--format", "json", "--", TEXT])
     assert error_line(result, INTERRUPTED) == "attn-cli: error: interrupted"
 
 
 def test_successful_write_replaces_the_file_and_leaves_nothing_else(tmp_path: Path) -> None:
     target = tmp_path / "runs.jsonl"
     target.write_text("old\n")
-    result = invoke(["run", *WORDS, "--lines", "-o", str(target), "-"], input="one two\nthree four five\n")
+    result = invoke(*["run", *WORDS, "--lines", "-o", str(target), "-"], input="one two\nthree four five\n")
     assert result.exit_code == 0, result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["runs.jsonl"]
     assert [len(json.loads(line)["tokens"]) for line in target.read_text().splitlines()] == [2, 3]

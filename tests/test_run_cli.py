@@ -16,19 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 from typer.testing import CliRunner
 
 from attn_cli.cli import app, output
 from attn_cli.runtime.errors import ExitStatus
 
-runner = CliRunner()
 SAW = ["run", "I saw a saw", "-t", "words"]
-
-
-def invoke(*args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, code: int = 0):
-    result = runner.invoke(app, list(args), input=input, env=env)
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
-    return result
 
 
 def one_line_error(result, message: str) -> None:

@@ -6,20 +6,19 @@ layer and head to 1e-5), and the usage errors."""
 from __future__ import annotations
 
 import csv
-import math
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import pytest
 import torch
-from typer.testing import CliRunner
-
-import checkpoints
-from attn_cli.cli import app
-from attn_cli.pipeline import open_source
+from invoking import invoke
 from test_html_browser import Page, browser  # noqa: F401  (the fixture: headless Chromium)
+
+from attn_cli.pipeline import open_source
 
 SOURCE = "The cat sat on the mat."
 TARGET = "the dog sat on the log"
@@ -29,12 +28,6 @@ TARGET = "the dog sat on the log"
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("seq2seq-cli")
     return {"bart": checkpoints.build_bart(root / "bart"), "t5": checkpoints.build_t5(root / "t5", "gated-gelu")}
-
-
-def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == code, (result.stdout, result.stderr)
-    return result
 
 
 def reference(folder: Path) -> tuple[list[int], list[int], Any]:
@@ -171,12 +164,12 @@ def test_a_pair_that_cannot_fit_is_refused_first(folders: dict[str, Path], monke
 def test_heatmaps_draw_each_stack_with_its_own_axes(stack: str, folders: dict[str, Path]) -> None:
     import numpy as np
 
-    from attn_cli.sources.toy.config import Config
     from attn_cli.render.picture.heatmap import heatmap_figure
     from attn_cli.render.picture.kinds import What
     from attn_cli.render.picture.model_view import model_view_figure
     from attn_cli.render.picture.panels import HeatmapOptions
     from attn_cli.sources.spec import SourceSpec
+    from attn_cli.sources.toy.config import Config
 
     spec = SourceSpec(Config(), model=str(folders["bart"]), target=TARGET)
     trace = open_source(spec).run(SOURCE).stack(stack)
@@ -488,12 +481,12 @@ def test_hide_tokens_in_either_sequence(folders: dict[str, Path], tmp_path: Path
     assert "Hidden: target rows" in table and "source columns" in table
     out = tmp_path / "hidden.png"
     invoke("heatmap", SOURCE, "--model", folder, "--target", TARGET, "--hide-tokens", "special", "--head", "0", "-o", str(out))
-    from attn_cli.sources.toy.config import Config
     from attn_cli.records.hiding import HideSpec, hide
-    from attn_cli.render.picture.panels import HeatmapOptions
     from attn_cli.render.picture.heatmap import heatmap_figure
     from attn_cli.render.picture.kinds import What
+    from attn_cli.render.picture.panels import HeatmapOptions
     from attn_cli.sources.spec import SourceSpec
+    from attn_cli.sources.toy.config import Config
 
     trace = hide(open_source(SourceSpec(Config(), model=folder, target=TARGET)).run(SOURCE), HideSpec.parse("special"))
     fig = heatmap_figure(trace.stack("cross"), HeatmapOptions(what=What.weights, heads=(0,)))
@@ -572,8 +565,9 @@ def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[
 
 def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
     """attn_cli.trace(..., target=): the three stacks, each a trace (weights, heatmap, JSON), the page a picker."""
-    import attn_cli
     from html_support import manifest
+
+    import attn_cli
 
     folder = folders["bart"]
     t = attn_cli.trace(SOURCE, model=folder, target=TARGET)

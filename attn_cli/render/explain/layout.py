@@ -116,24 +116,28 @@ class Layout:
             Grid(f"{title}   {n_rows} × {n_cols}", ("",) + tuple(header), tuple(rows), frozenset(emphasis), 1 if row_sums else 0)
         ]
         if len(row_idx) < n_rows or cut_cols:
-            shown = []
-            if len(row_idx) < n_rows:
-                shown.append(f"rows {spans(row_idx, dash='–')}")
-            if cut_cols:
-                shown.append(f"columns {spans(col_idx, dash='–')}")
-            reasons = []
-            if len(row_idx) < n_rows or (cut_cols and cols == "tokens"):
-                reasons.append(f"T = {self.T} > {FULL_T} tokens")
-            if cut_cols and cols != "tokens":
-                reasons.append(f"{n_cols} > {FULL_D} dimensions")
-            blocks.append(
-                Line(
-                    f"Summarised ({', '.join(reasons)}): showing {' and '.join(shown)}. {stats_text(m, self.f)}. "
-                    "The JSON of the command at the end has every number.",
-                    "note",
-                )
-            )
+            blocks.append(self._summary_note(m, row_idx, col_idx, cols))
         return blocks
+
+    def _summary_note(self, m: torch.Tensor, row_idx: Sequence[int], col_idx: Sequence[int], cols: str) -> Line:
+        """What a summarised grid shows of its rows and columns, why, and the tensor's statistics."""
+        n_rows, n_cols = m.shape[0], m.shape[1] if m.dim() > 1 else 0
+        cut_rows, cut_cols = len(row_idx) < n_rows, len(col_idx) < n_cols
+        shown = []
+        if cut_rows:
+            shown.append(f"rows {spans(row_idx, dash='–')}")
+        if cut_cols:
+            shown.append(f"columns {spans(col_idx, dash='–')}")
+        reasons = []
+        if cut_rows or (cut_cols and cols == "tokens"):
+            reasons.append(f"T = {self.T} > {FULL_T} tokens")
+        if cut_cols and cols != "tokens":
+            reasons.append(f"{n_cols} > {FULL_D} dimensions")
+        return Line(
+            f"Summarised ({', '.join(reasons)}): showing {' and '.join(shown)}. {stats_text(m, self.f)}. "
+            "The JSON of the command at the end has every number.",
+            "note",
+        )
 
     def picked_rows(self, title: str, m: torch.Tensor, idx: Sequence[int]) -> Grid:
         """Rows ``idx`` of a (T, n) tensor, each with its position; columns as ``matrix`` cuts them."""

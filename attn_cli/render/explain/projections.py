@@ -45,24 +45,7 @@ class ProjectionSteps:
             )
         )
         if H > 1:
-            q_rows, kv_rows, v_rows = self._rows(self.h, dk), self._rows(g, dk), self._rows(g, dv)
-            if Hkv < H:
-                blocks.append(
-                    Line(
-                        f"Grouped-query attention: the {H} query heads share {Hkv} key/value heads, {H // Hkv} each, so W_k and W_v "
-                        f"have {Hkv * dk} rows, not {H * dk}. Query head {self.h} takes columns {q_rows} of Q (rows {q_rows} of W_q) "
-                        f"and the keys and values of key/value head {g} = {self.h} // {H // Hkv}: columns {kv_rows} of K and {v_rows} of V "
-                        f"(rows {kv_rows} of W_k, {v_rows} of W_v), which query heads {self._sharing()} use too. Head {self.h}'s parts:"
-                    )
-                )
-            else:
-                blocks.append(
-                    Line(
-                        f"With {H} heads, head {self.h} takes columns {q_rows} of Q and K and {v_rows} of V (step 9), so it needs only "
-                        f"rows {q_rows} of W_q and W_k and rows {v_rows} of W_v. Head {self.h}'s parts"
-                        + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
-                    )
-                )
+            blocks.append(self._head_parts(H, Hkv, g, dk, dv))
         rotary = self.run.model.anatomy.rotary if self.run.model.anatomy is not None else None
         before = self.projected() if rotary else {}
         for name, w, d, first, result in (
@@ -82,18 +65,39 @@ class ProjectionSteps:
             blocks += self.matrix(f"Q{self.head_note}, rotated", one.queries, cols="dims")
             blocks += self.matrix(f"K{self.head_note}, rotated", one.keys, cols="dims")
         if self.q is not None and self.S > FULL_T:
-            keys = self.query_keys
-            blocks.append(
-                Line(
-                    f"The tables that follow query {self.ql()} in steps 4 to 8 list only the {len(keys)} keys it weights "
-                    f"most (positions {', '.join(map(str, keys))}); here are their rows of K and V, so those tables can be checked "
-                    "against this step:"
-                )
+            blocks += self._followed_rows()
+        return blocks
+
+    def _head_parts(self, H: int, Hkv: int, g: int, dk: int, dv: int) -> Line:
+        """Which rows of W_q, W_k, W_v (and columns of Q, K, V) this head takes."""
+        q_rows, kv_rows, v_rows = self._rows(self.h, dk), self._rows(g, dk), self._rows(g, dv)
+        if Hkv < H:
+            return Line(
+                f"Grouped-query attention: the {H} query heads share {Hkv} key/value heads, {H // Hkv} each, so W_k and W_v "
+                f"have {Hkv * dk} rows, not {H * dk}. Query head {self.h} takes columns {q_rows} of Q (rows {q_rows} of W_q) "
+                f"and the keys and values of key/value head {g} = {self.h} // {H // Hkv}: columns {kv_rows} of K and {v_rows} of V "
+                f"(rows {kv_rows} of W_k, {v_rows} of W_v), which query heads {self._sharing()} use too. Head {self.h}'s parts:"
             )
-            blocks.append(self.picked_rows(f"K{self.head_note}, the rows query {self.q} uses", one.keys, keys))
-            blocks.append(self.picked_rows(f"V{self.head_note}, the rows query {self.q} uses", one.values, keys))
-            if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
-                blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
+        return Line(
+            f"With {H} heads, head {self.h} takes columns {q_rows} of Q and K and {v_rows} of V (step 9), so it needs only "
+            f"rows {q_rows} of W_q and W_k and rows {v_rows} of W_v. Head {self.h}'s parts"
+            + (f" (column d of its Q is made by row {self.h * dk} + d of W_q; likewise K, and V with row {self.h * dv} + d of W_v):" if self.h else ":")
+        )
+
+    def _followed_rows(self) -> list[Block]:
+        """The K and V rows of the keys a followed query's tables list (a long text's)."""
+        one, keys = self.one, self.query_keys
+        blocks: list[Block] = [
+            Line(
+                f"The tables that follow query {self.ql()} in steps 4 to 8 list only the {len(keys)} keys it weights "
+                f"most (positions {', '.join(map(str, keys))}); here are their rows of K and V, so those tables can be checked "
+                "against this step:"
+            ),
+            self.picked_rows(f"K{self.head_note}, the rows query {self.q} uses", one.keys, keys),
+            self.picked_rows(f"V{self.head_note}, the rows query {self.q} uses", one.values, keys),
+        ]
+        if one.keys.shape[1] > FULL_D or one.values.shape[1] > FULL_D:
+            blocks.append(Line(f"Columns 0–{CORNER - 1} only, as in the tables above and below.", "note"))
         return blocks
 
     @property

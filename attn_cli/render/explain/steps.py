@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from attn_cli.analysis.stats import attention_stats
+from attn_cli.records.layers import LayerAttention
 from attn_cli.records.trace import Trace
 from attn_cli.render.explain.document import CORNER, FULL_D, FULL_T, Block, Explanation, Grid, Line, Step
 from attn_cli.render.explain.layout import (
@@ -312,12 +313,7 @@ class Walkthrough(Layout, ProjectionSteps):
         H, dk, dv = self.H, self.d_k, self.d_v
         out = result.projections.out
         if H == 1 and out is None:
-            return Step(
-                9,
-                "Heads and output",
-                (Line(self.one_head_skip()),),
-                skipped=True,
-            )
+            return Step(9, "Heads and output", (Line(self.one_head_skip()),), skipped=True)
         blocks: list[Block] = []
         if H > 1:
             blocks += [
@@ -327,53 +323,8 @@ class Walkthrough(Layout, ProjectionSteps):
                     f"on its own (shown above for head {self.h})."
                 ),
             ]
-            follow = self.q
-            summary_rows = []
-            for st in attention_stats(result.weights, mask=result.mask, cross=result.cross):  # run's statistics, head by head
-                if follow is not None:
-                    best = st.most_attended[follow]
-                    summary_rows.append((str(st.head), self.key_labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
-                else:
-                    summary_rows.append((str(st.head), self.f(mean_top(st)), self.f(st.mean_entropy_bits)))
-            if follow is not None:
-                blocks.append(Line(f"What query {self.ql()} does in each head:"))
-                blocks.append(Grid("", ("head", "most attended key", "its weight", "entropy bits"), tuple(summary_rows)))
-            else:
-                blocks.append(Line("Each head's weights, in brief (averaged over the queries):"))
-                blocks.append(Grid("", ("head", "mean max weight", "mean entropy bits"), tuple(summary_rows)))
-            parts = " | ".join(f"context_{h}" for h in range(H)) if H <= 4 else f"context_0 | context_1 | … | context_{H - 1}"
-            blocks.append(Line(f"concat = [{parts}]   {H} × ({T} × {dv}) → {T} × {H * dv}", "formula"))
-            blocks.append(Line(f"Where each head's context goes ({self.head_columns_note()}):"))
-            blocks.append(
-                Grid(
-                    "",
-                    ("head", "Q, K columns", "V = concat columns", "its steps 4–8"),
-                    tuple(
-                        (
-                            str(h),
-                            f"{h * dk}…{(h + 1) * dk - 1}",
-                            f"{h * dv}…{(h + 1) * dv - 1}",
-                            "step 8 above" if h == self.h else f"--head {h}",
-                        )
-                        for h in range(H)
-                    ),
-                    left=1,
-                )
-            )
-            if H * dv <= FULL_D:
-                blocks.append(Line(f"Columns {self.h * dv}…{(self.h + 1) * dv - 1} of concat are head {self.h}'s context from step 8.", "note"))
-            else:
-                # concat's corner shows only the first columns: show each head's block on its own
-                shown = range(min(H, _HEAD_BLOCKS))
-                blocks.append(
-                    Line(
-                        f"concat is {H * dv} columns wide, too wide to show whole, so here is each head's block"
-                        + (f" (the first {len(shown)} of {H} heads)" if len(shown) < H else "")
-                        + f"; head {self.h}'s is the context of step 8."
-                    )
-                )
-                for h in shown:
-                    blocks += self.matrix(f"context_{h} = concat columns {h * dv}…{(h + 1) * dv - 1}", result.context[h], cols="dims", col_offset=h * dv)
+            blocks += self._heads_in_brief(result)
+            blocks += self._concat_blocks(result)
             blocks += self.matrix("concat", result.concat, cols="dims")
         else:
             blocks.append(Line(f"One head: concat = the context of step 8, {T} × {dv}."))
@@ -389,3 +340,61 @@ class Walkthrough(Layout, ProjectionSteps):
         else:
             blocks.append(Line(f"No output projection (--out-proj adds one): output = concat, {T} × {H * dv}."))
         return Step(9, "Heads and output", tuple(blocks))
+
+    def _heads_in_brief(self, result: LayerAttention) -> list[Block]:
+        """Every head's weights in one line each: what the followed query does, or averages."""
+        blocks: list[Block] = []
+        follow = self.q
+        summary_rows = []
+        for st in attention_stats(result.weights, mask=result.mask, cross=result.cross):  # run's statistics, head by head
+            if follow is not None:
+                best = st.most_attended[follow]
+                summary_rows.append((str(st.head), self.key_labels[best], self.f(st.top_weight[follow]), self.f(st.entropy_bits[follow])))
+            else:
+                summary_rows.append((str(st.head), self.f(mean_top(st)), self.f(st.mean_entropy_bits)))
+        if follow is not None:
+            blocks.append(Line(f"What query {self.ql()} does in each head:"))
+            blocks.append(Grid("", ("head", "most attended key", "its weight", "entropy bits"), tuple(summary_rows)))
+        else:
+            blocks.append(Line("Each head's weights, in brief (averaged over the queries):"))
+            blocks.append(Grid("", ("head", "mean max weight", "mean entropy bits"), tuple(summary_rows)))
+        return blocks
+
+    def _concat_blocks(self, result: LayerAttention) -> list[Block]:
+        """Where each head's context goes in concat, and the heads' blocks when concat is too wide."""
+        T, H, dk, dv = self.T, self.H, self.d_k, self.d_v
+        blocks: list[Block] = []
+        parts = " | ".join(f"context_{h}" for h in range(H)) if H <= 4 else f"context_0 | context_1 | … | context_{H - 1}"
+        blocks.append(Line(f"concat = [{parts}]   {H} × ({T} × {dv}) → {T} × {H * dv}", "formula"))
+        blocks.append(Line(f"Where each head's context goes ({self.head_columns_note()}):"))
+        blocks.append(
+            Grid(
+                "",
+                ("head", "Q, K columns", "V = concat columns", "its steps 4–8"),
+                tuple(
+                    (
+                        str(h),
+                        f"{h * dk}…{(h + 1) * dk - 1}",
+                        f"{h * dv}…{(h + 1) * dv - 1}",
+                        "step 8 above" if h == self.h else f"--head {h}",
+                    )
+                    for h in range(H)
+                ),
+                left=1,
+            )
+        )
+        if H * dv <= FULL_D:
+            blocks.append(Line(f"Columns {self.h * dv}…{(self.h + 1) * dv - 1} of concat are head {self.h}'s context from step 8.", "note"))
+        else:
+            # concat's corner shows only the first columns: show each head's block on its own
+            shown = range(min(H, _HEAD_BLOCKS))
+            blocks.append(
+                Line(
+                    f"concat is {H * dv} columns wide, too wide to show whole, so here is each head's block"
+                    + (f" (the first {len(shown)} of {H} heads)" if len(shown) < H else "")
+                    + f"; head {self.h}'s is the context of step 8."
+                )
+            )
+            for h in shown:
+                blocks += self.matrix(f"context_{h} = concat columns {h * dv}…{(h + 1) * dv - 1}", result.context[h], cols="dims", col_offset=h * dv)
+        return blocks

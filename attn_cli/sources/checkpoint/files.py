@@ -137,6 +137,19 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A checkpoint located and its config.json read, once, for every step that needs them."""
+
+    located: Located
+    config: dict[str, Any]
+
+
+def find(spec: str, revision: str | None = None) -> Found:
+    located = locate(spec, revision)
+    return Found(located, read_config(located.folder))
+
+
 # -- safetensors ----------------------------------------------------------------------
 
 

@@ -11,23 +11,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
-from attn_cli.sources.checkpoint.files import WeightReader, locate, read_config
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
-from attn_cli.runtime.errors import ModelUnavailable, UsageError
-from attn_cli.records.tokens import visible
 from attn_cli.records.selection import Keep
+from attn_cli.records.tokens import visible
 from attn_cli.records.trace import ModelInfo
+from attn_cli.runtime.errors import ModelUnavailable, UsageError
+from attn_cli.sources.checkpoint.files import Found, WeightReader, find
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     import torch
 
     from attn_cli.analysis.effects import Ablation
-    from attn_cli.records.results import Predictions
     from attn_cli.analysis.rollout import RolloutAccumulator
-    from attn_cli.sources.checkpoint.families.base import Head
     from attn_cli.records.layers import LayerAttention, LayerWeights
-    from attn_cli.sources.checkpoint.families import Family
+    from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
+    from attn_cli.sources.checkpoint.families import Family
+    from attn_cli.sources.checkpoint.families.base import Head
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
@@ -195,10 +195,8 @@ class Checkpoint:
         zero or to its mean over the text (``families.ablation.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
         from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
-        from attn_cli.sources.checkpoint.families.ablation import ablated_losses
-
         from attn_cli.runtime import budget
-        from attn_cli.sources.checkpoint.families.ablation import ablation_batch
+        from attn_cli.sources.checkpoint.families.ablation import ablated_losses, ablation_batch
 
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
@@ -259,7 +257,9 @@ def predictions_of(tokenizer: CheckpointTokenizer, ids: torch.Tensor, probs: tor
     return Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
 
 
-def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> Checkpoint:
+def open_checkpoint(
+    spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu", found: Found | None = None
+) -> Checkpoint:
     """Open the checkpoint ``spec`` names (a folder, or ORG/NAME in the Hugging Face
     cache) without loading its weights. ``dtype`` (float32, bfloat16, float16) is
     what the weights and activations are computed in, as transformers' eager
@@ -277,9 +277,9 @@ def open_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "flo
         raise UsageError(f"--device {device}: choose one of {', '.join(DEVICES)}")
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no CUDA device here (or was built without CUDA); use --device cpu")
-    located = locate(spec, revision)
+    found = found or find(spec, revision)  # ``found``: what opening the source found already
+    located, config = found.located, found.config
     folder = located.folder
-    config = read_config(folder)
     family = family_for(config, str(folder / "config.json"))
     weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
     weights.find_prefix(family.anchor, family.family)

@@ -16,18 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.sources.checkpoint.files import ROOT, WeightReader, locate, read_config
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
-from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
+from attn_cli.runtime.errors import ModelUnavailable, UsageError
+from attn_cli.sources.checkpoint.files import ROOT, Found, WeightReader, find
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 
 if TYPE_CHECKING:
-    from attn_cli.records.results import Predictions
     from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.results import Predictions
+    from attn_cli.records.tokens import Tokens
     from attn_cli.sources.checkpoint.families.base import Head
     from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
-    from attn_cli.records.tokens import Tokens
 
 FLOAT32 = 4
 
@@ -105,8 +105,8 @@ class PairCheckpoint:
 
         from attn_cli.analysis.effects import top_k
         from attn_cli.analysis.norms import with_norms
-        from attn_cli.sources.checkpoint.families.loop import as_float32
         from attn_cli.sources.checkpoint.families.base import head_logits
+        from attn_cli.sources.checkpoint.families.loop import as_float32
         from attn_cli.sources.checkpoint.model import predictions_of
 
         head = self.model.head(self._weights) if predict else None
@@ -153,7 +153,9 @@ class PairCheckpoint:
         return int(self._weights.entry(head.weight).shape[0])
 
 
-def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> PairCheckpoint:
+def open_pair_checkpoint(
+    spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu", found: Found | None = None
+) -> PairCheckpoint:
     """Open the encoder-decoder checkpoint ``spec`` names (float32 on the CPU only, for now)."""
     import torch
 
@@ -163,9 +165,9 @@ def open_pair_checkpoint(spec: str, *, revision: str | None = None, dtype: str =
 
     if dtype != "float32" or device != "cpu":
         raise UsageError("an encoder-decoder model runs in float32 on the CPU for now; drop --dtype and --device")
-    located = locate(spec, revision)
+    found = found or find(spec, revision)  # ``found``: what opening the source found already
+    located, config = found.located, found.config
     folder = located.folder
-    config = read_config(folder)
     model_type = str(config.get("model_type"))
     if model_type not in SEQ2SEQ_TYPES:
         raise ModelUnavailable(f"{folder}: model_type {model_type!r} is not an encoder-decoder attn-cli computes ({', '.join(SEQ2SEQ_TYPES)})")

@@ -18,6 +18,7 @@ from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
+from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
 
@@ -25,13 +26,13 @@ class CheckpointSource(Batches):
     """A trained checkpoint (``--model``): its tokenizer, then every layer up to the
     last selected one, computed by ``attn_cli.sources.checkpoint``."""
 
-    def __init__(self, spec: SourceSpec) -> None:
+    def __init__(self, spec: SourceSpec, found: Found | None = None) -> None:
         from attn_cli.sources.checkpoint import open_checkpoint
 
         assert spec.model is not None
         self.spec = spec
         self.notes: list[str] = []
-        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
+        self.checkpoint = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device, found=found)
         self.info = self.checkpoint.info
         self.n_layers = self.info.layers
         self.n_heads = self.info.heads
@@ -118,13 +119,13 @@ class PairSource(Batches):
     encoder, the target's labels shifted right through the decoder (``attn_cli.sources.checkpoint.pair``);
     the trace holds the three stacks (``Trace.stack`` shows one)."""
 
-    def __init__(self, spec: SourceSpec) -> None:
+    def __init__(self, spec: SourceSpec, found: Found | None = None) -> None:
         from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
 
         assert spec.model is not None
         self.spec = spec
         self.notes: list[str] = []
-        self.checkpoint = open_pair_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device)
+        self.checkpoint = open_pair_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device, found=found)
         self.info = self.checkpoint.info
         # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
         self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
