@@ -19,11 +19,6 @@ _spec.loader.exec_module(house)
 
 # where -> the most lines it may still have
 DEBTS = {
-    "attn_cli/cli/compare.py:compare": 106,
-    "attn_cli/cli/heads.py:heads": 104,
-    "attn_cli/cli/heatmap.py:heatmap": 165,
-    "attn_cli/cli/html.py:html": 72,
-    "attn_cli/cli/run.py:run": 78,
     "attn_cli/sources/checkpoint/source.py:run": 85,
 }
 

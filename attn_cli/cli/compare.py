@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -26,6 +26,25 @@ from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from attn_cli.analysis.compare import Comparison
+    from attn_cli.records.trace import Trace
+
+
+# compare's own arguments and options
+TextBArgument = Annotated[
+    Optional[str],
+    typer.Argument(help="The second text (B), with as many tokens as TEXT (A); not with --other-model.", show_default=False, metavar="B"),
+]
+OtherModelOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--other-model",
+        help="Compare TEXT through --model (A) and through this checkpoint (B): the same tokenizer, layers and heads.",
+        rich_help_panel=TRAINED,
+        show_default=False,
+    ),
+]
+TopOption = Annotated[int, typer.Option("--top", help="Heads listed in the table.", min=1, max=10000, rich_help_panel=OUTPUT)]
+DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch of a picture.", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
 @app.command(cls=AttnCommand)
@@ -34,29 +53,18 @@ def compare(
     spec: SourceSpec,
     texts: list[str],
     lines: bool,
-    text_b: Annotated[
-        Optional[str],
-        typer.Argument(help="The second text (B), with as many tokens as TEXT (A); not with --other-model.", show_default=False, metavar="B"),
-    ] = None,
-    other_model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--other-model",
-            help="Compare TEXT through --model (A) and through this checkpoint (B): the same tokenizer, layers and heads.",
-            rich_help_panel=TRAINED,
-            show_default=False,
-        ),
-    ] = None,
+    text_b: TextBArgument = None,
+    other_model: OtherModelOption = None,
     format: FormatOption = Format.auto,
     output: output_option(
         "Write here (atomically): .json, .csv, a table as .txt, or a picture (.png, .svg, .pdf) of A, B and B - A "
         "for one layer and head (--layer and --head, else the head that changes most)."
     ) = None,
     no_clobber: NoClobberOption = False,
-    top: Annotated[int, typer.Option("--top", help="Heads listed in the table.", min=1, max=10000, rich_help_panel=OUTPUT)] = 10,
+    top: TopOption = 10,
     precision: PrecisionOption = 3,
     no_color: NoColorOption = False,
-    dpi: Annotated[int, typer.Option("--dpi", help="Pixels per inch of a picture.", min=20, max=1200, rich_help_panel=OUTPUT)] = 150,
+    dpi: DpiOption = 150,
 ) -> None:
     """Rank the heads by how much their attention changes between A and B.
 
@@ -73,19 +81,11 @@ def compare(
       attn-cli compare "The doctor said he was tired" "The doctor said she was tired" --model "$M" -o pair.png
       attn-cli compare "The cat sat on the mat" --model base/ --other-model tuned/
     """
-    if lines or len(texts) != 1:
-        raise UsageError("compare takes two texts as arguments (A B), or one text with --model and --other-model; drop --lines")
-    if other_model is not None:
-        if spec.model is None:
-            raise UsageError("--other-model compares two checkpoints: give the first with --model")
-        if text_b is not None:
-            raise UsageError("give B (two texts through one model) or --other-model (one text through two), not both")
-    elif text_b is None:
-        raise UsageError("compare needs two texts, A and B (with the same number of tokens), or --model M1 --other-model M2")
+    _check_inputs(spec, texts, lines, text_b, other_model)
     picture = output is not None and output.suffix.lower().lstrip(".") in FORMATS
     chosen = Format.table if picture else choose_format(format, output, table_asked=False)
 
-    from attn_cli.analysis.compare import check_models, check_texts, compare as compared
+    from attn_cli.analysis.compare import compare as compared
 
     source = open_source(spec)
     if spec.target is not None or getattr(getattr(source, "info", None), "decoder_layers", None) is not None:
@@ -96,22 +96,50 @@ def compare(
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(source, everything=True, keep="weights")
+    a, b = _pair(spec, source, selection, texts[0], text_b, other_model)
+    comparison = compared(a, b)
+    _note_same_ids(a, b)
+
+    if picture:
+        assert output is not None
+        _picture(comparison, spec, output, dpi, clobber=not no_clobber)
+        return
+    _write(comparison, chosen, output, top=top, precision=precision, no_color=no_color, clobber=not no_clobber)
+
+
+def _check_inputs(spec: SourceSpec, texts: list[str], lines: bool, text_b: str | None, other_model: str | None) -> None:
+    if lines or len(texts) != 1:
+        raise UsageError("compare takes two texts as arguments (A B), or one text with --model and --other-model; drop --lines")
+    if other_model is not None:
+        if spec.model is None:
+            raise UsageError("--other-model compares two checkpoints: give the first with --model")
+        if text_b is not None:
+            raise UsageError("give B (two texts through one model) or --other-model (one text through two), not both")
+    elif text_b is None:
+        raise UsageError("compare needs two texts, A and B (with the same number of tokens), or --model M1 --other-model M2")
+
+
+def _pair(spec: SourceSpec, source: Any, selection: Any, text: str, text_b: str | None, other_model: str | None) -> tuple[Trace, Trace]:
+    """A and B: the text through two checkpoints, or two texts through one."""
+    from attn_cli.analysis.compare import check_models, check_texts
+
     if other_model is not None:
         other = open_source(dataclasses.replace(spec, model=other_model))
         for what, x, y in (("layers", source.n_layers, other.n_layers), ("heads", source.n_heads, other.n_heads)):
             if x != y:
                 raise UsageError(f"{spec.model} has {x} {what} and {other_model} {y}; compare needs the same {what} in both")
-        a = source.run(texts[0], selection)
-        b = other.run(texts[0], selection)
+        a = source.run(text, selection)
+        b = other.run(text, selection)
         check_models(a, b)
-    else:
-        assert text_b is not None
-        tokenize = getattr(source, "tokenize", None)
-        if tokenize is not None:  # the toy: both tokenizations checked before anything runs
-            check_texts(tokenize(texts[0]), tokenize(text_b))
-        a = source.run(texts[0], selection)
-        b = source.run(text_b, selection)
-    comparison = compared(a, b)
+        return a, b
+    assert text_b is not None
+    tokenize = getattr(source, "tokenize", None)
+    if tokenize is not None:  # the toy: both tokenizations checked before anything runs
+        check_texts(tokenize(text), tokenize(text_b))
+    return source.run(text, selection), source.run(text_b, selection)
+
+
+def _note_same_ids(a: Trace, b: Trace) -> None:
     if a.tokens.ids == b.tokens.ids and a.model.source == b.model.source and a.text != b.text:
         typer.echo(
             "note: A and B have the same token ids, so the same attention"
@@ -119,18 +147,17 @@ def compare(
             err=True,
         )
 
-    if picture:
-        assert output is not None
-        _picture(comparison, spec, output, dpi, clobber=not no_clobber)
-        return
+
+def _write(comparison: Comparison, chosen: Format, output: Path | None, *, top: int, precision: int, no_color: bool, clobber: bool) -> None:
+    """The ranked table, or compare's JSON or CSV, streamed."""
     if chosen is Format.table:
         from attn_cli.render.terminal.compare import compare_view
 
-        emit_rich([compare_view(comparison, top=top, precision=precision)], output, no_color=no_color, clobber=not no_clobber)
+        emit_rich([compare_view(comparison, top=top, precision=precision)], output, no_color=no_color, clobber=clobber)
         return
     from attn_cli.formats.compare import csv_pieces, json_pieces
 
-    with binary_output(output, clobber=not no_clobber) as out:
+    with binary_output(output, clobber=clobber) as out:
         pieces = json_pieces(comparison) if chosen is Format.json else csv_pieces(comparison)
         for piece in pieces:
             out.write(piece.encode("utf-8"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import enum
 
 from pathlib import Path
@@ -47,42 +48,49 @@ class Ablate(str, enum.Enum):
     mean = "mean"
 
 
+# heads' own options
+NoProbeOption = Annotated[
+    bool,
+    typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),
+]
+ProbeLengthOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--probe-length",
+        help="R: the probe is the leading special tokens, R random token ids (drawn with --seed), then the same R again. "
+        "Default: 50, or as many as a model with fewer positions takes.",
+        min=2,
+        max=4096,
+        show_default=False,
+        rich_help_panel=PROBE,
+    ),
+]
+TopOption = Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)]
+AblateOption = Annotated[
+    Optional[Ablate],
+    typer.Option(
+        "--ablate",
+        help="Also each head's change in mean next-token loss (nats) when its output, its slice of W_o's input, "
+        "is set to zero or to its mean over the text (decoders with a language-model head). -o NAME.png|svg|pdf "
+        "draws the layers x heads grid of the changes.",
+        rich_help_panel=ABLATION,
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+
+
 @app.command(cls=AttnCommand)
 @shared_options(emit_python=False, saved=True)
 def heads(
     spec: SourceSpec,
     texts: list[str],
     format: FormatOption = Format.auto,
-    no_probe: Annotated[
-        bool,
-        typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),
-    ] = False,
-    probe_length: Annotated[
-        Optional[int],
-        typer.Option(
-            "--probe-length",
-            help="R: the probe is the leading special tokens, R random token ids (drawn with --seed), then the same R again. "
-            "Default: 50, or as many as a model with fewer positions takes.",
-            min=2,
-            max=4096,
-            show_default=False,
-            rich_help_panel=PROBE,
-        ),
-    ] = None,
-    top: Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)] = 5,
+    no_probe: NoProbeOption = False,
+    probe_length: ProbeLengthOption = None,
+    top: TopOption = 5,
     generate: GenerateOption = 0,
-    ablate: Annotated[
-        Optional[Ablate],
-        typer.Option(
-            "--ablate",
-            help="Also each head's change in mean next-token loss (nats) when its output, its slice of W_o's input, "
-            "is set to zero or to its mean over the text (decoders with a language-model head). -o NAME.png|svg|pdf "
-            "draws the layers x heads grid of the changes.",
-            rich_help_panel=ABLATION,
-            case_sensitive=False,
-            show_default=False,
-        ),
-    ] = None,
+    ablate: AblateOption = None,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
     precision: PrecisionOption = 3,
@@ -115,7 +123,7 @@ def heads(
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
     selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate)
-    probe, probe_note, probe_scores = None, "--no-probe" if no_probe else None, None
+    probe, probe_note = None, "--no-probe" if no_probe else None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
         if probe_note is not None:
@@ -124,31 +132,45 @@ def heads(
     numbered = len(texts) > 1
     traces = progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live and chosen is not Format.table)
 
-    def reports() -> Iterator[HeadsReport]:
-        nonlocal probe_scores
-        for trace in traces:
-            trace = trace.in_stack(spec.stack)  # an encoder-decoder: the stack --stack names
-            if probe is not None and probe_scores is None:
-                probe_scores = _probe_scores(source, probe, selection)
-            report = _report(trace, probe, probe_note, probe_scores)
-            if ablate is not None:
-                report = dataclasses.replace(report, ablation=source.checkpoint.ablate(trace.tokens, ablate.value))
-            yield report
-
-    from attn_cli.formats import heads as formats
-    from attn_cli.render.terminal.heads import heads_view
-
+    reports = functools.partial(_reports, traces, spec.stack, source, selection, probe, probe_note, ablate)
     if picture:
         assert output is not None
         _pictures(list(reports()), output, clobber=not no_clobber)
         return
+    _write_reports(reports(), chosen, output, top=top, precision=precision, no_color=no_color, clobber=not no_clobber, numbered=numbered)
+
+
+def _reports(
+    traces: Iterator[Trace], stack: str | None, source: Source, selection: Selection, probe: Probe | None, probe_note: str | None,
+    ablate: Ablate | None,
+) -> Iterator[HeadsReport]:  # fmt: skip
+    """Each text's head scores; the probe's scores computed with the first (they are the same for every text)."""
+    probe_scores = None
+    for trace in traces:
+        trace = trace.in_stack(stack)  # an encoder-decoder: the stack --stack names
+        if probe is not None and probe_scores is None:
+            probe_scores = _probe_scores(source, probe, selection)
+        report = _report(trace, probe, probe_note, probe_scores)
+        if ablate is not None:
+            report = dataclasses.replace(report, ablation=source.checkpoint.ablate(trace.tokens, ablate.value))
+        yield report
+
+
+def _write_reports(
+    reports: Iterator[HeadsReport], chosen: Format, output: Path | None, *, top: int, precision: int, no_color: bool, clobber: bool,
+    numbered: bool,
+) -> None:  # fmt: skip
+    """The reports as the table (computed under the progress bar, then printed in one go), JSON or CSV."""
+    from attn_cli.formats import heads as formats
+    from attn_cli.render.terminal.heads import heads_view
+
     if chosen is Format.table:
-        done = list(reports())  # computed under the progress bar, then printed in one go
+        done = list(reports)
         parts = [heads_view(r, top=top, precision=precision, index=i, total=len(done)) for i, r in enumerate(done)]
-        emit_rich(parts, output, no_color=no_color, clobber=not no_clobber)
+        emit_rich(parts, output, no_color=no_color, clobber=clobber)
         return
-    with binary_output(output, clobber=not no_clobber) as out:
-        for i, report in enumerate(reports()):
+    with binary_output(output, clobber=clobber) as out:
+        for i, report in enumerate(reports):
             if chosen is Format.json:
                 out.write(formats.to_json(report, i if numbered else None).encode("utf-8") + b"\n")
             else:

@@ -12,8 +12,9 @@ import os
 import re
 import sys
 import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -28,6 +29,8 @@ from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from attn_cli.records.trace import Trace
 
 DEFAULT_FORMAT = "png"
 SLUG_WORDS = 8
@@ -49,66 +52,67 @@ def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
     return width, height
 
 
+# heatmap's own options: the picture
+PictureOutputOption = output_option(
+    "Write the picture here; the extension picks the format (.png, .svg, .pdf). An existing folder "
+    "gets the default name inside it. [default: a name made from the text's first words, .png]"
+)
+WhatOption = Annotated[
+    What,
+    typer.Option(
+        "--what",
+        "-w",
+        help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
+        "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
+        "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout.",
+        rich_help_panel=PICTURE,
+        case_sensitive=False,
+    ),
+]
+SplitHeadsOption = Annotated[
+    bool,
+    typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
+]
+PerHeadScaleOption = Annotated[
+    bool,
+    typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=PICTURE),
+]
+LogOption = Annotated[
+    bool,
+    typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=PICTURE),
+]
+AnnotateOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--annotate/--no-annotate",
+        help="Write the values in the cells. [default: when the cells are big enough to read them]",
+        rich_help_panel=PICTURE,
+        show_default=False,
+    ),
+]
+CmapOption = Annotated[
+    Optional[str],
+    typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=PICTURE, show_default=False),
+]
+SizeOption = Annotated[
+    Optional[str],
+    typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=PICTURE, show_default=False),
+]
+ShowOption = Annotated[
+    bool,
+    typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
+]
+DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=PICTURE)]
+
+
 @app.command(cls=AttnCommand)
 @shared_options(saved=True)
 def heatmap(
-    spec: SourceSpec,
-    texts: list[str],
-    lines: bool,
-    output: output_option(
-        "Write the picture here; the extension picks the format (.png, .svg, .pdf). An existing folder "
-        "gets the default name inside it. [default: a name made from the text's first words, .png]"
-    ) = None,
-    no_clobber: NoClobberOption = False,
-    what: Annotated[
-        What,
-        typer.Option(
-            "--what",
-            "-w",
-            help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
-            "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
-            "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout.",
-            rich_help_panel=PICTURE,
-            case_sensitive=False,
-        ),
-    ] = What.weights,
-    split_heads: Annotated[
-        bool,
-        typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
-    ] = False,
-    per_head_scale: Annotated[
-        bool,
-        typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=PICTURE),
-    ] = False,
-    log: Annotated[
-        bool,
-        typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=PICTURE),
-    ] = False,
-    annotate: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--annotate/--no-annotate",
-            help="Write the values in the cells. [default: when the cells are big enough to read them]",
-            rich_help_panel=PICTURE,
-            show_default=False,
-        ),
-    ] = None,
-    cmap: Annotated[
-        Optional[str],
-        typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=PICTURE, show_default=False),
-    ] = None,
-    dpi: Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=PICTURE)] = 150,
-    size: Annotated[
-        Optional[str],
-        typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=PICTURE, show_default=False),
-    ] = None,
-    show: Annotated[
-        bool,
-        typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
-    ] = False,
-    rollout: RolloutOption = False,
-    generate: GenerateOption = 0,
-) -> None:
+    spec: SourceSpec, texts: list[str], lines: bool, output: PictureOutputOption = None, no_clobber: NoClobberOption = False,
+    what: WhatOption = What.weights, split_heads: SplitHeadsOption = False, per_head_scale: PerHeadScaleOption = False,
+    log: LogOption = False, annotate: AnnotateOption = None, cmap: CmapOption = None, dpi: DpiOption = 150,
+    size: SizeOption = None, show: ShowOption = False, rollout: RolloutOption = False, generate: GenerateOption = 0,
+) -> None:  # fmt: skip
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
     Prints the path of each file it writes, one per line (just the paths when
@@ -134,14 +138,32 @@ def heatmap(
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
     folder, fixed_name, suffix = output_target(output, FORMATS, "a picture format")
-    fmt = suffix.lower()
     if show:
         _check_display()
 
     from attn_cli.render.picture.panels import HeatmapOptions, colour_map
-    from attn_cli.render.picture.heatmap import check_options, heatmap_figure
 
     check_model_only(spec, **{"--generate": generate})
+    kind = _kind(what, rollout, split_heads, saved=spec.saved is not None)
+    if cmap is not None:
+        colour_map(cmap)
+    source = open_source(spec)
+    for note in source.notes:
+        typer.echo(note, err=True)
+    selection, model_view = _selection(spec, source, kind, generate)
+    shown_heads = list(selection.heads)
+    options = HeatmapOptions(
+        what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
+    )
+    draw = _drawer(options, len(selection.layers), shown_heads, model_view=model_view, split_heads=split_heads)
+    pictures = [(h, (h,)) for h in shown_heads] if split_heads else [(None, tuple(shown_heads))]
+    files = _Files(folder, fixed_name, suffix, output, clobber=not no_clobber, show=show)
+    _write_pictures(run_texts(spec, source, texts, selection), len(texts), files, draw, options, pictures, split_heads=split_heads,
+                    stack=spec.stack, numbered=len(texts) > 1 or lines)  # fmt: skip
+
+
+def _kind(what: What, rollout: bool, split_heads: bool, *, saved: bool) -> What:
+    """What the picture draws: --what, or the rollout with --rollout; the combinations refused."""
     kind = what
     if rollout:
         if what not in (What.weights, What.rollout):
@@ -149,13 +171,78 @@ def heatmap(
         kind = What.rollout
     if kind is What.rollout and split_heads:
         raise UsageError("--split-heads: the rollout is one matrix for every head together; drop --split-heads")
-    if spec.saved is not None and kind not in (What.weights, What.norms, What.rollout):
+    if saved and kind not in (What.weights, What.norms, What.rollout):
         raise UsageError(f"--what {kind.value}: --from re-draws a saved trace from its weights; drop --what")
-    if cmap is not None:
-        colour_map(cmap)
-    source = open_source(spec)
-    for note in source.notes:
-        typer.echo(note, err=True)
+    return kind
+
+
+def _drawer(options: Any, n_layers: int, shown_heads: list[int], *, model_view: bool, split_heads: bool) -> Callable[..., Any]:
+    """The figure maker, its options checked before anything runs: the model view, or one layer's heads."""
+    if model_view:
+        from attn_cli.render.picture.model_view import check_model_view, model_view_figure
+
+        check_model_view(options, n_layers, 1 if split_heads else len(shown_heads))
+        return model_view_figure
+    from attn_cli.render.picture.heatmap import check_options, heatmap_figure
+
+    check_options(options, shown_heads[:1] if split_heads else shown_heads)
+    return heatmap_figure
+
+
+@dataclasses.dataclass(frozen=True)
+class _Files:
+    """Where the pictures go: a folder, and a fixed name or one made from each text."""
+
+    folder: Path
+    fixed_name: str | None
+    suffix: str
+    output: Path | None
+    clobber: bool
+    show: bool
+
+
+def _write_pictures(
+    traces: Iterator[Trace], n_texts: int, files: _Files, draw: Callable[..., Any], options: Any, pictures: list[tuple[int | None, tuple[int, ...]]],
+    *, split_heads: bool, stack: str | None, numbered: bool,
+) -> None:  # fmt: skip
+    """Each text's pictures, drawn, written and reported one at a time; with --show, in windows too."""
+    new_figure = None
+    if files.show:
+        import matplotlib.pyplot as plt
+
+        new_figure = plt.figure
+    fmt = files.suffix.lower()
+    width = max(3, len(str(n_texts)))
+    said: set[str] = set()  # notes already on stderr: a batch says each once
+    # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
+    for index, trace in enumerate(progress(traces, n_texts, stdout_is_live=stdout_is_terminal()), start=1):
+        stem = files.fixed_name or slug(trace.text)
+        drawn = pictures
+        if trace.target_tokens is not None or stack is not None:  # an encoder-decoder: one stack drawn, its heads
+            trace = trace.in_stack(stack)
+            drawn = [(h, (h,)) for h in trace.shown_heads] if split_heads else [(None, tuple(trace.shown_heads))]
+        if numbered:
+            stem = f"{stem}-{index:0{width}d}"
+        for split_head, heads in drawn:
+            fig = draw(trace, dataclasses.replace(options, heads=heads), new_figure=new_figure)
+            if files.show and files.output is None:
+                continue
+            head_part = f".head{split_head}" if split_head is not None else ""
+            name = f"{stem}{head_part}.{files.suffix}"
+            path = files.folder / name if str(files.folder) not in ("", ".") else Path(name)
+            replacing = replaces_unnamed(path, files.output)
+            _save(fig, path, fmt, said, clobber=files.clobber)
+            if replacing:
+                typer.echo(replaced_note(path), err=True)
+            _report(path, fig, fmt)
+            if not files.show:
+                fig.clear()  # a batch keeps one figure alive at a time
+    if files.show:
+        plt.show()
+
+
+def _selection(spec: SourceSpec, source: Any, kind: What, generate: int) -> tuple[Any, bool]:
+    """(what to run and keep, whether the picture is the model view: several layers, not a rollout)."""
     keep = "weights" if kind in (What.weights, What.norms, What.rollout) else "all"
     selection = spec.select(
         source, everything=False, keep=keep, rollout=kind is What.rollout, norms=kind is What.norms, generate=generate
@@ -164,58 +251,7 @@ def heatmap(
     if model_view and not spec.heads.given:
         # The model view compares every head at a glance; --head still chooses.
         selection = dataclasses.replace(selection, heads=tuple(range(source.n_heads)))
-    shown_heads = list(selection.heads)
-    options = HeatmapOptions(
-        what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
-    )
-    if model_view:
-        from attn_cli.render.picture.model_view import check_model_view, model_view_figure
-
-        check_model_view(options, len(selection.layers), 1 if split_heads else len(shown_heads))
-        draw = model_view_figure
-    else:
-        check_options(options, shown_heads[:1] if split_heads else shown_heads)
-        draw = heatmap_figure
-    pictures = [(None, tuple(shown_heads))]
-    if split_heads:
-        pictures = [(h, (h,)) for h in shown_heads]
-
-    new_figure = None
-    if show:
-        import matplotlib.pyplot as plt
-
-        new_figure = plt.figure
-    numbered = len(texts) > 1 or lines
-    width = max(3, len(str(len(texts))))
-    traces = run_texts(spec, source, texts, selection)
-    said: set[str] = set()  # notes already on stderr: a batch says each once
-    # On a terminal the "wrote ..." lines are the progress; a bar goes with piped stdout only.
-    for index, trace in enumerate(progress(traces, len(texts), stdout_is_live=stdout_is_terminal()), start=1):
-        stem = fixed_name or slug(trace.text)
-        drawn = pictures
-        if trace.target_tokens is not None or spec.stack is not None:  # an encoder-decoder: one stack drawn, its heads
-            trace = trace.in_stack(spec.stack)
-            drawn = [(h, (h,)) for h in trace.shown_heads] if split_heads else [(None, tuple(trace.shown_heads))]
-        if numbered:
-            stem = f"{stem}-{index:0{width}d}"
-        for split_head, heads in drawn:
-            fig = draw(trace, dataclasses.replace(options, heads=heads), new_figure=new_figure)
-            if show and output is None:
-                continue
-            head_part = f".head{split_head}" if split_head is not None else ""
-            name = f"{stem}{head_part}.{suffix}"
-            path = folder / name if str(folder) not in ("", ".") else Path(name)
-            replacing = replaces_unnamed(path, output)
-            _save(fig, path, fmt, said, clobber=not no_clobber)
-            if replacing:
-                typer.echo(replaced_note(path), err=True)
-            _report(path, fig, fmt)
-            if not show:
-                fig.clear()  # a batch keeps one figure alive at a time
-    if show:
-        import matplotlib.pyplot as plt
-
-        plt.show()
+    return selection, model_view
 
 
 def slug(text: str) -> str:

@@ -29,6 +29,22 @@ DEFAULT_MAX_MB = 20.0
 NOT_REPRODUCED = {"no_clobber", "open_page", "debug", "emit_python"}  # options that do not change the page (-o names it: kept)
 
 
+# html's own options
+OpenOption = Annotated[
+    bool,
+    typer.Option("--open", help="Open the page in the system's web browser once written.", rich_help_panel=OUTPUT),
+]
+MaxSizeOption = Annotated[
+    float,
+    typer.Option(
+        "--max-size",
+        help="Keep the page under this many MB by leaving out later layers' data (the page says what); 0: no limit.",
+        min=0,
+        rich_help_panel=OUTPUT,
+    ),
+]
+
+
 @app.command(cls=AttnCommand)
 @shared_options(emit_python=False, saved=True)
 def html(
@@ -41,19 +57,8 @@ def html(
         "[default: a name made from the text's first words, .html]"
     ) = None,
     no_clobber: NoClobberOption = False,
-    open_page: Annotated[
-        bool,
-        typer.Option("--open", help="Open the page in the system's web browser once written.", rich_help_panel=OUTPUT),
-    ] = False,
-    max_size: Annotated[
-        float,
-        typer.Option(
-            "--max-size",
-            help="Keep the page under this many MB by leaving out later layers' data (the page says what); 0: no limit.",
-            min=0,
-            rich_help_panel=OUTPUT,
-        ),
-    ] = DEFAULT_MAX_MB,
+    open_page: OpenOption = False,
+    max_size: MaxSizeOption = DEFAULT_MAX_MB,
     rollout: RolloutOption = False,
     norms: NormsOption = False,
     predict: PredictOption = 0,
@@ -90,12 +95,7 @@ def html(
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
     data = page.html.encode("utf-8")
-    from attn_cli.runtime.files import write_atomic
-
-    replacing = replaces_unnamed(path, output)
-    write_atomic(path, data, clobber=not no_clobber)
-    if replacing:
-        typer.echo(replaced_note(path), err=True)
+    _write_page(path, data, output, clobber=not no_clobber)
     for note in page.left_out:
         typer.echo(f"note: {note}", err=True)
     with stdout_errors():
@@ -103,6 +103,16 @@ def html(
         typer.echo(f"wrote {path}  ({len(traces)} text{'s' if len(traces) > 1 else ''}, {tokens} tokens, {_size(len(data))})" if stdout_is_terminal() else str(path))
     if open_page:
         _open(path)
+
+
+def _write_page(path: Path, data: bytes, output: Optional[Path], *, clobber: bool) -> None:
+    """The page written in one step, saying when it replaced a file of the default name."""
+    from attn_cli.runtime.files import write_atomic
+
+    replacing = replaces_unnamed(path, output)
+    write_atomic(path, data, clobber=clobber)
+    if replacing:
+        typer.echo(replaced_note(path), err=True)
 
 
 def _target(output: Optional[Path], first_text: str) -> Path:

@@ -68,25 +68,29 @@ def _complete_show(incomplete: str) -> list[str]:
     return [f"{done}," * bool(done) + name for name in (*SHOW_CHOICES, "all") if name.startswith(last) and name not in chosen]
 
 
+# run's own option: the tables the view draws
+ShowOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--show",
+        help="Tables to draw, comma-separated or repeated: tokens, embeddings, qkv, scores (raw Q K^T), "
+        "scaled (softmax input), weights, context, output, stats, or all. "
+        "Default tokens,weights,stats (+ output with several heads); with --query/--key, just those.",
+        rich_help_panel=OUTPUT,
+        show_default=False,
+        callback=_check_show,
+        autocompletion=_complete_show,
+    ),
+]
+
+
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
     spec: SourceSpec,
     texts: list[str],
     format: FormatOption = Format.auto,
-    show: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--show",
-            help="Tables to draw, comma-separated or repeated: tokens, embeddings, qkv, scores (raw Q K^T), "
-            "scaled (softmax input), weights, context, output, stats, or all. "
-            "Default tokens,weights,stats (+ output with several heads); with --query/--key, just those.",
-            rich_help_panel=OUTPUT,
-            show_default=False,
-            callback=_check_show,
-            autocompletion=_complete_show,
-        ),
-    ] = None,
+    show: ShowOption = None,
     query: QueryOption = None,
     key: KeyOption = None,
     rollout: RolloutOption = False,
@@ -138,12 +142,19 @@ def run(
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
+    _write_machine(spec, source, selection, texts, chosen, output, clobber=not no_clobber)
+
+
+def _write_machine(
+    spec: SourceSpec, source: Source, selection: Selection, texts: list[str], chosen: Format, output: Path | None, *, clobber: bool
+) -> None:
+    """JSON (a line a text) or CSV, streamed: a table at a time, never the whole text (formats.export)."""
     from attn_cli.formats.export import write_csv, write_json
 
     live = output is None and stdout_is_terminal()
-    with binary_output(output, clobber=not no_clobber) as out:
+    with binary_output(output, clobber=clobber) as out:
         for i, result in enumerate(progress(run_texts(spec, source, texts, selection), len(texts), stdout_is_live=live)):
-            if chosen is Format.json:  # streamed: a table at a time, never the whole text (render.export)
+            if chosen is Format.json:
                 write_json(result, out)
                 out.write(b"\n")
             else:
