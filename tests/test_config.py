@@ -114,3 +114,22 @@ def test_as_dict_records_every_option() -> None:
         "scale_factor": 2.0, "temperature": 0.5, "init": "normal", "projections": True, "qkv_bias": True,
         "out_proj": True, "dropout": 0.1, "positional": "sinusoidal", "embeddings": None,
     }  # fmt: skip
+
+
+def test_every_config_field_is_an_option_of_the_command_line_and_the_api() -> None:
+    """Config's fields are listed once: the command line's parameters and the API's keywords
+    are derived from them, and each must exist (a field with no option would break build_config)."""
+    import dataclasses
+
+    from attn_cli.api import TOY_OPTIONS
+    from attn_cli.cli.params import CONFIG_PARAMS, INPUT_PARAMS, TOY_ONLY, TRAINED_PARAMS
+    from attn_cli.sources.toy.config import NEGATED, SHARED_FIELDS, config_fields
+
+    declared = {p.name for p in CONFIG_PARAMS + INPUT_PARAMS + TRAINED_PARAMS}
+    fields = config_fields()
+    assert fields == tuple(f.name for f in dataclasses.fields(Config))
+    assert {NEGATED.get(f, f) for f in fields} <= declared
+    assert set(TOY_ONLY) | set(SHARED_FIELDS) == {NEGATED.get(f, f) for f in fields}
+    assert set(TOY_OPTIONS.values()) == set(fields)
+    # the control: a field the command line does not declare is seen
+    assert "lookahead" not in declared and {NEGATED.get(f, f) for f in (*fields, "lookahead")} - declared == {"lookahead"}

@@ -26,6 +26,7 @@ from attn_cli.compat import FirstRelease
 from attn_cli.pipeline import open_source
 from attn_cli.records.trace import Trace as Record
 from attn_cli.runtime.errors import UsageError
+from attn_cli.sources.toy.config import config_fields
 
 if TYPE_CHECKING:
     import torch
@@ -83,12 +84,7 @@ def _notebook(record: Record) -> Trace:
 
 # The toy model's keyword arguments: the command line's options, as Config names them
 # (num_heads is --heads: ``heads`` chooses which heads to keep, as --head does).
-TOY_OPTIONS = {
-    "tokenizer": "tokenizer", "seed": "seed", "d_model": "d_model", "d_k": "d_k", "d_v": "d_v", "num_heads": "heads",
-    "causal": "causal", "scale": "scale", "temperature": "temperature", "dropout": "dropout", "qkv_bias": "qkv_bias",
-    "out_proj": "out_proj", "init": "init", "projections": "projections", "positional": "positional",
-    "embeddings": "embeddings", "max_tokens": "max_tokens",
-}  # fmt: skip
+TOY_OPTIONS = {("num_heads" if f == "heads" else f): f for f in config_fields()}
 MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate", "target")
 
 
@@ -137,6 +133,7 @@ def trace(
 def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str, Any]]:
     """(the toy's Config, a checkpoint's options) from ``trace()``'s keywords, each checked
     as the command line checks its options."""
+    from attn_cli.sources.spec import check_source_options
     from attn_cli.sources.toy.config import Config, Init, Positional
 
     unknown = sorted(set(options) - set(TOY_OPTIONS) - set(MODEL_OPTIONS))
@@ -147,15 +144,9 @@ def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str,
         )
     toy = {TOY_OPTIONS[k]: v for k, v in options.items() if k in TOY_OPTIONS}
     trained = {k: v for k, v in options.items() if k in MODEL_OPTIONS}
-    if model is not None:
-        given = sorted(set(options) & (set(TOY_OPTIONS) - {"seed", "max_tokens"}))
-        if given:
-            raise UsageError(
-                f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of the seeded toy model; "
-                f"model={os.fspath(model)!s} brings its own tokenizer, sizes and weights: drop {'it' if len(given) == 1 else 'them'}"
-            )
-    elif trained:
-        raise UsageError(f"{', '.join(sorted(trained))} only make{'s' if len(trained) == 1 else ''} sense with model=")
+    toy_given = sorted(set(options) & (set(TOY_OPTIONS) - {"seed", "max_tokens"}))
+    named = f"model={os.fspath(model)!s}" if model is not None else ""
+    check_source_options(toy_given, sorted(trained), None if model is None else os.fspath(model), model_named=named, trained_fix="model=")
     if isinstance(toy.get("init"), str):
         toy["init"] = Init(toy["init"])
     if isinstance(toy.get("positional"), str):

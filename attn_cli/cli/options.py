@@ -38,8 +38,8 @@ from attn_cli.records.selection import IndexSpec
 from attn_cli.records.trace import STACKS
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.runtime.files import output_path
-from attn_cli.sources.spec import SourceSpec
-from attn_cli.sources.toy.config import Config
+from attn_cli.sources.spec import SourceSpec, check_source_options
+from attn_cli.sources.toy.config import NEGATED, Config, config_fields
 
 if TYPE_CHECKING:
     from attn_cli.records.selection import Selection
@@ -48,25 +48,8 @@ if TYPE_CHECKING:
 
 
 def build_config(**values: Any) -> Config:
-    config = Config(
-        tokenizer=values["tokenizer"],
-        seed=values["seed"],
-        d_model=values["d_model"],
-        d_k=values["d_k"],
-        d_v=values["d_v"],
-        heads=values["heads"],
-        causal=values["causal"],
-        scale=not values["no_scale"],
-        temperature=values["temperature"],
-        dropout=values["dropout"],
-        qkv_bias=values["qkv_bias"],
-        out_proj=values["out_proj"],
-        init=values["init"],
-        projections=not values["no_projections"],
-        positional=values["positional"],
-        embeddings=values["embeddings"],
-        max_tokens=values["max_tokens"],
-    )
+    """The toy's Config from the command line's values (``--no-scale`` is ``scale=False``)."""
+    config = Config(**{f: not values[NEGATED[f]] if f in NEGATED else values[f] for f in config_fields()})
     if config.embeddings is None:
         config.resolved()  # bad sizes fail now, before torch loads
     return config
@@ -92,20 +75,15 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
     if model is not None:
         if not model.strip():
             raise UsageError("--model is empty: give a checkpoint folder or ORG/NAME")
-        toy = _given(ctx, TOY_ONLY)
-        if toy:
-            raise UsageError(
-                f"{', '.join(toy)} {'is an option' if len(toy) == 1 else 'are options'} of the seeded toy model; "
-                f"--model {model} brings its own tokenizer, sizes and weights: drop {'it' if len(toy) == 1 else 'them'}"
-            )
+        check_source_options(_given(ctx, TOY_ONLY), (), model, model_named=f"--model {model}")
         if shared["emit_python"]:
             raise UsageError("--emit-python reproduces the seeded toy model; it cannot be used with --model")
         if shared["target"] is not None and shared["lines"]:
             raise UsageError("--target pairs one source with one target: drop --lines (one pair per run)")
     else:
         trained = _given(ctx, MODEL_ONLY)
-        if trained:
-            raise UsageError(f"{', '.join(trained)} only make{'s' if len(trained) == 1 else ''} sense with --model; add --model or drop {'it' if len(trained) == 1 else 'them'}")
+        fix = f"--model; add --model or drop {'it' if len(trained) == 1 else 'them'}"
+        check_source_options((), trained, None, model_named="", trained_fix=fix)
     return SourceSpec(
         config=build_config(**shared) if model is None else Config(seed=shared["seed"], max_tokens=shared["max_tokens"]),
         model=model,

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.sources.spec import TABLE_HEADS
-from attn_cli.sources.toy.config import DEFAULT_MAX_TOKENS, DEFAULT_SEED, DEFAULT_TOKENIZER, Init, Positional
+from attn_cli.sources.toy.config import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_SEED,
+    DEFAULT_TOKENIZER,
+    NEGATED,
+    SHARED_FIELDS,
+    Init,
+    Positional,
+    config_fields,
+)
 
 if TYPE_CHECKING:
     pass
@@ -298,10 +307,7 @@ HIDE_PARAMS = [
     ),
 ]
 # The toy model's own options: with --model each is a usage error.
-TOY_ONLY = (
-    "tokenizer", "d_model", "d_k", "d_v", "heads", "causal", "no_scale", "temperature", "dropout",
-    "qkv_bias", "out_proj", "init", "no_projections", "positional", "embeddings",
-)  # fmt: skip
+TOY_ONLY = tuple(NEGATED.get(f, f) for f in config_fields() if f not in SHARED_FIELDS)  # the parameters' names
 MODEL_ONLY = ("revision", "pair", "target", "stack", "truncate", "dtype", "device")
 # --from FILE: heatmap, html and heads re-draw a saved trace instead of running a source
 SAVED_PARAMS = [

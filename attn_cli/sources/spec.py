@@ -9,8 +9,10 @@ anything heavy loads; ``attn_cli.pipeline.open_source`` opens the source it name
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.config import Config
 from attn_cli.records.hiding import HideSpec
 from attn_cli.records.selection import IndexSpec, Keep, Selection
@@ -72,3 +74,15 @@ class SourceSpec:
                 raise UsageError(f"{spec.flag} {spec.text}: this command follows one {spec.flag[2:]}; give a single index")
         return layers[0], heads[0]
 
+
+def check_source_options(toy: Sequence[str], trained: Sequence[str], model: str | None, *, model_named: str, trained_fix: str = "") -> None:
+    """The toy's options with a checkpoint, or a checkpoint's without one: the command line's
+    and the Python API's one check (``model_named``: how the caller names the model it was
+    given, ``--model M`` or ``model=M``; ``trained_fix``: what the second error adds)."""
+    if model is not None and toy:
+        raise UsageError(
+            f"{', '.join(toy)} {'is an option' if len(toy) == 1 else 'are options'} of the seeded toy model; "
+            f"{model_named} brings its own tokenizer, sizes and weights: drop {'it' if len(toy) == 1 else 'them'}"
+        )
+    if model is None and trained:
+        raise UsageError(f"{', '.join(trained)} only make{'s' if len(trained) == 1 else ''} sense with {trained_fix}")

@@ -182,3 +182,14 @@ class Config:
 def _check_int(flag: str, value: int, *, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ConfigError(f"{flag} must be a whole number from {low} to {high}, got {value}")
+
+
+# Config's fields are the toy's options, listed once: the command line's and the Python API's
+# names for them are derived from these (``config_fields``).
+SHARED_FIELDS = ("seed", "max_tokens")  # every source's (a checkpoint's too), not the toy's alone
+NEGATED = {"scale": "no_scale", "projections": "no_projections"}  # the command line's --no-scale, --no-projections
+
+
+def config_fields() -> tuple[str, ...]:
+    """Config's fields, in order."""
+    return tuple(f.name for f in dataclasses.fields(Config))
