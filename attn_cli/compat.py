@@ -4,51 +4,35 @@ is in ``attn_cli.__all__``.
 
 | first release | now |
 | --- | --- |
-| ``Run`` | ``attn_cli.Trace`` (``attn_cli.records.trace``) |
+| ``Run`` | ``attn_cli.Trace`` (``attn_cli.api.Trace``: ``attn_cli.records.trace.Trace`` with its notebook methods) |
 | ``AttentionResult`` | ``attn_cli.records.layers.LayerAttention`` |
 | ``Pipeline`` | ``attn_cli.sources.toy.source.ToySource`` (the seeded toy model as a source) |
 | ``self_attention`` | ``attn_cli.sources.toy.model.self_attention`` |
 | ``get_tokenizer`` | ``attn_cli.text.tokenizers.get_tokenizer`` |
 | ``trace.result``, ``trace.config``, ``trace.x`` | ``trace.layers[0]``, ``trace.model.config``, ``trace.layers[0].x`` |
 
-The three properties are ``FirstRelease``'s, which the Python API's ``Trace`` takes on.
+The three properties are on ``attn_cli.api.Trace``, the trace the Python API gives. A
+``Pipeline``'s traces are that trace too, so they draw themselves in a notebook as they did.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from attn_cli.api import Trace, notebook_trace
 from attn_cli.records.layers import LayerAttention
-from attn_cli.records.trace import Trace
-from attn_cli.sources.toy.config import Config
+from attn_cli.records.selection import Selection
 from attn_cli.sources.toy.model import self_attention
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.text.tokenizers import get_tokenizer
 
-
-class FirstRelease:
-    """The toy source's trace before layers: one layer, its config and its input."""
-
-    layers: tuple[Any, ...]
-    model: Any
-
-    @property
-    def result(self) -> Any:
-        return self.layers[0]
-
-    @property
-    def config(self) -> Config:
-        if self.model.config is None:
-            raise AttributeError("a checkpoint trace has no toy config; read trace.model")
-        return self.model.config
-
-    @property
-    def x(self) -> Any:
-        return self.layers[0].x  # the toy's trace, whose layer is a LayerAttention
-
-
 Run = Trace
 AttentionResult = LayerAttention
-Pipeline = ToySource
 
-__all__ = ["AttentionResult", "FirstRelease", "Pipeline", "Run", "get_tokenizer", "self_attention"]
+
+class Pipeline(ToySource):
+    """The seeded toy model as the first release named it: its traces are the Python API's."""
+
+    def run(self, text: str, selection: Selection | None = None) -> Trace:
+        return notebook_trace(super().run(text, selection))
+
+
+__all__ = ["AttentionResult", "Pipeline", "Run", "get_tokenizer", "self_attention"]

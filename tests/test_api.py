@@ -307,3 +307,19 @@ def test_a_saved_toy_run_is_drawn_as_the_toy(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
     loaded = attn_cli.load(saved)
     assert loaded.model.config is not None and loaded.model.config.causal and loaded.layers[0].causal
+
+
+def test_the_first_release_names_still_work() -> None:
+    """attn_cli.compat: Pipeline, Run, AttentionResult and trace.result/config/x, as docs/html.md
+    and docs/models.md show them; a Pipeline's trace draws itself in a notebook as it did."""
+    from attn_cli.records.layers import LayerAttention
+    from attn_cli.sources.toy.source import ToySource
+
+    config = attn_cli.Config(tokenizer="words", heads=2, causal=True)
+    t = attn_cli.Pipeline(config).run("I saw a saw")
+    assert isinstance(t, attn_cli.Trace) and t._repr_html_().startswith("<iframe")
+    assert t.result is t.layers[0] and t.config.heads == 2 and torch.equal(t.x, t.layers[0].x)
+    assert attn_cli.Run is attn_cli.Trace and attn_cli.AttentionResult is LayerAttention
+    assert torch.equal(t.weights(), ToySource(config).run("I saw a saw").layers[0].weights)
+    # the control: the toy source under its own name gives the record, which draws nothing itself
+    assert not hasattr(ToySource(config).run("I saw a saw"), "_repr_html_")

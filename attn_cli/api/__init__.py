@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.api import views
 from attn_cli.api.views import head_view, model_view
-from attn_cli.compat import FirstRelease
 from attn_cli.pipeline import open_source
 from attn_cli.records.trace import Trace as Record
 from attn_cli.runtime.errors import UsageError
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Trace", "from_attentions", "head_view", "load", "model_view", "trace"]
 
 
-class Trace(FirstRelease, Record):
+class Trace(Record):
     """A trace (``attn_cli.records.trace.Trace``: the tokens, what ran, the kept layers) that
     draws itself in a notebook: the command line's outputs as methods."""
 
@@ -75,8 +74,23 @@ class Trace(FirstRelease, Record):
         """The heads census (masses, entropy, role) per kept layer and shown head."""
         return views.heads(self)
 
+    # The first release's names (attn_cli.compat lists them): the toy's one layer, config, input.
+    @property
+    def result(self) -> Any:
+        return self.layers[0]
 
-def _notebook(record: Record) -> Trace:
+    @property
+    def config(self) -> Any:
+        if self.model.config is None:
+            raise AttributeError("a checkpoint trace has no toy config; read trace.model")
+        return self.model.config
+
+    @property
+    def x(self) -> Any:
+        return self.layers[0].x  # the toy's trace, whose layer is a LayerAttention
+
+
+def notebook_trace(record: Record) -> Trace:
     """The record as a notebook trace: the same fields, the same tensors."""
     import dataclasses
 
@@ -127,7 +141,7 @@ def trace(
     )
     source = open_source(spec)
     made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
-    return _notebook(hide(made, spec.hide))
+    return notebook_trace(hide(made, spec.hide))
 
 
 def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str, Any]]:
@@ -192,11 +206,11 @@ def from_attentions(
     from attn_cli.sources.outside import from_attentions as made
 
     trace = made(attentions, tokens, model_name=model_name, special=special)
-    return _notebook(dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace)
+    return notebook_trace(dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace)
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
     """The trace a schema-2 JSON holds (``run -F json``, ``Trace.to_json()``), to re-draw."""
     from attn_cli.sources.saved import load_json
 
-    return _notebook(load_json(path))
+    return notebook_trace(load_json(path))
