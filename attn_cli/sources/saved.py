@@ -343,6 +343,3 @@ class SavedSource:
 
     def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
         raise UsageError(f"{self.path} is a saved trace: there is no model to run other tokens through")
-
-
-# -- the pieces ------------------------------------------------------------------------

@@ -142,9 +142,6 @@ def reproduce_command(trace: Trace) -> str:
     return command_line(trace, "html", *extra)
 
 
-# -- data ----------------------------------------------------------------------
-
-
 # -- the file ------------------------------------------------------------------
 
 def _json(value: Any) -> str:

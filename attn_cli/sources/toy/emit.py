@@ -82,7 +82,7 @@ def script_for(text: str, tokens: Tokens, config: Config, embeddings: list[list[
     return "\n".join(line for step in _STEPS for line in step(run)) + "\n"
 
 
-# -- the steps, in the order the script runs them; each returns its lines --------
+# -- the script's first sections (the rest are script.py's); each returns its lines --
 
 
 def _header(r: ScriptRun) -> list[str]:
