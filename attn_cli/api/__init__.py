@@ -25,7 +25,7 @@ from attn_cli.api.views import head_view, model_view
 from attn_cli.pipeline import open_source
 from attn_cli.records.trace import Trace as Record
 from attn_cli.runtime.errors import UsageError
-from attn_cli.sources.toy.config import config_fields
+from attn_cli.sources.toy.config import SHARED_FIELDS, config_fields
 
 if TYPE_CHECKING:
     import torch
@@ -158,7 +158,7 @@ def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str,
         )
     toy = {TOY_OPTIONS[k]: v for k, v in options.items() if k in TOY_OPTIONS}
     trained = {k: v for k, v in options.items() if k in MODEL_OPTIONS}
-    toy_given = sorted(set(options) & (set(TOY_OPTIONS) - {"seed", "max_tokens"}))
+    toy_given = sorted(set(options) & (set(TOY_OPTIONS) - set(SHARED_FIELDS)))
     named = f"model={os.fspath(model)!s}" if model is not None else ""
     check_source_options(toy_given, sorted(trained), None if model is None else os.fspath(model), model_named=named, trained_fix="model=")
     if isinstance(toy.get("init"), str):

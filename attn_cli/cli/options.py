@@ -72,18 +72,18 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
     model = shared["model"]
     if shared["emit_python"] and shared["hide_tokens"] is not None:
         raise UsageError("--hide-tokens changes what is shown, and --emit-python prints the computation, which it does not change: drop --hide-tokens")
+    if model is not None and not model.strip():
+        raise UsageError("--model is empty: give a checkpoint folder or ORG/NAME")
+    trained = _given(ctx, MODEL_ONLY)
+    check_source_options(
+        _given(ctx, TOY_ONLY), trained, model, model_named=f"--model {model}",
+        trained_fix=f"--model; add --model or drop {'it' if len(trained) == 1 else 'them'}",
+    )  # fmt: skip
     if model is not None:
-        if not model.strip():
-            raise UsageError("--model is empty: give a checkpoint folder or ORG/NAME")
-        check_source_options(_given(ctx, TOY_ONLY), (), model, model_named=f"--model {model}")
         if shared["emit_python"]:
             raise UsageError("--emit-python reproduces the seeded toy model; it cannot be used with --model")
         if shared["target"] is not None and shared["lines"]:
             raise UsageError("--target pairs one source with one target: drop --lines (one pair per run)")
-    else:
-        trained = _given(ctx, MODEL_ONLY)
-        fix = f"--model; add --model or drop {'it' if len(trained) == 1 else 'them'}"
-        check_source_options((), trained, None, model_named="", trained_fix=fix)
     return SourceSpec(
         config=build_config(**shared) if model is None else Config(seed=shared["seed"], max_tokens=shared["max_tokens"]),
         model=model,

@@ -75,7 +75,7 @@ class SourceSpec:
         return layers[0], heads[0]
 
 
-def check_source_options(toy: Sequence[str], trained: Sequence[str], model: str | None, *, model_named: str, trained_fix: str = "") -> None:
+def check_source_options(toy: Sequence[str], trained: Sequence[str], model: str | None, *, model_named: str, trained_fix: str) -> None:
     """The toy's options with a checkpoint, or a checkpoint's without one: the command line's
     and the Python API's one check (``model_named``: how the caller names the model it was
     given, ``--model M`` or ``model=M``; ``trained_fix``: what the second error adds)."""
