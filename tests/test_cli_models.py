@@ -96,13 +96,13 @@ def test_every_supported_model_type_has_a_family() -> None:
 
 
 def test_every_encoder_decoder_model_type_has_an_adapter() -> None:
-    from attn_cli.sources.checkpoint.families import seq2seq_class
+    from attn_cli.sources.checkpoint.families import Family, seq2seq_class
     from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
     from attn_cli.sources.checkpoint.registry import SEQ2SEQ_TYPES
 
     for model_type, (family, _) in SEQ2SEQ_TYPES.items():
-        adapter = seq2seq_class(model_type)
-        assert issubclass(adapter, Seq2Seq) and adapter.family == family, model_type
+        adapter = seq2seq_class(model_type)  # each stack a Family the one layer loop runs
+        assert issubclass(adapter, Seq2Seq) and issubclass(adapter, Family) and adapter.family == family, model_type
 
 
 def test_listing_does_not_import_torch(cache: Path) -> None:

@@ -15,18 +15,28 @@ import pytest
 import torch
 
 import checkpoints
-from attn_cli.sources.checkpoint.families import seq2seq, seq2seq_class
+from attn_cli.records.tokens import Tokens
+from attn_cli.sources.checkpoint.families import bart, encoder_decoder, loop, seq2seq, t5
 
 
-def open_pair(folder: Path) -> tuple[Any, Any]:
-    """The engine and the weights of a folder (no tokenizer needed: the ids are given)."""
+def open_pair(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """The engine (both stacks) and the weights of a folder (no tokenizer needed: the ids are given)."""
     from attn_cli.sources.checkpoint.files import WeightReader
 
     config = json.loads((folder / "config.json").read_text())
-    model = seq2seq_class(config["model_type"])(config)
-    weights = WeightReader(folder)
-    weights.find_prefix(model.anchor, model.family)
+    model = encoder_decoder(config)
+    weights = WeightReader(folder, dtype=dtype)
+    weights.find_prefix(model.encoder.anchor, model.encoder.family)
     return model, weights
+
+
+def tokens(ids: list[int]) -> Tokens:
+    return Tokens(tuple(ids), tuple(str(i) for i in ids), 1000, "ids")
+
+
+def run_pair(model: Any, weights: Any, source: list[int], decoder: list[int], **kwargs: Any) -> seq2seq.PairForward:
+    """Every layer of the three stacks through the one layer loop."""
+    return seq2seq.pair_forward(model, weights, tokens(source), tokens(decoder), **kwargs)
 
 
 SOURCE = [0, 50, 61, 72, 83, 94, 105, 116, 127, 2]  # BART: <s> ... </s>
@@ -68,9 +78,14 @@ def reference(folder: Path, source: list[int], decoder: list[int]) -> Any:
 def assert_stacks_match(folder: Path, name: str) -> None:
     source, labels = ids_for(name)
     model, weights = open_pair(folder)
-    decoder = model.decoder_inputs(labels)
-    ours = model.forward(weights, source, decoder)
-    theirs = reference(folder, source, decoder)
+    decoder = model.decoder.decoder_inputs(labels)
+    ours = run_pair(model, weights, source, decoder)
+    assert_each_stack(ours, reference(folder, source, decoder), atol=1e-5)
+
+
+def assert_each_stack(ours: seq2seq.PairForward, theirs: Any, atol: float) -> None:
+    """Every layer's weights of the three stacks against transformers' (float32 on our side, as
+    every renderer reads them), within ``atol`` (0: the same bits)."""
     for stack, mine, ref in (
         ("encoder", ours.encoder, theirs.encoder_attentions),
         ("decoder", ours.decoder, theirs.decoder_attentions),
@@ -78,8 +93,8 @@ def assert_stacks_match(folder: Path, name: str) -> None:
     ):
         assert len(mine) == len(ref), stack
         for index, (layer, expected) in enumerate(zip(mine, ref)):
-            assert layer.weights.shape == expected[0].shape, (stack, index)
-            torch.testing.assert_close(layer.weights, expected[0], atol=1e-5, rtol=0, msg=f"{stack} layer {index}")
+            assert layer.weights.dtype == torch.float32 and layer.weights.shape == expected[0].shape, (stack, index)
+            torch.testing.assert_close(layer.weights, expected[0].float(), atol=atol, rtol=0, msg=f"{stack} layer {index}")
 
 
 @pytest.mark.parametrize("name", ["bart", "t5", "flan-t5", "marian", "marian-separate"])
@@ -87,7 +102,7 @@ def test_three_stacks_equal_transformers(name: str, folders: dict[str, Path]) ->
     assert_stacks_match(folders[name], name)
     source, labels = ids_for(name)
     model, weights = open_pair(folders[name])
-    ours = model.forward(weights, source, model.decoder_inputs(labels))
+    ours = run_pair(model, weights, source, model.decoder.decoder_inputs(labels))
     for stack, causal in ((ours.encoder, False), (ours.decoder, True), (ours.cross, False)):
         # sharp enough that a wrong step shows (a row's largest weight over uniform's), not one-hot
         sharpness = []
@@ -97,7 +112,7 @@ def test_three_stacks_equal_transformers(name: str, folders: dict[str, Path]) ->
             sharpness.append(float((peaks * visible).mean()))
             assert peaks.mean() < 0.97, peaks
         assert min(sharpness) > 1.1 and sum(sharpness) / len(sharpness) > 1.5, sharpness
-    assert ours.cross[0].weights.shape == (model.heads["decoder"], len(labels), len(source))
+    assert ours.cross[0].weights.shape == (model.decoder.heads, len(labels), len(source))
 
 
 @pytest.mark.parametrize("name", ["bart", "t5", "marian"])
@@ -107,6 +122,7 @@ def test_decoder_inputs_are_the_shifted_labels(name: str, folders: dict[str, Pat
 
     _, labels = ids_for(name)
     model, _ = open_pair(folders[name])
+    model = model.decoder
     if name == "bart":
         expected = shift_tokens_right(torch.tensor([labels]), 1, 2)[0].tolist()
         assert model.decoder_inputs(labels)[:2] == [2, 0]  # </s> <s> y ...
@@ -123,26 +139,26 @@ def test_decoder_inputs_are_the_shifted_labels(name: str, folders: dict[str, Pat
 
 def test_t5_without_decoder_start_in_its_config_starts_with_pad(tmp_path: Path) -> None:
     config = {"model_type": "t5", "d_model": 8, "d_kv": 2, "num_layers": 1, "num_heads": 4, "pad_token_id": 0}
-    assert seq2seq.T5(config).decoder_inputs([5, 6, 1]) == [0, 5, 6]
+    assert t5.T5(config, "decoder").decoder_inputs([5, 6, 1]) == [0, 5, 6]
 
 
 def bidirectional_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = seq2seq.T5.position_bias
+    real = t5.T5.position_bias
 
-    def wrong(self: Any, weights: Any, stack: str, n_tokens: int) -> torch.Tensor:
-        return real(self, weights, "encoder", n_tokens) if stack == "encoder" else _decoder_bias(self, weights, n_tokens, True)
+    def wrong(self: Any, weights: Any, n_tokens: int) -> torch.Tensor:
+        return real(self, weights, n_tokens) if self.encoder else _decoder_bias(self, weights, n_tokens, True)
 
-    monkeypatch.setattr(seq2seq.T5, "position_bias", wrong)
+    monkeypatch.setattr(t5.T5, "position_bias", wrong)
 
 
 def bias_not_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bias in the first block only, as if each block used its own table (only block 0 has one)."""
-    real = seq2seq.multi_head
+    real = loop.multi_head
 
     def first_only(*args: Any, bias: Any = None, **kwargs: Any) -> Any:
         return real(*args, bias=bias if args[5] == 0 else None, **kwargs)  # args[5]: the layer's index
 
-    monkeypatch.setattr(seq2seq, "multi_head", first_only)
+    monkeypatch.setattr(loop, "multi_head", first_only)
 
 
 def _decoder_bias(model: Any, weights: Any, n_tokens: int, bidirectional: bool) -> torch.Tensor:
@@ -154,7 +170,7 @@ def _decoder_bias(model: Any, weights: Any, n_tokens: int, bidirectional: bool) 
 
 
 def no_position_offset(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seq2seq.Bart, "POSITION_OFFSET", 0)
+    monkeypatch.setattr(bart.Bart, "POSITION_OFFSET", 0)
 
 
 def unscaled(family: type) -> Any:
@@ -163,8 +179,8 @@ def unscaled(family: type) -> Any:
     def bug(monkeypatch: pytest.MonkeyPatch) -> None:
         real = family.__init__
 
-        def init(self: Any, config: dict[str, Any]) -> None:
-            real(self, config)
+        def init(self: Any, config: dict[str, Any], stack: str) -> None:
+            real(self, config, stack)
             self.scale = 1.0
 
         monkeypatch.setattr(family, "__init__", init)
@@ -173,19 +189,19 @@ def unscaled(family: type) -> Any:
 
 
 def cross_reads_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = seq2seq.Seq2Seq.run_stack
+    real = seq2seq.forward
 
-    def run_stack(self: Any, weights: Any, stack: str, ids: Any, memory: Any = None) -> Any:
-        if memory is None:
-            return real(self, weights, stack, ids, None)
-        return real(self, weights, stack, ids, self.embed(weights, "encoder", ids))  # the decoder's own tokens as the source
+    def forward(family: Any, weights: Any, tokens: Any, *args: Any, memory: Any = None, **kwargs: Any) -> Any:
+        if memory is not None:  # the decoder's own tokens as the source
+            memory = family.embed_ids(weights, tokens.ids)
+        return real(family, weights, tokens, *args, memory=memory, **kwargs)
 
-    monkeypatch.setattr(seq2seq.Seq2Seq, "run_stack", run_stack)
+    monkeypatch.setattr(seq2seq, "forward", forward)
 
 
 def interleaved_sinusoid(monkeypatch: pytest.MonkeyPatch) -> None:
     """sin and cos alternating by column (the XLM layout), not in halves."""
-    real = seq2seq.sinusoid
+    real = bart.sinusoid
 
     def interleaved(n: int, dim: int) -> torch.Tensor:
         halves = real(n, dim)
@@ -193,11 +209,11 @@ def interleaved_sinusoid(monkeypatch: pytest.MonkeyPatch) -> None:
         out[:, 0::2], out[:, 1::2] = halves[:, : dim // 2], halves[:, dim // 2 :]
         return out
 
-    monkeypatch.setattr(seq2seq, "sinusoid", interleaved)
+    monkeypatch.setattr(bart, "sinusoid", interleaved)
 
 
 def scaled_like_bart(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seq2seq.T5, "divisor", lambda self, stack: (8**0.5, "sqrt(8)"))
+    monkeypatch.setattr(t5.T5, "divisor", lambda self, layer: (8**0.5, "sqrt(8)"))
 
 
 @pytest.mark.parametrize(
@@ -208,8 +224,8 @@ def scaled_like_bart(monkeypatch: pytest.MonkeyPatch) -> None:
         ("t5", scaled_like_bart),
         ("flan-t5", cross_reads_the_decoder),
         ("bart", no_position_offset),
-        ("bart", unscaled(seq2seq.Bart)),
-        ("marian", unscaled(seq2seq.Marian)),
+        ("bart", unscaled(bart.Bart)),
+        ("marian", unscaled(bart.Marian)),
         ("marian", interleaved_sinusoid),
     ],
 )
@@ -224,7 +240,7 @@ def test_an_unknown_feed_forward_is_refused() -> None:
 
     config = {"model_type": "t5", "d_model": 8, "d_kv": 2, "num_layers": 1, "num_heads": 4, "feed_forward_proj": "gated-swiglu-x"}
     with pytest.raises(ModelUnavailable, match="feed_forward_proj"):
-        seq2seq.T5(config)
+        t5.T5(config, "encoder")
 
 
 def test_the_configs_are_what_transformers_writes(folders: dict[str, Path]) -> None:
@@ -233,3 +249,69 @@ def test_the_configs_are_what_transformers_writes(folders: dict[str, Path]) -> N
     t5 = json.loads((folders["flan-t5"] / "config.json").read_text())
     assert {"encoder_layers", "decoder_attention_heads", "scale_embedding", "decoder_start_token_id"} <= bart.keys()
     assert {"num_layers", "num_decoder_layers", "d_kv", "feed_forward_proj", "relative_attention_num_buckets"} <= t5.keys()
+
+
+# -- dtype ---------------------------------------------------------------------------------
+
+
+def reference_in(folder: Path, source: list[int], decoder: list[int], dtype: torch.dtype) -> Any:
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype).eval()
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder]), output_attentions=True)
+
+
+def assert_bits_match(ours: seq2seq.PairForward, theirs: Any, logits: torch.Tensor) -> None:
+    assert_each_stack(ours, theirs, atol=0)
+    assert torch.equal(logits, theirs.logits[0]), "logits"
+
+
+def half_run(folder: Path, name: str, dtype: torch.dtype) -> tuple[seq2seq.PairForward, torch.Tensor, Any]:
+    source, labels = ids_for(name)
+    model, weights = open_pair(folder, dtype)
+    decoder = model.decoder.decoder_inputs(labels)
+    ours = run_pair(model, weights, source, decoder, whole=True)
+    assert ours.hidden is not None
+    logits = model.decoder.logits(weights, model.decoder.head(weights), ours.hidden)  # (T, V) in the run's dtype
+    return ours, logits, reference_in(folder, source, decoder, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["bart", "flan-t5", "marian"])
+def test_half_precision_equals_transformers_bit_for_bit(name: str, dtype: torch.dtype, folders: dict[str, Path]) -> None:
+    """The three stacks and the logits in bfloat16 and float16: the same operations in the same
+    order on the same operands as transformers' in that dtype, so the same bits."""
+    ours, logits, theirs = half_run(folders[name], name, dtype)
+    assert logits.dtype == dtype
+    assert_bits_match(ours, theirs, logits)
+    # the control: float32's numbers are not the half-precision run's, and the exact comparison sees it
+    source, labels = ids_for(name)
+    model, weights = open_pair(folders[name])
+    wide = run_pair(model, weights, source, model.decoder.decoder_inputs(labels), whole=True)
+    assert wide.hidden is not None
+    with pytest.raises(AssertionError, match="encoder layer 0"):
+        assert_bits_match(wide, theirs, model.decoder.logits(weights, model.decoder.head(weights), wide.hidden))
+
+
+def test_a_float16_overflow_is_clamped_as_transformers_clamps_it(folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """T5's float16 guard: a sub-layer whose output holds an infinity is clamped to +-(65504 -
+    1000). Forced here by the encoder's first W_o scaled so that its output overflows float16;
+    without the guard the run parts from transformers' (the control: the infinities reach the
+    next scores, which attn-cli refuses as an overflow, or the numbers differ)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from attn_cli.runtime.errors import ConfigError
+
+    folder = Path(shutil.copytree(folders["flan-t5"], folders["flan-t5"].parent / "t5-overflow"))
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["encoder.block.0.layer.0.SelfAttention.o.weight"] *= 3e4  # 10 of its outputs past 65504
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    ours, logits, theirs = half_run(folder, "flan-t5", torch.float16)
+    assert_bits_match(ours, theirs, logits)
+    monkeypatch.setattr(t5, "clamp_float16", lambda hidden, when: hidden)
+    with pytest.raises((AssertionError, ConfigError)):
+        unguarded, logits, _ = half_run(folder, "flan-t5", torch.float16)
+        assert_bits_match(unguarded, theirs, logits)

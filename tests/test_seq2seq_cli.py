@@ -80,6 +80,47 @@ def test_json_has_the_three_stacks_as_transformers_computes_them(name: str, fold
     assert labels != decoder and labels[:-1] == decoder[1:]
 
 
+def reference_in(folder: Path, dtype: torch.dtype) -> Any:
+    """transformers' attentions for SOURCE and TARGET, the model loaded in ``dtype``."""
+    import transformers
+
+    source, decoder, _ = reference(folder)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype).eval()
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder]), output_attentions=True)
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_dtype_runs_the_three_stacks_in_it(name: str, folders: dict[str, Path]) -> None:
+    """--dtype bfloat16 on an encoder-decoder: said in the JSON, and each stack's weights are
+    transformers' in bfloat16 (the engine's test compares their bits), not float32's."""
+    data = json.loads(invoke("run", SOURCE, "--model", str(folders[name]), "--target", TARGET, "--dtype", "bfloat16", "-F", "json").stdout)
+    assert data["model"]["dtype"] == "bfloat16"
+    half, wide = reference_in(folders[name], torch.bfloat16), reference_in(folders[name], torch.float32)
+    for key, stack in (("layers", "encoder_attentions"), ("decoder_layers", "decoder_attentions"), ("cross_layers", "cross_attentions")):
+        expected = [layer.float() for layer in getattr(half, stack)]
+        assert_layers(data[key], expected)
+        with pytest.raises(AssertionError):  # the control: float32's weights are not these
+            assert_layers(data[key], getattr(wide, stack))
+
+
+def test_a_device_that_is_not_there_is_refused_for_an_encoder_decoder_too(folders: dict[str, Path]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: test_cuda_runs_the_three_stacks_as_the_cpu does")
+    result = invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "--device", "cuda", code=2)
+    assert "--device cuda: torch sees no CUDA" in result.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_cuda_runs_the_three_stacks_as_the_cpu(name: str, folders: dict[str, Path]) -> None:
+    on_gpu = json.loads(invoke("run", SOURCE, "--model", str(folders[name]), "--target", TARGET, "--device", "cuda", "-F", "json").stdout)
+    _, _, out = reference(folders[name])
+    assert_layers(on_gpu["layers"], out.encoder_attentions)
+    assert_layers(on_gpu["decoder_layers"], out.decoder_attentions)
+    assert_layers(on_gpu["cross_layers"], out.cross_attentions)
+
+
 def test_csv_names_the_decoder_and_cross_tables(folders: dict[str, Path]) -> None:
     text = invoke("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "-F", "csv").stdout
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -222,9 +263,9 @@ def head_broken(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bugs the head's own steps guard against: BART's final_logits_bias left out, T5's rescaling left out."""
     import dataclasses
 
-    from attn_cli.sources.checkpoint.families import seq2seq
+    from attn_cli.sources.checkpoint.families import bart, t5
 
-    family = seq2seq.Bart if kind == "bart" else seq2seq.T5
+    family = bart.Bart if kind == "bart" else t5.T5
     real = family.head
     change = {"bias": None} if kind == "bart" else {"input_scale": None}
     monkeypatch.setattr(family, "head", lambda self, weights: dataclasses.replace(real(self, weights), **change))

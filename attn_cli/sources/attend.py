@@ -25,6 +25,7 @@ def attend(
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
     out: torch.Tensor | None = None,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / divisor (+ bias, soft-capped), masked) V, the one masked softmax
     every source uses.
@@ -33,7 +34,7 @@ def attend(
     True = hidden, bias (H, T, T) or (1, T, T) -> (context (H, T, Dv), weights (H, T, T)).
     ``out``: the (H, T, T) block the weights are written into (``attention_weights``).
     """
-    weights = attention_weights(queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=out)
+    weights = attention_weights(queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=out, scale=scale)
     return weights @ values, weights  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
 
 
@@ -46,6 +47,7 @@ def attention_weights(
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
     out: torch.Tensor | None = None,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
@@ -56,10 +58,17 @@ def attention_weights(
     Every step works in place in one (..., T, T) buffer, so the peak memory is one
     T x T tensor per head, as in torch's own attention: a new one, or ``out`` (a block of
     that shape and dtype the caller chose where it lives).
+
+    ``scale``: the scores are multiplied by it instead of divided by ``divisor`` (the same
+    number, 1 / divisor, as a checkpoint's transformers code writes it: in half precision
+    the two can round a score to different bits).
     """
     transposed = keys.transpose(-2, -1)  # (H, Dk, T)
     weights = queries @ transposed if out is None else torch.matmul(queries, transposed, out=out)  # (H, T, T) raw scores
-    weights.div_(divisor)  # the same operation as softmax_input_of, so scaled_scores agree
+    if scale is None:
+        weights.div_(divisor)  # the same operation as softmax_input_of, so scaled_scores agree
+    else:
+        weights.mul_(scale)
     if bias is not None:
         weights.add_(bias)  # (H, T, T) + (H or 1, T, T)
     if softcap is not None:

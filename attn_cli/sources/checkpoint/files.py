@@ -322,8 +322,9 @@ class WeightReader:
         file = self._weight_map.get(self.full_name(name))
         return file is not None and (self.folder / file).is_file()
 
-    def read(self, name: str) -> torch.Tensor:
-        """The whole tensor ``name`` (without the prefix), as ``dtype`` (float32) on ``device``.
+    def read(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The whole tensor ``name`` (without the prefix), as the run's ``dtype`` (float32)
+        on ``device``; as ``dtype`` when given (a tensor a family keeps wider than the run).
 
         A tensor stored in the run's dtype and read to the CPU is a view of the
         memory-mapped file (safetensors maps it): it is kept, so a second trace
@@ -331,12 +332,12 @@ class WeightReader:
         read. A converted one is a copy, read again each time it is asked for.
         """
         full = self.full_name(name)
-        if full in self._mapped:
+        if dtype is None and full in self._mapped:
             return self._mapped[full]
         entry = self.entry(name)
         stored = self._call(entry.file, lambda f: f.get_tensor(full))  # the stored shape
-        tensor = self._cast(stored)
-        if tensor is stored:
+        tensor = self._cast(stored, dtype)
+        if tensor is stored and dtype is None:
             self._mapped[full] = tensor
         return tensor
 
@@ -352,10 +353,10 @@ class WeightReader:
         entry = self.entry(name)
         return self._cast(self._call(entry.file, lambda f: f.get_tensor(self.full_name(name))[rows]))  # (U, D)
 
-    def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _cast(self, tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         import torch
 
-        return tensor.to(device=self.device, dtype=self.dtype or torch.float32)
+        return tensor.to(device=self.device, dtype=dtype or self.dtype or torch.float32)
 
     def _call(self, file: Path, read: Any) -> torch.Tensor:
         from safetensors import SafetensorError, safe_open

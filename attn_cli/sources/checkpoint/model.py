@@ -271,12 +271,7 @@ def open_checkpoint(
     from attn_cli.sources.checkpoint.families import family_for
     from attn_cli.sources.checkpoint.registry import text_config
 
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
-    if device not in DEVICES:
-        raise UsageError(f"--device {device}: choose one of {', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here (or was built without CUDA); use --device cpu")
+    check_dtype_device(dtype, device)
     found = found or find(spec, revision)  # ``found``: what opening the source found already
     located, config = found.located, found.config
     folder = located.folder
@@ -308,6 +303,18 @@ def open_checkpoint(
         anatomy=family.anatomy(),
     )
     return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)))
+
+
+def check_dtype_device(dtype: str, device: str) -> None:
+    """UsageError for a ``dtype`` or ``device`` attn-cli does not compute in, or a device that is not there."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    if device not in DEVICES:
+        raise UsageError(f"--device {device}: choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here (or was built without CUDA); use --device cpu")
 
 
 def eos_ids(folder: Path, config: dict[str, Any]) -> frozenset[int]:

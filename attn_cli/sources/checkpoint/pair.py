@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
-from attn_cli.runtime.errors import ModelUnavailable, UsageError
+from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.sources.checkpoint.files import ROOT, Found, WeightReader, find
+from attn_cli.sources.checkpoint.model import DTYPES
 from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.checkpoint.families.base import Head
-    from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder
 
 FLOAT32 = 4
 
@@ -49,7 +50,7 @@ class PairCheckpoint:
     encoder = False  # not an encoder-only model: --pair does not apply
 
     def __init__(
-        self, info: ModelInfo, model: Seq2Seq, weights: WeightReader, tokenizer: CheckpointTokenizer | MarianTokenizer,
+        self, info: ModelInfo, model: EncoderDecoder, weights: WeightReader, tokenizer: CheckpointTokenizer | MarianTokenizer,
         eos_ids: frozenset[int] = frozenset(),
     ) -> None:  # fmt: skip
         self.info = info
@@ -65,7 +66,7 @@ class PairCheckpoint:
 
     def decoder_tokens(self, labels: Tokens) -> Tokens:
         """The decoder's inputs: ``decoder_start_token_id``, then every label but the last."""
-        ids = tuple(self.model.decoder_inputs(list(labels.ids)))
+        ids = tuple(self.model.decoder.decoder_inputs(list(labels.ids)))
         special = self.tokenizer.special_ids()
         return self.tokenizer.tokens_from_ids(ids, tuple(i in special for i in ids))
 
@@ -74,57 +75,54 @@ class PairCheckpoint:
         tensor of both stacks, and the token rows read), tables (the kept (H, S, S),
         (H, T, T) and (H, T, S) weights, twice at ``keep="all"``, where the raw scores are
         derived too) and activations (the kept vectors and one layer in flight)."""
-        s, t, d = n_source, n_target, self.model.d_model
-        weights = sum(self._weights.entry(ROOT + name).numel for name in self._weights.names()) * FLOAT32
-        he, hd = self.model.heads["encoder"], self.model.heads["decoder"]
-        le, ld = self.model.layers["encoder"], self.model.layers["decoder"]
+        encoder, decoder = self.model.encoder, self.model.decoder
+        s, t, d = n_source, n_target, encoder.d_model
+        weights = sum(self._weights.entry(ROOT + name).numel for name in self._weights.names()) * DTYPES[self.info.dtype]
+        he, hd = encoder.heads, decoder.heads
+        le, ld = encoder.layers, decoder.layers
         per_table = 2 if keep == "all" else 1
         tables = (per_table + norms) * FLOAT32 * (le * he * s * s + ld * hd * (t * t + t * s))  # with norms, one more per head
         if norms:  # and the layers' (T, T) norms
             tables += FLOAT32 * (le * s * s + ld * (t * t + t * s))
         vectors = 6 if keep == "all" else 0  # x, queries, keys, values, concat, output: (N, D)-sized
-        width = max(d, he * self.model.head_dim("encoder"), hd * self.model.head_dim("decoder"))
+        width = max(d, he * encoder.head_dim, hd * decoder.head_dim)
         kept = vectors * FLOAT32 * width * (le * s + 2 * ld * t + ld * s)
         n = max(s, t)
         in_flight = FLOAT32 * (8 * n * width + 2 * n * 4 * d + 2 * max(he, hd) * n * n)
         if predict:  # a block of (positions, V) logits and their softmax (the head's matrix is among the weights)
             from attn_cli.analysis.effects import block_rows
 
-            vocab = self.vocab_size(self.model.head(self._weights))
+            vocab = self.vocab_size(decoder.head(self._weights))
             in_flight += 2 * FLOAT32 * min(t, block_rows(vocab)) * vocab
         return {"weights": weights, "tables": tables, "activations": kept + in_flight}
 
     def trace(
         self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0, norms: bool = False
     ) -> tuple[PairLayers, Predictions | None]:
-        """Every layer of the three stacks over the source and the decoder's inputs; with
-        ``predict`` K, every decoder position's top K next tokens through the model's head
-        (``Seq2Seq.head``), softmax in float32; with ``norms``, every layer's value-weighted
-        norms (``analysis.norms``: cross-attention's keys send the encoder's output)."""
+        """Every layer of the three stacks over the source and the decoder's inputs, through the
+        one layer loop (``seq2seq.pair_forward``); with ``predict`` K, every decoder position's
+        top K next tokens through the model's head, softmax in float32; with ``norms``, every
+        layer's value-weighted norms (``analysis.norms``: cross-attention's keys send the
+        encoder's output)."""
         import torch
 
         from attn_cli.analysis.effects import top_k
-        from attn_cli.analysis.norms import with_norms
-        from attn_cli.sources.checkpoint.families.base import head_logits
-        from attn_cli.sources.checkpoint.families.loop import as_float32
+        from attn_cli.sources.checkpoint.families.seq2seq import pair_forward
         from attn_cli.sources.checkpoint.model import predictions_of
 
-        head = self.model.head(self._weights) if predict else None
-        forward = self.model.forward(self._weights, list(source.ids), list(decoder.ids))
-
-        def kept(layers: Sequence[Any]) -> tuple[LayerWeights, ...]:
-            if norms:
-                layers = [with_norms(layer) for layer in layers]
-            return tuple(as_float32(layer if keep == "all" else layer.weights_only()) for layer in layers)
-
+        model, weights = self.model, self._weights
+        head = model.decoder.head(weights) if predict else None
+        done = pair_forward(model, weights, source, decoder, weights.device, keep, norms=norms, whole=head is not None)
         predictions = None
         if head is not None:
+            hidden = done.hidden
+            assert hidden is not None
             with torch.inference_mode():
                 ids, probs, logits = top_k(
-                    lambda rows: head_logits(self._weights, head, forward.hidden[rows]), len(decoder), predict, self.vocab_size(head)
+                    lambda rows: model.decoder.logits(weights, head, hidden[rows]), len(decoder), predict, self.vocab_size(head)
                 )  # (T, K) each
             predictions = predictions_of(self.tokenizer, ids, probs, logits)
-        return PairLayers(kept(forward.encoder), kept(forward.decoder), kept(forward.cross)), predictions
+        return PairLayers(tuple(done.encoder), tuple(done.decoder), tuple(done.cross)), predictions
 
     def generate(self, source: Tokens, n: int) -> tuple[int, ...]:
         """Greedy decoding of up to ``n`` target tokens: from ``decoder_start_token_id``, each
@@ -133,16 +131,21 @@ class PairCheckpoint:
         once; each step runs the whole decoder over the tokens so far (no cache)."""
         import torch
 
-        from attn_cli.sources.checkpoint.families.base import head_logits
+        from attn_cli.sources.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families.seq2seq import encode
 
-        head = self.model.head(self._weights)
-        ids = [self.model.decoder_start]
+        decoder, weights = self.model.decoder, self._weights
+        head = decoder.head(weights)
+        ids = [decoder.decoder_start]
         made: list[int] = []
         with torch.inference_mode():
-            _, _, memory = self.model.run_stack(self._weights, "encoder", list(source.ids))
+            memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
             for _ in range(n):
-                _, _, hidden = self.model.run_stack(self._weights, "decoder", ids, memory)
-                chosen = int(head_logits(self._weights, head, hidden[-1:])[0].float().argmax())  # the first of equal maxima
+                so_far = self.tokenizer.tokens_from_ids(tuple(ids), (False,) * len(ids))
+                done = forward(decoder, weights, so_far, (), weights.device, "weights", whole=True, memory=memory)
+                assert done.hidden is not None
+                last = decoder.final_norm(weights, done.hidden[-1:])  # (1, D)
+                chosen = int(decoder.logits(weights, head, last)[0].float().argmax())  # the first of equal maxima
                 ids.append(chosen)
                 made.append(chosen)
                 if chosen in self.eos_ids:
@@ -156,51 +159,52 @@ class PairCheckpoint:
 def open_pair_checkpoint(
     spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu", found: Found | None = None
 ) -> PairCheckpoint:
-    """Open the encoder-decoder checkpoint ``spec`` names (float32 on the CPU only, for now)."""
+    """Open the encoder-decoder checkpoint ``spec`` names, to be computed in ``dtype`` on
+    ``device`` as ``open_checkpoint`` opens every other."""
     import torch
 
-    from attn_cli.sources.checkpoint.families import seq2seq_class
-    from attn_cli.sources.checkpoint.model import eos_ids
+    from attn_cli.sources.checkpoint.families import encoder_decoder
+    from attn_cli.sources.checkpoint.model import check_dtype_device, eos_ids
     from attn_cli.sources.checkpoint.registry import SEQ2SEQ_TYPES
 
-    if dtype != "float32" or device != "cpu":
-        raise UsageError("an encoder-decoder model runs in float32 on the CPU for now; drop --dtype and --device")
+    check_dtype_device(dtype, device)
     found = found or find(spec, revision)  # ``found``: what opening the source found already
     located, config = found.located, found.config
     folder = located.folder
     model_type = str(config.get("model_type"))
     if model_type not in SEQ2SEQ_TYPES:
         raise ModelUnavailable(f"{folder}: model_type {model_type!r} is not an encoder-decoder attn-cli computes ({', '.join(SEQ2SEQ_TYPES)})")
-    model = seq2seq_class(model_type)(config)
-    weights = WeightReader(folder, dtype=torch.float32, device=device)
-    weights.find_prefix(model.anchor, model.family)
+    model = encoder_decoder(config)
+    encoder, decoder = model.encoder, model.decoder
+    weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
+    weights.find_prefix(encoder.anchor, encoder.family)
     tokenizer: CheckpointTokenizer | MarianTokenizer
-    if model.family == "marian":  # source.spm and target.spm through vocab.json, as MarianTokenizer
-        tokenizer = MarianTokenizer(folder, located.name, separate_vocabs=_separate_vocabs(folder), max_positions=model.max_positions)
+    if encoder.family == "marian":  # source.spm and target.spm through vocab.json, as MarianTokenizer
+        tokenizer = MarianTokenizer(folder, located.name, separate_vocabs=_separate_vocabs(folder), max_positions=encoder.max_positions)
     else:
-        tokenizer = load_tokenizer(folder, located.name, family=model.family, max_positions=model.max_positions, pairs=False)
+        tokenizer = load_tokenizer(folder, located.name, family=encoder.family, max_positions=encoder.max_positions, pairs=False)
     architectures = config.get("architectures") or [model_type]
     info = ModelInfo(
         source=spec,
         architecture=str(architectures[0]),
-        family=model.family,
+        family=encoder.family,
         model_type=model_type,
-        layers=model.layers["encoder"],
-        heads=model.heads["encoder"],
-        kv_heads=model.heads["encoder"],
-        head_dim=model.head_dim("encoder"),
-        d_model=model.d_model,
+        layers=encoder.layers,
+        heads=encoder.heads,
+        kv_heads=encoder.heads,
+        head_dim=encoder.head_dim,
+        d_model=encoder.d_model,
         dtype=dtype,
         revision=located.revision,
         path=str(folder),
-        max_positions=model.max_positions,
-        qkv_bias=model.qkv_bias,
+        max_positions=encoder.max_positions,
+        qkv_bias=encoder.qkv_bias,
         out_proj=True,
-        input_text=model.input_text,
-        decoder_layers=model.layers["decoder"],
-        decoder_heads=model.heads["decoder"],
-        decoder_head_dim=model.head_dim("decoder"),
-        anatomy=model.anatomy(),
+        input_text=encoder.input_text,
+        decoder_layers=decoder.layers,
+        decoder_heads=decoder.heads,
+        decoder_head_dim=decoder.head_dim,
+        anatomy=encoder.anatomy(),
     )
     return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))
 

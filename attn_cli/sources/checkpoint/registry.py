@@ -32,9 +32,9 @@ MODEL_TYPES: dict[str, tuple[str, str]] = {
 # Encoder-decoder model types (checkpoint.pair, families/seq2seq.py): the source through the
 # encoder, a target (--target) through the decoder, three stacks of attention
 SEQ2SEQ_TYPES: dict[str, tuple[str, str]] = {
-    "bart": ("bart", "seq2seq:Bart"),
-    "marian": ("marian", "seq2seq:Marian"),
-    "t5": ("t5", "seq2seq:T5"),
+    "bart": ("bart", "bart:Bart"),
+    "marian": ("marian", "bart:Marian"),
+    "t5": ("t5", "t5:T5"),
 }
 
 

@@ -242,7 +242,7 @@ class PairSource(Batches):
         ``decoder_start_token_id`` and the probe's ids (the encoder reads the text, see ``trace_ids``)."""
         if self.spec.stack != "decoder":
             return "the repeated-token probe reads a decoder's self-attention: heads --stack decoder runs it"
-        return (self.checkpoint.model.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()
+        return (self.checkpoint.model.decoder.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()
 
     def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
         """The decoder over ``ids`` as its inputs (the probe), the encoder over the last text run."""

@@ -11,9 +11,9 @@ from attn_cli.sources.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES, tex
 from attn_cli.runtime.errors import ModelUnavailable
 
 if TYPE_CHECKING:
-    from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq
+    from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder, Seq2Seq
 
-__all__ = ["MODEL_TYPES", "Family", "family_class", "family_for", "forward", "seq2seq_class"]
+__all__ = ["MODEL_TYPES", "Family", "encoder_decoder", "family_class", "family_for", "forward", "seq2seq_class"]
 
 
 def family_class(model_type: str) -> type[Family]:
@@ -21,8 +21,15 @@ def family_class(model_type: str) -> type[Family]:
 
 
 def seq2seq_class(model_type: str) -> type[Seq2Seq]:
-    """The encoder-decoder adapter for ``model_type`` (registry.SEQ2SEQ_TYPES)."""
+    """The encoder-decoder adapter for ``model_type`` (registry.SEQ2SEQ_TYPES), built once per stack."""
     return _adapter(SEQ2SEQ_TYPES[model_type][1])
+
+
+def encoder_decoder(config: dict[str, Any]) -> EncoderDecoder:
+    """Both stacks of the encoder-decoder config.json describes (its model_type in SEQ2SEQ_TYPES)."""
+    from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder
+
+    return EncoderDecoder.of(seq2seq_class(str(config.get("model_type"))), config)
 
 
 def _adapter(where: str) -> Any:

@@ -32,7 +32,7 @@ from attn_cli.runtime.errors import ModelUnavailable
 class Weights(Protocol):
     """Named float32 tensors of one checkpoint (names without the save's prefix)."""
 
-    def read(self, name: str) -> torch.Tensor: ...
+    def read(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor: ...
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor: ...
 
@@ -72,6 +72,10 @@ class LayerTensors:
             self._read[role] = self._weights.read(self._names[role])
         return self._read[role]
 
+    def wide(self, role: str, dtype: torch.dtype) -> torch.Tensor:
+        """The tensor in ``dtype``, read from the file (a family that keeps one wider than the run: T5's ``wo``)."""
+        return self._weights.read(self._names[role], dtype)
+
     def get(self, role: str) -> torch.Tensor | None:
         """The tensor, or None when the family has no such role (a bias it lacks)."""
         return self[role] if role in self._names else None
@@ -81,7 +85,8 @@ class Family(abc.ABC):
     """One architecture: its hyperparameters from config.json and its steps."""
 
     family: ClassVar[str]  # "gpt2", "bert", "llama", ...: the adapter (registry.MODEL_TYPES)
-    encoder: ClassVar[bool] = False  # every token sees every other, and a --pair is read as two segments
+    encoder: bool = False  # every token sees every other, and a --pair is read as two segments
+    cross: bool = False  # each layer attends a second time, to another stack's output (an encoder-decoder's decoder)
     anchor: ClassVar[str]  # a tensor every checkpoint of the family has: finds the save's prefix
     input_text: ClassVar[str]  # what a layer's projections read, in words
     layer_tensors: ClassVar[Mapping[str, str]]  # role -> name with {layer}
@@ -159,6 +164,12 @@ class Family(abc.ABC):
         applied (rotary families); as they are otherwise."""
         return queries, keys
 
+    def score_scale(self, layer: int) -> float | None:
+        """1 / divisor as the family's transformers code writes it where it multiplies the
+        scores by it (``scaling = head_dim ** -0.5``) rather than dividing; None where it
+        divides. Read in half precision only, where x * (1/d) and x / d can round apart."""
+        return None
+
     def score_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | None, float | None]:
         """What layer ``layer``'s softmax reads besides the scaled scores: an additive
         bias (H or 1, T, T) (relative positions) and a soft-cap, each None when absent."""
@@ -196,6 +207,20 @@ class Family(abc.ABC):
         """(T, D) the layer's output from its input and the attention block's output:
         residuals, norms, the MLP."""
 
+    # -- a layer's second attention, where the family has one (``cross``) --
+
+    def between(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
+        """(T, D) the state cross-attention starts from: the self-attention block's residual (and norm)."""
+        raise NotImplementedError(f"{self.family} has no cross-attention")
+
+    def cross_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
+        """(T, D) -> (T, D) what cross-attention's queries read."""
+        raise NotImplementedError(f"{self.family} has no cross-attention")
+
+    def cross_projections(self, t: LayerTensors) -> Projections:
+        """Cross-attention's W_q (queries from this stack), W_k, W_v (from the other's output) and W_o."""
+        raise NotImplementedError(f"{self.family} has no cross-attention")
+
     # -- after the last layer (the whole forward: predictions) --
 
     def head(self, weights: Weights) -> Head:
@@ -220,12 +245,11 @@ def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.T
     weight = weights.read(head.weight)  # (V, D)
     if head.input_scale is not None:
         hidden = hidden * head.input_scale  # (P, D)
-    if out is None:
-        logits = torch.nn.functional.linear(hidden, weight, bias)  # (P, D) @ (D, V) -> (P, V)
-    else:
-        logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
-        if bias is not None:
-            logits.add_(bias)
+    # the bias added after the product, as transformers adds BART's final_logits_bias: in half
+    # precision a bias fused into the product (F.linear's) is rounded once, not twice
+    logits = hidden @ weight.t() if out is None else torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
+    if bias is not None:
+        logits.add_(bias)
     if head.softcap is not None:
         logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
     return logits

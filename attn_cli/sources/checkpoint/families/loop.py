@@ -29,6 +29,7 @@ from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weig
 class Forward:
     layers: list[LayerWeights]  # one record per requested layer, in the order asked
     hidden: torch.Tensor | None  # (T, D) the last layer's output (``whole``), before the final norm; else None
+    cross: list[LayerWeights] = dataclasses.field(default_factory=list)  # with ``memory``: the requested layers' cross-attention
 
 
 def forward(
@@ -42,6 +43,7 @@ def forward(
     norms: bool = False,
     rollout: RolloutAccumulator | None = None,
     whole: bool = False,
+    memory: torch.Tensor | None = None,
 ) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
@@ -50,14 +52,16 @@ def forward(
     ``norms``: each kept layer with its value-weighted norms, worked out from its vectors
     before they are dropped. ``rollout``: every layer's weights are added to it, in order.
     ``whole``: every layer runs, the last one's MLP too, and ``Forward.hidden`` is its output.
-
-    The layers run in the dtype the ``weights`` come in, on ``device``; what is
-    kept is handed back as float32 on the CPU, the way every renderer reads it.
+    ``memory`` (S, D): an encoder's output, the keys and values of each layer's second
+    attention (``family.cross``), kept as the self-attention is (``Forward.cross``).
+    The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
     """
+    assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
     wanted = set(layers)
     heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
     kept: dict[int, LayerWeights] = {}
+    crossed: dict[int, LayerWeights] = {}
     try:
         with torch.inference_mode():
             hidden = family.embed(weights, tokens)  # (T, D)
@@ -70,18 +74,31 @@ def forward(
                 if rollout is not None:
                     rollout.add(layer.weights, layer.mask)
                 if index in wanted:
-                    if norms:
-                        layer = with_norms(layer)
-                    kept[index] = as_float32(layer if keep == "all" else layer.weights_only())
+                    kept[index] = kept_layer(layer, keep, norms)
                 # What is not kept goes now, before the MLP and the next layer allocate theirs:
                 # held until the next assignment, this layer's (H, T, T) weights would be a
                 # second one in flight beside the next layer's.
                 del layer
+                if memory is not None:  # the layer's cross-attention, on its self-attention's residual
+                    hidden = family.between(t, hidden, output)  # (T, D)
+                    layer = cross_step(family, t, index, hidden, memory)
+                    output = layer.output  # (T, D)
+                    if index in wanted:
+                        crossed[index] = kept_layer(layer, keep, norms)
+                    del layer
                 if index < last or whole:
                     hidden = family.finish_layer(t, hidden, output)  # (T, D)
     finally:
         heap.done()  # glibc trims the heap's top again, whatever ended the forward
-    return Forward([kept[index] for index in layers], hidden if whole else None)
+    return Forward([kept[i] for i in layers], hidden if whole else None, [crossed[i] for i in layers if i in crossed])
+
+
+def kept_layer(layer: LayerAttention, keep: Keep, norms: bool) -> LayerWeights:
+    """What a run keeps of a requested layer: with its norms where asked, every tensor
+    (``keep="all"``) or its weights, float32 on the CPU."""
+    if norms:
+        layer = with_norms(layer)
+    return as_float32(layer if keep == "all" else layer.weights_only())
 
 
 def attention_step(
@@ -102,8 +119,28 @@ def attention_step(
     layer = multi_head(
         x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
         functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
+        scale=half_precision_scale(family, index, x),
     )  # fmt: skip
     return t, layer
+
+
+def cross_step(family: Family, t: LayerTensors, index: int, hidden: torch.Tensor, memory: torch.Tensor) -> LayerAttention:
+    """Layer ``index``'s cross-attention: queries from ``hidden`` (T, D) through the family's
+    cross input, keys and values from ``memory`` (S, D), no mask and no position bias (as
+    BART's and T5's encoder-decoder attention): weights (H, T, S)."""
+    divisor, divisor_text = family.divisor(index)
+    x = family.cross_input(t, hidden)  # (T, D)
+    return multi_head(
+        x, family.cross_projections(t), family.heads, divisor, None, index, divisor_text, source=memory,
+        scale=half_precision_scale(family, index, x),
+    )  # fmt: skip
+
+
+def half_precision_scale(family: Family, index: int, x: torch.Tensor) -> float | None:
+    """The factor layer ``index``'s scores are multiplied by in a bfloat16 or float16 run, where
+    the family's transformers code multiplies (``Family.score_scale``); None: divide, as
+    every float32 run does (the toy's and every source's formula, equal to 1e-5)."""
+    return family.score_scale(index) if x.dtype in (torch.bfloat16, torch.float16) else None
 
 
 AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)
@@ -141,13 +178,15 @@ def multi_head(
     softcap: float | None = None,
     source: torch.Tensor | None = None,
     weights_out: torch.Tensor | None = None,
+    scale: float | None = None,
 ) -> LayerAttention:
     """One layer's multi-head attention over X (T, D), every tensor kept; keys and
     values per query head (a shared key/value head repeated for its group). X may have
     leading batch dimensions (B, T, D): the same operations, each tensor (B, ...) too
     (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
     cross-attention, the keys and values projected from it (an encoder's output), so the
-    weights are (H, T, S). ``weights_out``: the block the weights are written into."""
+    weights are (H, T, S). ``weights_out``: the block the weights are written into.
+    ``scale``: the scores multiplied by it rather than divided by ``divisor`` (``attend``)."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens, lead = x.shape[-2], x.shape[:-2]
     kv_heads = kv_heads or heads
@@ -164,7 +203,7 @@ def multi_head(
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(
-        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out, scale=scale
     )  # (H, T, Dv), (H, T, T)
     # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
     # the heads being views into the concat's columns

@@ -38,6 +38,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, e
     return _times(_normed(x, eps).to(x.dtype), weight)  # (..., D); .to: itself in float32, else a new tensor
 
 
+def rms_norm_in_gain_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm as T5: normed in float32, rounded to the gain's dtype (not the input's: in float16,
+    T5's residual stream turns float32 after its first feed-forward), then times the gain."""
+    return _times(_normed(x, eps).to(weight.dtype), weight)  # (..., D)
+
+
 def rms_norm_wide_gain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """RMSNorm as OLMo 2: the gain applied in float32, then rounded back."""
     return _times(_normed(x, eps), weight.float()).to(x.dtype)  # (..., D)

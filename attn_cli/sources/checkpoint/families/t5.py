@@ -1,0 +1,140 @@
+"""T5 v1.0 and v1.1 / Flan-T5, an encoder-decoder with pre-norm layers and a relative position
+bias (seq2seq.py has what every encoder-decoder shares).
+
+Shapes: N a stack's tokens, D d_model, H heads, F the feed-forward's inner size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attn_cli.records.layers import FusedLinear, Projections
+from attn_cli.runtime.errors import ModelUnavailable
+from attn_cli.sources.checkpoint.families.activations import activation
+from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
+from attn_cli.sources.checkpoint.families.bert import relative_buckets
+from attn_cli.sources.checkpoint.families.norms import rms_norm_in_gain_dtype
+from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, clamp_float16
+from attn_cli.sources.checkpoint.files import ROOT
+
+
+def _has_infinity(hidden: torch.Tensor) -> bool:
+    return bool(torch.isinf(hidden).any())
+
+
+class T5(Seq2Seq):
+    """T5 v1.0 and v1.1 / Flan-T5 (modeling_t5.py): no scaling of the scores; a relative position
+    bias from each stack's first block, shared by its layers (bidirectional buckets in the
+    encoder, causal in the decoder, none in cross-attention); pre-norm with RMSNorm without a
+    mean or bias; ReLU or gated-GELU (tanh) feed-forward; a final norm per stack."""
+
+    family = "t5"
+    anchor = "encoder.block.0.layer.0.SelfAttention.q.weight"
+    qkv_bias = False
+    input_text = "x = RMSNorm(h_(l-1)) (T5's norm: no mean, no bias)"
+    first_hidden = "h_0 = token embedding (the shared table, unscaled); positions enter each layer's scores as a learned bias"
+    out_proj_name = "SelfAttention.o, and EncDecAttention.o in cross-attention"
+    layer_name = {"encoder": "encoder.block.{layer}.", "decoder": "decoder.block.{layer}."}
+
+    def __init__(self, config: dict[str, Any], stack: str) -> None:
+        super().__init__(config, stack)
+        self.d_kv = int(config["d_kv"])
+        self.buckets = int(config.get("relative_attention_num_buckets", 32))
+        self.max_distance = int(config.get("relative_attention_max_distance", 128))
+        self.eps = float(config.get("layer_norm_epsilon", 1e-6))
+        # T5Config: "relu" or "gated-gelu" ("gated-gelu" means gelu_new, the tanh approximation)
+        proj = str(config.get("feed_forward_proj", "relu"))
+        parts = proj.split("-")
+        if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+            raise ModelUnavailable(f"config.json feed_forward_proj {proj!r}: T5 reads 'ACT' or 'gated-ACT'")
+        self.gated = parts[0] == "gated"
+        name = "gelu_new" if proj == "gated-gelu" else parts[-1]
+        self.act = activation(name, "feed_forward_proj", self.family)
+        self._bias: dict[int, torch.Tensor] = {}
+        self.max_positions = None  # relative positions: any length
+
+    def sizes(self, config: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+        encoder_layers = int(config["num_layers"])
+        decoder_layers = config.get("num_decoder_layers")
+        heads, d_ff = int(config["num_heads"]), int(config.get("d_ff", 0))
+        return {
+            "encoder": (encoder_layers, heads, d_ff),
+            "decoder": (int(decoder_layers if decoder_layers is not None else encoder_layers), heads, d_ff),
+        }
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_kv
+
+    def inconsistency(self) -> str | None:
+        return None  # d_kv is its own: the heads need not divide d_model
+
+    def divisor(self, layer: int) -> tuple[float, str]:
+        return 1.0, "1 (T5 does not scale its scores)"
+
+    def layer_suffixes(self) -> dict[str, str]:
+        roles = {}
+        attentions = [("self", "layer.0.SelfAttention", "layer.0.layer_norm")]
+        if self.cross:
+            attentions.append(("cross", "layer.1.EncDecAttention", "layer.1.layer_norm"))
+        for kind, module, norm in attentions:
+            for p in ("q", "k", "v", "o"):
+                roles[f"{kind}.{p}.weight"] = f"{module}.{p}.weight"
+            roles[f"{kind}.norm.weight"] = f"{norm}.weight"
+        ff = "layer.2" if self.cross else "layer.1"
+        for p in ("wi_0", "wi_1", "wo") if self.gated else ("wi", "wo"):
+            roles[f"ff.{p}.weight"] = f"{ff}.DenseReluDense.{p}.weight"
+        roles["ff.norm.weight"] = f"{ff}.layer_norm.weight"
+        return roles
+
+    def embed_ids(self, weights: Weights, ids: Sequence[int]) -> torch.Tensor:
+        return self.token_rows(weights, "shared.weight", ids)  # (N, D) unscaled
+
+    def attention_projections(self, t: LayerTensors, kind: str) -> Projections:
+        q, k, v, o = (FusedLinear(t[f"{kind}.{p}.weight"], None) for p in ("q", "k", "v", "o"))
+        return Projections(q, k, v, o)
+
+    def position_bias(self, weights: Weights, n_tokens: int) -> torch.Tensor:
+        """(H, N, N) from the first block's table (buckets, H), bidirectional in the encoder."""
+        if n_tokens not in self._bias:
+            table = weights.read(f"{self.stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")  # (buckets, H)
+            relative = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]  # (N, N) j - i
+            buckets = relative_buckets(relative, self.buckets, self.max_distance, bidirectional=self.encoder)
+            self._bias = {n_tokens: table[buckets.to(table.device)].permute(2, 0, 1).contiguous()}  # (N, N, H) -> (H, N, N)
+        return self._bias[n_tokens]
+
+    def _norm(self, t: LayerTensors, role: str, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm_in_gain_dtype(x, t[role], None, self.eps)
+
+    def block_input(self, t: LayerTensors, kind: str, hidden: torch.Tensor) -> torch.Tensor:
+        return self._norm(t, f"{kind}.norm.weight", hidden)  # pre-norm
+
+    def after_attention(self, t: LayerTensors, kind: str, hidden: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        return clamp_float16(hidden + output, _has_infinity)  # T5Block's guard after each sub-layer
+
+    def feed_forward(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
+        x = self._norm(t, "ff.norm.weight", hidden)  # (N, D)
+        if self.gated:
+            inner = self.act(FusedLinear(t["ff.wi_0.weight"], None)(x)) * FusedLinear(t["ff.wi_1.weight"], None)(x)  # (N, F)
+        else:
+            inner = self.act(FusedLinear(t["ff.wi.weight"], None)(x))  # (N, F)
+        if inner.dtype == torch.float16:  # transformers keeps ``wo`` in float32 in a float16 run (_keep_in_fp32_modules)
+            out = FusedLinear(t.wide("ff.wo.weight", torch.float32), None)(inner.float())  # (N, D) float32
+        else:
+            out = FusedLinear(t["ff.wo.weight"], None)(inner)  # (N, D)
+        return clamp_float16(hidden + out, _has_infinity)  # (N, D), float32 from there in a float16 run
+
+    def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        return rms_norm_in_gain_dtype(hidden, weights.read(f"{self.stack}.final_layer_norm.weight"), None, self.eps)
+
+    def head(self, weights: Weights) -> Head:
+        """``lm_head``: the file's own ``lm_head.weight`` (v1.1, Flan) or the shared table; the
+        decoder's output times d_model ** -0.5 first where the config ties the embeddings (T5
+        v1.0; transformers 5 writes the choice as ``scale_decoder_outputs``)."""
+        own = f"{ROOT}lm_head.weight"
+        scaled = self.config.get("scale_decoder_outputs", self.config.get("tie_word_embeddings", True) is not False)
+        weight = own if weights.has(own) else "shared.weight"
+        return Head(weight, tied=weight != own, input_scale=self.d_model**-0.5 if scaled else None)
