@@ -126,6 +126,14 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
     assert "is an encoder" in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_an_encoder_decoder_is_refused_in_one_line(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """It was a traceback (PairCheckpoint had no ablate); now exit 2 before anything runs, saying what is ablated."""
+    folder = checkpoints.built(tmp_path_factory, "ablation-t5", checkpoints.build_t5, feed_forward_proj="gated-gelu")
+    result = invoke("heads", TEXT, "--model", str(folder), "--target", "the dog", "--ablate", "zero", code=2)
+    assert "is an encoder-decoder" in result.stderr and result.stderr.count("\n") == 1
+    invoke("heads", TEXT, "--model", str(folder), "--target", "the dog", "-F", "json")  # the control: without --ablate it runs
+
+
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError

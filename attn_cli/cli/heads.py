@@ -117,8 +117,8 @@ def heads(
         raise UsageError(f"-o {output}: heads draws a picture of --ablate's losses; add --ablate zero|mean, or write .json, .csv or .txt")
     chosen = Format.json if picture else choose_format(format, output, table_asked=False)
     source = open_source(spec)
-    if ablate is not None and getattr(getattr(source, "checkpoint", None), "encoder", False):
-        raise UsageError(f"--ablate: {source.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
+    if ablate is not None:
+        _check_ablation(source)
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
@@ -138,6 +138,18 @@ def heads(
         _pictures(list(reports()), output, clobber=not no_clobber)
         return
     _write_reports(reports(), chosen, output, top=top, precision=precision, no_color=no_color, clobber=not no_clobber, numbered=numbered)
+
+
+def _check_ablation(source: Source) -> None:
+    """--ablate changes a decoder-only model's next-token loss: an encoder, or an encoder-decoder, is
+    refused before anything runs."""
+    if getattr(getattr(source, "checkpoint", None), "encoder", False):
+        raise UsageError(f"--ablate: {source.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
+    if source.info.decoder_layers is not None:
+        raise UsageError(
+            f"--ablate: {source.info.name} is an encoder-decoder; attn-cli ablates the heads of a decoder-only model "
+            f"(its next-token loss), not yet a translation's"
+        )
 
 
 def _reports(

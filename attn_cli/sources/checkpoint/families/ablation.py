@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import torch
 
-from attn_cli.records.layers import Linear
+from attn_cli.records.layers import LayerAttention, Linear
 from attn_cli.records.tokens import Tokens
 from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights
-from attn_cli.sources.checkpoint.families.loop import attention_step
+from attn_cli.sources.checkpoint.families.loop import forward
 
 
 def ablated_losses(
@@ -27,32 +27,26 @@ def ablated_losses(
     positions ("mean"), every other head untouched. Each layer's input and concat are kept
     from the clean run, so an ablation recomputes layers l .. L-1 only, a layer's ablations
     as one batch (``multi_head`` and the families' steps take a leading batch dimension)."""
-    d_v = None
+    clean: list[tuple[torch.Tensor, LayerTensors, torch.Tensor, Linear]] = []  # per layer: input, tensors, concat, W_o
+
+    def record(index: int, hidden: torch.Tensor, t: LayerTensors, layer: LayerAttention) -> None:
+        clean.append((hidden, t, layer.concat, layer.projections.out))
+
+    def loss_from(start: int, hidden: torch.Tensor) -> list[float]:
+        """(B, T, D) a batch of layer ``start``'s inputs -> each one's loss, through the one loop."""
+        done = forward(family, weights, tokens, (), device, "weights", whole=True, start=(start, hidden))
+        assert done.hidden is not None
+        return losses(family.final_norm(weights, done.hidden))  # (B, T, D)
+
+    done = forward(family, weights, tokens, (), device, "weights", whole=True, visit=record)
+    assert done.hidden is not None
     with torch.inference_mode():
-        hidden = family.embed(weights, tokens)  # (T, D)
-        shared = family.mask(len(tokens))  # (T, T) or None
-        shared = shared.to(device) if shared is not None else None
-        clean: list[tuple[torch.Tensor, LayerTensors, torch.Tensor, Linear]] = []  # per layer: input, tensors, concat, W_o
-        for index in range(family.layers):
-            t, layer = attention_step(family, weights, index, hidden, shared)
-            clean.append((hidden, t, layer.concat, layer.projections.out))
-            d_v = layer.values.shape[-1]
-            hidden = family.finish_layer(t, hidden, layer.output)  # (T, D)
-        (clean_loss,) = losses(family.final_norm(weights, hidden)[None])  # (1, T, D)
-
-        def finish(start: int, hidden: torch.Tensor) -> list[float]:
-            """(B, T, D) the batch's outputs of layer ``start - 1`` -> each one's loss."""
-            for index in range(start, family.layers):
-                t, layer = attention_step(family, weights, index, hidden, shared)
-                hidden = family.finish_layer(t, hidden, layer.output)  # (B, T, D)
-                del layer
-            return losses(family.final_norm(weights, hidden))  # (B, T, D)
-
-        assert d_v is not None
+        (clean_loss,) = losses(family.final_norm(weights, done.hidden)[None])  # (1, T, D)
         batch, _ = ablation_batch(family, len(tokens))
         ablated = []
         for index, (layer_input, t, concat, out) in enumerate(clean):
             row: list[float] = []
+            d_v = concat.shape[-1] // family.heads  # (T, H*Dv): each head's Dv columns
             for first in range(0, family.heads, batch):
                 chosen = range(first, min(first + batch, family.heads))
                 changed = concat.expand(len(chosen), *concat.shape).clone()  # (B, T, H*Dv)
@@ -60,7 +54,7 @@ def ablated_losses(
                     cut = slice(h * d_v, (h + 1) * d_v)
                     changed[b, :, cut] = 0.0 if method == "zero" else concat[:, cut].mean(dim=0, keepdim=True)  # (T, Dv)
                 after = family.finish_layer(t, layer_input, out(changed))  # (B, T, D) this layer's outputs, each ablated
-                row += finish(index + 1, after)
+                row += loss_from(index + 1, after)
             ablated.append(row)
     return clean_loss, ablated
 

@@ -32,6 +32,9 @@ class Forward:
     cross: list[LayerWeights] = dataclasses.field(default_factory=list)  # with ``memory``: the requested layers' cross-attention
 
 
+Visit = Callable[[int, torch.Tensor, LayerTensors, LayerAttention], None]  # (layer, its input, its tensors, its attention)
+
+
 def forward(
     family: Family,
     weights: Weights,
@@ -44,6 +47,8 @@ def forward(
     rollout: RolloutAccumulator | None = None,
     whole: bool = False,
     memory: torch.Tensor | None = None,
+    start: tuple[int, torch.Tensor] | None = None,
+    visit: Visit | None = None,
 ) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
@@ -54,43 +59,71 @@ def forward(
     ``whole``: every layer runs, the last one's MLP too, and ``Forward.hidden`` is its output.
     ``memory`` (S, D): an encoder's output, the keys and values of each layer's second
     attention (``family.cross``), kept as the self-attention is (``Forward.cross``).
-    The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
+    ``start`` (layer, its input (..., T, D)): from that layer on, not from the embeddings
+    (ablations: a batch of a later layer's inputs). ``visit``: called with every layer's
+    input, tensors and attention as it passes. The layers run in the ``weights``' dtype on
+    ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
     wanted = set(layers)
-    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
-    kept: dict[int, LayerWeights] = {}
-    crossed: dict[int, LayerWeights] = {}
+    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
+    run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap)
     try:
         with torch.inference_mode():
-            hidden = family.embed(weights, tokens)  # (T, D)
+            first, hidden = start if start is not None else (0, family.embed(weights, tokens))  # (..., T, D)
             shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
-            shared = shared.to(device) if shared is not None else None
-            for index in range(last + 1):
-                heap.before_layer(len(kept))  # the heap's free memory back where it would raise the peak
-                t, layer = attention_step(family, weights, index, hidden, shared, heap)
-                output = layer.output  # (T, D)
-                if rollout is not None:
-                    rollout.add(layer.weights, layer.mask)
-                if index in wanted:
-                    kept[index] = kept_layer(layer, keep, norms)
-                # What is not kept goes now, before the MLP and the next layer allocate theirs:
-                # held until the next assignment, this layer's (H, T, T) weights would be a
-                # second one in flight beside the next layer's.
-                del layer
-                if memory is not None:  # the layer's cross-attention, on its self-attention's residual
-                    hidden = family.between(t, hidden, output)  # (T, D)
-                    layer = cross_step(family, t, index, hidden, memory)
-                    output = layer.output  # (T, D)
-                    if index in wanted:
-                        crossed[index] = kept_layer(layer, keep, norms)
-                    del layer
-                if index < last or whole:
-                    hidden = family.finish_layer(t, hidden, output)  # (T, D)
+            run.shared = shared.to(device) if shared is not None else None
+            for index in range(first, last + 1):
+                hidden = run.layer(index, hidden, finish=index < last or whole)  # (..., T, D)
     finally:
         heap.done()  # glibc trims the heap's top again, whatever ended the forward
-    return Forward([kept[i] for i in layers], hidden if whole else None, [crossed[i] for i in layers if i in crossed])
+    return Forward([run.kept[i] for i in layers], hidden if whole else None, [run.crossed[i] for i in layers if i in run.crossed])
+
+
+@dataclasses.dataclass
+class LayerPass:
+    """What one forward carries from layer to layer, and ``layer``: one layer's steps."""
+
+    family: Family
+    weights: Weights
+    wanted: set[int]
+    keep: Keep
+    norms: bool
+    rollout: RolloutAccumulator | None
+    memory: torch.Tensor | None
+    visit: Visit | None
+    heap: LayerHeap
+    shared: torch.Tensor | None = None  # (T, T) the mask every layer starts from
+    kept: dict[int, LayerWeights] = dataclasses.field(default_factory=dict)
+    crossed: dict[int, LayerWeights] = dataclasses.field(default_factory=dict)
+
+    def layer(self, index: int, hidden: torch.Tensor, finish: bool) -> torch.Tensor:
+        """Layer ``index`` over its input ``hidden`` (..., T, D): its attention (kept where
+        wanted), its cross-attention (with ``memory``), then, where ``finish``, the rest of
+        the layer, whose output it returns (``hidden`` itself otherwise)."""
+        family = self.family
+        self.heap.before_layer(len(self.kept))  # the heap's free memory back where it would raise the peak
+        t, layer = attention_step(family, self.weights, index, hidden, self.shared, self.heap)
+        output = layer.output  # (..., T, D)
+        if self.rollout is not None:
+            self.rollout.add(layer.weights, layer.mask)
+        if self.visit is not None:
+            self.visit(index, hidden, t, layer)
+        if index in self.wanted:
+            self.kept[index] = kept_layer(layer, self.keep, self.norms)
+        # What is not kept goes now, before the MLP and the next layer allocate theirs:
+        # held until the next assignment, this layer's (H, T, T) weights would be a
+        # second one in flight beside the next layer's.
+        del layer
+        if self.memory is not None:  # the layer's cross-attention, on its self-attention's residual
+            hidden = family.between(t, hidden, output)  # (T, D)
+            layer = cross_step(family, t, index, hidden, self.memory)
+            output = layer.output  # (T, D)
+            if index in self.wanted:
+                self.crossed[index] = kept_layer(layer, self.keep, self.norms)
+            del layer
+        return family.finish_layer(t, hidden, output) if finish else hidden  # (..., T, D)
 
 
 def kept_layer(layer: LayerAttention, keep: Keep, norms: bool) -> LayerWeights:
