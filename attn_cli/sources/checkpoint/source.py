@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.records.layers import LayerWeights
@@ -20,6 +21,9 @@ from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
 from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
+
+if TYPE_CHECKING:
+    from attn_cli.sources.checkpoint.pair import PairLayers
 
 
 class CheckpointSource(Batches):
@@ -144,15 +148,36 @@ class PairSource(Batches):
                 "--rollout multiplies a stack's layers from its input up, and cross-attention's rows and columns are two texts: "
                 "roll out --stack encoder or --stack decoder"
             )
-        tokenizer = self.checkpoint.tokenizer
-        source = check_length(tokenizer.encode(text), spec.config.max_tokens)
+        source = check_length(self.checkpoint.tokenizer.encode(text), spec.config.max_tokens)
         self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
-        generate = selection.generate if selection is not None else 0
         keep = selection.keep if selection is not None else "all"
         predict = selection.predict if selection is not None else 0
         norms = selection is not None and selection.norms
+        generate = selection.generate if selection is not None else 0
+        target, labels = self._target(source, generate, keep, norms)
+        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
+        self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
+        n = max(len(source), len(decoder))
+        n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
+        with using_threads(n_threads):
+            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
+        kept, encoder_heads, decoder_heads = self._chosen(stacks, selection, n_threads)
+        rollout = None
+        if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
+            rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
+        return Trace(
+            text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads, target=target,
+            target_tokens=decoder, decoder_layers=kept["decoder"], cross_layers=kept["cross"],
+            decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
+            rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
+        )  # fmt: skip
+
+    def _target(self, source: Tokens, generate: int, keep: Keep, norms: bool) -> tuple[str, Tokens]:
+        """(the target's text, its labels): --target's, or with --generate the model's own,
+        greedy from decoder_start_token_id."""
+        spec, info, tokenizer = self.spec, self.info, self.checkpoint.tokenizer
         target = spec.target
-        if generate:  # the target is the model's own: greedy, from decoder_start_token_id
+        if generate:
             if target is not None:
                 raise UsageError("--generate writes the target itself: drop --target, or drop --generate to read yours")
             most = min(spec.config.max_tokens, info.max_positions or spec.config.max_tokens)
@@ -160,28 +185,25 @@ class PairSource(Batches):
                 raise TooLargeError(f"--generate {generate} and the decoder's start token make {generate + 1}, over {most}; generate fewer")
             self._check_budget(len(source), generate + 1, keep, predict=True, norms=norms)  # the longest target it may write
             made = self.checkpoint.generate(source, generate)
-            target = tokenizer.decode(made)
-            labels = tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
-        else:
-            if target is None:
-                raise UsageError(
-                    f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
-                    f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
-                )
-            if not target.strip():
-                raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
-            labels = self.checkpoint.encode_target(target)
-        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
-        self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
-        n = max(len(source), len(decoder))
-        n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
-        with using_threads(n_threads):
-            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
-        info = dataclasses.replace(info, threads=n_threads)
+            return tokenizer.decode(made), tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
+        if target is None:
+            raise UsageError(
+                f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
+                f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
+            )
+        if not target.strip():
+            raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
+        return target, self.checkpoint.encode_target(target)
+
+    def _chosen(
+        self, stacks: PairLayers, selection: Selection | None, n_threads: int
+    ) -> tuple[dict[str, tuple[LayerWeights, ...]], tuple[int, ...], tuple[int, ...]]:
+        """Each stack's layers the trace keeps, and the encoder's and the decoder's heads. JSON,
+        CSV and the page hold every stack, each with every layer and head unless --layer/--head
+        say otherwise; tables, pictures and explain show one stack, where alone the indexes must exist."""
+        spec, info = self.spec, self.info
         heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
         layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
-        # JSON, CSV and the page hold every stack, each with every layer and head unless --layer/--head say
-        # otherwise; tables, pictures and explain show one stack, where alone the indexes must exist
         everything = selection is None or selection.everything
         shown = None if everything else ({"encoder"} if spec.stack == "encoder" else {"decoder", "cross"})
 
@@ -207,16 +229,8 @@ class PairSource(Batches):
 
         encoder_heads = pick(spec.heads, heads["encoder"], "head", "encoder", default_heads(heads["encoder"]))
         decoder_heads = pick(spec.heads, heads["decoder"], "head", "decoder", default_heads(heads["decoder"]))
-        kept = {"encoder": chosen("encoder", stacks.encoder), "decoder": chosen("decoder", stacks.decoder), "cross": chosen("cross", stacks.cross)}
-        rollout = None
-        if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
-            rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
-        return Trace(
-            text, source, info, kept["encoder"], chosen_heads=encoder_heads, target=target,
-            target_tokens=decoder, decoder_layers=kept["decoder"], cross_layers=kept["cross"],
-            decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
-            rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
-        )  # fmt: skip
+        kept = {stack: chosen(stack, getattr(stacks, stack)) for stack in ("encoder", "decoder", "cross")}
+        return kept, encoder_heads, decoder_heads
 
     def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
         """Refuse, before anything runs, three stacks over these lengths that would not fit."""
