@@ -94,7 +94,7 @@ class Bart(Seq2Seq):
         own = f"{ROOT}lm_head.weight"
         weight = own if weights.has(own) else self.token_table(weights)
         bias = f"{ROOT}final_logits_bias"
-        return Head(weight, bias if weights.has(bias) else None, tied=weight != own)
+        return Head(weight, bias if weights.has(bias) else None, tied=weight != own, bias_after=True)
 
     def token_table(self, weights: Weights) -> str:
         return "shared.weight"

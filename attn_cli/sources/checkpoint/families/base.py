@@ -52,6 +52,7 @@ class Head:
     softcap: float | None = None
     tied: bool = False  # the weight is the token embedding table (tie_word_embeddings)
     input_scale: float | None = None  # the hidden state times this first (T5's d_model ** -0.5 with tied embeddings)
+    bias_after: bool = False  # the bias added to the product (BART's final_logits_bias), not inside it as nn.Linear's
 
 
 def _dims(shape: Sequence[int]) -> str:
@@ -245,10 +246,16 @@ def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.T
     weight = weights.read(head.weight)  # (V, D)
     if head.input_scale is not None:
         hidden = hidden * head.input_scale  # (P, D)
-    # the bias added after the product, as transformers adds BART's final_logits_bias: in half
-    # precision a bias fused into the product (F.linear's) is rounded once, not twice
-    logits = hidden @ weight.t() if out is None else torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
-    if bias is not None:
+    # a bias inside the product (nn.Linear's) is rounded with it once in half precision, one added
+    # after it (BART's final_logits_bias) twice: each as the family's transformers code does
+    fused = None if head.bias_after else bias
+    if out is None:
+        logits = torch.nn.functional.linear(hidden, weight, fused)  # (P, D) @ (D, V) -> (P, V)
+    elif fused is not None:
+        logits = torch.addmm(fused, hidden, weight.t(), out=out)  # (P, D) @ (D, V) + (V,) -> (P, V)
+    else:
+        logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
+    if bias is not None and head.bias_after:
         logits.add_(bias)
     if head.softcap is not None:
         logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
