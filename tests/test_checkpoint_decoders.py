@@ -206,10 +206,8 @@ BUGS = {
     ),
     # RMSNorm does not see a scale, so layer 0 is right; the residual stream is not, from layer 1 on
     "gemma-embeddings-unscaled": ("gemma", lambda mp: mp.setattr(gemma.Gemma, "embed_scale", False), "layer 1 weights"),
-    "gemma2-post-norms-left-out": (
-        "gemma2", lambda mp: mp.setattr(gemma.Gemma2, "names", {k: v for k, v in gemma.GEMMA2_NAMES.items() if "out_norm" not in k}),
-        "layer 1",
-    ),
+    "gemma2-post-norms-left-out": ("gemma2", lambda mp: mp.setattr(gemma.Gemma2, "post_norm", False), "layer 1"),
+    "olmo2-pre-norms-where-post": ("olmo2", lambda mp: _pre_norm_where_post(mp), "layer 0"),
     "serial-residual-where-parallel": ("neox", lambda mp: _serial(mp, gpt_neox.GptNeoX), "layer 1"),
     "local-window-ignored": ("gemma2", lambda mp: mp.setattr(decoder.Decoder, "layer_mask", lambda self, i, shared: shared), "layer 0 weights"),
     "gemma3-one-rope-for-all": (
@@ -240,9 +238,44 @@ def test_a_family_step_left_out_fails_the_comparison(bug: str, folders, monkeypa
     checkpoints.assert_bug_caught(folders(name), CHECKPOINTS[name][1], perturb, monkeypatch, flagged)
 
 
+def _pre_norm_where_post(mp: pytest.MonkeyPatch) -> None:
+    """OLMo 2's post-norms read as Llama's pre-norms (its two norms' tensors under the pre-norm roles)."""
+    names = {**olmo2.Olmo2.names, "attn_norm": olmo2.Olmo2.names["attn_out_norm"], "mlp_norm": olmo2.Olmo2.names["mlp_out_norm"]}
+    mp.setattr(olmo2.Olmo2, "names", {k: v for k, v in names.items() if "out_norm" not in k})
+    mp.setattr(olmo2.Olmo2, "pre_norm", True)
+    mp.setattr(olmo2.Olmo2, "post_norm", False)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def test_each_family_reads_its_config_keys_once_with_its_own_spellings_and_defaults() -> None:
+    """decoder_config: a key as config.json says it (null included: said, not absent), or the
+    first of a key's spellings that config.json sets; each family's defaults."""
+    from attn_cli.sources.checkpoint.families.decoder_config import DecoderConfig, Gemma2Config, GptNeoXConfig
+
+    assert Gemma2Config.read({}).sliding_window == 4096 and Gemma2Config.read({"sliding_window": None}).sliding_window is None
+    assert GptNeoXConfig.read({"rotary_pct": None, "partial_rotary_factor": 0.5}).partial == 0.5  # the first that is set
+    assert GptNeoXConfig.read({"rotary_pct": 0.3, "partial_rotary_factor": 0.5}).partial == 0.3  # Pythia's spelling first
+    assert GptNeoXConfig.read({}).partial == 0.25 and DecoderConfig.read({}).partial == 1.0
+    assert GptNeoXConfig.read({"layer_norm_eps": 1e-3, "rms_norm_eps": 1e-7}).eps == 1e-3 and GptNeoXConfig.key_of("eps") == "layer_norm_eps"
+    family = gpt_neox.GptNeoX({"model_type": "gpt_neox", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 32,
+                               "rotary_emb_base": 500.0, "use_parallel_residual": False})  # fmt: skip
+    assert family.c.theta == 500.0 and family.parallel is False and family.layers == 2
+
+
+def test_a_family_whose_names_disagree_with_its_switches_is_an_error_when_defined() -> None:
+    """The switches say what a layer computes; ``names`` only names the tensors, and must name each
+    role the switches read and no other (OLMo 2 once said "no pre-norm" by leaving a name out)."""
+    for family in (llama.Llama, llama.Qwen3, gemma.Gemma, gemma.Gemma2, gemma.Gemma3Text, olmo2.Olmo2, gpt_neox.GptNeoX):
+        assert set(family.names) == decoder.roles_for(family), family.__name__
+    with pytest.raises(TypeError, match=r"\['mlp_out_norm'\] missing"):
+        type("Broken", (olmo2.Olmo2,), {"names": {k: v for k, v in olmo2.Olmo2.names.items() if k != "mlp_out_norm"}})
+    with pytest.raises(TypeError, match=r"\['attn_norm', 'mlp_norm'\] not read"):
+        type("Broken", (olmo2.Olmo2,), {"names": {**olmo2.Olmo2.names, "attn_norm": "input_layernorm", "mlp_norm": "x"}})
+    type("Fine", (olmo2.Olmo2,), {"names": {**olmo2.Olmo2.names, "attn_norm": "a", "mlp_norm": "b"}, "pre_norm": True})  # the control
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -4,18 +4,20 @@ Qwen 2 and 3, Gemma 1 to 3, Phi-3, GPT-NeoX, OLMo 2) as one adapter with switche
 Shapes: T tokens, D d_model (hidden_size), H query heads, Hkv key/value heads,
 Dk = Dv = head_dim, F intermediate_size.
 
-A family here is data: its tensor names by role, its norm, where the norms sit
-(before the branches, after them, or both), q/k norms (per head or over the
-whole projection), fused projections, a parallel residual, the embedding scale,
-the score modifiers (Gemma 2's soft-capping, ``query_pre_attn_scalar``), the
-windows and rotary settings per layer. The steps are written once, below; the
-attention itself is ``loop.multi_head`` as for every family.
+A family here is data: named switches for the layer's shape (``pre_norm``,
+``post_norm``, ``norm_kind``, ``qkv_kind``, ``mlp_kind``, ``qk_norm``, ``parallel``),
+its tensor names by role, the embedding scale, the score modifiers (Gemma 2's
+soft-capping, ``query_pre_attn_scalar``), the windows and rotary settings per layer.
+The steps are written once, below, and read the switches; the attention itself is
+``loop.multi_head`` as for every family.
 
 Roles (the keys of ``names``; each with ``.weight`` and, where the family has
 one, ``.bias``): attn_norm (before attention), attn_out_norm (on the attention
 output, inside the residual branch), mlp_norm (before the MLP), mlp_out_norm (on
 the MLP output); q, k, v, o or a fused qkv; q_norm, k_norm; the MLP as gate, up,
-down, or a fused gate_up and down, or (ungated) fc_in and fc_out.
+down, or a fused gate_up and down, or (ungated) fc_in and fc_out. ``roles_for``
+says which roles the switches need; a family whose ``names`` say otherwise is an
+error when its class is defined.
 """
 
 from __future__ import annotations
@@ -30,12 +32,28 @@ from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families import norms, rotary
 from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, token_rows
+from attn_cli.sources.checkpoint.families.decoder_config import DecoderConfig
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 
 SLIDING = "sliding_attention"
+NORMS: dict[str, norms.Norm] = {
+    "rms": norms.rms_norm,  # Llama, Mistral, Qwen, Phi-3: normed in float32, rounded, times the gain
+    "rms_plus_one": norms.rms_norm_plus_one,  # Gemma: times (1 + gain) in float32
+    "rms_wide_gain": norms.rms_norm_wide_gain,  # OLMo 2: times the gain in float32
+    "layer": norms.layer_norm,  # GPT-NeoX, ModernBERT: LayerNorm
+}
+MLP_ROLES = {"gated": ("gate", "up", "down"), "gated_fused": ("gate_up", "down"), "plain": ("fc_in", "fc_out")}
+
+
+def roles_for(family: type[Decoder]) -> set[str]:
+    """The roles a decoder family's switches read, each of which its ``names`` must name."""
+    roles = {"o", *(("qkv",) if family.qkv_kind == "fused" else ("q", "k", "v")), *MLP_ROLES[family.mlp_kind]}
+    roles |= {"attn_norm", "mlp_norm"} if family.pre_norm else set()
+    roles |= {"attn_out_norm", "mlp_out_norm"} if family.post_norm else set()
+    return roles | ({"q_norm", "k_norm"} if family.qk_norm else set())
 
 
 class Decoder(Family):
@@ -50,48 +68,46 @@ class Decoder(Family):
         "o": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
         "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
     }  # fmt: skip
-    norm: ClassVar[norms.Norm] = staticmethod(norms.rms_norm)
-    norm_bias: ClassVar[bool] = False  # LayerNorm with a bias (GPT-NeoX)
-    eps_key: ClassVar[str] = "rms_norm_eps"
-    eps_default: ClassVar[float] = 1e-6
-    act_key: ClassVar[str] = "hidden_act"
-    act_default: ClassVar[str] = "silu"
+    # the layer's shape, named
+    pre_norm: ClassVar[bool] = True  # attn_norm before attention, mlp_norm before the MLP (OLMo 2: neither)
+    post_norm: ClassVar[bool] = False  # attn_out_norm, mlp_out_norm on each branch's output, inside the residual (Gemma 2 and 3, OLMo 2)
+    norm_kind: ClassVar[str] = "rms"  # every norm of the layer and the final one: a key of NORMS
+    norm_bias: ClassVar[bool] = False  # the norms have a bias (GPT-NeoX)
+    qkv_kind: ClassVar[str] = "separate"  # "separate": q, k, v; "fused": one qkv matrix, its rows as qkv_layout says
+    mlp_kind: ClassVar[str] = "gated"  # "gated": down(act(gate) * up); "gated_fused": gate_up's halves (Phi-3); "plain": fc_out(act(fc_in)) (GPT-NeoX)
+    norm: ClassVar[norms.Norm]  # NORMS[norm_kind], set for each family class
+    config_class: ClassVar[type[DecoderConfig]] = DecoderConfig  # what the family reads from config.json
     qk_norm: ClassVar[str | None] = None  # "head": over each head's Dk (Qwen 3, Gemma 3); "whole": over H*Dk (OLMo 2)
     qkv_layout: ClassVar[str] = "blocks"  # a fused qkv's rows: "blocks" [q | k | v]; "per_head" [q_h, k_h, v_h] per head
     parallel: ClassVar[bool] = False  # the MLP reads the layer's input, not the attention's output (GPT-NeoX)
     embed_scale: ClassVar[bool] = False  # the token embeddings times sqrt(D) (Gemma)
-    # the rotary keys beside rope_parameters / rope_scaling, in the order the family's config reads them
-    theta_keys: ClassVar[tuple[str, ...]] = ("rope_theta",)
-    theta_default: ClassVar[float] = 10000.0
-    partial_keys: ClassVar[tuple[str, ...]] = ("partial_rotary_factor",)
-    partial_default: ClassVar[float] = 1.0
-    original_default: ClassVar[int | None] = None  # original_max_position_embeddings when config.json has none
-    window_default: ClassVar[int | None] = None  # sliding_window when config.json does not say
     head_dim_default: ClassVar[int | None] = None  # None: D / H
     rotary_per_layer_type: ClassVar[bool] = False  # local and global layers rotate with their own settings
     out_proj_name = "self_attn.o_proj"
     # after the last layer: the final norm (under the model's prefix), the head (the file's own)
     final_norm_name: ClassVar[str] = "norm"
     head_name: ClassVar[str] = "lm_head"
-    tie_default: ClassVar[bool] = False  # tie_word_embeddings when config.json does not say
-    final_softcap_default: ClassVar[float | None] = None  # final_logit_softcapping when config.json does not say
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "norm" not in cls.__dict__:
+            cls.norm = staticmethod(NORMS[cls.norm_kind])
+        named, needed = set(cls.names), roles_for(cls)
+        if named != needed:
+            raise TypeError(f"{cls.__name__}.names: {sorted(named - needed)} not read, {sorted(needed - named)} missing, by its switches")
 
     def __init__(self, config: dict[str, Any]) -> None:
-        # Keys absent from config.json take the family's config defaults.
-        self.config = config
-        self.model_type = str(config.get("model_type", self.family))
-        self.layers = int(config.get("num_hidden_layers", 32))
-        self.heads = int(config.get("num_attention_heads", 32))
-        self._kv_heads = int(config.get("num_key_value_heads") or self.heads)
-        self.d_model = int(config.get("hidden_size", 4096))
+        # Keys absent from config.json take the family's defaults (its config_class's).
+        c = self.c = self.config_class.read(config)
+        self.model_type = str(c.model_type or self.family)
+        self.layers, self.heads, self.d_model = int(c.layers), int(c.heads), int(c.d_model)
+        self._kv_heads = int(c.kv_heads or self.heads)
         default_dim = self.head_dim_default or self.d_model // max(self.heads, 1)
-        self._head_dim = int(config.get("head_dim") or default_dim) if self.reads_head_dim() else default_dim
-        self.d_ffn = int(config.get("intermediate_size", 11008))
-        self.max_positions = int(config.get("max_position_embeddings", 2048))
-        self.vocab_rows = int(config.get("vocab_size", 32000))
-        self.eps = float(config.get(self.eps_key, self.eps_default))
-        self.act = activation(self.activation_name(), self.act_key, self.family, in_place=True)
-        if config.get("use_bidirectional_attention"):
+        self._head_dim = int(c.head_dim or default_dim) if self.reads_head_dim() else default_dim
+        self.d_ffn, self.max_positions, self.vocab_rows = int(c.d_ffn), int(c.max_positions), int(c.vocab_size)
+        self.eps = float(c.eps)
+        self.act = activation(self.activation_name(), self.config_class.key_of("activation"), self.family, in_place=True)
+        if c.bidirectional:
             raise ModelUnavailable(
                 f"config.json use_bidirectional_attention: attn-cli computes {self.model_type} as a causal decoder only"
             )
@@ -111,12 +127,12 @@ class Decoder(Family):
             f"h_0 = embed_tokens[ids]{scale}: the token embeddings alone; no position is added here, "
             f"positions enter each layer through the rotation of its queries and keys (step 3)"
         )
-        if "attn_norm" not in self.names:
+        if not self.pre_norm:
             return first, "x = h_L: the residual stream as it is (this family norms the attention's output instead)", (
                 "the residual stream itself (no norm before attention)"
             )
         name = self.names["attn_norm"].rsplit(".", 1)[-1]
-        kind = "LayerNorm" if self.norm is norms.layer_norm else "RMSNorm"
+        kind = "LayerNorm" if self.norm_kind == "layer" else "RMSNorm"
         return first, f"x = {name}(h_L) = {self.norm_text} before attention (pre-norm)", (
             f"{name} ({kind}) of the residual stream"
         )
@@ -128,12 +144,11 @@ class Decoder(Family):
         return True
 
     def activation_name(self) -> Any:
-        return self.config.get(self.act_key, self.act_default)
+        return self.c.activation
 
     def biases(self) -> tuple[bool, bool, bool]:
         """(q/k/v biases, W_o's bias, the MLP's biases)."""
-        bias = bool(self.config.get("attention_bias", False))
-        return bias, bias, bool(self.config.get("mlp_bias", False))
+        return bool(self.c.attention_bias), bool(self.c.attention_bias), bool(self.c.mlp_bias)
 
     def layer_types(self) -> list[str] | None:
         """Each layer's kind ("sliding_attention" or "full_attention"), None when all are full."""
@@ -141,7 +156,7 @@ class Decoder(Family):
 
     def layer_windows(self) -> list[int | None]:
         """Each layer's sliding window (None: every earlier token is seen)."""
-        window, types = self.config.get("sliding_window", self.window_default), self.layer_types()
+        window, types = self.c.sliding_window, self.layer_types()
         if not window or types is None:
             return [None] * self.layers
         if len(types) != self.layers:
@@ -151,22 +166,17 @@ class Decoder(Family):
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
         """The rotary dict for a layer type: ``rope_parameters`` (transformers 5) or the
         older ``rope_scaling`` (rope_theta beside it)."""
-        return self.config.get("rope_parameters") or self.config.get("rope_scaling")
+        return self.c.rope()
 
     def rope(self, layer_type: str | None = None) -> rotary.RopeSettings:
-        """The rotary settings: the dict, then the keys beside it (the first of each
-        family's names that config.json has), then the family's defaults."""
-
-        def first(keys: tuple[str, ...], default: Any) -> Any:
-            return next((self.config[key] for key in keys if self.config.get(key) is not None), default)
-
-        original = first(("original_max_position_embeddings",), self.original_default)
+        """The rotary settings: the dict, then the keys beside it, then the family's defaults."""
+        original = self.c.original_max_positions
         return rotary.settings(
             self.rope_parameters(layer_type),
             head_dim=self.head_dim,
             max_positions=self.max_positions,
-            theta=float(first(self.theta_keys, self.theta_default)),
-            partial=float(first(self.partial_keys, self.partial_default)),
+            theta=float(self.c.theta),
+            partial=float(self.c.partial),
             original=None if original is None else int(original),
         )
 
@@ -176,14 +186,6 @@ class Decoder(Family):
         kinds = (self.layer_types() if self.rotary_per_layer_type else None) or [None] * self.layers
         made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
         return [made[kind] for kind in kinds]
-
-    def nested_rope(self, layer_type: str | None) -> dict[str, Any] | None:
-        """transformers 5's rope_parameters nested by layer type: this type's dict (full
-        attention's when None), or None when config.json's is not nested."""
-        given = self.config.get("rope_parameters")
-        if not (given and any(isinstance(v, dict) for v in given.values())):
-            return None
-        return dict(given.get(layer_type or "full_attention") or {"rope_type": "default"})
 
     def attention_softcap(self) -> float | None:
         return None
@@ -269,13 +271,13 @@ class Decoder(Family):
         return self.norm(x, t[f"{role}.weight"], t[f"{role}.bias"] if self.norm_bias else None, self.eps)  # (T, D)
 
     def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
-        return self.normed(t, "attn_norm", hidden) if "attn_norm" in self.names else hidden  # (T, D)
+        return self.normed(t, "attn_norm", hidden) if self.pre_norm else hidden  # (T, D)
 
     def _linear(self, t: LayerTensors, role: str) -> FusedLinear:
         return FusedLinear(t[f"{role}.weight"], t.get(f"{role}.bias"))
 
     def projections(self, t: LayerTensors) -> Projections:
-        if "qkv" in self.names:
+        if self.qkv_kind == "fused":
             query, key, value = self._split_qkv(self._linear(t, "qkv"))
         else:
             query, key, value = (self._linear(t, role) for role in ("q", "k", "v"))
@@ -347,9 +349,9 @@ class Decoder(Family):
         written into the gate's block (``self.act`` works in place where torch can; the
         product commutes exactly): transformers' act(gate) * up, with two (T, F) blocks in
         flight instead of four."""
-        if "fc_in" in self.names:  # ungated: GPT-NeoX
+        if self.mlp_kind == "plain":  # ungated: GPT-NeoX
             return self._linear(t, "fc_out")(self.act(self._linear(t, "fc_in")(x)))  # (T, D) -> (T, F) -> (T, D)
-        if "gate_up" in self.names:  # Phi-3: [gate | up] rows of one matrix
+        if self.mlp_kind == "gated_fused":  # Phi-3: [gate | up] rows of one matrix
             gate, up = self._linear(t, "gate_up")(x).chunk(2, dim=-1)  # (T, D) -> (T, 2F) -> (T, F) twice
         else:
             gate, up = self._linear(t, "gate")(x), self._linear(t, "up")(x)  # (T, D) -> (T, F) each
@@ -360,21 +362,21 @@ class Decoder(Family):
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
         if self.parallel:  # both branches read the layer's input; summed as transformers orders it
             return self.mlp(t, self.normed(t, "mlp_norm", hidden)) + attention_output + hidden  # (T, D)
-        if "attn_out_norm" in self.names:
+        if self.post_norm:
             attention_output = self.normed(t, "attn_out_norm", attention_output)  # (T, D)
         hidden = hidden + attention_output  # (T, D) residual
-        x = self.normed(t, "mlp_norm", hidden) if "mlp_norm" in self.names else hidden  # (T, D)
+        x = self.normed(t, "mlp_norm", hidden) if self.pre_norm else hidden  # (T, D)
         out = self.mlp(t, x)  # (T, D)
-        if "mlp_out_norm" in self.names:
+        if self.post_norm:
             out = self.normed(t, "mlp_out_norm", out)  # (T, D)
         return hidden + out  # (T, D) residual
 
     # -- after the last layer --
 
     def head(self, weights: Weights) -> Head:
-        cap = self.config.get("final_logit_softcapping", self.final_softcap_default)
+        cap = self.c.final_softcap
         softcap = float(cap) if cap else None
-        if bool(self.config.get("tie_word_embeddings", self.tie_default)):
+        if bool(self.c.tie_word_embeddings):
             return Head(self.embedding_tensors["tokens"], softcap=softcap, tied=True)
         name = f"{ROOT}{self.head_name}.weight"
         if not weights.has(name):

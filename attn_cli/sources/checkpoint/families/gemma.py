@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.sources.checkpoint.families import norms
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder, types_from_pattern
+from attn_cli.sources.checkpoint.families.decoder_config import Gemma2Config, Gemma3Config, GemmaConfig
 
 GEMMA2_NAMES = {
     **Decoder.names,
@@ -29,58 +29,63 @@ GEMMA2_NAMES = {
 
 class Gemma(Decoder):
     family = "gemma"
-    norm = staticmethod(norms.rms_norm_plus_one)
-    tie_default = True
+    norm_kind = "rms_plus_one"
+    config_class = GemmaConfig
     norm_text = "h_L / sqrt(mean(h_L²) + eps) · (1 + g): Gemma's RMSNorm"
     embed_scale = True
-    act_default = "gelu_pytorch_tanh"
     head_dim_default = 256
 
     def activation_name(self) -> Any:
-        name = self.config.get(self.act_key) or self.act_default
+        name = self.c.activation or "gelu_pytorch_tanh"
         # transformers reads "gelu" in a Gemma config as the tanh approximation (the official files' legacy value)
         return "gelu_pytorch_tanh" if name == "gelu" else name
 
 
 class Gemma2(Gemma):
     family = "gemma2"
-    final_softcap_default = 30.0  # Gemma2Config's final_logit_softcapping
     names = GEMMA2_NAMES
-    act_key = "hidden_activation"
-    window_default = 4096
+    post_norm = True
+    config_class = Gemma2Config
     pattern = 2  # every 2nd layer global, by default
 
+    @property
+    def gemma(self) -> Gemma2Config:
+        assert isinstance(self.c, Gemma2Config)
+        return self.c
+
     def layer_types(self) -> list[str] | None:
-        return list(self.config.get("layer_types") or types_from_pattern(self.layers, self.pattern))
+        return list(self.c.layer_types or types_from_pattern(self.layers, self.pattern))
 
     def divisor(self, layer: int) -> tuple[float, str]:
-        scalar = float(self.config.get("query_pre_attn_scalar", 256))
+        scalar = float(self.gemma.query_pre_attn_scalar)
         return math.sqrt(scalar), f"sqrt({scalar:g})"
 
     def attention_softcap(self) -> float | None:
-        cap = self.config.get("attn_logit_softcapping", 50.0 if self.family == "gemma2" else None)
+        cap = self.gemma.attention_softcap
         return float(cap) if cap else None
 
 
 class Gemma3Text(Gemma2):
     family = "gemma3_text"
-    final_softcap_default = None  # Gemma3TextConfig's: none
+    config_class = Gemma3Config
     names = {**GEMMA2_NAMES, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
     qk_norm = "head"
     rotary_per_layer_type = True
 
     @property
     def pattern(self) -> int:  # type: ignore[override]
-        return int(self.config.get("sliding_window_pattern", 6))
+        assert isinstance(self.c, Gemma3Config)
+        return int(self.c.sliding_window_pattern)
 
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
         """transformers 5 nests rope_parameters by layer type; older files have rope_theta
         (global layers, with rope_scaling), rope_local_base_freq (local layers)."""
-        chosen = self.nested_rope(layer_type)
+        c = self.c
+        assert isinstance(c, Gemma3Config)
+        chosen = self.c.nested_rope(layer_type)
         if chosen is None and layer_type == SLIDING:
-            chosen = {"rope_type": "default", "rope_theta": float(self.config.get("rope_local_base_freq", 10000.0))}
+            chosen = {"rope_type": "default", "rope_theta": float(c.local_theta)}
         elif chosen is None:
-            given = self.config.get("rope_parameters") or {}
-            chosen = {"rope_type": "default", **given, **(self.config.get("rope_scaling") or {})}
-        chosen.setdefault("rope_theta", 10000.0 if layer_type == SLIDING else float(self.config.get("rope_theta", 1e6)))
+            chosen = {"rope_type": "default", **(c.rope_parameters or {}), **(c.rope_scaling or {})}
+        chosen.setdefault("rope_theta", 10000.0 if layer_type == SLIDING else float(c.global_theta))
         return chosen

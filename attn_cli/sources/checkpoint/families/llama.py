@@ -9,9 +9,8 @@ Qwen3 norms each head's query and key (RMSNorm over Dk) before the rotation.
 
 from __future__ import annotations
 
-from typing import Any
-
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.families.decoder_config import QwenConfig
 
 
 class Llama(Decoder):
@@ -20,9 +19,10 @@ class Llama(Decoder):
 
     family = "llama"
     weights_note = ""
+    config_class = QwenConfig
 
     def biases(self) -> tuple[bool, bool, bool]:
-        bias, mlp = bool(self.config.get("attention_bias", False)), bool(self.config.get("mlp_bias", False))
+        bias, mlp = bool(self.c.attention_bias), bool(self.c.mlp_bias)
         if self.model_type == "qwen2":
             return True, False, mlp
         return bias, bias, mlp
@@ -30,7 +30,7 @@ class Llama(Decoder):
     def layer_types(self) -> list[str] | None:
         if self.model_type == "mistral":
             return [SLIDING] * self.layers
-        return qwen_layer_types(self.config, self.layers) if self.model_type == "qwen2" else None
+        return qwen_layer_types(self.c, self.layers) if self.model_type == "qwen2" else None
 
 
 class Qwen3(Decoder):
@@ -40,18 +40,18 @@ class Qwen3(Decoder):
     family = "qwen3"
     names = {**Decoder.names, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
     qk_norm = "head"
+    config_class = QwenConfig
 
     def layer_types(self) -> list[str] | None:
-        return qwen_layer_types(self.config, self.layers)
+        return qwen_layer_types(self.c, self.layers)  # type: ignore[arg-type]
 
 
-def qwen_layer_types(config: dict[str, Any], layers: int) -> list[str] | None:
+def qwen_layer_types(config: QwenConfig, layers: int) -> list[str] | None:
     """Qwen2/3's windows: only with use_sliding_window; then layer_types' sliding layers,
     else the layers from max_window_layers on."""
-    if not config.get("use_sliding_window", False) or not config.get("sliding_window"):
+    if not config.use_sliding_window or not config.sliding_window:
         return None
-    types = config.get("layer_types")
-    if types:
-        return list(types)
-    first = int(config.get("max_window_layers", 28))
+    if config.layer_types:
+        return list(config.layer_types)
+    first = int(config.max_window_layers)
     return [SLIDING if i >= first else "full_attention" for i in range(layers)]

@@ -20,6 +20,7 @@ from attn_cli.sources.checkpoint.families import norms
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.families.decoder_config import ModernBertConfig
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
@@ -35,17 +36,16 @@ class ModernBert(Decoder):
         "gate_up": "mlp.Wi", "down": "mlp.Wo",
     }  # fmt: skip
     out_proj_name = "attn.Wo"
-    norm = staticmethod(norms.layer_norm)
+    norm_kind = "layer"
+    qkv_kind = "fused"
+    mlp_kind = "gated_fused"
     norm_text = "LayerNorm(h_L): (h_L − mean) / sqrt(var + eps) · g"
-    eps_key = "norm_eps"
-    eps_default = 1e-5
-    act_key = "hidden_activation"
-    act_default = "gelu"
+    config_class = ModernBertConfig
     rotary_per_layer_type = True
     weights_note = "W_q, W_k and W_v are stored as one matrix, Wqkv: its rows are all of W_q, then W_k, then W_v"
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.norm_bias = bool(config.get("norm_bias", False))
+        self.norm_bias = bool(ModernBertConfig.read(config).norm_bias)  # before the tensor names are made
         if self.norm_bias:
             self.embedding_tensors = {**self.embedding_tensors, "norm.bias": "embeddings.norm.bias"}
         super().__init__(config)
@@ -83,22 +83,22 @@ class ModernBert(Decoder):
         x = normed("final_norm", hidden)  # (P, D) the model's own last step
         dense_bias = f"{ROOT}head.dense.bias" if weights.has(f"{ROOT}head.dense.bias") else None
         x = torch.nn.functional.linear(x, weights.read(f"{ROOT}head.dense.weight"), None if dense_bias is None else weights.read(dense_bias))
-        act = activation(self.config.get("classifier_activation", "gelu"), "classifier_activation", self.family)
+        act = activation(self.modern.classifier_activation, "classifier_activation", self.family)
         return normed(f"{ROOT}head.norm", act(x))  # (P, D)
 
-    def biases(self) -> tuple[bool, bool, bool]:
-        bias = bool(self.config.get("attention_bias", False))
-        return bias, bias, bool(self.config.get("mlp_bias", False))
+    @property
+    def modern(self) -> ModernBertConfig:
+        assert isinstance(self.c, ModernBertConfig)
+        return self.c
 
     def layer_types(self) -> list[str] | None:
-        types = self.config.get("layer_types")
-        if types:
-            return list(types)
-        every = int(self.config.get("global_attn_every_n_layers", 3))
+        if self.c.layer_types:
+            return list(self.c.layer_types)
+        every = int(self.modern.global_attn_every_n_layers)
         return [SLIDING if i % every else "full_attention" for i in range(self.layers)]
 
     def layer_windows(self) -> list[int | None]:
-        half = int(self.config.get("local_attention", 128)) // 2
+        half = int(self.modern.local_attention) // 2
         return [half if kind == SLIDING else None for kind in self.layer_types() or []]
 
     def layer_names(self, layer: int) -> dict[str, str]:
@@ -110,12 +110,11 @@ class ModernBert(Decoder):
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
         """transformers 5 nests rope_parameters by layer type; older files have
         global_rope_theta and local_rope_theta (and rope_scaling for both)."""
-        chosen = self.nested_rope(layer_type)
+        c = self.modern
+        chosen = self.c.nested_rope(layer_type)
         if chosen is None:
-            given = self.config.get("rope_parameters")
-            chosen = {"rope_type": "default", **(given or {}), **(self.config.get("rope_scaling") or {})}
-        key, default = ("local_rope_theta", 10000.0) if layer_type == SLIDING else ("global_rope_theta", 160000.0)
-        chosen.setdefault("rope_theta", float(self.config.get(key, default)))
+            chosen = {"rope_type": "default", **(c.rope_parameters or {}), **(c.rope_scaling or {})}
+        chosen.setdefault("rope_theta", float(c.local_theta if layer_type == SLIDING else c.global_theta))
         return chosen
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -7,8 +7,8 @@ Shapes: T tokens, D d_model, H query heads, Hkv key/value heads, Dk head_dim.
 
 from __future__ import annotations
 
-from attn_cli.sources.checkpoint.families import norms
 from attn_cli.sources.checkpoint.families.decoder import Decoder
+from attn_cli.sources.checkpoint.families.decoder_config import Olmo2Config
 
 
 class Olmo2(Decoder):
@@ -19,6 +19,8 @@ class Olmo2(Decoder):
         "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
         "mlp_out_norm": "post_feedforward_layernorm",
     }  # fmt: skip
-    norm = staticmethod(norms.rms_norm_wide_gain)
-    eps_default = 1e-5
+    pre_norm = False
+    post_norm = True
+    norm_kind = "rms_wide_gain"
+    config_class = Olmo2Config
     qk_norm = "whole"

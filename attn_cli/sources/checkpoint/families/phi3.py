@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
+from attn_cli.sources.checkpoint.families.decoder_config import Phi3Config
 
 
 class Phi3(Decoder):
@@ -19,8 +20,9 @@ class Phi3(Decoder):
         "attn_norm": "input_layernorm", "qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj",
         "mlp_norm": "post_attention_layernorm", "gate_up": "mlp.gate_up_proj", "down": "mlp.down_proj",
     }  # fmt: skip
-    eps_default = 1e-5
-    original_default = 4096  # Phi3Config's: it takes priority over the rotary dict's, as in transformers
+    qkv_kind = "fused"
+    mlp_kind = "gated_fused"
+    config_class = Phi3Config  # its original_max_position_embeddings (4096) takes priority over the rotary dict's, as in transformers
     weights_note = "W_q, W_k and W_v are stored as one matrix, qkv_proj: its rows are all of W_q, then W_k, then W_v"
 
     def reads_head_dim(self) -> bool:
@@ -33,7 +35,7 @@ class Phi3(Decoder):
         return [SLIDING] * self.layers
 
     def rope_parameters(self, layer_type: str | None) -> Mapping[str, Any] | None:
-        given = dict(self.config.get("rope_scaling") or self.config.get("rope_parameters") or {})
+        given = dict(self.c.rope() or {})
         if given.get("rope_type", given.get("type")) in ("su", "yarn"):  # what older Phi-3 files call LongRoPE
             given["rope_type"] = "longrope"
             given.pop("type", None)
