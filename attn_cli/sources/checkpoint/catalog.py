@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attn_cli.sources.checkpoint.files import CONFIG, SAFETENSORS, SAFETENSORS_INDEX, _DTYPE_BYTES, _snapshot, cache_roots, read_header
+from attn_cli.sources.checkpoint.files import CONFIG, DTYPE_BYTES, SAFETENSORS, SAFETENSORS_INDEX, cache_roots, find_snapshot, read_header
 from attn_cli.sources.checkpoint.registry import family_name
 from attn_cli.runtime.errors import ModelUnavailable
 
@@ -45,7 +45,7 @@ def cached_models(environ: Mapping[str, str]) -> tuple[list[CachedModel], list[s
         if not root.is_dir():
             continue
         for repo in sorted(root.glob("models--*")):
-            snapshot, _ = _snapshot(repo, None)
+            snapshot, _ = find_snapshot(repo, None)
             if snapshot is not None:
                 found.append(describe(repo.name[len("models--") :].replace("--", "/"), snapshot, label))
     return found, searched
@@ -101,7 +101,7 @@ def _size(folder: Path) -> tuple[int | None, int | None, str]:
         for path in paths:
             for entry in read_header(path).values():
                 parameters += entry.numel
-                size += entry.numel * _DTYPE_BYTES.get(entry.dtype, 1)
+                size += entry.numel * DTYPE_BYTES.get(entry.dtype, 1)
     except ModelUnavailable:
         return None, int(total) if total else None, "a safetensors file is damaged"
     return parameters, int(total) if total else size, ""

@@ -33,7 +33,7 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 # Bytes per element of the safetensors dtypes a float checkpoint may use.
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -68,7 +68,7 @@ def locate(spec: str, revision: str | None = None, environ: Mapping[str, str] | 
     tried = [f"the folder {given} (none)"]
     repo_folder = "models--" + spec.replace("/", "--")
     for label, root in cache_roots(env):
-        snapshot, why = _snapshot(root / repo_folder, revision)
+        snapshot, why = find_snapshot(root / repo_folder, revision)
         if snapshot is not None:
             return Located(snapshot, snapshot.name, spec)
         tried.append(f"{label}/{repo_folder} ({why})")
@@ -103,7 +103,7 @@ def cache_roots(env: Mapping[str, str]) -> list[tuple[str, Path]]:
     return roots
 
 
-def _snapshot(repo: Path, revision: str | None) -> tuple[Path | None, str]:
+def find_snapshot(repo: Path, revision: str | None) -> tuple[Path | None, str]:
     """(the snapshot folder, "") or (None, why not)."""
     if not repo.is_dir():
         return None, "none"
@@ -308,7 +308,7 @@ class WeightReader:
         if full not in header:
             raise self._missing(name)
         entry = header[full]
-        if entry.dtype not in _DTYPE_BYTES:
+        if entry.dtype not in DTYPE_BYTES:
             raise ModelUnavailable(
                 f"{file}: tensor {full} is {entry.dtype}; attn-cli reads float weights only (F32, F16, BF16), "
                 f"not quantized ones"
