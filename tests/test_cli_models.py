@@ -105,6 +105,20 @@ def test_every_encoder_decoder_model_type_has_an_adapter() -> None:
         assert issubclass(adapter, Seq2Seq) and issubclass(adapter, Family) and adapter.family == family, model_type
 
 
+def test_the_registry_is_what_the_family_modules_declare(tmp_path: Path) -> None:
+    """registry.declared reads each module's literal without importing it: a new architecture is
+    one module. The control: a module that declares nothing adds nothing."""
+    from attn_cli.sources.checkpoint import registry
+
+    (tmp_path / "b_one.py").write_text("import torch\nMODEL_TYPES = {'x': ('xfam', 'X'), 'y': ('xfam', 'X')}\n")
+    (tmp_path / "a_two.py").write_text("MODEL_TYPES: dict = {'z': ('zfam', 'Z')}\nENCODER_DECODER_TYPES = {'p': ('pfam', 'P')}\n")
+    (tmp_path / "c_none.py").write_text("OTHER = {'w': ('w', 'W')}\n")
+    assert registry.declared("MODEL_TYPES", tmp_path) == {"z": ("zfam", "a_two:Z"), "x": ("xfam", "b_one:X"), "y": ("xfam", "b_one:X")}
+    assert registry.declared("ENCODER_DECODER_TYPES", tmp_path) == {"p": ("pfam", "a_two:P")}
+    assert {"gpt2", "llama", "qwen3", "gemma3_text", "olmo2", "xlm-roberta"} <= set(registry.MODEL_TYPES)
+    assert set(registry.SEQ2SEQ_TYPES) == {"bart", "marian", "t5"}
+
+
 def test_listing_does_not_import_torch(cache: Path) -> None:
     code = (
         "import sys\nfrom attn_cli.cli import app\n"

@@ -1,41 +1,57 @@
-"""Which config.json model_type each family adapter (families/) computes: the one list that
-``--model`` and ``attn-cli models`` read. No torch: ``models`` lists a cache
-without loading it.
+"""Which config.json model_type each family adapter (families/) computes: the lists that
+``--model`` and ``attn-cli models`` read, built from the family modules' own declarations.
+Each module says what it serves in a dict literal at its top level::
+
+    MODEL_TYPES = {"llama": ("llama", "Llama"), ...}          # model_type -> (family, class)
+    ENCODER_DECODER_TYPES = {"t5": ("t5", "T5")}             # the same, for encoder-decoders
+
+read here with ``ast`` without importing the module: no torch, so that ``models`` lists a cache
+without loading it. A new architecture is one module in families/ (and its tests and docs row).
 """
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
 from typing import Any
 
-# model_type -> (family, "module:Class" under attn_cli.sources.checkpoint.families)
-MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "gpt2": ("gpt2", "gpt2:Gpt2"),
-    "bert": ("bert", "bert:Bert"),
-    "roberta": ("roberta", "bert:Roberta"),
-    "xlm-roberta": ("roberta", "bert:Roberta"),
-    "mpnet": ("mpnet", "bert:MPNet"),
-    "distilbert": ("distilbert", "bert:DistilBert"),
-    "modernbert": ("modernbert", "modernbert:ModernBert"),
-    "llama": ("llama", "llama:Llama"),
-    "mistral": ("llama", "llama:Llama"),
-    "qwen2": ("llama", "llama:Llama"),
-    "qwen3": ("qwen3", "llama:Qwen3"),
-    "gemma": ("gemma", "gemma:Gemma"),
-    "gemma2": ("gemma2", "gemma:Gemma2"),
-    "gemma3_text": ("gemma3_text", "gemma:Gemma3Text"),
-    "phi3": ("phi3", "phi3:Phi3"),
-    "gpt_neox": ("gpt_neox", "gpt_neox:GptNeoX"),
-    "olmo2": ("olmo2", "olmo2:Olmo2"),
-}
+FAMILIES = Path(__file__).resolve().parent / "families"
 
 
-# Encoder-decoder model types (checkpoint.pair, families/seq2seq.py): the source through the
-# encoder, a target (--target) through the decoder, three stacks of attention
-SEQ2SEQ_TYPES: dict[str, tuple[str, str]] = {
-    "bart": ("bart", "bart:Bart"),
-    "marian": ("marian", "bart:Marian"),
-    "t5": ("t5", "t5:T5"),
-}
+def declared(name: str, folder: Path = FAMILIES) -> dict[str, tuple[str, str]]:
+    """model_type -> (family, "module:Class" under attn_cli.sources.checkpoint.families), from
+    every module of ``folder`` that assigns a dict literal to ``name`` at its top level, in the
+    modules' order by name. Only that literal is parsed (a whole module's parse cost ``models``
+    a tenth of a second)."""
+    found: dict[str, tuple[str, str]] = {}
+    assignment = re.compile(rf"^{name}\s*(?::[^=\n]*)?=\s*(?=\{{)", re.MULTILINE)
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        start = assignment.search(text)
+        if start is None:
+            continue
+        for model_type, (family, cls) in _dict_at(text, start.end(), path).items():
+            found[model_type] = (family, f"{path.stem}:{cls}")
+    return found
+
+
+def _dict_at(text: str, start: int, path: Path) -> dict[str, tuple[str, str]]:
+    """The dict literal that opens at ``text[start]``: the shortest text from there to a "}" that is one."""
+    for end in (i for i, char in enumerate(text[start:], start) if char == "}"):
+        try:
+            value = ast.literal_eval(text[start : end + 1])
+        except (SyntaxError, ValueError):
+            continue
+        if isinstance(value, dict):
+            return value
+    raise SyntaxError(f"{path}: its model_types are not a dict literal")
+
+
+MODEL_TYPES = declared("MODEL_TYPES")
+# Encoder-decoders (checkpoint.pair, families/seq2seq.py): the source through the encoder, a
+# target (--target) through the decoder, three stacks of attention
+SEQ2SEQ_TYPES = declared("ENCODER_DECODER_TYPES")
 
 
 def is_seq2seq(config: dict[str, Any]) -> bool:

@@ -19,6 +19,9 @@ from attn_cli.sources.checkpoint.families.norms import layer_norm
 from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, clamp_float16
 from attn_cli.sources.checkpoint.files import ROOT
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+ENCODER_DECODER_TYPES = {"bart": ("bart", "Bart"), "marian": ("marian", "Marian")}
+
 
 class Bart(Seq2Seq):
     """BART (modeling_bart.py): learned positions with their offset of 2, the embeddings times

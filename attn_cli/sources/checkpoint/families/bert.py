@@ -33,6 +33,15 @@ from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {
+    "bert": ("bert", "Bert"),
+    "roberta": ("roberta", "Roberta"),
+    "xlm-roberta": ("roberta", "Roberta"),
+    "mpnet": ("mpnet", "MPNet"),
+    "distilbert": ("distilbert", "DistilBert"),
+}
+
 # role -> BERT's name (the other encoders rename them)
 BERT_LAYER = {
     "query": "attention.self.query", "key": "attention.self.key", "value": "attention.self.value",

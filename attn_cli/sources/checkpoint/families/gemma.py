@@ -19,6 +19,9 @@ from typing import Any
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder, types_from_pattern
 from attn_cli.sources.checkpoint.families.decoder_config import Gemma2Config, Gemma3Config, GemmaConfig
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"gemma": ("gemma", "Gemma"), "gemma2": ("gemma2", "Gemma2"), "gemma3_text": ("gemma3_text", "Gemma3Text")}
+
 GEMMA2_NAMES = {
     **Decoder.names,
     "attn_out_norm": "post_attention_layernorm",

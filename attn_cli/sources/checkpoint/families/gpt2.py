@@ -30,6 +30,9 @@ from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"gpt2": ("gpt2", "Gpt2")}
+
 
 def conv1d_as_linear(weight: torch.Tensor) -> torch.Tensor:
     """A Conv1D weight (in, out) as nn.Linear's (out, in)."""

@@ -12,6 +12,9 @@ from typing import Any
 from attn_cli.sources.checkpoint.families.decoder import Decoder
 from attn_cli.sources.checkpoint.families.decoder_config import GptNeoXConfig
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"gpt_neox": ("gpt_neox", "GptNeoX")}
+
 
 class GptNeoX(Decoder):
     family = "gpt_neox"

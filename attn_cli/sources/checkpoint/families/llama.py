@@ -12,6 +12,14 @@ from __future__ import annotations
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.sources.checkpoint.families.decoder_config import QwenConfig
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {
+    "llama": ("llama", "Llama"),
+    "mistral": ("llama", "Llama"),
+    "qwen2": ("llama", "Llama"),
+    "qwen3": ("qwen3", "Qwen3"),
+}
+
 
 class Llama(Decoder):
     """Llama, Mistral (a sliding window on every layer when set) and Qwen2 (q/k/v

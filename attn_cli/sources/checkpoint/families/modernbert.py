@@ -25,6 +25,9 @@ from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.records.tokens import Tokens
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"modernbert": ("modernbert", "ModernBert")}
+
 
 class ModernBert(Decoder):
     family = "modernbert"

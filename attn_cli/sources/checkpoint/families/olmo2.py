@@ -10,6 +10,9 @@ from __future__ import annotations
 from attn_cli.sources.checkpoint.families.decoder import Decoder
 from attn_cli.sources.checkpoint.families.decoder_config import Olmo2Config
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"olmo2": ("olmo2", "Olmo2")}
+
 
 class Olmo2(Decoder):
     family = "olmo2"

@@ -13,6 +13,9 @@ from typing import Any
 from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.sources.checkpoint.families.decoder_config import Phi3Config
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+MODEL_TYPES = {"phi3": ("phi3", "Phi3")}
+
 
 class Phi3(Decoder):
     family = "phi3"

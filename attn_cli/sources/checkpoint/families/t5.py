@@ -20,6 +20,9 @@ from attn_cli.sources.checkpoint.families.norms import rms_norm_in_gain_dtype
 from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, clamp_float16
 from attn_cli.sources.checkpoint.files import ROOT
 
+# the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
+ENCODER_DECODER_TYPES = {"t5": ("t5", "T5")}
+
 
 def _has_infinity(hidden: torch.Tensor) -> bool:
     return bool(torch.isinf(hidden).any())
