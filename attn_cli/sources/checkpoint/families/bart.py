@@ -6,6 +6,7 @@ Shapes: N a stack's tokens, D d_model, F the feed-forward's inner size.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -16,11 +17,26 @@ from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
 from attn_cli.sources.checkpoint.families.norms import layer_norm
-from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, clamp_float16
+from attn_cli.sources.checkpoint.families.config import key
+from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, Seq2SeqConfig, clamp_float16
 from attn_cli.sources.checkpoint.files import ROOT
 
 # the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
 ENCODER_DECODER_TYPES = {"bart": ("bart", "Bart"), "marian": ("marian", "Marian")}
+
+
+@dataclasses.dataclass(frozen=True)
+class BartConfig(Seq2SeqConfig):
+    """BartConfig's and MarianConfig's keys."""
+
+    encoder_layers: int = key("encoder_layers")
+    decoder_layers: int = key("decoder_layers")
+    encoder_heads: int = key("encoder_attention_heads")
+    decoder_heads: int = key("decoder_attention_heads")
+    encoder_ffn: int = key("encoder_ffn_dim", 0)
+    decoder_ffn: int = key("decoder_ffn_dim", 0)
+    scale_embedding: bool | None = key("scale_embedding")
+    activation: str = key("activation_function", "gelu")
 
 
 class Bart(Seq2Seq):
@@ -38,15 +54,20 @@ class Bart(Seq2Seq):
     start_default = 2  # </s>
     EPS = 1e-5  # nn.LayerNorm's default
 
+    config_class = BartConfig
+
     def __init__(self, config: dict[str, Any], stack: str) -> None:
         super().__init__(config, stack)
-        self.scale = math.sqrt(self.d_model) if config.get("scale_embedding") else 1.0
-        self.act = activation(config.get("activation_function", "gelu"), "activation_function", self.family)
+        assert isinstance(self.c, BartConfig)
+        self.scale = math.sqrt(self.d_model) if self.c.scale_embedding else 1.0
+        self.act = activation(self.c.activation, BartConfig.key_of("activation"), self.family)
 
-    def sizes(self, config: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    def sizes(self) -> dict[str, tuple[int, int, int]]:
+        c = self.c
+        assert isinstance(c, BartConfig)
         return {
-            stack: (int(config[f"{stack}_layers"]), int(config[f"{stack}_attention_heads"]), int(config.get(f"{stack}_ffn_dim", 0)))
-            for stack in ("encoder", "decoder")
+            "encoder": (int(c.encoder_layers), int(c.encoder_heads), int(c.encoder_ffn)),
+            "decoder": (int(c.decoder_layers), int(c.decoder_heads), int(c.decoder_ffn)),
         }
 
     def divisor(self, layer: int) -> tuple[float, str]:

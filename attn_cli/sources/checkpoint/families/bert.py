@@ -13,6 +13,7 @@ every layer's scaled scores.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -28,6 +29,7 @@ from attn_cli.sources.checkpoint.families.base import (
     token_rows,
 )
 from attn_cli.sources.checkpoint.families.activations import activation
+from attn_cli.sources.checkpoint.families.config import FamilyConfig, first_of, key
 from attn_cli.sources.checkpoint.families.norms import layer_norm
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
@@ -41,6 +43,33 @@ MODEL_TYPES = {
     "mpnet": ("mpnet", "MPNet"),
     "distilbert": ("distilbert", "DistilBert"),
 }
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig(FamilyConfig):
+    """BertConfig's keys and defaults (RoBERTa's and MPNet's files use the same keys)."""
+
+    layers: int = key("num_hidden_layers", 12)
+    heads: int = key("num_attention_heads", 12)
+    d_model: int = key("hidden_size", 768)
+    d_ffn: int = key("intermediate_size", 3072)
+    max_positions: int = key("max_position_embeddings", 512)
+    vocab_size: int = key("vocab_size", 30522)
+    activation: str = key("hidden_act", "gelu")
+    type_vocab_size: int = key("type_vocab_size", 2)
+    eps: float = key("layer_norm_eps", 1e-12)
+    pad_token_id: int = first_of("pad_token_id", default=1)
+    position_embedding_type: str | None = key("position_embedding_type", "absolute")
+    is_decoder: bool | None = key("is_decoder")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistilBertConfig(BertConfig):
+    layers: int = key("n_layers", 6)
+    heads: int = key("n_heads", 12)
+    d_model: int = key("dim", 768)
+    d_ffn: int = key("hidden_dim", 3072)
+    activation: str = key("activation", "gelu")
+
 
 # role -> BERT's name (the other encoders rename them)
 BERT_LAYER = {
@@ -67,12 +96,7 @@ class Bert(Family):
     out_proj_name = "attention.output.dense"
     layer_prefix: ClassVar[str] = "encoder.layer.{layer}."
     renamed: ClassVar[dict[str, str]] = BERT_LAYER  # role -> name under layer_prefix
-    # config.json's keys for the sizes, and BertConfig's defaults
-    keys: ClassVar[dict[str, tuple[str, Any]]] = {
-        "layers": ("num_hidden_layers", 12), "heads": ("num_attention_heads", 12), "d_model": ("hidden_size", 768),
-        "d_ffn": ("intermediate_size", 3072), "max_positions": ("max_position_embeddings", 512),
-        "vocab_rows": ("vocab_size", 30522), "act": ("hidden_act", "gelu"),
-    }  # fmt: skip
+    config_class: ClassVar[type[BertConfig]] = BertConfig  # what the family reads from config.json
 
     # The masked-LM head of a *ForMaskedLM save, by role, outside the model's prefix: a
     # transform (dense, activation, LayerNorm), then the decoder (tied to the word
@@ -85,24 +109,21 @@ class Bert(Family):
     mlm_act: ClassVar[str | None] = None
 
     def __init__(self, config: dict[str, Any]) -> None:
-        positions = config.get("position_embedding_type", "absolute")
-        if positions != "absolute":
+        c = self.config_class.read(config)  # keys absent from config.json take the family config's defaults
+        if c.position_embedding_type != "absolute":
             raise ModelUnavailable(
-                f"config.json position_embedding_type {positions!r}: attn-cli computes {self.family} with absolute "
-                f"positions only"
+                f"config.json position_embedding_type {c.position_embedding_type!r}: attn-cli computes {self.family} with "
+                f"absolute positions only"
             )
-        if config.get("is_decoder"):
+        if c.is_decoder:
             raise ModelUnavailable(f"config.json is_decoder true: attn-cli computes {self.family} as an encoder only")
-        # Keys absent from config.json take the family config's defaults.
-        value = {name: config.get(key, default) for name, (key, default) in self.keys.items()}
-        self.layers, self.heads, self.d_model = int(value["layers"]), int(value["heads"]), int(value["d_model"])
-        self.d_ffn, self.vocab_rows = int(value["d_ffn"]), int(value["vocab_rows"])
-        self.position_rows = int(value["max_positions"])  # the position table's rows
-        self.type_rows = int(config.get("type_vocab_size", 2))
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.act = activation(value["act"], self.keys["act"][0], self.family)
+        self.layers, self.heads, self.d_model = int(c.layers), int(c.heads), int(c.d_model)
+        self.d_ffn, self.vocab_rows = int(c.d_ffn), int(c.vocab_size)
+        self.position_rows = int(c.max_positions)  # the position table's rows
+        self.type_rows, self.eps = int(c.type_vocab_size), float(c.eps)
+        self.act = activation(c.activation, self.config_class.key_of("activation"), self.family)
         self.head_act = self.act if self.mlm_act is None else activation(self.mlm_act, "the head's activation", self.family)
-        self.padding_idx = int(config.get("pad_token_id") if config.get("pad_token_id") is not None else 1)
+        self.padding_idx = int(c.pad_token_id)
         self.max_positions = self.position_rows - self.first_position()  # the longest text: a row for each token
         self.layer_tensors = {
             f"{role}.{kind}": f"{self.layer_prefix}{name}.{kind}" for role, name in self.renamed.items() for kind in ("weight", "bias")
@@ -242,11 +263,7 @@ class DistilBert(Bert):
         "attention_norm": "sa_layer_norm", "intermediate": "ffn.lin1", "output": "ffn.lin2",
         "output_norm": "output_layer_norm",
     }  # fmt: skip
-    keys = {
-        "layers": ("n_layers", 6), "heads": ("n_heads", 12), "d_model": ("dim", 768), "d_ffn": ("hidden_dim", 3072),
-        "max_positions": ("max_position_embeddings", 512), "vocab_rows": ("vocab_size", 30522),
-        "act": ("activation", "gelu"),
-    }  # fmt: skip
+    config_class = DistilBertConfig
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

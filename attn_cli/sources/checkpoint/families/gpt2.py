@@ -10,6 +10,7 @@ q | k | v, each D wide, head h at columns h*Dk .. (h+1)*Dk - 1 of its block.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from attn_cli.sources.checkpoint.families.base import (
     token_rows,
 )
 from attn_cli.sources.checkpoint.families.activations import activation
+from attn_cli.sources.checkpoint.families.config import FamilyConfig, key
 from attn_cli.sources.checkpoint.families.norms import layer_norm
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
@@ -32,6 +34,21 @@ from attn_cli.records.tokens import Tokens
 
 # the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
 MODEL_TYPES = {"gpt2": ("gpt2", "Gpt2")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpt2Config(FamilyConfig):
+    layers: int = key("n_layer", 12)
+    heads: int = key("n_head", 12)
+    d_model: int = key("n_embd", 768)
+    d_ffn: int | None = key("n_inner")  # None: 4 D
+    max_positions: int = key("n_positions", 1024)
+    vocab_size: int = key("vocab_size", 50257)
+    eps: float = key("layer_norm_epsilon", 1e-5)
+    scale: bool = key("scale_attn_weights", True)
+    by_layer: bool = key("scale_attn_by_inverse_layer_idx", False)
+    activation: str = key("activation_function", "gelu_new")
+    tie_word_embeddings: bool = key("tie_word_embeddings", True)
 
 
 def conv1d_as_linear(weight: torch.Tensor) -> torch.Tensor:
@@ -67,18 +84,12 @@ class Gpt2(Family):
     }
 
     def __init__(self, config: dict[str, Any]) -> None:
-        # Keys absent from config.json take GPT2Config's defaults.
-        self.layers = int(config.get("n_layer", 12))
-        self.heads = int(config.get("n_head", 12))
-        self.d_model = int(config.get("n_embd", 768))
-        self.d_ffn = int(config.get("n_inner") or 4 * self.d_model)
-        self.max_positions = int(config.get("n_positions", 1024))
-        self.vocab_rows = int(config.get("vocab_size", 50257))
-        self.eps = float(config.get("layer_norm_epsilon", 1e-5))
-        self.scale = bool(config.get("scale_attn_weights", True))
-        self.by_layer = bool(config.get("scale_attn_by_inverse_layer_idx", False))
-        self.act = activation(config.get("activation_function", "gelu_new"), "activation_function", self.family)
-        self.tied = bool(config.get("tie_word_embeddings", True))
+        c = Gpt2Config.read(config)  # keys absent from config.json take GPT2Config's defaults
+        self.layers, self.heads, self.d_model = int(c.layers), int(c.heads), int(c.d_model)
+        self.d_ffn = int(c.d_ffn or 4 * self.d_model)
+        self.max_positions, self.vocab_rows, self.eps = int(c.max_positions), int(c.vocab_size), float(c.eps)
+        self.scale, self.by_layer, self.tied = bool(c.scale), bool(c.by_layer), bool(c.tie_word_embeddings)
+        self.act = activation(c.activation, Gpt2Config.key_of("activation"), self.family)
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         d, f = self.d_model, self.d_ffn

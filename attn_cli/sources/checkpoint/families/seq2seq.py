@@ -31,9 +31,20 @@ from attn_cli.records.selection import Keep
 from attn_cli.records.tokens import Tokens
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights, token_rows
+from attn_cli.sources.checkpoint.families.config import FamilyConfig, first_of, key
 from attn_cli.sources.checkpoint.families.loop import forward
 
 STACKS = ("encoder", "decoder")
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqConfig(FamilyConfig):
+    """What every encoder-decoder reads; BartConfig and T5Config add their own."""
+
+    d_model: int = key("d_model")
+    pad_token_id: int = first_of("pad_token_id", default=0)
+    max_positions: int | None = key("max_position_embeddings")  # None: relative positions only (T5)
+    decoder_start_token_id: int | None = key("decoder_start_token_id")  # None: the family's default
 
 
 class Seq2Seq(Family):
@@ -45,21 +56,21 @@ class Seq2Seq(Family):
     start_default: ClassVar[int | None] = None  # decoder_start_token_id when config.json has none; None: the pad id
     embedding_tensors: ClassVar[dict[str, str]] = {}  # read by the family's own ``embed``, per stack
 
+    config_class: ClassVar[type[Seq2SeqConfig]]  # what the family reads from config.json
+
     def __init__(self, config: dict[str, Any], stack: str) -> None:
         assert stack in STACKS, stack
-        self.config = config
+        c = self.c = self.config_class.read(config)
         self.stack = stack
         self.encoder = stack == "encoder"  # every source token sees every other
         self.cross = stack == "decoder"  # each layer's second attention reads the encoder's output
-        self.d_model = int(config["d_model"])
-        self.pad = int(config.get("pad_token_id") if config.get("pad_token_id") is not None else 0)
-        positions = config.get("max_position_embeddings")
-        self.max_positions: int | None = int(positions) if positions is not None else None  # None: relative positions only
-        self.layers, self.heads, self.d_ffn = self.sizes(config)[stack]
+        self.d_model, self.pad = int(c.d_model), int(c.pad_token_id)
+        self.max_positions: int | None = int(c.max_positions) if c.max_positions is not None else None  # None: relative positions only
+        self.layers, self.heads, self.d_ffn = self.sizes()[stack]
         self._weights: Weights | None = None  # read by ``score_modifiers`` (T5's bias table), set by ``embed``
 
     @abc.abstractmethod
-    def sizes(self, config: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    def sizes(self) -> dict[str, tuple[int, int, int]]:
         """stack -> (layers, heads, F) from config.json."""
 
     @property
@@ -69,7 +80,7 @@ class Seq2Seq(Family):
     @property
     def decoder_start(self) -> int:
         """The decoder's first input id: config.json's ``decoder_start_token_id``, else the family's default."""
-        start = self.config.get("decoder_start_token_id")
+        start = self.c.decoder_start_token_id
         if start is None:
             start = self.pad if self.start_default is None else self.start_default
         return int(start)

@@ -6,6 +6,7 @@ Shapes: N a stack's tokens, D d_model, H heads, F the feed-forward's inner size.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,8 @@ from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
 from attn_cli.sources.checkpoint.families.bert import relative_buckets
 from attn_cli.sources.checkpoint.families.norms import rms_norm_in_gain_dtype
-from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, clamp_float16
+from attn_cli.sources.checkpoint.families.config import key
+from attn_cli.sources.checkpoint.families.seq2seq import Seq2Seq, Seq2SeqConfig, clamp_float16
 from attn_cli.sources.checkpoint.files import ROOT
 
 # the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
@@ -26,6 +28,21 @@ ENCODER_DECODER_TYPES = {"t5": ("t5", "T5")}
 
 def _has_infinity(hidden: torch.Tensor) -> bool:
     return bool(torch.isinf(hidden).any())
+
+
+@dataclasses.dataclass(frozen=True)
+class T5Config(Seq2SeqConfig):
+    layers: int = key("num_layers")
+    decoder_layers: int | None = key("num_decoder_layers")  # None: as many as the encoder's
+    heads: int = key("num_heads")
+    d_ff: int = key("d_ff", 0)
+    d_kv: int = key("d_kv")
+    buckets: int = key("relative_attention_num_buckets", 32)
+    max_distance: int = key("relative_attention_max_distance", 128)
+    eps: float = key("layer_norm_epsilon", 1e-6)
+    feed_forward_proj: str = key("feed_forward_proj", "relu")
+    scale_decoder_outputs: bool | None = key("scale_decoder_outputs")  # transformers 5; None: scaled where tied
+    tie_word_embeddings: bool | None = key("tie_word_embeddings", True)
 
 
 class T5(Seq2Seq):
@@ -42,14 +59,15 @@ class T5(Seq2Seq):
     out_proj_name = "SelfAttention.o, and EncDecAttention.o in cross-attention"
     layer_name = {"encoder": "encoder.block.{layer}.", "decoder": "decoder.block.{layer}."}
 
+    config_class = T5Config
+
     def __init__(self, config: dict[str, Any], stack: str) -> None:
         super().__init__(config, stack)
-        self.d_kv = int(config["d_kv"])
-        self.buckets = int(config.get("relative_attention_num_buckets", 32))
-        self.max_distance = int(config.get("relative_attention_max_distance", 128))
-        self.eps = float(config.get("layer_norm_epsilon", 1e-6))
+        c = self.c
+        assert isinstance(c, T5Config)
+        self.d_kv, self.buckets, self.max_distance, self.eps = int(c.d_kv), int(c.buckets), int(c.max_distance), float(c.eps)
         # T5Config: "relu" or "gated-gelu" ("gated-gelu" means gelu_new, the tanh approximation)
-        proj = str(config.get("feed_forward_proj", "relu"))
+        proj = str(c.feed_forward_proj)
         parts = proj.split("-")
         if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
             raise ModelUnavailable(f"config.json feed_forward_proj {proj!r}: T5 reads 'ACT' or 'gated-ACT'")
@@ -59,14 +77,12 @@ class T5(Seq2Seq):
         self._bias: dict[int, torch.Tensor] = {}
         self.max_positions = None  # relative positions: any length
 
-    def sizes(self, config: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
-        encoder_layers = int(config["num_layers"])
-        decoder_layers = config.get("num_decoder_layers")
-        heads, d_ff = int(config["num_heads"]), int(config.get("d_ff", 0))
-        return {
-            "encoder": (encoder_layers, heads, d_ff),
-            "decoder": (int(decoder_layers if decoder_layers is not None else encoder_layers), heads, d_ff),
-        }
+    def sizes(self) -> dict[str, tuple[int, int, int]]:
+        c = self.c
+        assert isinstance(c, T5Config)
+        heads, d_ff = int(c.heads), int(c.d_ff)
+        decoder_layers = c.decoder_layers if c.decoder_layers is not None else c.layers
+        return {"encoder": (int(c.layers), heads, d_ff), "decoder": (int(decoder_layers), heads, d_ff)}
 
     @property
     def head_dim(self) -> int:
@@ -138,6 +154,8 @@ class T5(Seq2Seq):
         decoder's output times d_model ** -0.5 first where the config ties the embeddings (T5
         v1.0; transformers 5 writes the choice as ``scale_decoder_outputs``)."""
         own = f"{ROOT}lm_head.weight"
-        scaled = self.config.get("scale_decoder_outputs", self.config.get("tie_word_embeddings", True) is not False)
+        c = self.c
+        assert isinstance(c, T5Config)
+        scaled = c.scale_decoder_outputs if c.scale_decoder_outputs is not None else c.tie_word_embeddings is not False
         weight = own if weights.has(own) else "shared.weight"
         return Head(weight, tied=weight != own, input_scale=self.d_model**-0.5 if scaled else None)
