@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import checkpoints
+from invoking import invoke
+
 from attn_cli.analysis import norms as norms_module
 from attn_cli.analysis import rollout as rollout_module
 from attn_cli.analysis.norms import head_outputs, value_norms
@@ -296,22 +298,12 @@ def test_norms_never_build_a_tensor_per_pair_of_tokens_and_dimension(monkeypatch
 # -- the command line -------------------------------------------------------------
 
 
-def cli(*args: str) -> Any:
-    from typer.testing import CliRunner
-
-    from attn_cli.cli import app
-
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.stderr
-    return result
-
-
 def test_run_json_has_the_rollout_and_norms_only_when_asked(gpt2_folder: Path) -> None:
     import json
 
-    plain = json.loads(cli("run", TEXT, "--model", str(gpt2_folder), "-F", "json").stdout)
+    plain = json.loads(invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json").stdout)
     assert "rollout" not in plain and "norms" not in plain["layers"][0] and "norms" not in plain["layers"][0]["heads"][0]
-    data = json.loads(cli("run", TEXT, "--model", str(gpt2_folder), "-F", "json", "--rollout", "--norms", "--layer", "1").stdout)
+    data = json.loads(invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "json", "--rollout", "--norms", "--layer", "1").stdout)
     assert data["rollout"]["through_layer"] == 1
     expected = direct_rollout(reference_attentions(gpt2_folder, TEXT), 1)
     torch.testing.assert_close(torch.tensor(data["rollout"]["weights"]), expected, atol=1e-5, rtol=0)
@@ -327,7 +319,7 @@ def test_run_csv_has_rollout_norms_and_layer_norms_tables(gpt2_folder: Path) -> 
     import csv
     import io
 
-    out = cli("run", TEXT, "--model", str(gpt2_folder), "-F", "csv", "--rollout", "--norms", "--layer", "2", "--hide-tokens", "0").stdout
+    out = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "csv", "--rollout", "--norms", "--layer", "2", "--hide-tokens", "0").stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     n = len([r for r in rows if r["table"] == "token_id"])
     by_table: dict[str, list[dict[str, str]]] = {}
@@ -344,11 +336,11 @@ def test_run_csv_has_rollout_norms_and_layer_norms_tables(gpt2_folder: Path) -> 
 
 
 def test_tables_show_the_rollout_and_norms(gpt2_folder: Path) -> None:
-    plain = cli("run", TEXT, "--model", str(gpt2_folder), "-F", "table").stdout
+    plain = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "table").stdout
     assert "Attention rollout" not in plain and "Value-weighted norms" not in plain
-    both = cli("run", TEXT, "--model", str(gpt2_folder), "-F", "table", "--rollout", "--norms", "--head", "0").stdout
+    both = invoke("run", TEXT, "--model", str(gpt2_folder), "-F", "table", "--rollout", "--norms", "--head", "0").stdout
     assert "Attention rollout  of layers 0 to 2" in both and "Value-weighted norms  ||a_ij f(x_j)||" in both
-    asked = cli("run", TEXT, "--model", str(gpt2_folder), "--show", "norms,rollout").stdout  # --show asks for them
+    asked = invoke("run", TEXT, "--model", str(gpt2_folder), "--show", "norms,rollout").stdout  # --show asks for them
     assert "Attention rollout" in asked and asked.count("Value-weighted norms") == 5  # four heads, and the layer
 
 
@@ -397,27 +389,23 @@ def dataclasses_replace(obj: Any, **changes: Any) -> Any:
 
 
 def test_heatmap_command_rollout_and_norms(gpt2_folder: Path, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from attn_cli.cli import app
-
     out = tmp_path / "r.png"
-    cli("heatmap", TEXT, "--model", str(gpt2_folder), "--rollout", "--layer", "0-1", "-o", str(out))
+    invoke("heatmap", TEXT, "--model", str(gpt2_folder), "--rollout", "--layer", "0-1", "-o", str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"
-    cli("heatmap", TEXT, "--model", str(gpt2_folder), "--what", "norms", "--layer", "all", "-o", str(tmp_path / "n.svg"))
+    invoke("heatmap", TEXT, "--model", str(gpt2_folder), "--what", "norms", "--layer", "all", "-o", str(tmp_path / "n.svg"))
     assert (tmp_path / "n.svg").stat().st_size > 1000
     for args, said in (
         (("--rollout", "--what", "scores"), "--rollout draws the rollout"),
         (("--rollout", "--split-heads"), "one matrix for every head"),
     ):
-        result = CliRunner().invoke(app, ["heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(tmp_path / "x.png")])
+        result = invoke("heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(tmp_path / "x.png"), code=None)
         assert result.exit_code == 2 and said in result.stderr and not (tmp_path / "x.png").exists()
 
 
 def test_heads_reports_the_norm_share_of_the_special_tokens(bert_folder: Path) -> None:
     import json
 
-    data = json.loads(cli("heads", TEXT, "--model", str(bert_folder), "-F", "json", "--no-probe").stdout)
+    data = json.loads(invoke("heads", TEXT, "--model", str(bert_folder), "-F", "json", "--no-probe").stdout)
     from attn_cli.sources.checkpoint import open_checkpoint
 
     tokens = open_checkpoint(str(bert_folder)).tokenizer.encode(TEXT)
@@ -431,35 +419,31 @@ def test_heads_reports_the_norm_share_of_the_special_tokens(bert_folder: Path) -
         assert entry["special_mass"] == pytest.approx(weights[:, special].sum(-1).mean().item(), rel=1e-5)
     # the negative control: the two shares are different numbers
     assert any(abs(e["norm_special_mass"] - e["special_mass"]) > 0.01 for e in data["heads"])
-    table = cli("heads", TEXT, "--model", str(bert_folder), "-F", "table", "--no-probe").stdout
+    table = invoke("heads", TEXT, "--model", str(bert_folder), "-F", "table", "--no-probe").stdout
     assert "Special tokens: weight vs what moves" in table
 
 
 def test_a_saved_run_redraws_its_rollout_and_norms(gpt2_folder: Path, bert_folder: Path, tmp_path: Path) -> None:
     saved = tmp_path / "saved.json"
-    cli("run", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "-o", str(saved))
+    invoke("run", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "-o", str(saved))
     for args in (("--rollout",), ("--what", "norms"), ("--what", "norms", "--layer", "all")):
         direct, again = tmp_path / "direct.png", tmp_path / "again.png"
-        cli("heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(direct))
-        cli("heatmap", "--from", str(saved), *args, "-o", str(again))
+        invoke("heatmap", TEXT, "--model", str(gpt2_folder), *args, "-o", str(direct))
+        invoke("heatmap", "--from", str(saved), *args, "-o", str(again))
         assert direct.read_bytes() == again.read_bytes(), args
     import json
 
     bert_saved = tmp_path / "bert.json"  # BERT: [CLS] and [SEP] are special, so the share is a number
-    cli("run", TEXT, "--model", str(bert_folder), "--norms", "-o", str(bert_saved))
-    from_file = json.loads(cli("heads", "--from", str(bert_saved), "-F", "json").stdout)["heads"]
-    direct = json.loads(cli("heads", TEXT, "--model", str(bert_folder), "--no-probe", "-F", "json").stdout)["heads"]
+    invoke("run", TEXT, "--model", str(bert_folder), "--norms", "-o", str(bert_saved))
+    from_file = json.loads(invoke("heads", "--from", str(bert_saved), "-F", "json").stdout)["heads"]
+    direct = json.loads(invoke("heads", TEXT, "--model", str(bert_folder), "--no-probe", "-F", "json").stdout)["heads"]
     assert [h["norm_special_mass"] for h in from_file] == [h["norm_special_mass"] for h in direct]
     assert all(isinstance(h["norm_special_mass"], float) for h in direct)
     # a file without norms says so; one with a few heads cannot roll out
-    from typer.testing import CliRunner
-
-    from attn_cli.cli import app
-
     plain = tmp_path / "plain.json"
-    cli("run", TEXT, "--model", str(gpt2_folder), "--head", "0", "-F", "json", "-o", str(plain))
+    invoke("run", TEXT, "--model", str(gpt2_folder), "--head", "0", "-F", "json", "-o", str(plain))
     for args, said in ((("--what", "norms"), "holds no value-weighted norms"), (("--rollout",), "averages every head")):
-        result = CliRunner().invoke(app, ["heatmap", "--from", str(plain), *args, "-o", str(tmp_path / "x.png")])
+        result = invoke("heatmap", "--from", str(plain), *args, "-o", str(tmp_path / "x.png"), code=None)
         assert result.exit_code == 2 and said in result.stderr, result.stderr
 
 
@@ -483,7 +467,7 @@ def test_the_html_page_carries_the_rollout_and_norms(gpt2_folder: Path, tmp_path
     from html_support import chunk, manifest
 
     out = tmp_path / "page.html"
-    cli("html", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "--layer", "0-1", "-o", str(out))
+    invoke("html", TEXT, "--model", str(gpt2_folder), "--rollout", "--norms", "--layer", "0-1", "-o", str(out))
     html = out.read_text(encoding="utf-8")
     (m,) = manifest(html)["traces"]
     trace = checkpoint_trace(gpt2_folder, TEXT, layers=(0, 1), rollout=True, norms=True)
@@ -494,6 +478,6 @@ def test_the_html_page_carries_the_rollout_and_norms(gpt2_folder: Path, tmp_path
     for layer, entry in zip(trace.layers, m["layers"]):
         assert np.array_equal(chunk(html, entry["norms"]), layer.norms.numpy())
     plain = tmp_path / "plain.html"
-    cli("html", TEXT, "--model", str(gpt2_folder), "-o", str(plain))
+    invoke("html", TEXT, "--model", str(gpt2_folder), "-o", str(plain))
     (p,) = manifest(plain.read_text(encoding="utf-8"))["traces"]
     assert p["rollout"] is None and all(entry["norms"] is None for entry in p["layers"])

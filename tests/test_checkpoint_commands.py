@@ -14,9 +14,6 @@ import pytest
 import test_checkpoint_decoders as decoders
 import test_checkpoint_encoders as encoders
 from invoking import invoke
-from typer.testing import CliRunner
-
-from attn_cli.cli import app
 
 FAMILIES = {
     # name: (the test module that builds it, the family JSON names)
@@ -92,8 +89,7 @@ def test_models_lists_a_cache_of_several_families(folder, tmp_path: Path) -> Non
         shutil.copytree(folder(name), snapshot)
         (cache / f"models--test--{name}" / "refs").mkdir()
         (cache / f"models--test--{name}" / "refs" / "main").write_text("a" * 40)
-    result = CliRunner().invoke(app, ["models", "--format", "json"], env={"HF_HUB_CACHE": str(cache)})
-    assert result.exit_code == 0, result.output
+    result = invoke("models", "--format", "json", env={"HF_HUB_CACHE": str(cache)})
     listed = {m["name"]: m for m in json.loads(result.stdout)}
     assert {m["family"] for m in listed.values()} == {"gemma2", "phi3", "modernbert", "mpnet"}
     assert all(m["supported"] for m in listed.values())
@@ -104,5 +100,4 @@ def test_hidden_tokens_cut_the_position_bias_too(folder, tmp_path: Path) -> None
     softmax input shown is still the weights' (a bias left whole did not fit the cut scores)."""
     model = str(folder("mpnet"))
     for args in (["run", "--show", "scaled,weights"], ["run", "-F", "json"], ["heatmap", "--what", "scaled", "-o", str(tmp_path / "b.png")]):
-        result = CliRunner().invoke(app, [args[0], "The cat sat on the mat", "--model", model, "--hide-tokens", "special", *args[1:]])
-        assert result.exit_code == 0, result.output
+        invoke(args[0], "The cat sat on the mat", "--model", model, "--hide-tokens", "special", *args[1:])

@@ -300,12 +300,9 @@ def test_a_7b_config_is_refused_or_accepted_from_its_config_alone(
 
 
 def test_run_takes_dtype_and_says_what_ran(folders) -> None:
-    from typer.testing import CliRunner
+    from invoking import invoke
 
-    from attn_cli.cli import app
-
-    result = CliRunner().invoke(app, ["run", TEXT, "--model", str(folders("llama")), "--dtype", "bfloat16", "--format", "json"])
-    assert result.exit_code == 0, result.output
+    result = invoke("run", TEXT, "--model", str(folders("llama")), "--dtype", "bfloat16", "--format", "json")
     data = json.loads(result.stdout)
     assert (data["model"]["dtype"], data["model"]["kv_heads"], data["model"]["heads"]) == ("bfloat16", 2, 8)
     assert data["tokens"][0]["special"] is True
@@ -313,11 +310,9 @@ def test_run_takes_dtype_and_says_what_ran(folders) -> None:
 
 @pytest.mark.parametrize("flag", [["--dtype", "bfloat16"], ["--device", "cpu"]])
 def test_dtype_and_device_need_a_model(flag: list[str]) -> None:
-    from typer.testing import CliRunner
+    from invoking import invoke
 
-    from attn_cli.cli import app
     from attn_cli.runtime.errors import ExitStatus
 
-    result = CliRunner().invoke(app, ["run", TEXT, *flag])
-    assert result.exit_code == ExitStatus.USAGE
+    result = invoke("run", TEXT, *flag, code=ExitStatus.USAGE)
     assert f"{flag[0]} only makes sense with --model" in result.stderr

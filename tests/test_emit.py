@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
-from typer.testing import CliRunner
+from invoking import invoke
 
-from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.sources.toy.emit import script_for, script_for_run
 from attn_cli.sources.toy.script import float32_literal as _float32
@@ -209,8 +208,7 @@ def test_the_script_writes_the_numbers_as_attn_cli_does(tmp_path: Path) -> None:
 
 def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:
     """`attn-cli run ... --emit-python > attention.py; python attention.py` prints readable tensors."""
-    result = CliRunner().invoke(app, ["run", "I saw a saw", "-t", "words", "--heads", "2", "--causal", "--emit-python"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "I saw a saw", "-t", "words", "--heads", "2", "--causal", "--emit-python")
     script = tmp_path / "attention.py"
     script.write_text(result.stdout, encoding="utf-8")
     proc = _python(str(script))
@@ -225,31 +223,27 @@ def test_a_script_runs_as_a_user_runs_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["run", "explain", "heatmap"])
 def test_every_command_emits_the_same_script(command: str) -> None:
     argv = [command, LIFE, "-t", "words", "--heads", "2", "--out-proj", "--seed", "5", "--emit-python"]
-    result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 0, result.stderr
+    result = invoke(*argv)
     run = ToySource(Config(tokenizer="words", heads=2, out_proj=True, seed=5)).run(LIFE)
     assert result.stdout == script_for_run(run)
     compile(result.stdout, "attention.py", "exec")
 
 
 def test_emit_python_with_lines_covers_the_first_text_and_says_so() -> None:
-    result = CliRunner().invoke(app, ["run", "-", "--lines", "-t", "words", "--emit-python"], input="I saw a saw\nHello shiny sun\n")
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "-", "--lines", "-t", "words", "--emit-python", input="I saw a saw\nHello shiny sun\n")
     assert "text = 'I saw a saw'" in result.stdout
     assert "Hello" not in result.stdout
     assert "first of 2 texts" in result.stderr
 
 
 def test_emit_python_refuses_an_output_file(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["run", LIFE, "-t", "words", "--emit-python", "-o", str(tmp_path / "x.json")])
-    assert result.exit_code == 2
+    result = invoke("run", LIFE, "-t", "words", "--emit-python", "-o", str(tmp_path / "x.json"), code=2)
     assert "redirect" in result.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_emit_python_reports_the_tokenizer_fallback_on_stderr() -> None:
-    result = CliRunner().invoke(app, ["run", LIFE, "--emit-python"])  # default gpt2 is not available offline in tests
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", LIFE, "--emit-python")  # default gpt2 is not available offline in tests
     assert "'words' tokenizer is used" in result.stderr
     assert "unicodedata.category" in result.stdout and "import tiktoken" not in result.stdout
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 from attn_cli.sources.attend import causal_mask
 
 import dataclasses
+import functools
 import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
+import invoking
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.sources.toy.source import ToySource
 from attn_cli.render.explain import CORNER, FULL_T, Explanation, Grid, Line, explain, to_rich, to_text
@@ -29,8 +29,7 @@ def run_of(text: str = LIFE, **options: Any):
     return ToySource(Config(tokenizer="words", **options)).run(text)
 
 
-def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None):
-    return CliRunner().invoke(app, ["explain", *args], env=env, input=input)
+cli = functools.partial(invoking.invoke, code=None, command=("explain",))
 
 
 def step(expl: Explanation, number: int):
@@ -331,8 +330,7 @@ def test_entropy_is_the_one_run_prints(query: int | None) -> None:
             assert row[3] == f"{stats.entropy_bits[query]:.12f}"
     if query is not None:  # and `attn-cli run --query` prints those very digits
         argv = ["I saw a saw and a saw", "-t", "words", "--heads", "2", "--causal", "--query", str(query), "--precision", "12"]
-        result = CliRunner().invoke(app, ["run", *argv])
-        assert result.exit_code == 0, result.stderr
+        result = invoking.invoke("run", *argv)
         assert re.findall(r"entropy (\d+\.\d+) bits", result.stdout) == [row[3] for row in summary.rows]
         explained = cli(*argv, "--format", "text")
         assert explained.exit_code == 0, explained.stderr

@@ -10,17 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from attn_cli.cli import app
+from invoking import invoke
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "It's a saw; \"quoted\" and $HOME"  # a quote, double quotes and a $ the shell must not expand
 
 
 def suggested(args: list[str]) -> list[str]:
-    result = CliRunner().invoke(app, ["explain", *args, "--format", "text"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("explain", *args, "--format", "text")
     # commands, not mentions of a command's name (`attn-cli heads` gives every head a role)
     commands = [c for c in re.findall(r"`(attn-cli [^`]*)`", result.stdout) if len(c.split()) > 2]
     assert commands, result.stdout

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import checkpoints
-from attn_cli.cli import app
+from invoking import invoke
 from attn_cli.sources.toy.config import Config
 from attn_cli.analysis.headroles import text_scores
 from attn_cli.sources.checkpoint.source import CheckpointSource
@@ -130,8 +129,7 @@ def test_the_roles_step_uses_the_heads_definitions(folder: Path) -> None:
 
 
 def test_explain_model_on_the_command_line(folder: Path) -> None:
-    result = CliRunner().invoke(app, ["explain", TEXT, "--model", str(folder), "--layer", "-1", "--head", "3", "-F", "text"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("explain", TEXT, "--model", str(folder), "--layer", "-1", "--head", "3", "-F", "text")
     assert "Attention in layer 2, head 3 of" in result.stdout
     for title in ("1. Tokenize", "2. The layer's input", "3. Project", "7. Softmax", "9. Heads and output", "10. What this head does"):
         assert title in result.stdout
@@ -146,6 +144,5 @@ def test_explain_model_follows_a_query(folder: Path) -> None:
 
 
 def test_explain_model_refuses_several_heads(folder: Path) -> None:
-    result = CliRunner().invoke(app, ["explain", TEXT, "--model", str(folder), "--head", "0-1"])
-    assert result.exit_code == 2
+    result = invoke("explain", TEXT, "--model", str(folder), "--head", "0-1", code=2)
     assert "give a single index" in result.stderr

@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from invoking import invoke
 
 from attn_cli.runtime import files
-from attn_cli.cli import app
 from attn_cli.runtime.errors import OutputError
 from attn_cli.runtime.files import atomic_writer
 
@@ -74,24 +73,21 @@ COMMANDS = [
 def test_every_command_that_writes_files_honours_no_clobber(tmp_path: Path, args: list[str], name: str) -> None:
     target = tmp_path / name
     target.write_bytes(b"precious")
-    result = CliRunner().invoke(app, [*args, "-o", str(target), "--no-clobber"])
-    assert result.exit_code == 1, result.output
+    result = invoke(*args, "-o", str(target), "--no-clobber", code=1)
     assert f"{target} already exists" in result.stderr and "--no-clobber" in result.stderr
     assert target.read_bytes() == b"precious"
     assert [p.name for p in tmp_path.iterdir()] == [name]
     fresh = tmp_path / f"fresh{target.suffix}"
-    result = CliRunner().invoke(app, [*args, "-o", str(fresh), "--no-clobber"])
-    assert result.exit_code == 0, result.output
+    invoke(*args, "-o", str(fresh), "--no-clobber")
     assert fresh.stat().st_size > 0
 
 
 @pytest.mark.parametrize(("command", "name"), [("heatmap", "a-b.png"), ("html", "a-b.html")])
 def test_replacing_a_default_name_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, name: str) -> None:
     monkeypatch.chdir(tmp_path)
-    first = CliRunner().invoke(app, [command, "a b", "-t", "words"])
+    first = invoke(command, "a b", "-t", "words", code=None)
     assert first.exit_code == 0 and "replaced" not in first.stderr
-    again = CliRunner().invoke(app, [command, "a b", "-t", "words"])
-    assert again.exit_code == 0
+    again = invoke(command, "a b", "-t", "words")
     assert f"note: replaced {name}" in again.stderr
-    named = CliRunner().invoke(app, [command, "a b", "-t", "words", "-o", name])  # the user named it: no note
+    named = invoke(command, "a b", "-t", "words", "-o", name, code=None)  # the user named it: no note
     assert named.exit_code == 0 and "replaced" not in named.stderr

@@ -5,16 +5,16 @@ heads built to do one thing are found and ranked as doing it."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import checkpoints
-from attn_cli.cli import app
+import invoking
 from attn_cli.analysis.headroles import HeadScores, Probe, make_probe, probe_scores, role_of, text_scores
 from attn_cli.render.terminal.heads import top_heads
 
@@ -22,8 +22,7 @@ TEXT = "The cat sat on the mat, and the dog sat on the log."
 R = 12
 
 
-def cli(*args: str):
-    return CliRunner().invoke(app, ["heads", *args])
+cli = functools.partial(invoking.invoke, code=None, command=("heads",))
 
 
 def json_of(*args: str) -> dict:
@@ -275,14 +274,10 @@ def test_probe_longer_than_the_model_is_a_usage_error(folder: Path) -> None:
 
 def test_max_tokens_is_the_texts_limit_not_the_probes(tmp_path_factory) -> None:
     """A 2-token text with a 40-token probe under --max-tokens 20: the text is within it."""
-    from typer.testing import CliRunner
-
     import checkpoints
-    from attn_cli.cli import app
 
     gpt2 = checkpoints.built(tmp_path_factory, "gpt2", checkpoints.build_gpt2)
     args = ["heads", "hi there", "--model", str(gpt2), "--probe-length", "20", "-F", "json"]
-    result = CliRunner().invoke(app, [*args, "--max-tokens", "20"])
-    assert result.exit_code == 0, result.output
-    too_long = CliRunner().invoke(app, [*args, "--max-tokens", "1"])
+    invoking.invoke(*args, "--max-tokens", "20")
+    too_long = invoking.invoke(*args, "--max-tokens", "1", code=None)
     assert too_long.exit_code == 4 and "the text has" in too_long.stderr

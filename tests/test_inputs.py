@@ -9,13 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from invoking import invoke
 
-from attn_cli.cli import app, inputs
+from attn_cli.cli import inputs
 from attn_cli.cli.inputs import read_texts, resolve_position
 from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError, UsageError
-
-runner = CliRunner()
 
 
 def fake_stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
@@ -133,8 +131,7 @@ def test_a_failing_stdin_is_a_runtime_error(monkeypatch: pytest.MonkeyPatch) -> 
     ],
 )
 def test_input_errors_are_one_line_and_exit_2(args: list[str], stdin: bytes, message: str) -> None:
-    result = runner.invoke(app, args, input=stdin)
-    assert result.exit_code == ExitStatus.USAGE, result.output
+    result = invoke(*args, input=stdin, code=ExitStatus.USAGE)
     assert result.stderr.startswith(f"attn-cli: error: {message}")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stdout == ""
@@ -142,8 +139,7 @@ def test_input_errors_are_one_line_and_exit_2(args: list[str], stdin: bytes, mes
 
 def test_no_text_and_a_terminal_prints_help(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inputs, "_stdin_is_terminal", lambda: True)
-    result = runner.invoke(app, ["run"])
-    assert result.exit_code == ExitStatus.USAGE
+    result = invoke("run", code=ExitStatus.USAGE)
     assert "Usage: attn-cli run [OPTIONS] [TEXT]" in result.stdout
     assert "--show" in result.stdout
 
@@ -231,8 +227,7 @@ def test_a_checkpoint_sees_the_argument_as_transformers_would(gpt2_folder: Path)
     from tokenizers import Tokenizer
 
     text = "two lines\n"
-    result = runner.invoke(app, ["run", "--model", str(gpt2_folder), text, "-F", "json"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "--model", str(gpt2_folder), text, "-F", "json")
     data = json.loads(result.stdout)
     want = Tokenizer.from_file(str(gpt2_folder / "tokenizer.json")).encode(text).ids
     assert data["text"] == text and [t["id"] for t in data["tokens"]] == want

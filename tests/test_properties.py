@@ -19,10 +19,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from invoking import invoke
 
 from attn_cli.sources.toy.model import self_attention
-from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init, Positional
 from attn_cli.runtime.errors import AttnCliError, ExitStatus, InputError
 from attn_cli.sources.toy.source import ToySource
@@ -324,12 +323,11 @@ def check_cli_answer(result, *, expect_json: bool = True) -> dict | None:
 @example(text="--help", via="argument")
 @example(text="\ufeffbom first\r\n", via="stdin")
 def test_cli_answers_any_text_with_json_or_one_line(text: str, via: str) -> None:
-    runner = CliRunner()
     opts = ["run", "--tokenizer", "words", "--format", "json"]
     if via == "stdin":
-        result = runner.invoke(app, [*opts, "-"], input=text.encode("utf-8", errors="surrogatepass"))
+        result = invoke(*opts, "-", input=text.encode("utf-8", errors="surrogatepass"), code=None)
     else:
-        result = runner.invoke(app, [*opts, "--", text], input=b"")
+        result = invoke(*opts, "--", text, input=b"", code=None)
     data = check_cli_answer(result)
     if data is not None:
         assert data["tokenizer"] == "words"
@@ -344,7 +342,7 @@ def test_cli_answers_any_text_with_json_or_one_line(text: str, via: str) -> None
 @given(text=ODD_TEXTS)
 @example(text="\x1b[31mred\x1b[0m [b]bold[/b] \x00 \u202eevil")
 def test_table_output_never_passes_control_characters_to_the_terminal(text: str) -> None:
-    result = CliRunner().invoke(app, ["run", "--tokenizer", "words", "--format", "table", "-"], input=text.encode("utf-8", errors="surrogatepass"))
+    result = invoke("run", "--tokenizer", "words", "--format", "table", "-", input=text.encode("utf-8", errors="surrogatepass"), code=None)
     check_cli_answer(result, expect_json=False)
     if result.exit_code == 0:
         bad = {c for c in result.stdout if unicodedata.category(c) == "Cc" and c != "\n"}
@@ -354,9 +352,8 @@ def test_table_output_never_passes_control_characters_to_the_terminal(text: str)
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(text=SENTENCES, heads=st.sampled_from([1, 2, 4]), causal=st.booleans())
 def test_cli_json_and_csv_carry_the_same_numbers(text: str, heads: int, causal: bool) -> None:
-    runner = CliRunner()
     opts = ["run", "--tokenizer", "words", "--heads", str(heads), *(["--causal"] if causal else []), "--", text]
-    as_json = runner.invoke(app, [*opts[:-2], "--format", "json", *opts[-2:]])
-    as_csv = runner.invoke(app, [*opts[:-2], "--format", "csv", *opts[-2:]])
+    as_json = invoke(*opts[:-2], "--format", "json", *opts[-2:], code=None)
+    as_csv = invoke(*opts[:-2], "--format", "csv", *opts[-2:], code=None)
     assert as_json.exit_code == 0 and as_csv.exit_code == 0, as_json.stderr + as_csv.stderr
     assert json_numbers(json.loads(as_json.stdout)) == csv_numbers(as_csv.stdout)

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 from invoking import invoke
-from typer.testing import CliRunner
 
-from attn_cli.cli import app, output
+from attn_cli.cli import output
 from attn_cli.runtime.errors import ExitStatus
 
 SAW = ["run", "I saw a saw", "-t", "words"]
@@ -404,8 +403,7 @@ def test_jsonl_is_accepted_as_json_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["run", "heads"])
 @pytest.mark.parametrize("name", ["x.tsv", "x.md", "x.xlsx", "x.json.gz"])
 def test_an_output_name_of_another_format_is_refused_and_nothing_written(tmp_path: Path, command: str, name: str) -> None:
-    result = CliRunner().invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / name)])
-    assert result.exit_code == 2, result.output
+    result = invoke(command, "I saw a saw", "-t", "words", "-o", str(tmp_path / name), code=2)
     line = result.stderr.strip()
     assert line.startswith("attn-cli: error: -o ") and ".json, .jsonl, .ndjson, .csv, .txt" in line and "\n" not in line
     assert list(tmp_path.iterdir()) == []
@@ -416,12 +414,11 @@ def test_output_names_and_formats(tmp_path: Path, command: str) -> None:
     """No suffix: JSON; a known one: its format; an explicit --format that the name
     contradicts wins, with one note (the negative control of the refusal above: these
     names are written)."""
-    runner = CliRunner()
-    plain = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "noext")])
+    plain = invoke(command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "noext"), code=None)
     assert plain.exit_code == 0 and (tmp_path / "noext").read_text().startswith("{")
-    csv = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "x.CSV")])
+    csv = invoke(command, "I saw a saw", "-t", "words", "-o", str(tmp_path / "x.CSV"), code=None)
     assert csv.exit_code == 0 and not (tmp_path / "x.CSV").read_text().startswith("{")
-    forced = runner.invoke(app, [command, "I saw a saw", "-t", "words", "-F", "csv", "-o", str(tmp_path / "x.json")])
+    forced = invoke(command, "I saw a saw", "-t", "words", "-F", "csv", "-o", str(tmp_path / "x.json"), code=None)
     assert forced.exit_code == 0 and not (tmp_path / "x.json").read_text().startswith("{")
     notes = [line for line in forced.stderr.splitlines() if line.startswith("note: -o")]
     assert notes == [f"note: -o {tmp_path / 'x.json'}: writing CSV as --format says, though the name says JSON"]

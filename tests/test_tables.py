@@ -635,10 +635,9 @@ def test_stats_of_some_rows_are_those_rows_of_every_rows_stats(monkeypatch: pyte
 
 
 def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from typer.testing import CliRunner
+    from invoking import invoke
 
     from attn_cli.analysis import stats as stats_module
-    from attn_cli.cli import app
 
     rows_done = 0
     original = stats_module.entropy_bits
@@ -652,10 +651,9 @@ def test_the_default_view_of_a_long_text_computes_only_the_rows_it_shows(monkeyp
     n = 600
     text = " ".join(f"w{i % 50}" for i in range(n))
     args = ["run", "-t", "words", "--causal", "--", text]
-    table = CliRunner().invoke(app, [*args[:-2], "-F", "table", "--query", "100", "--show", "stats", *args[-2:]], env={"COLUMNS": "200"})
-    assert table.exit_code == 0, table.stderr
+    table = invoke(*args[:-2], "-F", "table", "--query", "100", "--show", "stats", *args[-2:], env={"COLUMNS": "200"})
     assert rows_done == cells.ROW_LIMIT + 2  # the rows shown and the followed query, not 600
-    data = json.loads(CliRunner().invoke(app, [*args[:-2], "-F", "json", *args[-2:]]).stdout)
+    data = json.loads(invoke(*args[:-2], "-F", "json", *args[-2:]).stdout)
     stats, labels = data["layers"][0]["heads"][0]["stats"], [t["label"] for t in data["tokens"]]
     shown = [*range(cells.ROW_LIMIT), n - 1]
     body = [row for row in section(table.stdout, "Statistics") if row[0] != "⋮"]
@@ -677,9 +675,7 @@ def test_one_heads_stats_are_that_heads() -> None:
 
 
 def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    from typer.testing import CliRunner
-
-    from attn_cli.cli import app
+    from invoking import invoke
 
     styled = 0
     original = cells.weight_style
@@ -692,8 +688,7 @@ def test_a_2000_token_text_prints_a_bounded_default_view(monkeypatch: pytest.Mon
     monkeypatch.setattr(cells, "weight_style", counting)
     n = 2000
     text = " ".join(f"w{i}" for i in range(n))
-    result = CliRunner().invoke(app, ["run", "-t", "words", "--format", "table", "--", text], env={"COLUMNS": "100"})
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "-t", "words", "--format", "table", "--", text, env={"COLUMNS": "100"})
     out = result.stdout
     rows = cells.ROW_LIMIT + 1
     assert styled <= rows * 12, f"{styled} weight cells styled for {rows} rows shown"

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
-from typer.testing import CliRunner
+from invoking import invoke
 
 from attn_cli.runtime import threads
-from attn_cli.cli import app
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +68,9 @@ FOLLOW_THE_SETTING = "import attn_cli.runtime.threads as t\nt.toy_threads = lamb
 
 
 # Runs each command line through the CLI in one process (a fresh process per thread
-# setting, as a user's would be) and prints what each wrote to stdout.
+# setting, as a user's would be) and prints what each wrote to stdout. CliRunner itself, not
+# tests/invoking.py: this is the child's own script, and the child has attn_cli on its path,
+# not tests/.
 DRIVER = """
 import json, sys
 from typer.testing import CliRunner
@@ -125,11 +126,10 @@ def test_a_checkpoint_records_its_thread_count(gpt2_folder: Path, monkeypatch: p
     outputs = {}
     for n in ("1", "2", "2"):
         monkeypatch.setenv(threads.THREADS_ENV, n)
-        result = CliRunner().invoke(app, ["run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json"])
-        assert result.exit_code == 0, result.stderr
+        result = invoke("run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json")
         assert json.loads(result.stdout)["model"]["threads"] == int(n)
         outputs.setdefault(n, set()).add(result.stdout)
     assert len(outputs["2"]) == 1
     monkeypatch.delenv(threads.THREADS_ENV)
-    result = CliRunner().invoke(app, ["run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json"])
+    result = invoke("run", "--model", str(gpt2_folder), "The cat sat on the mat", "-F", "json")
     assert json.loads(result.stdout)["model"]["threads"] == 1  # a sentence through a tiny model: small work

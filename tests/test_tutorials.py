@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from typer.testing import CliRunner
+from invoking import invoke
 
-from attn_cli.cli import app
 from attn_cli.sources.toy.config import Config, Init
 from attn_cli.sources.toy.source import ToySource
 
@@ -140,11 +139,7 @@ def test_life_full_matrices(life) -> None:
 
 def test_life_through_the_command_line(life) -> None:
     ref, _ = life
-    result = CliRunner().invoke(
-        app,
-        ["run", HEADLINE, "--tokenizer", "words", "--d-k", "24", "--d-v", "28", "--init", "uniform", "--format", "json"],
-    )
-    assert result.exit_code == 0, result.output
+    result = invoke("run", HEADLINE, "--tokenizer", "words", "--d-k", "24", "--d-v", "28", "--init", "uniform", "--format", "json")
     data = json.loads(result.stdout)
     assert data["tokenizer"] == "words"
     assert [t["id"] for t in data["tokens"]] == [0, 4, 5, 2, 1, 3]
@@ -341,8 +336,7 @@ def test_multi_head_attention_through_the_command_line(journey_file: Path) -> No
         expected = mha(inputs().unsqueeze(0))[0]
     args = ["run", JOURNEY, "--tokenizer", "words", "--embeddings", str(journey_file), "--heads", "2",
             "--d-k", "1", "--d-v", "1", "--causal", "--out-proj", "--format", "json"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    result = invoke(*args)
     data = json.loads(result.stdout)
     assert len(data["layers"][0]["heads"]) == 2
     torch.testing.assert_close(torch.tensor(data["layers"][0]["output"]), expected, atol=1e-6, rtol=0)

@@ -6,9 +6,7 @@ typer 0.20.1 on PYTHONPATH as well as with the installed one.)"""
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
-
-from attn_cli.cli import app
+from invoking import invoke
 
 CASES = [
     (["run", "x", "-F", "xml"], "--format: xml is not one of auto, table, json, jsonl, csv"),
@@ -26,8 +24,7 @@ CASES = [
 
 @pytest.mark.parametrize("args, line", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_a_usage_error_is_one_line_in_our_words(args: list[str], line: str) -> None:
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2
+    result = invoke(*args, code=2)
     assert result.stderr == f"attn-cli: error: {line}\n"
     for theirs in ("Value error", "Input should", "Invalid value", "Possible options", "is not in the range"):
         assert theirs not in result.stderr
@@ -35,8 +32,7 @@ def test_a_usage_error_is_one_line_in_our_words(args: list[str], line: str) -> N
 
 def test_the_hint_is_right_a_text_after_two_dashes_runs() -> None:
     """The negative control of the hint: what it says to do works."""
-    result = CliRunner().invoke(app, ["run", "-t", "words", "-F", "json", "--", "-hello"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "-t", "words", "-F", "json", "--", "-hello")
     assert '"text": "-hello"' in result.stdout
 
 
@@ -44,11 +40,11 @@ def test_the_hint_is_right_a_text_after_two_dashes_runs() -> None:
 
 
 def test_debug_is_in_the_help_and_works_before_the_command() -> None:
-    assert "--debug" in CliRunner().invoke(app, ["--help"]).stdout
-    assert "--debug" in CliRunner().invoke(app, ["run", "--help"]).stdout
-    before = CliRunner().invoke(app, ["--debug", "run", "x", "--embeddings", "/nonexistent.json"])
-    after = CliRunner().invoke(app, ["run", "x", "--embeddings", "/nonexistent.json", "--debug"])
-    plain = CliRunner().invoke(app, ["run", "x", "--embeddings", "/nonexistent.json"])
+    assert "--debug" in invoke("--help").stdout
+    assert "--debug" in invoke("run", "--help").stdout
+    before = invoke("--debug", "run", "x", "--embeddings", "/nonexistent.json", code=None)
+    after = invoke("run", "x", "--embeddings", "/nonexistent.json", "--debug", code=None)
+    plain = invoke("run", "x", "--embeddings", "/nonexistent.json", code=None)
     assert before.exit_code == after.exit_code == plain.exit_code == 2
     assert "Traceback" in before.stderr and "Traceback" in after.stderr and "Traceback" not in plain.stderr
 
@@ -56,15 +52,13 @@ def test_debug_is_in_the_help_and_works_before_the_command() -> None:
 def test_tables_written_to_a_file_end_no_line_with_spaces(tmp_path) -> None:
     for command in (["run", "I saw a saw", "-t", "words", "--show", "all"], ["heads", "I saw a saw", "-t", "words"]):
         out = tmp_path / f"{command[0]}.txt"
-        result = CliRunner().invoke(app, [*command, "-o", str(out)])
-        assert result.exit_code == 0, result.stderr
+        invoke(*command, "-o", str(out))
         lines = out.read_text(encoding="utf-8").split("\n")
         assert len(lines) > 10 and not [line for line in lines if line.endswith(" ")]
 
 
 def test_heads_on_the_toy_says_one_head_and_its_grid_title_is_one_line() -> None:
-    result = CliRunner().invoke(app, ["heads", "I saw a saw", "-t", "words", "-F", "table"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("heads", "I saw a saw", "-t", "words", "-F", "table")
     assert "1 layer × 1 head," in result.stdout and "1 heads" not in result.stdout
     assert "Roles, layers x heads" in result.stdout.splitlines()[result.stdout.splitlines().index("Roles, layers x heads")]
 
@@ -74,8 +68,7 @@ def test_the_pages_reproduce_line_keeps_the_output_and_drops_open(tmp_path, monk
 
     monkeypatch.setattr(html_cli, "_open", lambda path: None)
     page = tmp_path / "p.html"
-    result = CliRunner().invoke(app, ["html", "I saw a saw", "-t", "words", "-o", str(page), "--open"])
-    assert result.exit_code == 0, result.stderr
+    invoke("html", "I saw a saw", "-t", "words", "-o", str(page), "--open")
     text = page.read_text(encoding="utf-8")
     assert f"attn-cli html 'I saw a saw' --output {page} --tokenizer words" in text and "--open" not in text.split("attn-cli html", 1)[1][:200]
 
@@ -90,8 +83,7 @@ def test_narrow_terminals_keep_the_titles_end_and_the_paths_words(columns: int, 
     monkeypatch.setenv("COLUMNS", str(columns))
     deep = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 2) / "sentence-transformers-all-MiniLM-L6-v2-snapshot"
     shutil.copytree(bert_folder, deep)
-    result = CliRunner().invoke(app, ["run", "The cat sat on the mat", "--model", str(deep), "--layer", "2", "--head", "3", "--hide-tokens", "special", "-F", "table"])
-    assert result.exit_code == 0, result.stderr
+    result = invoke("run", "The cat sat on the mat", "--model", str(deep), "--layer", "2", "--head", "3", "--hide-tokens", "special", "-F", "table")
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Attention weights"))
     title = " ".join(lines[start : start + 3])
