@@ -15,8 +15,8 @@ from typing import Any
 import checkpoints
 import pytest
 import torch
+from browser_support import Page, browser  # noqa: F401  (the fixture: headless Chromium)
 from invoking import invoke
-from test_html_browser import Page, browser  # noqa: F401  (the fixture: headless Chromium)
 
 from attn_cli.pipeline import open_source
 
