@@ -2,8 +2,8 @@
 fixture, which skips without it and fails under CI), and ``Page``, a loaded page that fails
 on any console error, uncaught exception or request other than the page itself.
 
-Shared by the page's own tests (test_html_browser.py) and the encoder-decoder's
-(test_seq2seq_cli.py): import ``browser`` into a test module to use it (module scope:
+Shared by the page's own tests (render/test_html_browser.py) and the encoder-decoder's
+(sources/checkpoint/test_seq2seq_cli.py): import ``browser`` into a test module to use it (module scope:
 one browser a module)."""
 
 from __future__ import annotations

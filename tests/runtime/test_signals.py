@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 HANG = 120  # seconds: a process still there after this never ends by itself
 
 # Sends SIGNUM to this very process when MODULE starts to be imported (the signal is

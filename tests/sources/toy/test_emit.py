@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS
+from conftest import MKL_AVX2, SPLIT_SUMS_ON_THREADS, TESTS
 from invoking import invoke
 
 from attn_cli.sources.toy.config import Config, Init, Positional
@@ -75,9 +75,9 @@ for k, (script, out) in enumerate(zip(sys.argv[1::2], sys.argv[2::2])):
 # attn-cli's own numbers for every case, computed in a process with the same
 # environment as the scripts' (the BLAS code path is chosen per process).
 EXPECT = """
-import json, sys
+import json, os, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1].split(os.pathsep)  # this file's folder and tests/ (its conftest and helpers)
 import test_emit
 from attn_cli.sources.toy.source import ToySource
 tmp = Path(sys.argv[2])
@@ -153,7 +153,7 @@ def _scripts_and_wants(tmp_path: Path, strip: str | None = None) -> tuple[dict[s
     proc = _python("-c", SPLIT_SUMS_ON_THREADS + DRIVER, *args, env=env)
     assert proc.returncode == 0, proc.stderr
     proc = _python(
-        "-c", SPLIT_SUMS_ON_THREADS + EXPECT, str(Path(__file__).parent), str(tmp_path), str(tmp_path / "wants.json"), env=env
+        "-c", SPLIT_SUMS_ON_THREADS + EXPECT, os.pathsep.join([str(Path(__file__).parent), str(TESTS)]), str(tmp_path), str(tmp_path / "wants.json"), env=env
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     got = {name: json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name, _, _ in CASES}

@@ -10,11 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from attn_cli.runtime import budget
 from attn_cli.runtime.errors import ExitStatus, TooLargeError
 
-REPO = Path(__file__).resolve().parent.parent
 GiB = 2**30
 
 

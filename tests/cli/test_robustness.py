@@ -23,6 +23,7 @@ from pathlib import Path
 import invoking
 import numpy as np
 import pytest
+from conftest import REPO
 
 import attn_cli.runtime.files
 from attn_cli.runtime.errors import ExitStatus
@@ -30,7 +31,6 @@ from attn_cli.sources.toy.config import DEFAULT_MAX_TOKENS
 
 invoke = functools.partial(invoking.invoke, code=None, input=b"")
 
-REPO = Path(__file__).resolve().parent.parent
 TEXT = "a b c"  # three tokens with the words tokenizer
 WORDS = ["--tokenizer", "words"]
 OK, USAGE, ERROR, TOO_LARGE, INTERRUPTED = 0, 2, 1, 4, 130

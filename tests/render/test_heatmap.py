@@ -19,7 +19,7 @@ from pathlib import Path
 import invoking
 import numpy as np
 import pytest
-from conftest import skip_or_fail
+from conftest import REPO, skip_or_fail
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -701,7 +701,7 @@ limit = budget._mapped_bytes() + 600 * 2**20
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)!r}], prog_name="attn-cli")
 """
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 4, result.stderr
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr

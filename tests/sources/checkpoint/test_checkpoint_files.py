@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO
 
 import checkpoints
 from attn_cli.sources.checkpoint import open_checkpoint
@@ -330,6 +331,6 @@ ckpt = open_checkpoint({str(gpt2_folder)!r})
 ckpt.trace(ckpt.tokenizer.encode("hi there"), [0, 2])
 assert "transformers" not in sys.modules, "the engine imported transformers"
 """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr

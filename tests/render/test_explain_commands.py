@@ -7,12 +7,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 from invoking import invoke
 
-REPO = Path(__file__).resolve().parent.parent
 TEXT = "It's a saw; \"quoted\" and $HOME"  # a quote, double quotes and a $ the shell must not expand
 
 

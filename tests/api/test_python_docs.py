@@ -9,8 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "python.md"
+DOC = REPO / "docs" / "python.md"
 
 
 def blocks() -> list[str]:

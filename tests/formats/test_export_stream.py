@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TESTS
 
 import export_reference as reference
 from attn_cli.sources.checkpoint import open_checkpoint
@@ -166,7 +167,7 @@ def traced_peak(how: str, fmt: str, n_tokens: int) -> tuple[int, int]:
     """(tracemalloc's peak while the export is written into a sink that keeps nothing,
     the bytes written), in a fresh interpreter. tracemalloc sees Python's objects (the
     text, the floats, the rows), not torch's tensors, which the trace holds either way."""
-    script = PEAK_SCRIPT.format(tests=str(Path(__file__).parent))
+    script = PEAK_SCRIPT.format(tests=str(TESTS))
     done = subprocess.run([sys.executable, "-c", script, how, fmt, str(n_tokens)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

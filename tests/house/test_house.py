@@ -11,7 +11,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 _spec = importlib.util.spec_from_file_location("house", REPO / "tools" / "house.py")
 house = importlib.util.module_from_spec(_spec)
 sys.modules["house"] = house

@@ -13,8 +13,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-PACKAGE = Path(__file__).resolve().parent.parent / "attn_cli"
+PACKAGE = REPO / "attn_cli"
 
 # A top-level module is a room of its own; __init__ (the lazy public names), __main__ and
 # entry (the process's entry point) stand outside the order.

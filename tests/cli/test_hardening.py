@@ -23,14 +23,13 @@ from pathlib import Path
 import invoking
 import pytest
 import tiktoken
-from conftest import real_rank_dir, skip_or_fail
+from conftest import REPO, real_rank_dir, skip_or_fail
 
 from attn_cli.runtime.errors import ExitStatus
 from attn_cli.text import rankfiles
 
 invoke = functools.partial(invoking.invoke, code=None)
 
-REPO = Path(__file__).resolve().parent.parent
 WORDS = ["-t", "words"]
 HEADLINE = "Life is short, eat dessert first"
 GPT2_IDS = [14662, 318, 1790, 11, 4483, 23084, 717]

@@ -265,11 +265,12 @@ def test_a_large_npy_under_an_address_space_limit_is_exit_4(tmp_path: Path) -> N
     import subprocess
     import sys
 
+    from conftest import REPO
+
     path = npy_with_header(tmp_path / "big.npy", b"{'descr': '<f8', 'fortran_order': False, 'shape': (3, 134217728), }", data=0)
     with path.open("r+b") as f:
         f.truncate(path.stat().st_size + 3 * 134217728 * 8)
-    repo = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "attn_cli", "run", "one two three", "-t", "words", "--embeddings", str(path), "--d-model", "8"],
         capture_output=True, text=True, env=env, timeout=120,
