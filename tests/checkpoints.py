@@ -559,7 +559,7 @@ def sharpness(layer: Any) -> float:
     return float((layer.weights.max(-1).values * visible).mean())
 
 
-# Encoder-decoders (tests/test_seq2seq*.py, tools/make_pictures.py): *ForConditionalGeneration / MarianMTModel
+# Encoder-decoders (tests/sources/checkpoint/test_seq2seq*.py, tools/make_pictures.py): *ForConditionalGeneration / MarianMTModel
 
 
 def build_bart(folder: Path) -> Path:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+# tests/ mirrors attn_cli/'s folders, and pytest puts each test file's own folder on
+# sys.path, not tests/: so this file puts its own folder there first thing, and the helpers
+# beside it (checkpoints, invoking, html_support, browser_support, export_reference) and
+# conftest itself import from a test file in any subfolder.
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+REPO = TESTS.parent  # the checkout: what a test's subprocess puts on PYTHONPATH
 SHARED_TIKTOKEN = REPO.parent / "shared" / "tiktoken"
 
 

@@ -1,5 +1,5 @@
 """The JSON and CSV writer as it was before tables were streamed (commit 41d6613), kept
-verbatim as the reference: tests/test_export_stream.py checks that the streamed writer
+verbatim as the reference: tests/formats/test_export_stream.py checks that the streamed writer
 writes the same bytes, and that this one, which holds the whole text, peaks far higher.
 
 Only the size check before ``run_dict`` is left out (the reference is not the
