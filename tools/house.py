@@ -8,7 +8,7 @@ function's size runs from its ``def`` line (decorators excluded) to its last lin
 An import circle is a strongly connected set of modules in the graph of every
 ``import`` and ``from ... import`` in ``attn_cli``, wherever it stands: at the top,
 inside a function (a lazy import) or under ``if TYPE_CHECKING`` all count, since each
-is a dependency a reader has to hold in mind. ``tests/test_house.py`` runs the same
+is a dependency a reader has to hold in mind. ``tests/house/test_house.py`` runs the same
 checks.
 """
 

@@ -66,7 +66,7 @@ class RankFile:
 
 
 # The files of tiktoken's OpenAI encodings, with the URL and SHA-256 that
-# tiktoken_ext/openai_public.py gives them. tests/test_rankfiles.py builds every
+# tiktoken_ext/openai_public.py gives them. tests/text/test_rankfiles.py builds every
 # encoding from a cache filled from this table, with downloads refused, so a
 # tiktoken that names other files fails that test.
 _R50K = RankFile(f"{_BLOB}/encodings/r50k_base.tiktoken", "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930")
@@ -155,7 +155,7 @@ def load_encoding(encoding: str):  # -> tiktoken.Encoding
 
     if encoding == "gpt2" and _availability("r50k_base").ready:
         # gpt2's vocab.bpe + encoder.json hold exactly r50k_base's ranks, pattern and
-        # special token (tests/test_rankfiles.py checks it): build gpt2 from them, the
+        # special token (tests/text/test_rankfiles.py checks it): build gpt2 from them, the
         # way tiktoken's README extends an encoding.
         r50k = load_encoding("r50k_base")
         return tiktoken.Encoding(

@@ -18,7 +18,7 @@ and its row aligned as rich aligns one. Text columns are measured with the steps
 of ``Measurement.get``, in line. Anything else goes to rich unchanged.
 
 It overrides private methods of ``rich.table.Table`` (``_render``,
-``_measure_column``) and calls ``_get_cells``: ``tests/test_fasttable.py``
+``_measure_column``) and calls ``_get_cells``: ``tests/render/test_fasttable.py``
 compares its output with rich's over random tables in three colour systems and
 over every view, so a rich release that changes them fails there, not on a screen.
 """
