@@ -70,8 +70,8 @@ def next_token_losses(
     into one tensor, kept in ``scratch`` (a list holding it, or empty) for the next call with
     the same list. The log-softmax of the target, logit - max - log(sum(exp(logits - max))), is
     worked out in float32 in that tensor, in place (``torch.log_softmax`` and
-    ``torch.logsumexp`` each allocate a fresh (R, V) block, whose page faults were 1.5 s of
-    ``bench/ablation.py``'s 7), each sum in float64."""
+    ``torch.logsumexp`` each allocate a fresh (R, V) block, whose page faults were a fifth of
+    an ablation's time in ``bench/ablation.py``), each sum in float64."""
     import torch
 
     n = len(ids)

@@ -89,8 +89,7 @@ def value_norms(layer: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
     float32; worked out a block of query rows at a time (blocks of about ``BLOCK_BYTES``),
     so what it holds beyond its results is (T, H, H) and one block.
 
-    Float32 throughout, as the weights are (float64 took 3x the time, with --norms then
-    over twice a plain run): within about 1e-6 of a float64 computation relative to the
+    Float32 throughout, as the weights are (float64 took several times as long): within about 1e-6 of a float64 computation relative to the
     layer's largest norm; a cancellation between heads can cost relative digits in a norm
     far smaller than that, never absolute ones."""
     import torch

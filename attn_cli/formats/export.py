@@ -14,7 +14,7 @@ changes when a key is renamed or removed, not when one is added.
 ``write_json`` and ``write_csv`` stream: each table is formatted a block of rows
 at a time (``BLOCK_NUMBERS``) and the text is written about ``WRITE_CHARS`` at a
 time, so what they hold beyond the trace is one layer's derived tables, never the
-text: a 3,000-token JSON of 390 MB is written in the memory of its T x T tables.
+text: a JSON of hundreds of megabytes is written in the memory of its T x T tables.
 The tables a trace does not keep (the raw scores, the softmax input,
 ``weights_shown``) are made one layer, or one block of rows, at a time, with the
 same operations as the whole tensors, so the bytes are the same. ``to_json``,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 # From this much derived beside the trace (the raw scores, the entropy's float64 rows), a
 # streamed export has glibc give freed blocks back (attn_cli.runtime.allocator): otherwise the
-# heap keeps the entropy's blocks: 5,000 tokens of JSON peaked 60 MB higher, 2,000 tokens 20.
+# heap keeps the entropy's blocks, and a long text's JSON peaks higher (bench/json_memory.py).
 LARGE_EXPORT_BYTES = 16 * 2**20
 WRITE_CHARS = 2**20  # text gathered before one write
 

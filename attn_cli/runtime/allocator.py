@@ -8,8 +8,7 @@ block's size (up to 32 MiB); and whatever the threshold, a block the heap has ro
 for comes from the heap, which keeps what is freed. A forward that keeps every
 layer's (H, T, T) weights frees blocks of a layer's size over and over (the (T, D)
 vectors, the MLP's (T, F) activations). Left alone, the kept tables land in the heap
-among them, and the holes beside them stay mapped (about 100 MB beside the 604 MB of
-GPT-2-small's weights at 1,024 tokens, ``bench/checkpoints.py``).
+among them, and the holes beside them stay mapped (``bench/checkpoints.py`` measures how much).
 
 So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
 
@@ -27,17 +26,13 @@ So a forward whose kept tables pass ``LARGE_TRACE_BYTES`` (``LayerHeap``):
   kernel takes their pages whenever it needs memory (``MemAvailable`` counts them, and
   ``attn_cli.runtime.budget`` does not count them against a cgroup's limit; under ``ulimit -v``
   none is kept), and until then the next forward writes into them without faulting
-  in fresh pages: a (16, 512, 512) table's matmul took 18-19.5 ms into fresh pages
-  here, 13-14 ms into kept ones, and a Qwen3-0.6B-sized forward at 512 tokens keeps
-  448 MiB of them. transformers' heap keeps its freed tables too, without telling the
-  kernel.
+  in fresh pages (a matmul into kept pages is faster than into fresh ones).
+  transformers' heap keeps its freed tables too, without telling the kernel.
 
-The first version fixed the threshold at 1 MiB instead, so that every freed block
-went back at once: the page faults of mapping each layer's blocks afresh (2.15 GB per
-Qwen3-0.6B-sized forward at 512 tokens) made that forward 1.19x transformers' time;
-this one takes 0.94x (five rounds at one thread and at two, ``bench/README.md``). A
-streamed export still asks for 1 MiB (``return_freed_memory``): it frees each of its
-derived tables once.
+A threshold fixed low, so that every freed block went back at once, would fault each
+layer's blocks in afresh: that time is what this scheme saves (bench/README.md has the
+figures against transformers). A streamed export does ask for 1 MiB
+(``return_freed_memory``): it frees each of its derived tables once.
 
 Not where the environment already chose (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_``) or the C
@@ -162,7 +157,7 @@ class LayerHeap:
         (a dropped table's, or a new one; ``TablePool`` takes it back when the last tensor
         using it goes), or None: glibc serves even a block above the threshold from the
         heap when the heap has room for it, and a kept table there is a hole's worth of
-        heap the next layers' blocks cannot reuse (the heap grew by 2-4 MB a layer, each
+        heap the next layers' blocks cannot reuse (the heap grew a layer at a time, each
         layer faulting in fresh memory)."""
         import torch
 

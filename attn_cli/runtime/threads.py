@@ -12,7 +12,7 @@ on the small tensors of a sentence handing work to another thread costs more
 than the work, and when the other cores are busy it costs far more
 (bench/threads.py measures both), so small work runs on one thread and only
 work big enough to pay for the hand-off gets the default count. One thread for
-every text would cost a 500-token MiniLM run 1.8x the time on two cores, so a
+every text would slow a long text's run several-fold on several cores, so a
 checkpoint's numbers are the same bytes for the same count (JSON's
 ``model.threads`` records it), and may differ in the last bits across counts
 (bench/determinism.py measures by how much).
@@ -28,8 +28,8 @@ import os
 from collections.abc import Iterator
 
 THREADS_ENV = "ATTN_CLI_THREADS"
-# Below this many floating-point operations one thread is faster (bench/threads.py:
-# a 2-core machine breaks even near 2e7 quiet, and well above it when loaded).
+# Below this many floating-point operations one thread is faster (bench/threads.py finds
+# where one thread and two break even, quiet and loaded).
 PARALLEL_FLOPS = 50_000_000
 
 

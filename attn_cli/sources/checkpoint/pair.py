@@ -1,4 +1,4 @@
-"""An encoder-decoder checkpoint as a source of attention (issue 20): its info, its tokenizer,
+"""An encoder-decoder checkpoint as a source of attention: its info, its tokenizer,
 the decoder's inputs for a target, a memory estimate and the three stacks' layers.
 
 The source text goes through the encoder; the decoder reads the target teacher-forced: the

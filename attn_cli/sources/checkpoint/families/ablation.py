@@ -64,8 +64,8 @@ ABLATION_BATCH_BYTES = 256 * 2**20  # a batch of ablations' tensors in flight th
 
 def ablation_batch(family: Family, n_tokens: int) -> tuple[int, int]:
     """(how many of a layer's ablations run as one batch, the bytes in flight for each): a
-    layer's ablations go through the later layers together, in bigger matmuls (on
-    GPT-2-small's layers about 2.4x the speed of one text at a time; bench/ablation.py)."""
+    layer's ablations go through the later layers together, in bigger matmuls (faster than
+    one text at a time: bench/ablation.py measures by how much)."""
     n = n_tokens
     per_text = 4 * (3 * family.heads * n * n + n * (8 * family.d_model + 3 * family.d_ffn))
     return max(1, min(family.heads, ABLATION_BATCH_BYTES // per_text)), per_text

@@ -131,7 +131,7 @@ class Family(abc.ABC):
     def check_shapes(self, weights: Any) -> None:
         """Every tensor the family reads, for every layer, has the shape config.json
         implies: from the safetensors headers alone, before anything is computed (a
-        mismatch was a traceback deep in a layer). A tensor whose shard is absent is
+        mismatch would otherwise be a traceback deep in a layer). A tensor whose shard is absent is
         checked when read; a missing tensor or a non-float one is refused by ``entry``.
         ``weights``: a checkpoint.files.WeightReader."""
         shapes = self.tensor_shapes()
@@ -241,7 +241,7 @@ class Family(abc.ABC):
 def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """(P, D) hidden states -> (P, V) logits through ``head``; written into ``out`` (P, V) when
     given (a block buffer reused: a fresh (P, V) block is mapped and faulted in afresh each
-    time, which cost ``heads --ablate`` a third of its head)."""
+    time, a large share of ``heads --ablate``'s time)."""
     bias = None if head.bias is None else weights.read(head.bias).reshape(-1)  # (V,)
     weight = weights.read(head.weight)  # (V, D)
     if head.input_scale is not None:
