@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from attn_cli.records.about import About
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class Anatomy:
 
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
-    """What produced the attention: the toy model's resolved config, or a checkpoint."""
+    """What produced the attention, and what its source says about it (``about``)."""
 
     source: str  # "toy", or the checkpoint's folder or ORG/NAME as given
     architecture: str  # config.json's architectures[0]; "toy" for the seeded model
@@ -67,7 +68,9 @@ class ModelInfo:
     qkv_bias: bool = False
     out_proj: bool = False  # a W_o after the heads are concatenated
     projections: bool = True  # False: Q = K = V = X (the toy's --no-projections)
+    dropout: float = 0.0  # dropout on the weights before they mix the values (the toy's --dropout)
     config: Config | None = None  # the toy's resolved config; None for checkpoints
+    about: About = About()  # the source's words for every view (attn_cli.records.about); a trained model's by default
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
     threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
     anatomy: Anatomy | None = None  # a checkpoint family's steps in words; None for the toy
