@@ -1,10 +1,11 @@
 """What every renderer reads: a source-independent trace of one text's attention.
 
 A source (the seeded toy model, a trained checkpoint, a saved file: ``attn_cli.sources``)
-turns ``Tokens`` into a ``Trace``: the tokens, what ran (``ModelInfo``) and the kept
-layers: ``LayerAttention`` (every tensor), or the lighter ``LayerWeights`` when the
-selection keeps the weights only (``attn_cli.records.layers``). Renderers (tables,
-heatmap, explain, export) never look at what made it.
+turns ``Tokens`` into a ``Trace``: the tokens, what ran (``ModelInfo``, with the source's
+own words for it: ``attn_cli.records.about``) and the kept layers: ``LayerAttention``
+(every tensor), or the lighter ``LayerWeights`` when the selection keeps the weights only
+(``attn_cli.records.layers``). Renderers (tables, heatmap, export) never look at what made
+it; explain's walk-through of the toy reads the toy's settings (``ModelInfo.config``).
 
 No torch at import time.
 """
@@ -12,8 +13,9 @@ No torch at import time.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from attn_cli.records.about import About
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -21,7 +23,6 @@ if TYPE_CHECKING:
     from attn_cli.records.results import Rollout
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.tokens import Tokens
-    from attn_cli.sources.toy.config import Config
 
 TOY = "toy"
 EXTERNAL = "external"  # the family of attention computed outside attn-cli (attn_cli.from_attentions)
@@ -47,9 +48,16 @@ class Anatomy:
     rotary: str | None = None  # what rotates queries and keys after the projection (RoPE); None: nothing
 
 
+class Settings(Protocol):
+    """A source's own settings (the toy's resolved ``Config``): opaque here and to every view
+    but explain's walk-through of that source's steps; the JSON writes ``as_dict()``."""
+
+    def as_dict(self) -> dict[str, object]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
-    """What produced the attention: the toy model's resolved config, or a checkpoint."""
+    """What produced the attention, and what its source says about it (``about``)."""
 
     source: str  # "toy", or the checkpoint's folder or ORG/NAME as given
     architecture: str  # config.json's architectures[0]; "toy" for the seeded model
@@ -67,7 +75,9 @@ class ModelInfo:
     qkv_bias: bool = False
     out_proj: bool = False  # a W_o after the heads are concatenated
     projections: bool = True  # False: Q = K = V = X (the toy's --no-projections)
-    config: Config | None = None  # the toy's resolved config; None for checkpoints
+    dropout: float = 0.0  # dropout on the weights before they mix the values (the toy's --dropout)
+    config: Settings | None = None  # the source's own settings, as the JSON's config (the toy's); None: none
+    about: About = About()  # the source's words for every view (attn_cli.records.about); a trained model's by default
     input_text: str = "X"  # what each layer's projections read, in words (headers, explain)
     threads: int | None = None  # torch's intra-op threads the trace was computed with (set per trace)
     anatomy: Anatomy | None = None  # a checkpoint family's steps in words; None for the toy

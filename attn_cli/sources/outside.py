@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.about import About
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import EXTERNAL, ModelInfo, Trace
 from attn_cli.runtime.errors import UsageError
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 
 
 ROW_SUM_TOLERANCE = 1e-3
+# Weights alone: the page says they were computed elsewhere, and no architecture or dtype
+OUTSIDE = About(page=(
+    ("model", None), ("computed", "outside attn-cli (weights given to attn_cli.from_attentions)"), ("layers", None),
+    ("heads", None), ("head size", None), ("d_model", None),
+))  # fmt: skip
 
 
 def from_attentions(
@@ -163,6 +169,7 @@ def model_info(source: str, architecture: str, family: str, layers: int, heads: 
         model_type=known.get("model_type") if isinstance(known.get("model_type"), str) else None,
         path=source if "/" in source else None,  # titles shorten a long folder as they do for the run that saved it
         input_text="(not saved)",
+        about=OUTSIDE if family == EXTERNAL else About(),
     )
 
 

@@ -104,7 +104,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     check_layers([w[head_numbers] for w in full], n, where)
     text = data.get("text") if isinstance(data.get("text"), str) else "".join(toks.texts)
     pair = data.get("pair") if isinstance(data.get("pair"), str) else None
-    made = weights_trace(text, toks, _saved_info(model, data, where, numbers, n_heads), full, numbers, masks, heads=tuple(head_numbers), pair=pair)
+    made = weights_trace(text, toks, _saved_info(model, data, where, numbers, n_heads, toks.vocab_size), full, numbers, masks, heads=tuple(head_numbers), pair=pair)
     if all(s is not None for s in saved_scores):
         layers = tuple(
             _with_scores(layer, *[placed(t, head_numbers, n_heads) for t in scores], model)  # type: ignore[misc]
@@ -175,8 +175,9 @@ def _read_layer(layer: Any, i: int, n: int, where: str, head_numbers: list[int] 
     return number, found, torch.stack(per_head), mask, scores, norms  # (H, T, T) weights
 
 
-def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, numbers: list[int], n_heads: int) -> ModelInfo:
-    """What ran, as the file says: the toy's own info when it holds the toy's config."""
+def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, numbers: list[int], n_heads: int, vocab_size: int) -> ModelInfo:
+    """What ran, as the file says: the toy's own info when it holds the toy's config (``vocab_size``:
+    the tokens', the rows of its seeded embedding table)."""
     info = model_info(
         str(model.get("source") or where), str(model.get("architecture") or EXTERNAL), str(model.get("family") or EXTERNAL),
         max(int(model.get("layers") or 0), max(numbers) + 1), n_heads,
@@ -188,7 +189,7 @@ def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, n
         from attn_cli.sources.toy.source import toy_info
 
         threads = model.get("threads")
-        info = dataclasses.replace(toy_info(config), threads=threads if isinstance(threads, int) else None)
+        info = dataclasses.replace(toy_info(config, vocab_size), threads=threads if isinstance(threads, int) else None)
     return info
 
 

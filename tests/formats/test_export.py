@@ -251,7 +251,7 @@ def test_csv_tokens_with_commas_and_quotes_survive() -> None:
     tokens = Tokens((0, 1, 2), ("a,b", ' "q"', "x\n"), 3, "words")
     config = Config(tokenizer="words").resolved(4)
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 10  # (T, D)
-    run = Trace("a,b \"q\" x", tokens, toy_info(config), (self_attention(x, config),))
+    run = Trace("a,b \"q\" x", tokens, toy_info(config, tokens.vocab_size), (self_attention(x, config),))
     rows = read_csv(to_csv(run, index=3))
     assert {r["text_index"] for r in rows} == {"3"}
     assert [r["col_token"] for r in rows if r["table"] == "weights"][:3] == ["a,b", '␣"q"', "x↵"]

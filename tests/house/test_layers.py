@@ -21,10 +21,6 @@ PACKAGE = REPO / "attn_cli"
 # entry (the process's entry point) stand outside the order.
 ORDER = ["runtime", "records", "text", "analysis", "sources", "formats", "render", "pipeline", "api", "compat", "cli"]
 OUTSIDE = {"__init__", "__main__", "entry"}
-# What is left of issue 33's work, each to go (the test fails once one is paid, so the
-# list says what is left): ModelInfo.config holds the toy's Config, until ModelInfo carries
-# the description rows its source fills.
-DEBTS = {"records/trace.py": {"attn_cli.sources.toy.config", "attn_cli.sources.toy.config.Config"}}
 
 
 def imports(path: Path) -> set[str]:
@@ -60,8 +56,7 @@ def test_every_room_is_in_the_order() -> None:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_imports_only_from_rooms_before_it(path: Path) -> None:
     here = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-    owed = DEBTS.get(path.relative_to(PACKAGE).as_posix(), set())
-    later = sorted(m for m in imports(path) - owed if room(m) in ORDER and rank(room(m)) > rank(here))
+    later = sorted(m for m in imports(path) if room(m) in ORDER and rank(room(m)) > rank(here))
     assert not later, f"{here}/ imports {later}: a room imports only rooms before it ({' < '.join(ORDER)})"
 
 
@@ -77,11 +72,6 @@ SHOWING = sorted(p for p in FILES if p.relative_to(PACKAGE).parts[0] in ("format
 def test_what_shows_a_trace_imports_no_source(path: Path) -> None:
     bad = sorted(m for m in imports(path) if any(m == s or m.startswith(s + ".") for s in SOURCES))
     assert not bad, f"{path.name} imports {bad}: formats and renderers read a Trace, whatever made it"
-
-
-def test_debts_are_still_owed() -> None:
-    for name, owed in DEBTS.items():
-        assert owed <= imports(PACKAGE / name), f"{name} no longer imports {sorted(owed - imports(PACKAGE / name))}: take it out of DEBTS"
 
 
 def test_a_violation_would_be_seen(tmp_path: Path) -> None:

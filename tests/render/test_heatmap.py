@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attn_cli.cli import heatmap as heatmap_cli
+from attn_cli.records.about import About
 from attn_cli.records.trace import Trace
 from attn_cli.render.picture.canvas import (
     FIXED_DRAW_BYTES,
@@ -200,8 +201,8 @@ LONG_MODEL = "/home/someone/experiments/checkpoints/2024-06-runs/gpt2-medium-fin
 
 
 def trained_looking(run: Trace, name: str = LONG_MODEL) -> Trace:
-    """A toy run titled as a trained model's (no toy config, a long --model path)."""
-    return dataclasses.replace(run, model=dataclasses.replace(run.model, config=None, source=name, family="gpt2"))
+    """A toy run titled as a trained model's (no toy config or words, a long --model path)."""
+    return dataclasses.replace(run, model=dataclasses.replace(run.model, config=None, about=About(), source=name, family="gpt2"))
 
 
 def title_extent(fig) -> tuple[float, float, float]:

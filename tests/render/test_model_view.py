@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from attn_cli.pipeline import open_source
+from attn_cli.records.about import About
 from attn_cli.records.selection import IndexSpec
 from attn_cli.records.trace import Trace
 from attn_cli.render.picture.canvas import write_figure
@@ -211,7 +212,7 @@ def test_several_layers_refuse_what_they_cannot_draw(bert_folder: Path, tmp_path
 def test_the_title_fits_the_figure_even_with_a_long_model_name(size: tuple[float, float] | None) -> None:
     trace = synthetic(layers=3, heads=4)
     long_name = "some-organisation/a-rather-long-model-name-finetuned-for-attention-studies-v2"
-    trace = dataclasses.replace(trace, model=dataclasses.replace(trace.model, source=long_name, config=None, family="gpt2"))
+    trace = dataclasses.replace(trace, model=dataclasses.replace(trace.model, source=long_name, config=None, about=About(), family="gpt2"))
     fig = model_view_figure(trace, HeatmapOptions(size=size))
     fig.canvas.draw()
     box = fig.texts[0].get_window_extent()

@@ -40,7 +40,7 @@ def make_run(texts: tuple[str, ...], *, d_model: int = 8, weights: list[list[flo
     result = self_attention(x, config)
     if weights is not None:
         result = dataclasses.replace(result, weights=torch.tensor([weights]))  # (1, T, T)
-    return Trace(" ".join(texts), tokens, toy_info(config), (result,))
+    return Trace(" ".join(texts), tokens, toy_info(config, tokens.vocab_size), (result,))
 
 
 def render(renderable, width: int = WIDTH, color: bool = False) -> str:

@@ -2,9 +2,9 @@
 
 ``page(traces, command=...)`` returns the whole file as a string: styles, script
 and data inline, no request of any kind (a Content-Security-Policy forbids them),
-and it works from ``file://``. It reads only ``Trace``, ``ModelInfo``,
-``LayerAttention`` and ``Tokens`` (the toy's ``Config`` only through
-``trace.model.config``), so a trained model's many layers render unchanged.
+and it works from ``file://``. It reads only ``Trace``, ``ModelInfo`` (what its source
+says about itself: ``ModelInfo.about``), ``LayerAttention`` and ``Tokens``, so a trained
+model's many layers render unchanged.
 
 Shapes: T tokens, D d_model, H heads, Dk/Dv per-head sizes.
 
@@ -133,10 +133,9 @@ def reproduce_command(trace: Trace) -> str:
     if trace.model.family == EXTERNAL:
         return "attention computed outside attn-cli: trace.to_json() saves it, attn-cli html --from FILE.json draws it"
     extra: list[str] = []
-    if trace.model.config is None:
-        kept = [layer.layer for layer in trace.layers]
-        if kept != list(range(trace.model.layers)):
-            extra += ["--layer", ",".join(str(i) for i in kept)]
+    kept = [layer.layer for layer in trace.layers]
+    if kept != list(range(trace.model.layers)):
+        extra += ["--layer", ",".join(str(i) for i in kept)]
     if trace.hiding is not None and trace.hiding.active:
         extra += ["--hide-tokens", ",".join(str(i) for i in trace.hiding.hidden)]
     return command_line(trace, "html", *extra)

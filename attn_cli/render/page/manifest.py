@@ -7,8 +7,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.about import filled
 from attn_cli.records.hiding import cut
-from attn_cli.records.trace import EXTERNAL
 from attn_cli.render.page.chunks import PRECISION, Chunk, Chunks, f32, f32_norms, f32_scores, fixed_weights
 from attn_cli.render.terminal.fit import spans
 
@@ -89,12 +89,13 @@ def _model_entry(model: ModelInfo) -> dict[str, Any]:
 
 
 def _toy_entries(trace: Trace, chunks: Chunks) -> dict[str, Any]:
-    """The toy's vectors and settings, for the step-by-step view (which follows the model's own
-    softmax, so not for a trace whose hidden tokens were taken out); else nothing."""
+    """The vectors and settings of a source with a step-by-step view (its ``about.steps``: the
+    toy's one layer), which follows the model's own softmax, so not for a trace whose hidden
+    tokens were taken out; else nothing."""
     from attn_cli.records.layers import LayerAttention
 
-    config = trace.model.config
-    if config is None or trace.renormalized or not isinstance(trace.layers[0], LayerAttention):
+    steps = trace.model.about.steps
+    if steps is None or trace.renormalized or not isinstance(trace.layers[0], LayerAttention):
         return {}
     layer = trace.layers[0]
     parts = [("x", layer.x), ("queries", layer.queries), ("keys", layer.keys), ("values", layer.values), ("context", layer.context)]
@@ -106,11 +107,11 @@ def _toy_entries(trace: Trace, chunks: Chunks) -> dict[str, Any]:
             offsets[name] = {"offset": total, "shape": list(tensor.shape)}
             total += tensor.numel()
     make = functools.partial(lambda ts: b"".join(f32(t) for t in ts), [t for _, t in parts if t is not None])
-    toy = {
-        "causal": config.causal, "scale": config.scale, "temperature": config.temperature, "dropout": config.dropout,
-        "projections": config.projections, "outProj": config.out_proj, "dK": config.d_k, "dV": config.d_v,
-    }  # fmt: skip
+    toy = {SCRIPT_NAMES.get(name, name): value for name, value in steps}
     return {"vectors": {"chunk": chunks.add(Chunk("f32", (total,), make)), "parts": offsets}, "toy": toy}
+
+
+SCRIPT_NAMES = {"out_proj": "outProj", "d_k": "dK", "d_v": "dV"}  # the page's script's names for the settings
 
 
 def _token_lists(tokens: Tokens) -> dict[str, Any]:
@@ -150,26 +151,9 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows.append([
             "hidden in the source" if source else "hidden",
             f"{', '.join(dict.fromkeys(hiding.labels))} (position{'s' if len(hiding.hidden) > 1 else ''} {spans(hiding.hidden)}): "
-            f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.config is not None else ""),
+            f"left out of every view; each row is divided by its weight on the tokens shown, so it sums to 1" + (" (the step-by-step view, which follows the model's own softmax, too)" if model.about.steps is not None else ""),
         ])
-    if model.config is not None:
-        rows.append(["model", f"toy, one layer. {model.config.weights_origin()}"])
-        rows += [phrase.split(" ", 1) if " " in phrase else [phrase, ""] for phrase in model.config.describe(tokens.tokenizer)[1:]]
-        rows.append(["scale factor", f"{1 / trace.layers[0].divisor:.6g}" + (f" = 1/{trace.layers[0].divisor_text}" if trace.layers[0].divisor_text else "")])
-        rows.append(["input", model.input_text])
-        return rows
-    rows.append(["model", model.source + (f" @ {model.revision[:12]}" if model.revision else "")])  # the full path here; titles use the short name
-    if model.family == EXTERNAL:  # weights alone: what made them is not known here
-        rows.append(["computed", "outside attn-cli (weights given to attn_cli.from_attentions)"])
-    else:
-        rows.append(["architecture", f"{model.architecture} ({model.family})"])
-    kept = [layer.layer for layer in trace.layers]
-    rows.append(["layers", f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {spans(kept)}")])
-    heads = f"{model.heads}" + (f" (key/value heads {model.kv_heads})" if model.kv_heads != model.heads else "")
-    rows.append(["heads", heads])
-    rows += [[name, str(value)] for name, value in (("head size", model.head_dim), ("d_model", model.d_model)) if value]  # 0: not saved
-    if model.family != EXTERNAL:
-        rows.append(["dtype", model.dtype])
+    rows += [list(row) for row in filled(model.about.page, _own(trace))]
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
     if trace.stack_name is not None:  # one stack of an encoder-decoder: the stack picker chooses
@@ -180,6 +164,23 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         added = len(tokens) - trace.prompt_length
         rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])
     return rows
+
+
+def _own(trace: Trace) -> dict[str, str | None]:
+    """The page's values for its header's slots: the trace's own (None: it has none)."""
+    model, first = trace.model, trace.layers[0]
+    kept = [layer.layer for layer in trace.layers]
+    return {
+        "model": model.source + (f" @ {model.revision[:12]}" if model.revision else ""),  # the full path here; titles use the short name
+        "architecture": f"{model.architecture} ({model.family})",
+        "layers": f"{model.layers}" + ("" if len(kept) == model.layers else f", this page has {spans(kept)}"),
+        "heads": f"{model.heads}" + (f" (key/value heads {model.kv_heads})" if model.kv_heads != model.heads else ""),
+        "head size": str(model.head_dim) if model.head_dim else None,  # 0: not saved
+        "d_model": str(model.d_model) if model.d_model else None,
+        "dtype": model.dtype,
+        "scale factor": f"{1 / first.divisor:.6g}" + (f" = 1/{first.divisor_text}" if first.divisor_text else ""),
+        "input": model.input_text,
+    }
 
 
 STACK_ROWS = {

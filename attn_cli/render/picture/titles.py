@@ -137,24 +137,23 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         if result.causal
         else "not causal"
     )
-    if m.config is None:
-        source = [m.name, f"layer {result.layer} of {m.layers}"] if m.layers > 1 else [m.name]
-        if run.stack_name is not None:  # one stack of an encoder-decoder
-            source.append(STACK_TITLES[run.stack_name])
-        config = [*source, f"heads {shown}", *([f"head_dim {m.head_dim}"] if m.head_dim else []), masked]  # 0: not known (a saved trace)
-    else:
-        c = m.config
-        config = [f"tokenizer {run.tokens.tokenizer}", f"seed {c.seed}", f"heads {shown}", f"d_k {c.d_k}"]
-        if not c.scale:
-            config.append("unscaled (--no-scale: scores not divided by √d_k)")
-        config.append(masked)
-        if c.dropout and what in (What.weights, What.all):
-            config.append(f"dropout {c.dropout:g} (weights shown before it)")
-        if c.dropout and what is What.norms:
-            config.append(f"dropout {c.dropout:g} (the dropped weights, which mixed the values)")
+    own = {  # the title's slots: the trace's own phrases (None: it has none)
+        "model": m.name,
+        "layer": f"layer {result.layer} of {m.layers}" if m.layers > 1 else None,
+        "stack": STACK_TITLES[run.stack_name] if run.stack_name is not None else None,  # one stack of an encoder-decoder
+        "heads": f"heads {shown}",
+        "head_dim": f"head_dim {m.head_dim}" if m.head_dim else None,  # 0: not known (a saved trace)
+        "tokenizer": f"tokenizer {run.tokens.tokenizer}",
+    }
+    phrases = [own[key] if value is None else (f"{key} {value}" if value else key) for key, value in m.about.title]
+    config = [phrase for phrase in phrases if phrase is not None] + [masked]
+    if m.dropout and what in (What.weights, What.all):
+        config.append(f"dropout {m.dropout:g} (weights shown before it)")
+    if m.dropout and what is What.norms:
+        config.append(f"dropout {m.dropout:g} (the dropped weights, which mixed the values)")
     if what is What.rollout and run.rollout is not None:
         through = run.rollout.through_layer
-        config = [m.name if m.config is None else f"tokenizer {run.tokens.tokenizer}",
+        config = [config[0],  # the phrase that names the source
                   f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
                   f"each layer: mean of all {m.heads} heads, half residual (I)",
                   "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip

@@ -13,6 +13,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.rule import Rule
 from rich.text import Text
 
+from attn_cli.records.about import filled
 from attn_cli.render.terminal.cells import ELLIPSIS, LABEL_WIDTH, VDOTS, note_text, title_text, fmt, label_text, printable, rows_note, rows_to_show
 from attn_cli.render.terminal.fasttable import Table
 
@@ -61,64 +62,45 @@ STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels
 
 
 def config_header(run: Trace) -> RenderableType:
-    """What ran: the toy model's configuration (and where its numbers come from: the
-    seed, the user's file), or the checkpoint's."""
+    """What ran: the rows its source wrote (``ModelInfo.about``), then what this run added (a
+    pair, a stack, generated tokens), and where the numbers come from."""
     m = run.model
-    c = m.config
-    _, factor = scaling(run)
-    if c is None:
-        pairs = [
-            ("model", m.source),
-            *([("revision", m.revision[:12])] if m.revision else []),
-            ("architecture", m.architecture),
-            ("layers", str(m.layers)),
-            ("heads", str(m.heads) + (f" ({m.kv_heads} key/value)" if m.kv_heads != m.heads else "")),
-            ("head_dim", str(m.head_dim)),
-            ("d_model", str(m.d_model)),
-            ("tokenizer", run.tokens.tokenizer),
-            ("tokens", str(len(run.tokens))),
-            ("scale factor", factor),
-            ("masked", "causal" if run.layers[0].causal else "no"),
-        ]
-        if run.pair is not None:
-            pairs.append(("pair", "segment B has token type 1"))
-        if run.stack_name is not None:  # one stack of an encoder-decoder (--stack)
-            pairs.append(("stack", STACK_TEXTS[run.stack_name]))
-            if run.key_tokens is not None:
-                pairs.append(("source tokens", str(len(run.key_tokens))))
-        if run.prompt_length is not None:
-            added = len(run.tokens) - run.prompt_length
-            pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
+    pairs = filled(m.about.header, _own(run))
+    if run.pair is not None:
+        pairs.append(("pair", "segment B has token type 1"))
+    if run.stack_name is not None:  # one stack of an encoder-decoder (--stack)
+        pairs.append(("stack", STACK_TEXTS[run.stack_name]))
+        if run.key_tokens is not None:
+            pairs.append(("source tokens", str(len(run.key_tokens))))
+    if run.prompt_length is not None:
+        added = len(run.tokens) - run.prompt_length
+        pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
+    note = m.about.note
+    if note is None:  # a trained model's own weights: which of them are shown
         shown = ", ".join(str(layer.layer) for layer in run.layers)
-        reminder = Text(
+        note = (
             f"A trained model's own weights; layer{'s' if len(run.layers) > 1 else ''} {shown} of {m.layers} shown, "
-            f"head{'s' if len(run.shown_heads) != 1 else ''} {described(run.shown_heads, m.heads)} (--layer, --head choose).",
-            style="dim italic",
+            f"head{'s' if len(run.shown_heads) != 1 else ''} {described(run.shown_heads, m.heads)} (--layer, --head choose)."
         )
-        return Group(Pairs(pairs), reminder)
-    if c.embeddings:
-        source = str(c.embeddings)
-    else:
-        source = f"nn.Embedding({run.tokens.vocab_size}, {c.d_model})"
-    if c.positional.value != "none":
-        source += f" + {c.positional.value} positions"
-    pairs = [
-        ("tokenizer", run.tokens.tokenizer),
-        ("tokens", str(len(run.tokens))),
-        ("seed", str(c.seed)),
-        ("d_model", str(c.d_model)),
-        ("heads", str(c.heads)),
-        ("d_k", str(c.d_k)),
-        ("d_v", str(c.d_v)),
-        ("scale factor", factor),
-        ("causal", "yes" if c.causal else "no"),
-        ("init", c.init.value if c.projections else "none (Q = K = V = X)"),
-        ("qkv_bias", "yes" if c.qkv_bias else "no"),
-        ("out_proj", "yes" if c.out_proj else "no"),
-        ("dropout", f"{c.dropout:g}"),
-        ("embeddings", source),
-    ]
-    return Group(Pairs(pairs), Text(c.weights_origin(), style="dim italic"))
+    return Group(Pairs(pairs), Text(note, style="dim italic"))
+
+
+def _own(run: Trace) -> dict[str, str | None]:
+    """The header's values for its slots: the trace's own (None: it has none)."""
+    m = run.model
+    return {
+        "model": m.source,
+        "revision": m.revision[:12] if m.revision else None,
+        "architecture": m.architecture,
+        "layers": str(m.layers),
+        "heads": str(m.heads) + (f" ({m.kv_heads} key/value)" if m.kv_heads != m.heads else ""),
+        "head_dim": str(m.head_dim),
+        "d_model": str(m.d_model),
+        "tokenizer": run.tokens.tokenizer,
+        "tokens": str(len(run.tokens)),
+        "scale factor": scaling(run)[1],
+        "masked": "causal" if run.layers[0].causal else "no",
+    }
 
 
 def described(chosen: Sequence[int], total: int) -> str:

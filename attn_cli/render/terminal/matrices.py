@@ -186,17 +186,14 @@ def context_table(run: Trace, head: int, precision: int) -> FittedTable:
 
 
 def embeddings_table(run: Trace, precision: int) -> FittedTable:
+    """The first layer's input: named as its source names it (the toy's embeddings X), with
+    where its rows come from, or the layer input x of the layer shown."""
     m = run.model
-    c = m.config
-    x = run.layers[0].x
-    if c is None:
-        title = title_text("Layer input x", f"  ({len(run.tokens)} x d_model {m.d_model}) {m.input_text}{head_suffix(run, 0) if m.heads == 1 else f', layer {run.layers[0].layer}'}")
-        return vector_table(run, title, x, precision)
-    source = f"from {c.embeddings}" if c.embeddings else f"rows of nn.Embedding after manual_seed({c.seed})"
-    if c.positional.value != "none":
-        source += f", plus {c.positional.value} positional encodings"
-    title = title_text("Embeddings X", f"  ({len(run.tokens)} x d_model {c.d_model}) {source}")
-    return vector_table(run, title, x, precision)
+    name, rows_from = m.about.layer_input
+    if rows_from is None:  # the slot: what the model's input_text says, of the layer (or head) shown
+        rows_from = f"{m.input_text}{head_suffix(run, 0) if m.heads == 1 else f', layer {run.layers[0].layer}'}"
+    title = title_text(name, f"  ({len(run.tokens)} x d_model {m.d_model}) {rows_from}")
+    return vector_table(run, title, run.layers[0].x, precision)
 
 
 def output_table(run: Trace, precision: int, heads: Sequence[int] | None = None) -> FittedTable:

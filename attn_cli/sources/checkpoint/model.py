@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
+from attn_cli.records.about import About
 from attn_cli.records.selection import Keep
 from attn_cli.records.tokens import visible
 from attn_cli.records.trace import ModelInfo
@@ -301,6 +302,7 @@ def open_checkpoint(
         out_proj=True,
         input_text=family.input_text,
         anatomy=family.anatomy(),
+        about=About(),  # a trained model's: every row says what the fields above hold
     )
     return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)))
 

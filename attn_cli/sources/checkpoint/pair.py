@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.about import About
 from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
 from attn_cli.runtime.errors import ModelUnavailable
@@ -205,6 +206,7 @@ def open_pair_checkpoint(
         decoder_heads=decoder.heads,
         decoder_head_dim=decoder.head_dim,
         anatomy=encoder.anatomy(),
+        about=About(),  # a trained model's: every row says what the fields above hold
     )
     return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))
 

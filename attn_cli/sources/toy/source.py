@@ -20,6 +20,7 @@ from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TokenizerUnavailable
 from attn_cli.runtime.threads import using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
+from attn_cli.sources.toy.about import toy_about
 from attn_cli.sources.toy.config import DEFAULT_TOKENIZER, Config, Positional
 from attn_cli.sources.toy.embed import embedding_table, load_embeddings, seeded_embeddings, sinusoidal
 from attn_cli.sources.toy.model import make_projections, self_attention
@@ -27,8 +28,9 @@ from attn_cli.text.rankfiles import DIR_ENV
 from attn_cli.text.tokenizers import WORDS, TiktokenTokenizer, Tokenizer, get_tokenizer
 
 
-def toy_info(config: Config) -> ModelInfo:
-    """The toy source's ``ModelInfo`` for a resolved config: one layer of seeded weights."""
+def toy_info(config: Config, vocab_size: int) -> ModelInfo:
+    """The toy source's ``ModelInfo`` for a resolved config: one layer of seeded weights;
+    ``vocab_size``: the tokenizer's, the rows of the seeded embedding table."""
     assert config.d_model is not None and config.d_k is not None and config.d_v is not None, "resolve the config first"
     return ModelInfo(
         source=TOY,
@@ -43,7 +45,9 @@ def toy_info(config: Config) -> ModelInfo:
         qkv_bias=config.qkv_bias,
         out_proj=config.out_proj,
         projections=config.projections,
+        dropout=config.dropout,
         config=config,
+        about=toy_about(config, vocab_size),
         input_text="X, the embeddings" + (" plus positions" if config.positional is not Positional.none else ""),
     )
 
@@ -109,7 +113,7 @@ class ToySource(Batches):
             layer = self_attention(x, config, self._projections(config, x.shape[1]))
             if selection is not None and selection.norms:
                 layer = with_norms(layer)
-        info, layers = with_threads(toy_info(config), (layer,), n_threads)
+        info, layers = with_threads(toy_info(config, tokens.vocab_size), (layer,), n_threads)
         rollout = rollout_of(layers) if selection is not None and selection.rollout else None
         return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None, rollout=rollout)
 
