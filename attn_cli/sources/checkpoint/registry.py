@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any
 
 FAMILIES = Path(__file__).resolve().parent / "families"
+# The order the supported model_types are listed in (what a refusal names): the first
+# architectures, then the encoders, then the decoders; a module not named here comes after them.
+LISTED = ("gpt2", "bert", "modernbert", "llama", "gemma", "phi3", "gpt_neox", "olmo2", "bart", "t5")
 
 
 def declared(name: str, folder: Path = FAMILIES) -> dict[str, tuple[str, str]]:
     """model_type -> (family, "module:Class" under attn_cli.sources.checkpoint.families), from
-    every module of ``folder`` that assigns a dict literal to ``name`` at its top level, in the
-    modules' order by name. Only that literal is parsed (a whole module's parse cost ``models``
-    a tenth of a second)."""
+    every module of ``folder`` that assigns a dict literal to ``name`` at its top level, the
+    modules in ``LISTED``'s order, then by name. Only that literal is parsed (a whole module's
+    parse cost ``models`` a tenth of a second)."""
     found: dict[str, tuple[str, str]] = {}
     assignment = re.compile(rf"^{name}\s*(?::[^=\n]*)?=\s*(?=\{{)", re.MULTILINE)
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted(folder.glob("*.py"), key=lambda p: (LISTED.index(p.stem) if p.stem in LISTED else len(LISTED), p.stem)):
         text = path.read_text(encoding="utf-8")
         start = assignment.search(text)
         if start is None:

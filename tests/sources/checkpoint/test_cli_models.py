@@ -110,8 +110,10 @@ def test_the_registry_is_what_the_family_modules_declare(tmp_path: Path) -> None
     (tmp_path / "b_one.py").write_text("import torch\nMODEL_TYPES = {'x': ('xfam', 'X'), 'y': ('xfam', 'X')}\n")
     (tmp_path / "a_two.py").write_text("MODEL_TYPES: dict = {'z': ('zfam', 'Z')}\nENCODER_DECODER_TYPES = {'p': ('pfam', 'P')}\n")
     (tmp_path / "c_none.py").write_text("OTHER = {'w': ('w', 'W')}\n")
-    assert registry.declared("MODEL_TYPES", tmp_path) == {"z": ("zfam", "a_two:Z"), "x": ("xfam", "b_one:X"), "y": ("xfam", "b_one:X")}
+    found = registry.declared("MODEL_TYPES", tmp_path)
+    assert found == {"z": ("zfam", "a_two:Z"), "x": ("xfam", "b_one:X"), "y": ("xfam", "b_one:X")} and list(found) == ["z", "x", "y"]
     assert registry.declared("ENCODER_DECODER_TYPES", tmp_path) == {"p": ("pfam", "a_two:P")}
+    assert list(registry.MODEL_TYPES)[:3] == ["gpt2", "bert", "roberta"] and list(registry.MODEL_TYPES)[-1] == "olmo2"  # LISTED's order
     assert {"gpt2", "llama", "qwen3", "gemma3_text", "olmo2", "xlm-roberta"} <= set(registry.MODEL_TYPES)
     assert set(registry.SEQ2SEQ_TYPES) == {"bart", "marian", "t5"}
 
