@@ -170,26 +170,9 @@ class Checkpoint:
         says), stopping after an end-of-sequence id. Every step runs the whole forward
         over the sequence so far (no cache: the attention shown afterwards is the full
         sequence's, computed once more by ``trace``)."""
-        import torch
+        from attn_cli.sources.checkpoint.families.greedy import greedy
 
-        from attn_cli.sources.checkpoint.families import forward
-
-        head = self._family.head(self._weights)
-        family, weights = self._family, self._weights
-        ids = list(tokens.ids)
-        made: list[int] = []
-        with torch.inference_mode():
-            for _ in range(n):
-                so_far = self.tokenizer.tokens_from_ids(tuple(ids), (False,) * len(ids))
-                done = forward(family, weights, so_far, (), weights.device, "weights", whole=True)
-                assert done.hidden is not None
-                last = family.final_norm(weights, done.hidden[-1:])  # (1, D)
-                chosen = int(family.logits(weights, head, last)[0].float().argmax())  # (1, V) -> the first of equal maxima
-                ids.append(chosen)
-                made.append(chosen)
-                if chosen in self.eos_ids:
-                    break
-        return tuple(made)
+        return greedy(self._family, self._weights, self.tokenizer, tokens.ids, n, self.eos_ids)
 
     def ablate(self, tokens: Tokens, method: str) -> Ablation:
         """Every head's change in mean next-token loss when its slice of W_o's input is set to

@@ -130,28 +130,13 @@ class PairCheckpoint:
         step the argmax of the last decoder position's logits (no logits processors, whatever
         generation_config.json says), stopping after an end-of-sequence id. The encoder runs
         once; each step runs the whole decoder over the tokens so far (no cache)."""
-        import torch
-
-        from attn_cli.sources.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families.greedy import greedy
         from attn_cli.sources.checkpoint.families.seq2seq import encode
 
         decoder, weights = self.model.decoder, self._weights
-        head = decoder.head(weights)
-        ids = [decoder.decoder_start]
-        made: list[int] = []
-        with torch.inference_mode():
-            memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
-            for _ in range(n):
-                so_far = self.tokenizer.tokens_from_ids(tuple(ids), (False,) * len(ids))
-                done = forward(decoder, weights, so_far, (), weights.device, "weights", whole=True, memory=memory)
-                assert done.hidden is not None
-                last = decoder.final_norm(weights, done.hidden[-1:])  # (1, D)
-                chosen = int(decoder.logits(weights, head, last)[0].float().argmax())  # the first of equal maxima
-                ids.append(chosen)
-                made.append(chosen)
-                if chosen in self.eos_ids:
-                    break
-        return tuple(made)
+        decoder.head(weights)  # ModelUnavailable, naming what is missing, before the encoder runs
+        memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
+        return greedy(decoder, weights, self.tokenizer, [decoder.decoder_start], n, self.eos_ids, memory)
 
     def vocab_size(self, head: Head) -> int:
         return int(self._weights.entry(head.weight).shape[0])
