@@ -111,7 +111,7 @@ COMMANDS: list[Command] = [
     cmd("t5 cross heatmap", "heatmap", SOURCE, "--model", "$T", "--target", TARGET, "--layer", "all", "-o", "t5.png"),
     cmd("t5 html", "html", SOURCE, "--model", "$T", "--target", TARGET, "-o", "t5.html"),
     cmd("bart predict, generate", "run", SOURCE, "--model", "$B", "--generate", "4", "--predict", "3", "-F", "json"),
-    cmd("error: t5 ablate (a traceback before issue 33)", "heads", SOURCE, "--model", "$T", "--target", TARGET, "--ablate", "zero", code=2),
+    cmd("t5 ablate cross-attention (a traceback before issue 33)", "heads", SOURCE, "--model", "$T", "--target", TARGET, "--ablate", "zero", "-F", "json"),
     cmd("gpt2 ablate", "heads", FOX, "--model", "$G", "--ablate", "mean", "-F", "json"),
     cmd("models (a cache of one)", "models"),
     cmd("run --help", "run", "--help"),

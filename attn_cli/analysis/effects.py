@@ -72,13 +72,28 @@ def next_token_losses(
     worked out in float32 in that tensor, in place (``torch.log_softmax`` and
     ``torch.logsumexp`` each allocate a fresh (R, V) block, whose page faults were a fifth of
     an ablation's time in ``bench/ablation.py``), each sum in float64."""
+    if len(ids) < 2:
+        return [0.0] * texts
+    return token_losses(logits_of, ids[1:], len(ids), texts, vocab, scratch)
+
+
+def token_losses(
+    logits_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    targets_of_rows: Sequence[int],
+    n: int,
+    texts: int,
+    vocab: int,
+    scratch: list[torch.Tensor] | None = None,
+) -> list[float]:
+    """Each text's mean cross-entropy (nats) of ``targets_of_rows``: position i of each text's
+    ``n`` predicts ``targets_of_rows[i]``, for i below their count (a decoder's next tokens, from
+    ``next_token_losses``; an encoder-decoder's labels, one per decoder position, as
+    transformers' seq2seq loss). ``logits_of``, ``scratch``: as ``next_token_losses``."""
     import torch
 
-    n = len(ids)
-    if n < 2:
-        return [0.0] * texts
-    rows = torch.tensor([b * n + i for b in range(texts) for i in range(n - 1)], dtype=torch.long)  # (B*(T-1),)
-    targets = torch.tensor(list(ids[1:]) * texts, dtype=torch.long)  # (B*(T-1),)
+    p = len(targets_of_rows)
+    rows = torch.tensor([b * n + i for b in range(texts) for i in range(p)], dtype=torch.long)  # (B*P,)
+    targets = torch.tensor(list(targets_of_rows) * texts, dtype=torch.long)  # (B*P,)
     sums = torch.zeros(texts, dtype=torch.float64)  # (B,)
     step = -(-len(rows) // -(-len(rows) // loss_rows(vocab)))  # the fewest blocks, of equal size
     scratch = [] if scratch is None else scratch
@@ -93,7 +108,7 @@ def next_token_losses(
         top = block.amax(dim=-1)  # (R,)
         total = block.sub_(top[:, None]).exp_().sum(dim=-1)  # (R,) sum of exp(logit - max)
         sums.index_add_(0, chosen // n, (picked - top - total.log()).double())  # log p(target), each row to its text
-    return (-sums / (n - 1)).tolist()
+    return (-sums / p).tolist()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -141,15 +141,10 @@ def heads(
 
 
 def _check_ablation(source: Source) -> None:
-    """--ablate changes a decoder-only model's next-token loss: an encoder, or an encoder-decoder, is
-    refused before anything runs."""
+    """--ablate changes a decoder's loss (a decoder-only model's next-token loss, an encoder-decoder's
+    target's): an encoder is refused before anything runs."""
     if getattr(getattr(source, "checkpoint", None), "encoder", False):
         raise UsageError(f"--ablate: {source.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
-    if source.info.decoder_layers is not None:
-        raise UsageError(
-            f"--ablate: {source.info.name} is an encoder-decoder; attn-cli ablates the heads of a decoder-only model "
-            f"(its next-token loss), not yet a translation's"
-        )
 
 
 def _reports(
@@ -159,13 +154,11 @@ def _reports(
     """Each text's head scores; the probe's scores computed with the first (they are the same for every text)."""
     probe_scores = None
     for trace in traces:
+        ablation = source.ablate(trace, ablate.value) if ablate is not None else None  # type: ignore[attr-defined]
         trace = trace.in_stack(stack)  # an encoder-decoder: the stack --stack names
         if probe is not None and probe_scores is None:
             probe_scores = _probe_scores(source, probe, selection)
-        report = _report(trace, probe, probe_note, probe_scores)
-        if ablate is not None:
-            report = dataclasses.replace(report, ablation=source.checkpoint.ablate(trace.tokens, ablate.value))
-        yield report
+        yield dataclasses.replace(_report(trace, probe, probe_note, probe_scores), ablation=ablation)
 
 
 def _write_reports(

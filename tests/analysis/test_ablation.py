@@ -126,12 +126,79 @@ def test_an_encoder_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None
     assert "is an encoder" in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_an_encoder_decoder_is_refused_in_one_line(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """It was a traceback (PairCheckpoint had no ablate); now exit 2 before anything runs, saying what is ablated."""
-    folder = checkpoints.built(tmp_path_factory, "ablation-t5", checkpoints.build_t5, feed_forward_proj="gated-gelu")
-    result = invoke("heads", TEXT, "--model", str(folder), "--target", "the dog", "--ablate", "zero", code=2)
-    assert "is an encoder-decoder" in result.stderr and result.stderr.count("\n") == 1
-    invoke("heads", TEXT, "--model", str(folder), "--target", "the dog", "-F", "json")  # the control: without --ablate it runs
+TARGET = "the dog sat on the log"
+PAIR_MODULES = {  # where each stack's W_o is, per family: (layers of the stack, W_o's path in a layer)
+    "t5": {"encoder": ("encoder.block", "layer.0.SelfAttention.o"), "decoder": ("decoder.block", "layer.0.SelfAttention.o"),
+           "cross": ("decoder.block", "layer.1.EncDecAttention.o")},
+    "bart": {"encoder": ("model.encoder.layers", "self_attn.out_proj"), "decoder": ("model.decoder.layers", "self_attn.out_proj"),
+             "cross": ("model.decoder.layers", "encoder_attn.out_proj")},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pair_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {
+        "t5": checkpoints.built(tmp_path_factory, "ablation-t5", checkpoints.build_t5, feed_forward_proj="gated-gelu"),
+        "bart": checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart),
+    }
+
+
+def hooked_pair_deltas(
+    folder: Path, name: str, stack: str, source: list[int], decoder: list[int], method: str, shift: int = 0
+) -> tuple[float, dict[tuple[int, int], float]]:
+    """transformers' target loss (its seq2seq loss: the labels, teacher-forced) and, per (layer,
+    head) of ``stack``, its change with a pre-hook on that stack's W_o replacing head (h + shift) % H's slice."""
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    labels = tokenizer(text_target=TARGET)["input_ids"]
+    assert labels[:-1] == decoder[1:]  # the decoder's inputs are the labels shifted right
+    inputs = dict(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([decoder]), labels=torch.tensor([labels]))
+    with torch.no_grad():
+        clean = model(**inputs).loss.item()
+    blocks, path = PAIR_MODULES[name][stack]
+    deltas = {}
+    for layer, block in enumerate(model.get_submodule(blocks)):
+        out = block.get_submodule(path)
+        heads = model.config.num_heads if name == "t5" else getattr(model.config, f"{'encoder' if stack == 'encoder' else 'decoder'}_attention_heads")
+        d_v = out.in_features // heads
+        for h in range(heads):
+            cut = slice(((h + shift) % heads) * d_v, ((h + shift) % heads + 1) * d_v)
+
+            def replace(module: Any, args: Any, cut: slice = cut) -> Any:
+                x = args[0].clone()  # (1, N, H*Dv)
+                x[..., cut] = 0.0 if method == "zero" else args[0][..., cut].mean(dim=1, keepdim=True)
+                return (x,)
+
+            handle = out.register_forward_pre_hook(replace)
+            with torch.no_grad():
+                deltas[(layer, h)] = model(**inputs).loss.item() - clean
+            handle.remove()
+    return clean, deltas
+
+
+@pytest.mark.parametrize(
+    ("name", "stack", "method"),
+    [("t5", "encoder", "zero"), ("t5", "decoder", "mean"), ("t5", "cross", "zero"), ("bart", "encoder", "mean"),
+     ("bart", "decoder", "zero"), ("bart", "cross", "mean")],
+)  # fmt: skip
+def test_an_encoder_decoders_heads_equal_transformers_with_a_hook(name: str, stack: str, method: str, pair_folders) -> None:
+    """Each stack's heads of BART and T5, ablated through the one layer loop, against transformers'
+    seq2seq loss with a hook on that stack's W_o (it was a traceback, then a refusal)."""
+    folder = pair_folders[name]
+    args = ("heads", TEXT, "--model", str(folder), "--target", TARGET, "--stack", stack, "--ablate", method, "--no-probe", "-F", "json")
+    data = json.loads(invoke(*args).stdout)
+    ran = json.loads(invoke("run", TEXT, "--model", str(folder), "--target", TARGET, "-F", "json").stdout)
+    source, decoder = [t["id"] for t in ran["tokens"]], [t["id"] for t in ran["target_tokens"]]
+    clean, expected = hooked_pair_deltas(folder, name, stack, source, decoder, method)
+    assert max(abs(v) for v in expected.values()) > 0.01  # heads that matter: a wrong head would show
+    assert len(data["heads"]) == len(expected)
+    assert_deltas(data, clean, expected)
+    if method == "zero":  # the negative control: the neighbouring head's slice
+        _, shifted = hooked_pair_deltas(folder, name, stack, source, decoder, method, shift=1)
+        with pytest.raises(AssertionError):
+            assert_deltas(data, clean, shifted)
 
 
 def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,6 +219,28 @@ def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeyp
     assert not ran
     monkeypatch.setattr(budget, "available_bytes", lambda: 100 * need)  # the negative control: room enough, it runs
     checkpoint.ablate(tokens, "zero")
+    assert ran
+
+
+def test_an_encoder_decoder_ablation_that_cannot_fit_is_refused_first(pair_folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
+    from attn_cli.sources.checkpoint.families import ablation
+    from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+
+    checkpoint = open_pair_checkpoint(str(pair_folders["t5"]))
+    source, labels = checkpoint.tokenizer.encode(TEXT), checkpoint.encode_target(TARGET)
+    decoder = checkpoint.decoder_tokens(labels)
+    need = sum(checkpoint.estimate_bytes(len(source), len(decoder), "weights", predict=True).values())
+    real = ablation.ablated_pair_losses
+    ran: list[bool] = []
+    monkeypatch.setattr(ablation, "ablated_pair_losses", lambda *a, **k: ran.append(True) or real(*a, **k))
+    monkeypatch.setattr(budget, "available_bytes", lambda: int(need / budget.SHARE) - 1)  # just short of the forwards' needs
+    with pytest.raises(TooLargeError, match="^this ablation needs about"):
+        checkpoint.ablate(source, decoder, labels.ids, "zero", "encoder")
+    assert not ran
+    monkeypatch.setattr(budget, "available_bytes", lambda: 100 * need)  # the negative control: room enough, it runs
+    assert len(checkpoint.ablate(source, decoder, labels.ids, "zero", "encoder").deltas) == checkpoint.info.layers
     assert ran
 
 

@@ -212,7 +212,7 @@ class Checkpoint:
                 lambda rows, out: family.logits(weights, head, flat[rows], out), tokens.ids, normed.shape[0], vocab, scratch
             )
 
-        clean, ablated = ablated_losses(family, weights, tokens, head, losses, method, weights.device)
+        clean, ablated = ablated_losses(family, weights, tokens, losses, method, weights.device)
         return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))
 
     def vocab_size(self, head: Head) -> int:

@@ -25,6 +25,7 @@ from attn_cli.sources.checkpoint.model import DTYPES
 from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Ablation
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
@@ -137,6 +138,45 @@ class PairCheckpoint:
         decoder.head(weights)  # ModelUnavailable, naming what is missing, before the encoder runs
         memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
         return greedy(decoder, weights, self.tokenizer, [decoder.decoder_start], n, self.eos_ids, memory)
+
+    def ablate(self, source: Tokens, decoder: Tokens, labels: Sequence[int], method: str, stack: str) -> Ablation:
+        """Each head of ``stack``'s (encoder, decoder or cross) change in the target's mean loss
+        (teacher-forced: decoder position i predicts ``labels[i]``, as transformers' seq2seq loss)
+        when its slice of W_o's input is set to zero or to its mean
+        (``families.ablation.ablated_pair_losses``). The memory is checked first."""
+        import torch
+
+        from attn_cli.analysis.effects import Ablation, loss_rows, token_losses
+        from attn_cli.runtime import budget
+        from attn_cli.sources.checkpoint.families.ablation import ablated_pair_losses, ablation_batch
+
+        decoder_stack, weights = self.model.decoder, self._weights
+        head = decoder_stack.head(weights)
+        vocab = self.vocab_size(head)
+        s, t = len(source), len(decoder)
+        family = self.model.encoder if stack == "encoder" else decoder_stack
+        parts = self.estimate_bytes(s, t, "weights", predict=True)
+        batch, per_text = ablation_batch(family, max(s, t))
+        width = family.d_model + family.heads * family.head_dim  # a kept attention's input and concat, per row
+        parts["activations"] += FLOAT32 * width * (family.layers * (s if stack == "encoder" else t)) + batch * per_text
+        parts["activations"] += min(batch * t, loss_rows(vocab)) * vocab * 2 * FLOAT32  # the loss's block of logits
+        budget.check(
+            parts,
+            {"weights": "the weights of both stacks and the head", "tables": "the three stacks' tables",
+             "activations": f"each layer's input and heads kept for {s} source and {t} target tokens, and the logits"},
+            {"weights": "use a smaller model", "tables": "use shorter texts", "activations": "use shorter texts"},
+            doing="this ablation",
+        )  # fmt: skip
+        scratch: list[torch.Tensor] = []  # the loss's block of logits, reused from batch to batch
+
+        def losses(normed: torch.Tensor) -> list[float]:  # (B, T, D) -> each one's loss over the labels
+            flat = normed.reshape(-1, normed.shape[-1])  # (B*T, D)
+            return token_losses(
+                lambda rows, out: decoder_stack.logits(weights, head, flat[rows], out), labels, t, normed.shape[0], vocab, scratch
+            )  # fmt: skip
+
+        clean, ablated = ablated_pair_losses(self.model, weights, source, decoder, stack, losses, method, weights.device)
+        return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))
 
     def vocab_size(self, head: Head) -> int:
         return int(self._weights.entry(head.weight).shape[0])

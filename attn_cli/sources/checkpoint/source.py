@@ -23,6 +23,7 @@ from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
 if TYPE_CHECKING:
+    from attn_cli.analysis.effects import Ablation
     from attn_cli.sources.checkpoint.pair import PairLayers
 
 
@@ -77,6 +78,10 @@ class CheckpointSource(Batches):
         continued = after[len(before) :] if after.startswith(before) else tokenizer.decode(made)  # a leading space kept
         trace = self._trace(text, tokens, dataclasses.replace(selection, generate=0), None)
         return dataclasses.replace(trace, prompt_length=len(prompt), generated_text=continued)
+
+    def ablate(self, trace: Trace, method: str) -> Ablation:
+        """``heads --ablate``: each head's change in the text's next-token loss (``Checkpoint.ablate``)."""
+        return self.checkpoint.ablate(trace.tokens, method)
 
     def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]]:
         tokenizer = self.checkpoint.tokenizer
@@ -135,6 +140,7 @@ class PairSource(Batches):
         self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
         self.n_heads = max(self.info.heads, self.info.decoder_heads or 0)
         self._source: Tokens | None = None
+        self._labels: tuple[int, ...] = ()  # the last text's target, as the decoder's labels (``ablate``)
 
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         check_text(text)
@@ -155,6 +161,7 @@ class PairSource(Batches):
         norms = selection is not None and selection.norms
         generate = selection.generate if selection is not None else 0
         target, labels = self._target(source, generate, keep, norms)
+        self._labels = labels.ids
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
         n = max(len(source), len(decoder))
@@ -231,6 +238,12 @@ class PairSource(Batches):
         decoder_heads = pick(spec.heads, heads["decoder"], "head", "decoder", default_heads(heads["decoder"]))
         kept = {stack: chosen(stack, getattr(stacks, stack)) for stack in ("encoder", "decoder", "cross")}
         return kept, encoder_heads, decoder_heads
+
+    def ablate(self, trace: Trace, method: str) -> Ablation:
+        """``heads --ablate``: each head of the stack --stack names (cross-attention's by default)
+        and its change in the target's loss (``PairCheckpoint.ablate``), for the trace ``run`` made last."""
+        assert trace.target_tokens is not None and self._labels, "run the text first"
+        return self.checkpoint.ablate(trace.tokens, trace.target_tokens, self._labels, method, self.spec.stack or "cross")
 
     def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
         """Refuse, before anything runs, three stacks over these lengths that would not fit."""

@@ -60,8 +60,8 @@ def forward(
     ``memory`` (S, D): an encoder's output, the keys and values of each layer's second
     attention (``family.cross``), kept as the self-attention is (``Forward.cross``).
     ``start`` (layer, its input (..., T, D)): from that layer on, not from the embeddings
-    (ablations: a batch of a later layer's inputs). ``visit``: called with every layer's
-    input, tensors and attention as it passes. The layers run in the ``weights``' dtype on
+    (ablations: a batch of a later layer's inputs). ``visit``: called with every attention's
+    input, the layer's tensors and the attention as it passes (cross-attention's too). The layers run in the ``weights``' dtype on
     ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
@@ -120,6 +120,8 @@ class LayerPass:
             hidden = family.between(t, hidden, output)  # (T, D)
             layer = cross_step(family, t, index, hidden, self.memory)
             output = layer.output  # (T, D)
+            if self.visit is not None:  # the cross-attention's input is the state after the self-attention block
+                self.visit(index, hidden, t, layer)
             if index in self.wanted:
                 self.crossed[index] = kept_layer(layer, self.keep, self.norms)
             del layer
