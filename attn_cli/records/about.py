@@ -50,6 +50,17 @@ class About:
     flags: tuple[Row, ...] = (("--model", None), ("--pair", None), ("--target", None), ("--stack", None), ("--dtype", None))
     # the layer-input table: its name, and where its rows come from (a slot: ModelInfo.input_text)
     layer_input: Row = ("Layer input x", None)
+    # the layer input's letter in the projections' formulas (Q = x W_q^T), and the name of the
+    # output table's width (a trained model's hidden size; the toy's heads side by side)
+    input_letter: str = "x"
+    output_width: str = "d_model"
+    # the page names the model: its title adds the name, its heading says it, and it offers the
+    # model overview for one layer too (the page's data calls this "trained"); False: the
+    # heading says "the toy model" and one layer has no overview
+    names_model: bool = True
+    # what the page's "Reproduce" line says when no command makes the source again (attention
+    # computed outside attn-cli); None: the command line of ``flags``
+    reproduce: str | None = None
     # the settings the page's step-by-step view recomputes the softmax from (the toy's one
     # layer); None: the page has no step-by-step view of this source
     steps: tuple[Setting, ...] | None = None

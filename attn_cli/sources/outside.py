@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 
 
 ROW_SUM_TOLERANCE = 1e-3
-# Weights alone: the page says they were computed elsewhere, and no architecture or dtype
-OUTSIDE = About(page=(
-    ("model", None), ("computed", "outside attn-cli (weights given to attn_cli.from_attentions)"), ("layers", None),
-    ("heads", None), ("head size", None), ("d_model", None),
-))  # fmt: skip
+# Weights alone: the page says they were computed elsewhere, and no architecture or dtype; no
+# command makes them again, so the page says how to draw them again instead
+OUTSIDE = About(
+    page=(
+        ("model", None), ("computed", "outside attn-cli (weights given to attn_cli.from_attentions)"), ("layers", None),
+        ("heads", None), ("head size", None), ("d_model", None),
+    ),
+    reproduce="attention computed outside attn-cli: trace.to_json() saves it, attn-cli html --from FILE.json draws it",
+)  # fmt: skip
 
 
 def from_attentions(

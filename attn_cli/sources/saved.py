@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.selection import Selection
-from attn_cli.records.trace import EXTERNAL, ModelInfo, Trace
+from attn_cli.records.trace import EXTERNAL, TOY, ModelInfo, Trace
 from attn_cli.runtime.errors import AttnCliError, UsageError
 from attn_cli.sources.outside import check_layers, dims_text, model_info, numbers_of, placed, tokens_of, weights_trace, whole_number
 
@@ -190,6 +190,10 @@ def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, n
 
         threads = model.get("threads")
         info = dataclasses.replace(toy_info(config, vocab_size), threads=threads if isinstance(threads, int) else None)
+    elif info.family == TOY:  # the toy's, without settings this version can rebuild: still named as the toy
+        from attn_cli.sources.toy.about import TOY_WORDS
+
+        info = dataclasses.replace(info, about=TOY_WORDS)
     return info
 
 

@@ -38,7 +38,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.hiding import shown
-from attn_cli.records.trace import EXTERNAL, STACKS
+from attn_cli.records.trace import STACKS
 from attn_cli.render.commands import command_line
 from attn_cli.render.page.chunks import MASKED, PRECISION, SCALE, SIZE_FLAG, Budget, Chunks
 from attn_cli.render.page.manifest import trace_manifest
@@ -129,9 +129,10 @@ def notebook_html(
 # -- the command line that reproduces a trace (for pages made from the Python API) --
 
 def reproduce_command(trace: Trace) -> str:
-    """``attn-cli html TEXT ...`` with the options that made ``trace``."""
-    if trace.model.family == EXTERNAL:
-        return "attention computed outside attn-cli: trace.to_json() saves it, attn-cli html --from FILE.json draws it"
+    """``attn-cli html TEXT ...`` with the options that made ``trace``; where no command makes
+    its source again (attention computed outside attn-cli), what the source says instead."""
+    if trace.model.about.reproduce is not None:
+        return trace.model.about.reproduce
     extra: list[str] = []
     kept = [layer.layer for layer in trace.layers]
     if kept != list(range(trace.model.layers)):
@@ -157,7 +158,7 @@ def _title(traces: Sequence[Trace]) -> str:
     short = text if len(text) <= 60 else text[:59] + "…"
     more = f" (+{len(traces) - 1} more)" if len(traces) > 1 else ""
     model = traces[0].model
-    return f"{short}{more}" + (f" · {model.name}" if model.trained else "")
+    return f"{short}{more}" + (f" · {model.name}" if model.about.names_model else "")
 
 
 def _shell(title: str) -> str:

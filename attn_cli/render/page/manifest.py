@@ -74,7 +74,7 @@ def _layer_entry(layer: LayerWeights, chunks: Chunks, n: int, m: int) -> dict[st
 
 def _model_entry(model: ModelInfo) -> dict[str, Any]:
     return {
-        "trained": model.trained,
+        "trained": model.about.names_model,  # page.js: the heading names the model, one layer has an overview
         "source": model.source,
         "name": model.name,
         "family": model.family,

@@ -165,14 +165,14 @@ def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
     result = run.layers[0]
     suffix = head_suffix(run, head)
     bias = " + b" if m.qkv_bias else ""
-    x = "X" if not m.trained else "x"
+    x = m.about.input_letter  # the layer input, as its source names it
     tables = []
     for name, letter, tensor, size, width in (
         ("Queries", "q", result.queries, "d_k", m.head_dim),
         ("Keys", "k", result.keys, "d_k", m.head_dim),
         ("Values", "v", result.values, "d_v", m.value_dim),
     ):
-        formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = X (no projections)"
+        formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = {x} (no projections)"
         rows = len(run.tokens if letter == "q" else run.columns)
         title = title_text(name, f"  {formula}{suffix} ({rows} x {size} {width})")
         tables.append(vector_table(run, title, tensor[head], precision, keys=letter != "q"))
@@ -222,5 +222,5 @@ def output_table(run: Trace, precision: int, heads: Sequence[int] | None = None)
         how = f"{which} of the heads side by side"
         captions.append(note_text(f"--head chose {which} of {n_heads}: the other heads' dims are left out (--format json has every one)"))
     size = f"{len(dims)} of {width}" if dims is not None else str(width)
-    title = title_text("Output", f"  {how}{layer} ({len(run.tokens)} x {'d_model' if m.trained else 'heads*d_v'} {size})")
+    title = title_text("Output", f"  {how}{layer} ({len(run.tokens)} x {m.about.output_width} {size})")
     return vector_table(run, title, run.layers[0].output, precision, captions, dims)

@@ -1,11 +1,20 @@
 """The toy model in the words every view prints (``ModelInfo.about``): its settings as the
 header's rows, the title's phrases and the page's rows, the flags that make it again, where its
-X comes from, and what the page's step-by-step view recomputes the softmax from."""
+X comes from, its names (X, heads*d_v, "the toy model"), and what the page's step-by-step view
+recomputes the softmax from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from attn_cli.records.about import About, Row, Setting
 from attn_cli.sources.toy.config import DEFAULT_D_MODEL, Config, Positional
+
+
+# what the toy is called whatever its settings: its embeddings X, its heads' context vectors side
+# by side as its output, a page headed "the toy model"; alone, a saved toy trace's words whose
+# settings this version cannot rebuild
+TOY_WORDS = About(input_letter="X", output_width="heads*d_v", names_model=False)
 
 
 def toy_about(c: Config, vocab_size: int) -> About:
@@ -31,8 +40,8 @@ def toy_about(c: Config, vocab_size: int) -> About:
         ("causal", c.causal), ("scale", c.scale), ("temperature", c.temperature), ("dropout", c.dropout),
         ("projections", c.projections), ("out_proj", c.out_proj), ("d_k", c.d_k), ("d_v", c.d_v),
     )  # fmt: skip
-    return About(
-        header=header, note=c.weights_origin(), title=title, page=page, flags=toy_flags(c),
+    return dataclasses.replace(
+        TOY_WORDS, header=header, note=c.weights_origin(), title=title, page=page, flags=toy_flags(c),
         layer_input=("Embeddings X", rows_from), steps=steps,
     )  # fmt: skip
 
