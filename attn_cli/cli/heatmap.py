@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.params import OUTPUT, GenerateOption, RolloutOption
+from attn_cli.cli.params import GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError

@@ -267,7 +267,7 @@ TRAINED_PARAMS = [
                 "--layer",
                 "-l",
                 help="Layers to run and show: an index, a list (0,2), a range (0-3) or all; -1 is the last. Later layers are "
-                f"never run. [default: JSON/CSV all; tables and pictures the last]",
+                "never run. [default: JSON/CSV all; tables and pictures the last]",
                 rich_help_panel=OUTPUT,
                 show_default=False,
             ),

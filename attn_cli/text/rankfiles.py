@@ -29,7 +29,6 @@ import dataclasses
 import hashlib
 import http.client
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path

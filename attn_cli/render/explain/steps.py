@@ -246,7 +246,7 @@ class Walkthrough(Layout, ProjectionSteps):
         return Step(6, title, tuple(blocks))
 
     def softmax(self) -> Step:
-        one, T = self.one, self.T
+        one = self.one
         blocks: list[Block] = [
             Line("weights[i, j] = exp(Z[i, j] − m_i) / Σ_k exp(Z[i, k] − m_i),   m_i = max_k Z[i, k]", "formula"),
             Line(

@@ -169,7 +169,7 @@ class ToyWalkthrough(Walkthrough):
     def project(self) -> Step:
         c = self.c
         one = self.one
-        dk, dv, H = c.d_k, c.d_v, self.H
+        dk, H = c.d_k, self.H
         blocks: list[Block] = []
         if not c.projections:
             blocks.append(Line("No projections (--no-projections, the tutorials' naive attention): queries, keys and values are X itself."))

@@ -94,7 +94,6 @@ class CheckpointSource(Batches):
         return self._trace(PROBE_TEXT, tokens, selection, None)
 
     def _trace(self, text: str, tokens: Tokens, selection: Selection | None, pair: str | None) -> Trace:
-        spec = self.spec
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
         parts = self.checkpoint.estimate_bytes(

@@ -61,8 +61,8 @@ def forward(
     attention (``family.cross``), kept as the self-attention is (``Forward.cross``).
     ``start`` (layer, its input (..., T, D)): from that layer on, not from the embeddings
     (ablations: a batch of a later layer's inputs). ``visit``: called with every attention's
-    input, the layer's tensors and the attention as it passes (cross-attention's too). The layers run in the ``weights``' dtype on
-    ``device``; what is kept is float32 on the CPU.
+    input, the layer's tensors and the attention as it passes (cross-attention's too).
+    The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
     wanted = set(layers)
