@@ -222,6 +222,31 @@ def test_an_ablation_that_cannot_fit_is_refused_first(gpt2_folder: Path, monkeyp
     assert ran
 
 
+def test_an_encoder_decoders_ablation_picture_names_the_stack_and_the_target(pair_folders, tmp_path: Path) -> None:
+    """The picture says whose heads and whose loss: the stack and the target (a decoder's says its
+    text's next-token loss: the control)."""
+    import dataclasses
+
+    from PIL import Image
+
+    from attn_cli.analysis.effects import Ablation
+    from attn_cli.analysis.headroles import HeadsReport
+    from attn_cli.render.picture.heads import ablation_figure
+    from attn_cli.sources.spec import SourceSpec
+    from attn_cli.sources.toy.config import Config
+
+    trace = open_source(SourceSpec(Config(), model=str(pair_folders["t5"]), target=TARGET)).run(TEXT).in_stack("encoder")
+    deltas = tuple((0.1,) * trace.model.heads for _ in range(trace.model.layers))
+    title = ablation_figure(HeadsReport(trace, (), None, ablation=Ablation("zero", 3.0, deltas)))._suptitle.get_text()
+    assert "of encoder self-attention" in title and f"target loss change on “{TARGET}”" in title and "next-token" not in title
+    out = tmp_path / "t5.png"
+    invoke("heads", TEXT, "--model", str(pair_folders["t5"]), "--target", TARGET, "--ablate", "zero", "-o", str(out))
+    assert Image.open(out).size[0] > 100  # the command writes it
+    one_stack = dataclasses.replace(trace, stack_name=None)
+    decoder_only = ablation_figure(HeadsReport(one_stack, (), None, ablation=Ablation("zero", 3.0, deltas)))._suptitle.get_text()
+    assert "next-token loss change" in decoder_only
+
+
 def test_an_encoder_decoder_ablation_that_cannot_fit_is_refused_first(pair_folders, monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError

@@ -42,13 +42,24 @@ def ablation_figure(report: HeadsReport, *, dpi: float = 150) -> Any:
                 ax.text(h, l, f"{deltas[l, h]:+.2f}", ha="center", va="center", fontsize=7,
                         color="white" if abs(deltas[l, h]) > 0.6 * extent else "black")  # fmt: skip
     fig.colorbar(image, ax=ax, shrink=0.9).set_label("loss change (nats)")
-    text = " ".join(report.trace.text.split())
-    text = text if len(text) <= 50 else text[:49] + "…"
     from attn_cli.render.picture.titles import fit_title
 
+    trace = report.trace
+    if trace.stack_name is None:  # a decoder's next-token loss over its text
+        headline = [f"Head ablation ({ablation.method}): next-token loss change on “{_short(trace.text)}”"]
+    else:  # an encoder-decoder's: the heads of one stack, the target's loss
+        target = trace.stack_texts[1] if trace.stack_texts is not None else trace.text
+        whose = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(trace.stack_name, "cross-attention")
+        headline = [f"Head ablation ({ablation.method}) of {whose}", f"target loss change on “{_short(target)}”"]
     lines = [
-        [f"Head ablation ({ablation.method}): next-token loss change on “{text}”"],
+        headline,
         [report.trace.model.name, f"clean loss {ablation.clean_loss:.3f} nats", "red: the loss rises without the head"],
     ]
     fig.suptitle(fit_title(lines, (size[0] - 0.2) * 72, 10), fontsize=10, parse_math=False)
     return fig
+
+
+def _short(text: str) -> str:
+    """The text on one line, cut to 50 characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= 50 else text[:49] + "…"
