@@ -204,6 +204,8 @@ def open_pair_checkpoint(
     encoder, decoder = model.encoder, model.decoder
     weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
     weights.find_prefix(encoder.anchor, encoder.family)
+    for stack in (encoder, decoder):  # from the headers: a config that disagrees with its tensors stops here
+        stack.check_shapes(weights)
     tokenizer: CheckpointTokenizer | MarianTokenizer
     if encoder.family == "marian":  # source.spm and target.spm through vocab.json, as MarianTokenizer
         tokenizer = MarianTokenizer(folder, located.name, separate_vocabs=_separate_vocabs(folder), max_positions=encoder.max_positions)

@@ -315,3 +315,34 @@ def test_a_float16_overflow_is_clamped_as_transformers_clamps_it(folders: dict[s
     with pytest.raises((AssertionError, ConfigError)):
         unguarded, logits, _ = half_run(folder, "flan-t5", torch.float16)
         assert_bits_match(unguarded, theirs, logits)
+
+
+# -- what is refused -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "tensor"),
+    [
+        ("bart", {"decoder_ffn_dim": 80}, "decoder.layers.0.fc1.weight"),
+        ("flan-t5", {"d_kv": 4}, "encoder.block.0.layer.0.SelfAttention.q.weight"),
+        ("marian", {"encoder_ffn_dim": 24}, "encoder.layers.0.fc1.weight"),
+    ],
+)
+def test_a_config_that_disagrees_with_its_tensors_is_refused_from_the_headers(
+    name: str, change: dict, tensor: str, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """As for every decoder and encoder: before anything runs, exit 3 naming the tensor, both
+    shapes and the config keys (transformers refuses to load such a folder; attn-cli ran on, the
+    config describing another model). The control: unchanged, it opens."""
+    import shutil
+
+    from attn_cli.runtime.errors import ModelUnavailable
+    from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+
+    open_pair_checkpoint(str(folders[name]))
+    folder = Path(shutil.copytree(folders[name], tmp_path / name))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(change)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelUnavailable, match=f"{tensor} is .* but config.json .*{next(iter(change))}"):
+        open_pair_checkpoint(str(folder))

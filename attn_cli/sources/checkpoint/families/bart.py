@@ -27,14 +27,15 @@ ENCODER_DECODER_TYPES = {"bart": ("bart", "Bart"), "marian": ("marian", "Marian"
 
 @dataclasses.dataclass(frozen=True)
 class BartConfig(Seq2SeqConfig):
-    """BartConfig's and MarianConfig's keys."""
+    """BartConfig's keys and defaults, which MarianConfig shares."""
 
-    encoder_layers: int = key("encoder_layers")
-    decoder_layers: int = key("decoder_layers")
-    encoder_heads: int = key("encoder_attention_heads")
-    decoder_heads: int = key("decoder_attention_heads")
-    encoder_ffn: int = key("encoder_ffn_dim", 0)
-    decoder_ffn: int = key("decoder_ffn_dim", 0)
+    d_model: int = key("d_model", 1024)
+    encoder_layers: int = key("encoder_layers", 12)
+    decoder_layers: int = key("decoder_layers", 12)
+    encoder_heads: int = key("encoder_attention_heads", 16)
+    decoder_heads: int = key("decoder_attention_heads", 16)
+    encoder_ffn: int = key("encoder_ffn_dim", 4096)
+    decoder_ffn: int = key("decoder_ffn_dim", 4096)
     scale_embedding: bool | None = key("scale_embedding")
     activation: str = key("activation_function", "gelu")
 
@@ -75,6 +76,17 @@ class Bart(Seq2Seq):
 
     def score_scale(self, layer: int) -> float:
         return self.head_dim**-0.5  # BartAttention.scaling, multiplied in
+
+    def layer_shapes(self) -> tuple[dict[str, tuple[int, ...]], str]:
+        d, f = self.d_model, self.d_ffn
+        shapes: dict[str, tuple[int, ...]] = {}
+        for kind in ("self", "cross"):
+            for p in ("q", "k", "v", "out"):
+                shapes[f"{kind}.{p}.weight"], shapes[f"{kind}.{p}.bias"] = (d, d), (d,)
+            shapes[f"{kind}.norm.weight"] = shapes[f"{kind}.norm.bias"] = (d,)
+        shapes.update({"fc1.weight": (f, d), "fc1.bias": (f,), "fc2.weight": (d, f), "fc2.bias": (d,)})
+        shapes["final_layer_norm.weight"] = shapes["final_layer_norm.bias"] = (d,)
+        return shapes, f"d_model {d}, {self.stack}_ffn_dim {f}"
 
     def layer_suffixes(self) -> dict[str, str]:
         roles = {}

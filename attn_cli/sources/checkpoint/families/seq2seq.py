@@ -95,8 +95,14 @@ class Seq2Seq(Family):
         return token_rows(weights, name, ids, int(weights.entry(name).shape[0]))
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """Not checked from the headers before a run (an encoder-decoder's tensors are checked as read)."""
-        return {}
+        """Every layer role's shape (``layer_suffixes``) from the family's sizes: ``layer_shapes``
+        gives each role's (out, in), the config keys that imply them named once."""
+        shapes, keys = self.layer_shapes()
+        return {role: (shapes[role], keys) for role in self.layer_suffixes()}
+
+    @abc.abstractmethod
+    def layer_shapes(self) -> tuple[dict[str, tuple[int, ...]], str]:
+        """(role -> the shape config.json implies, the keys that imply them, in words)."""
 
     def layer_names(self, layer: int) -> dict[str, str]:
         prefix = self.layer_name[self.stack].format(layer=layer)

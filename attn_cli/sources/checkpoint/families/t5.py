@@ -32,11 +32,14 @@ def _has_infinity(hidden: torch.Tensor) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class T5Config(Seq2SeqConfig):
-    layers: int = key("num_layers")
+    """T5Config's keys and defaults."""
+
+    d_model: int = key("d_model", 512)
+    layers: int = key("num_layers", 6)
     decoder_layers: int | None = key("num_decoder_layers")  # None: as many as the encoder's
-    heads: int = key("num_heads")
-    d_ff: int = key("d_ff", 0)
-    d_kv: int = key("d_kv")
+    heads: int = key("num_heads", 8)
+    d_ff: int = key("d_ff", 2048)
+    d_kv: int = key("d_kv", 64)
     buckets: int = key("relative_attention_num_buckets", 32)
     max_distance: int = key("relative_attention_max_distance", 128)
     eps: float = key("layer_norm_epsilon", 1e-6)
@@ -93,6 +96,16 @@ class T5(Seq2Seq):
 
     def divisor(self, layer: int) -> tuple[float, str]:
         return 1.0, "1 (T5 does not scale its scores)"
+
+    def layer_shapes(self) -> tuple[dict[str, tuple[int, ...]], str]:
+        d, f, inner = self.d_model, self.d_ffn, self.heads * self.d_kv
+        shapes: dict[str, tuple[int, ...]] = {}
+        for kind in ("self", "cross"):
+            shapes.update({f"{kind}.q.weight": (inner, d), f"{kind}.k.weight": (inner, d), f"{kind}.v.weight": (inner, d)})
+            shapes[f"{kind}.o.weight"], shapes[f"{kind}.norm.weight"] = (d, inner), (d,)
+        shapes.update({"ff.wi.weight": (f, d), "ff.wi_0.weight": (f, d), "ff.wi_1.weight": (f, d), "ff.wo.weight": (d, f)})
+        shapes["ff.norm.weight"] = (d,)
+        return shapes, f"d_model {d}, num_heads {self.heads}, d_kv {self.d_kv}, d_ff {f}"
 
     def layer_suffixes(self) -> dict[str, str]:
         roles = {}
