@@ -60,10 +60,11 @@ def _dims(shape: Sequence[int]) -> str:
 
 
 class LayerTensors:
-    """One layer's tensors by role ("ln_1.weight"), each read on first use, so a
+    """Layer ``index``'s tensors by role ("ln_1.weight"), each read on first use, so a
     step that is skipped (the last layer's MLP) reads nothing."""
 
-    def __init__(self, weights: Weights, names: Mapping[str, str]) -> None:
+    def __init__(self, weights: Weights, names: Mapping[str, str], index: int = 0) -> None:
+        self.index = index  # the layer's index in its stack
         self._weights = weights
         self._names = names
         self._read: dict[str, torch.Tensor] = {}

@@ -143,7 +143,7 @@ def attention_step(
     """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
     ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
     mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
-    t = LayerTensors(weights, family.layer_names(index))
+    t = LayerTensors(weights, family.layer_names(index), index)
     x = family.attention_input(t, hidden)  # (T, D)
     divisor, divisor_text = family.divisor(index)
     mask = family.layer_mask(index, shared)  # (T, T) or None

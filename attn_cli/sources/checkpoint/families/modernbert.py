@@ -134,7 +134,7 @@ class ModernBert(Decoder):
         return norms.layer_norm(rows, weights.read("embeddings.norm.weight"), bias, self.eps)  # (T, D)
 
     def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden if t.get("attn_norm.weight") is None else self.normed(t, "attn_norm", hidden)  # (T, D)
+        return hidden if t.index == 0 else self.normed(t, "attn_norm", hidden)  # (T, D): layer 0's attn_norm is nn.Identity
 
     def mask(self, n_tokens: int) -> None:
         return None
