@@ -32,6 +32,7 @@ SHORT_NAME = 40  # characters of a source shown whole in titles
 # An encoder-decoder's stacks (--stack): the source's self-attention, the decoder's causal
 # self-attention, and cross-attention from the decoder's inputs (rows) to the source (columns)
 STACKS = ("encoder", "decoder", "cross")
+ONE_STACK = "self"  # the name of a model of one stack's only stack in ``Trace.stacks``
 
 LayerT = TypeVar("LayerT", bound="LayerWeights", covariant=True)
 
@@ -144,6 +145,36 @@ class Hiding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Stack(Generic[LayerT]):
+    """One stack of attention as plain data (``Trace.stacks``): its rows (the queries), its
+    columns (the keys), its layers and what --hide-tokens hides in each. Self-attention's
+    columns are its rows (``key_text``, ``key_tokens`` and ``key_hiding`` the rows' own);
+    cross-attention's rows are the decoder's inputs and its columns the source's."""
+
+    name: str  # "encoder", "decoder" or "cross"; ONE_STACK for a model of one stack
+    text: str  # the rows' text
+    tokens: Tokens  # the rows' tokens
+    key_text: str  # the columns' text
+    key_tokens: Tokens  # the columns' tokens
+    layers: tuple[LayerT, ...]
+    model: ModelInfo  # this stack's sizes: the decoder's layers and heads for the decoder and cross-attention
+    chosen_heads: tuple[int, ...] | None = None  # the heads chosen to show (--head); None: every head
+    hiding: Hiding | None = None  # the rows' hidden tokens
+    key_hiding: Hiding | None = None  # the columns' hidden tokens
+    rollout: Rollout | None = None  # attention rollout through this stack's layers, when it was asked of this stack
+    texts: tuple[str, str] | None = None  # an encoder-decoder's (source, target); None: a model of one stack
+
+    @property
+    def cross(self) -> bool:
+        """True where the rows and the columns are two texts (cross-attention)."""
+        return self.name == "cross"
+
+    @property
+    def shown_heads(self) -> tuple[int, ...]:
+        return self.chosen_heads if self.chosen_heads is not None else tuple(range(self.model.heads))
+
+
+@dataclasses.dataclass(frozen=True)
 class Trace(Generic[LayerT]):
     """One text through one source: its tokens and the kept layers, in order.
     ``Trace[LayerAttention]`` holds every tensor; ``Trace[LayerWeights]`` (a
@@ -190,6 +221,56 @@ class Trace(Generic[LayerT]):
         """The tokens the weights' columns (the keys) stand for."""
         return self.key_tokens if self.key_tokens is not None else self.tokens
 
+    @property
+    def stacks(self) -> dict[str, Stack[LayerT]]:
+        """The stacks this trace carries, by name, each a ``Stack``: an encoder-decoder's
+        "encoder", "decoder" and "cross" (in that order); a view of one of them (``stack``):
+        that one alone; a model of one stack: its one, named ONE_STACK. More than one entry:
+        an encoder-decoder's whole trace. The first is ``own_stack``."""
+        if self.target_tokens is not None:
+            return {name: self._pair_stack(name) for name in STACKS}
+        own = self.own_stack
+        return {own.name: own}
+
+    @property
+    def own_stack(self) -> Stack[LayerT]:
+        """The stack this trace's own ``tokens`` and ``layers`` are: a model of one stack's, a
+        view's, or an encoder-decoder's encoder (its whole trace's)."""
+        if self.target_tokens is not None:
+            return self._pair_stack("encoder")
+        cross = self.key_tokens is not None
+        texts = self.stack_texts
+        return Stack(
+            name=self.stack_name or ONE_STACK, text=self.text, tokens=self.tokens,
+            key_text=texts[0] if cross and texts is not None else self.text, key_tokens=self.columns, layers=self.layers,
+            model=self.model, chosen_heads=self.chosen_heads, hiding=self.hiding,
+            key_hiding=self.key_hiding if cross else self.hiding, rollout=self.rollout, texts=texts,
+        )  # fmt: skip
+
+    def _pair_stack(self, name: str) -> Stack[LayerT]:
+        """An encoder-decoder's stack ``name`` from its whole trace's fields."""
+        assert self.target_tokens is not None
+        rollout = self.rollout if self.rollout_stack == name else None
+        texts = (self.text, self.target or "")
+        if name == "encoder":
+            return Stack(
+                name, self.text, self.tokens, self.text, self.tokens, self.layers, self.model, self.chosen_heads,
+                self.hiding, self.hiding, rollout, texts,
+            )  # fmt: skip
+        cross = name == "cross"
+        return Stack(
+            name, texts[1], self.target_tokens, self.text if cross else texts[1], self.tokens if cross else self.target_tokens,
+            self.cross_layers if cross else self.decoder_layers, self._decoder_model(), self.decoder_chosen_heads,
+            self.target_hiding, self.hiding if cross else self.target_hiding, rollout, texts,
+        )  # fmt: skip
+
+    def _decoder_model(self) -> ModelInfo:
+        """An encoder-decoder's sizes as its decoder's (and cross-attention's)."""
+        return dataclasses.replace(
+            self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
+            kv_heads=self.model.decoder_heads or 0, head_dim=self.model.decoder_head_dim or self.model.head_dim,
+        )  # fmt: skip
+
     def in_stack(self, name: str | None) -> Trace:
         """What one-stack views (tables, pictures, explain, heads) draw: an encoder-decoder's stack
         ``name`` (cross-attention by default), a model of one stack's trace as it is (naming a
@@ -209,10 +290,7 @@ class Trace(Generic[LayerT]):
                 self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
                 generated_text=None, rollout=rollout, target_hiding=None, stack_texts=texts,
             )  # fmt: skip
-        model = dataclasses.replace(
-            self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
-            kv_heads=self.model.decoder_heads or 0, head_dim=self.model.decoder_head_dim or self.model.head_dim,
-        )  # fmt: skip
+        model = self._decoder_model()
         view: dict[str, Any] = dict(
             text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
             decoder_layers=(), cross_layers=(), stack_name=name, rollout=rollout, pair=None,
