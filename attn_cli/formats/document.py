@@ -17,7 +17,7 @@ import torch
 from attn_cli.analysis.stats import attention_stats
 from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
-from attn_cli.records.trace import Trace
+from attn_cli.records.trace import Stack, Trace
 
 if TYPE_CHECKING:
     from attn_cli.records.trace import Hiding
@@ -143,7 +143,7 @@ def _weights_shown(layer: LayerWeights, h: int, kept: Sequence[int], kept_rows: 
     return Rows((n_rows, n), layer.weights.dtype, rows)
 
 
-def hiding_of(run: Trace) -> Hiding | None:
+def hiding_of(run: Trace | Stack) -> Hiding | None:
     return run.hiding if run.hiding is not None and run.hiding.active else None
 
 
@@ -162,32 +162,34 @@ def _header(run: Trace) -> dict[str, Any]:
     }
     if run.prompt_length is not None:  # --generate: what the model added to the text
         made["generated_text"] = run.generated_text
-    if run.target_tokens is not None:  # an encoder-decoder: the decoder's text and inputs
-        made["target"] = run.target
+    stacks = run.stacks
+    if len(stacks) > 1:  # an encoder-decoder: the decoder's text and inputs
+        decoder = stacks["decoder"]
+        made["target"] = decoder.text
         if run.generated_text is not None:  # --generate wrote the target
             made["generated_text"] = run.generated_text
-        target_hidden = run.target_hiding.hidden if run.target_hiding is not None else ()
-        made["target_tokens"] = token_dicts(run.target_tokens, target_hidden)
+        target_hidden = decoder.hiding.hidden if decoder.hiding is not None else ()
+        made["target_tokens"] = token_dicts(decoder.tokens, target_hidden)
     return made
 
 
-def kept_of(run: Trace) -> Sequence[int] | None:
+def kept_of(stack: Stack) -> Sequence[int] | None:
     """The columns --hide-tokens keeps (None: nothing hidden): the keys, the source's for cross-attention."""
-    if run.key_tokens is not None:
-        key_hiding = run.key_hiding if run.key_hiding is not None and run.key_hiding.active else None
-        if key_hiding is None and hiding_of(run) is None:
+    if stack.cross:
+        key_hiding = stack.key_hiding if stack.key_hiding is not None and stack.key_hiding.active else None
+        if key_hiding is None and hiding_of(stack) is None:
             return None
-        return key_hiding.kept if key_hiding is not None else tuple(range(len(run.key_tokens)))
-    hiding = hiding_of(run)
+        return key_hiding.kept if key_hiding is not None else tuple(range(len(stack.key_tokens)))
+    hiding = hiding_of(stack)
     return hiding.kept if hiding else None
 
 
-def kept_rows_of(run: Trace) -> Sequence[int] | None:
+def kept_rows_of(stack: Stack) -> Sequence[int] | None:
     """Cross-attention's rows --hide-tokens keeps, when some columns or rows are hidden; None otherwise."""
-    if run.key_tokens is None or kept_of(run) is None:
+    if not stack.cross or kept_of(stack) is None:
         return None
-    hiding = hiding_of(run)
-    return hiding.kept if hiding is not None else tuple(range(len(run.tokens)))
+    hiding = hiding_of(stack)
+    return hiding.kept if hiding is not None else tuple(range(len(stack.tokens)))
 
 
 def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
@@ -197,9 +199,10 @@ def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | Non
     if rollout is None:
         return None
     made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
-    if run.rollout_stack is not None:  # an encoder-decoder's: which stack's layers were rolled out
-        made = {"stack": run.rollout_stack, **made}
-    kept = kept_of(run)
+    rolled = [name for name, stack in run.stacks.items() if stack.rollout is not None and stack.texts is not None]
+    if rolled:  # an encoder-decoder's: which stack's layers were rolled out
+        made = {"stack": rolled[0], **made}
+    kept = kept_of(run.own_stack)
     if kept is not None:
         as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
         made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)
@@ -225,7 +228,7 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
-    made = {**_header(run), "layers": _layer_list(run, table)}
+    made = {**_header(run), "layers": _layer_list(run.own_stack, table)}
     for key, stack in decoder_stacks(run):
         made[key] = _layer_list(stack, table)
     if run.rollout is not None:
@@ -235,8 +238,8 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     return made
 
 
-def _layer_list(run: Trace, table: Table) -> list[dict[str, Any]]:
-    return [layer_dict(layer, run.shown_heads, kept_of(run), table=table, kept_rows=kept_rows_of(run)) for layer in run.layers]
+def _layer_list(stack: Stack, table: Table) -> list[dict[str, Any]]:
+    return [layer_dict(layer, stack.shown_heads, kept_of(stack), table=table, kept_rows=kept_rows_of(stack)) for layer in stack.layers]
 
 
 _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
@@ -246,7 +249,7 @@ def json_pieces(run: Trace) -> Iterator[str]:
     """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
     each layer's dict is made as it is reached and let go before the next."""
     yield _dumps(_header(run))[:-1] + ', "layers": '  # the rest (tokens, model) has no tables: json writes it
-    yield from _layer_array(run)
+    yield from _layer_array(run.own_stack)
     for key, stack in decoder_stacks(run):
         yield f', "{key}": '
         yield from _layer_array(stack)
@@ -260,12 +263,12 @@ def json_pieces(run: Trace) -> Iterator[str]:
     yield "}"
 
 
-def _layer_array(run: Trace) -> Iterator[str]:
-    """A trace's layers as a JSON array, each layer's object made as it is reached."""
+def _layer_array(stack: Stack) -> Iterator[str]:
+    """A stack's layers as a JSON array, each layer's object made as it is reached."""
     yield "["
-    for i, layer in enumerate(run.layers):
+    for i, layer in enumerate(stack.layers):
         yield "{" if i == 0 else ", {"
-        yield from _members(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable, kept_rows=kept_rows_of(run)))
+        yield from _members(layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack)))
         yield "}"
     yield "]"
 

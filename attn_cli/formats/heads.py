@@ -44,11 +44,12 @@ def heads_dict(report: HeadsReport, index: int | None = None) -> dict[str, Any]:
             "model": report.trace.model.as_dict(),
         }
     )
-    if report.trace.stack_name is not None:  # an encoder-decoder: the stack scored, and cross-attention's source
-        data["stack"] = report.trace.stack_name
-        if report.trace.key_tokens is not None:
-            data["source"] = report.trace.key_text
-            data["source_tokens"] = token_dicts(report.trace.key_tokens)
+    stack = report.trace.own_stack
+    if stack.texts is not None:  # an encoder-decoder: the stack scored, and cross-attention's source
+        data["stack"] = stack.name
+        if stack.cross:
+            data["source"] = stack.key_text
+            data["source_tokens"] = token_dicts(stack.key_tokens)
     if report.ablation is not None:
         data["ablation"] = {"method": report.ablation.method, "clean_loss": report.ablation.clean_loss}
     return data

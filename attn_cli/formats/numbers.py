@@ -17,10 +17,10 @@ import torch
 from attn_cli.analysis.stats import CHUNK_ROWS
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.tokens import Tokens
-from attn_cli.records.trace import Trace
+from attn_cli.records.trace import Stack, Trace
 
 if TYPE_CHECKING:
-    pass
+    from attn_cli.records.results import Rollout
 
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
@@ -38,11 +38,17 @@ STREAM_BYTES = 16 * 2**20
 
 
 def export_numbers(run: Trace) -> int:
-    """How many numbers the JSON (or CSV) of ``run`` holds."""
-    n, heads = len(run.tokens), len(run.shown_heads)
-    hidden = run.hiding is not None and run.hiding.active
-    total = (2 if hidden else 1) * n * n if run.rollout is not None else 0  # rollout (and its weights_shown)
-    for layer in run.layers:
+    """How many numbers the JSON (or CSV) of ``run`` holds: its own stack's with the top-level
+    rollout, and an encoder-decoder's decoder and cross-attention's."""
+    return _stack_numbers(run.own_stack, run.rollout) + sum(_stack_numbers(stack, stack.rollout) for _, stack in decoder_stacks(run))
+
+
+def _stack_numbers(stack: Stack, rollout: Rollout | None) -> int:
+    """How many numbers one stack's layers (and ``rollout``, when there is one) hold in the JSON."""
+    n, heads = len(stack.tokens), len(stack.shown_heads)
+    hidden = stack.hiding is not None and stack.hiding.active
+    total = (2 if hidden else 1) * n * n if rollout is not None else 0  # rollout (and its weights_shown)
+    for layer in stack.layers:
         rows, cols = layer.weights.shape[-2:]  # T x T, or T x S for cross-attention
         cells = rows * cols
         shown = heads * cells if hidden else 0  # weights_shown
@@ -57,7 +63,7 @@ def export_numbers(run: Trace) -> int:
         width = max(rows, cols)  # cross-attention's keys and values are the source's
         vectors = width * (d_in + heads * (2 * d_k + 2 * d_v) + layer.concat.shape[-1] + layer.output.shape[-1])  # x, Q, K, V, context, concat, output
         total += squares + vectors
-    return total + sum(export_numbers(stack) for _, stack in decoder_stacks(run))
+    return total
 
 
 def export_bytes(run: Trace, *, whole: bool = False) -> int:
@@ -258,9 +264,10 @@ def _rows_template(n_rows: int, width: int, field: str) -> str:
 Table = Callable[..., Any]  # as_lists or StreamedTable: what run_dict makes of each float32 table
 
 
-def decoder_stacks(run: Trace) -> list[tuple[str, Trace]]:
-    """An encoder-decoder's ``decoder_layers`` and ``cross_layers`` as the traces of their stacks
-    (``Trace.stack``); none for a model of one stack."""
-    if run.target_tokens is None:
+def decoder_stacks(run: Trace) -> list[tuple[str, Stack]]:
+    """An encoder-decoder's decoder and cross-attention stacks (``Trace.stacks``) under their JSON
+    keys, ``decoder_layers`` and ``cross_layers``; none for a trace of one stack."""
+    stacks = run.stacks
+    if len(stacks) == 1:
         return []
-    return [("decoder_layers", run.stack("decoder")), ("cross_layers", run.stack("cross"))]
+    return [("decoder_layers", stacks["decoder"]), ("cross_layers", stacks["cross"])]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.formats.document import hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list, rollout_dict
 from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, check_export_size, decoder_stacks, token_dicts
-from attn_cli.records.trace import Trace
+from attn_cli.records.trace import Stack, Trace
 
 if TYPE_CHECKING:
     pass
@@ -35,12 +35,13 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     rows = _Rows(run, index)
     yield from rows.token_rows()
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
-        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run), table=StreamedTable))
+        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run.own_stack), table=StreamedTable))
     for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
         yield from rows.stack_rows(key, stack)
     predictions = predictions_list(run)
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
-        positions = rows.labels if run.target_tokens is None else [t["label"] for t in token_dicts(run.target_tokens)]  # the decoder's
+        stacks = run.stacks
+        positions = rows.labels if len(stacks) == 1 else [t["label"] for t in token_dicts(stacks["decoder"].tokens)]  # the decoder's
         for entry in predictions:
             i = entry["position"]
             yield [(index, rows.tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
@@ -134,7 +135,7 @@ class _Rows:
             yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
         yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
 
-    def stack_rows(self, key: str, stack: Trace) -> Iterator[list[tuple[Any, ...]]]:
+    def stack_rows(self, key: str, stack: Stack) -> Iterator[list[tuple[Any, ...]]]:
         target = [t["label"] for t in token_dicts(stack.tokens)]
         prefix = "decoder." if key == "decoder_layers" else "cross."
         if prefix == "decoder.":  # the decoder's inputs, one per decoder row
