@@ -136,10 +136,12 @@ def hide(trace: Trace, spec: HideSpec | None) -> Trace:
     encoder-decoder's in the source (``hiding``) and the decoder's inputs (``target_hiding``)."""
     if spec is None:
         return trace
-    if trace.target_tokens is not None:
-        in_source, in_target, note = spec.pair_positions(trace.tokens, trace.target_tokens)
+    stacks = trace.stacks
+    if len(stacks) > 1:  # an encoder-decoder's whole trace: the source and the decoder's inputs
+        target = stacks["decoder"].tokens
+        in_source, in_target, note = spec.pair_positions(trace.tokens, target)
         return dataclasses.replace(
-            trace, hiding=_hiding(trace.tokens, in_source, note), target_hiding=_hiding(trace.target_tokens, in_target, None)
+            trace, hiding=_hiding(trace.tokens, in_source, note), target_hiding=_hiding(target, in_target, None)
         )  # fmt: skip
     hidden, note = spec.positions(trace.tokens)
     return dataclasses.replace(trace, hiding=_hiding(trace.tokens, hidden, note))
@@ -155,7 +157,8 @@ def cut(trace: Trace) -> list[Hiding]:
     (the source's), the active ones; none for a trace that is not ``shown()``."""
     if not trace.renormalized:
         return []
-    return [h for h in (trace.hiding, trace.key_hiding) if h is not None and h.active]
+    stack = trace.own_stack
+    return [h for h in ((stack.hiding, stack.key_hiding) if stack.cross else (stack.hiding,)) if h is not None and h.active]
 
 
 def hidden_text(trace: Trace) -> str | None:
@@ -186,16 +189,17 @@ def shown(trace: Trace) -> Trace:
     columns), each kept row renormalized. A trace with nothing hidden is returned as is.
     Cross-attention (``key_hiding``: the source's hidden tokens) loses its hidden rows
     (the decoder's inputs) and columns (the source's) separately."""
-    hiding, key_hiding = trace.hiding, trace.key_hiding
+    stack = trace.own_stack
+    hiding, key_hiding = stack.hiding, stack.key_hiding if stack.cross else None
     rows_cut = hiding is not None and hiding.active
     if trace.renormalized or not (rows_cut or (key_hiding is not None and key_hiding.active)):
         return trace
-    if trace.key_tokens is not None:  # cross-attention: rows and columns are two texts
-        rows = hiding.kept if hiding is not None and rows_cut else tuple(range(len(trace.tokens)))
-        columns = key_hiding.kept if key_hiding is not None and key_hiding.active else tuple(range(len(trace.key_tokens)))
-        cross = tuple(_with_norms_cut(_layer(layer, columns, rows), columns, rows) for layer in trace.layers)
+    if stack.cross:  # cross-attention: rows and columns are two texts
+        rows = hiding.kept if hiding is not None and rows_cut else tuple(range(len(stack.tokens)))
+        columns = key_hiding.kept if key_hiding is not None and key_hiding.active else tuple(range(len(stack.key_tokens)))
+        cross = tuple(_with_norms_cut(_layer(layer, columns, rows), columns, rows) for layer in stack.layers)
         return dataclasses.replace(
-            trace, tokens=trace.tokens.subset(rows), key_tokens=trace.key_tokens.subset(columns), layers=cross, renormalized=True
+            trace, tokens=stack.tokens.subset(rows), key_tokens=stack.key_tokens.subset(columns), layers=cross, renormalized=True
         )  # fmt: skip
     assert hiding is not None
     tokens = trace.tokens.subset(hiding.kept)
