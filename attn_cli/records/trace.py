@@ -247,6 +247,14 @@ class Trace(Generic[LayerT]):
             key_hiding=self.key_hiding if cross else self.hiding, rollout=self.rollout, texts=texts,
         )  # fmt: skip
 
+    @property
+    def view_stack(self) -> Stack[LayerT] | None:
+        """The stack a view of one stack (``stack``) draws, one of an encoder-decoder's; None for
+        a model of one stack and for an encoder-decoder's whole trace."""
+        stacks = self.stacks
+        only = next(iter(stacks.values()))
+        return only if len(stacks) == 1 and only.texts is not None else None
+
     def _pair_stack(self, name: str) -> Stack[LayerT]:
         """An encoder-decoder's stack ``name`` from its whole trace's fields."""
         assert self.target_tokens is not None

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def command_line(trace: Trace, command: str, *extra: str) -> str:
     """``attn-cli COMMAND TEXT`` with the options that made ``trace`` (its source's flags,
     ``ModelInfo.about.flags``), then ``extra``."""
-    args = ["attn-cli", command, trace.text if trace.stack_texts is None else trace.stack_texts[0]]
+    stack = trace.view_stack
+    args = ["attn-cli", command, trace.text if stack is None or stack.texts is None else stack.texts[0]]
     own = _own(trace)
     for flag, value in trace.model.about.flags:
         if value is None:  # a slot: the trace's own value, if it has one
@@ -27,13 +28,13 @@ def command_line(trace: Trace, command: str, *extra: str) -> str:
 
 def _own(trace: Trace) -> dict[str, str | None]:
     """The flags' values for their slots: the trace's own (None: the flag is left out)."""
-    stack = trace.stack_texts is not None  # one stack of an encoder-decoder
+    stack = trace.view_stack  # one stack of an encoder-decoder
     return {
         "--tokenizer": trace.tokens.tokenizer,
         "--model": os.fspath(trace.model.source),
         "--pair": trace.pair,
-        "--target": trace.stack_texts[1] if trace.stack_texts is not None else None,
-        "--stack": (trace.stack_name or "cross") if stack else None,
+        "--target": stack.texts[1] if stack is not None and stack.texts is not None else None,
+        "--stack": stack.name if stack is not None else None,
         "--dtype": trace.model.dtype if trace.model.dtype != "float32" else None,
     }
 

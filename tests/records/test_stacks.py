@@ -80,3 +80,11 @@ def test_control_the_stacks_differ_where_the_trace_does() -> None:
     with pytest.raises(UsageError, match="one stack"):
         hand_trace(6, layers=1, heads=2).stack("cross")
     assert isinstance(stacks["cross"], Stack)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_view_stack_is_a_views_own_and_none_otherwise(name: str) -> None:
+    trace = pair_trace()
+    assert trace.stack(name).view_stack == trace.stacks[name]
+    assert trace.view_stack is None  # the whole trace: three stacks, none drawn alone
+    assert hand_trace(6, layers=1, heads=2).view_stack is None  # a model of one stack

@@ -46,7 +46,7 @@ class Walkthrough(Layout, ProjectionSteps):
         self.labels = run.tokens.labels
         self.T = len(run.tokens)
         # the keys: the same tokens, or cross-attention's source tokens (S of them)
-        self.cross = run.key_tokens is not None
+        self.cross = run.own_stack.cross
         self.key_labels = run.columns.labels
         self.S = len(run.columns)
         self.H = self.layer.n_heads

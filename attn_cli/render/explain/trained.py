@@ -51,9 +51,10 @@ class TrainedWalkthrough(Walkthrough):
         ]
         if self.run.pair is not None:
             blocks.append(Line(f"Second segment (--pair, token type 1): {self.run.pair!r}", "note"))
-        if self.run.stack_name is not None and self.run.stack_texts is not None:
-            source, target = self.run.stack_texts
-            blocks.append(Line(f"An encoder-decoder, one stack of three: {STACK_WORDS[self.run.stack_name]} (--stack chooses). "
+        stack = self.run.view_stack
+        if stack is not None and stack.texts is not None:
+            source, target = stack.texts
+            blocks.append(Line(f"An encoder-decoder, one stack of three: {STACK_WORDS[stack.name]} (--stack chooses). "
                                f"Source {source!r}; target {target!r}.", "note"))  # fmt: skip
         if self.q is not None:
             blocks.append(Line(f"Following query {self.ql()} through every step: its row of each matrix, and its sums term by term.", "note"))

@@ -83,7 +83,7 @@ def build(
     if not traces:
         raise ValueError("a page needs at least one trace")
     start = 0
-    if traces[0].target_tokens is not None:
+    if len(traces[0].stacks) > 1:  # an encoder-decoder's whole trace
         if len(traces) > 1:
             raise ValueError("a page holds one encoder-decoder trace")
         traces = [traces[0].stack(name) for name in STACKS]

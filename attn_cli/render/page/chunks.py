@@ -200,7 +200,8 @@ class Budget:
         fix = f"{SIZE_FLAG} 0 keeps everything, or give a larger {SIZE_FLAG} in MB"
         notes = []
         for i, trace in enumerate(traces):
-            which = f"{trace.stack_name}: " if trace.stack_name else f"text {i + 1}: " if len(traces) > 1 else ""
+            stack = trace.view_stack
+            which = f"{stack.name}: " if stack is not None else f"text {i + 1}: " if len(traces) > 1 else ""
             if weights[i]:
                 notes.append(f"{which}layers {spans(weights[i])} are left out to keep the page under {limit}; {fix}")
             if scores[i]:

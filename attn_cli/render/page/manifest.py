@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
     """What the page's script reads about ``trace``; its tables go into ``chunks`` in page order
     (the layers, then the rollout, then the toy's vectors)."""
-    tokens = trace.tokens
-    n, m = len(tokens), len(trace.columns)  # queries and keys: T x T, or cross-attention's T_target x T_source
+    tokens, stack = trace.tokens, trace.own_stack
+    n, m = len(tokens), len(stack.key_tokens)  # queries and keys: T x T, or cross-attention's T_target x T_source
     layers = [_layer_entry(layer, chunks, n, m) for layer in trace.layers]
     manifest: dict[str, Any] = {
         "text": trace.text,
@@ -30,9 +30,9 @@ def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
         "tokens": _token_lists(tokens),
         "model": _model_entry(trace.model),
         "header": _header_rows(trace),
-        "stack": trace.stack_name,  # one stack of an encoder-decoder, or None
+        "stack": view.name if (view := trace.view_stack) is not None else None,  # one stack of an encoder-decoder, or None
         # cross-attention's columns: the source's tokens (the rows are the decoder's inputs)
-        "keys": _token_lists(trace.key_tokens) if trace.key_tokens is not None else None,
+        "keys": _token_lists(stack.key_tokens) if stack.cross else None,
         "layers": layers,
         "vectors": None,
         "rollout": None,
@@ -142,10 +142,10 @@ def _predictions(trace: Trace) -> dict[str, Any] | None:
 
 
 def _header_rows(trace: Trace) -> list[list[str]]:
-    model, tokens = trace.model, trace.tokens
+    model, tokens, stack = trace.model, trace.tokens, trace.own_stack
     rows = [["tokenizer", tokens.tokenizer], ["tokens", str(len(tokens))]]
     for hiding in cut(trace):  # the rows' tokens; cross-attention's source columns apart
-        source = hiding is trace.key_hiding
+        source = stack.cross and hiding is stack.key_hiding
         if not source:
             rows[1][1] = f"{len(hiding.kept)} shown of {len(hiding.kept) + len(hiding.hidden)}"
         rows.append([
@@ -156,10 +156,11 @@ def _header_rows(trace: Trace) -> list[list[str]]:
     rows += [list(row) for row in filled(model.about.page, _own(trace))]
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
-    if trace.stack_name is not None:  # one stack of an encoder-decoder: the stack picker chooses
-        rows.append(["stack", STACK_ROWS[trace.stack_name]])
-        if trace.key_text is not None:
-            rows.append(["source", trace.key_text])
+    view = trace.view_stack
+    if view is not None:  # one stack of an encoder-decoder: the stack picker chooses
+        rows.append(["stack", STACK_ROWS[view.name]])
+        if view.cross:
+            rows.append(["source", view.key_text])
     if trace.prompt_length is not None:
         added = len(tokens) - trace.prompt_length
         rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])

@@ -45,11 +45,12 @@ def ablation_figure(report: HeadsReport, *, dpi: float = 150) -> Any:
     from attn_cli.render.picture.titles import fit_title
 
     trace = report.trace
-    if trace.stack_name is None:  # a decoder's next-token loss over its text
+    stack = trace.view_stack
+    if stack is None:  # a decoder's next-token loss over its text
         headline = [f"Head ablation ({ablation.method}): next-token loss change on “{_short(trace.text)}”"]
     else:  # an encoder-decoder's: the heads of one stack, the target's loss
-        target = trace.stack_texts[1] if trace.stack_texts is not None else trace.text
-        whose = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(trace.stack_name, "cross-attention")
+        target = stack.texts[1] if stack.texts is not None else trace.text
+        whose = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(stack.name, "cross-attention")
         headline = [f"Head ablation ({ablation.method}) of {whose}", f"target loss change on “{_short(target)}”"]
     lines = [
         headline,

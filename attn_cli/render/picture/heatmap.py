@@ -84,7 +84,8 @@ def heatmap_figure(run: Run, options: HeatmapOptions = HeatmapOptions(), *, new_
 
 def drawn_text(trace: Run) -> str:
     """Every character a picture of ``trace`` may draw: the text and the token labels."""
-    tokens = (trace.tokens,) if trace.key_tokens is None else (trace.tokens, trace.key_tokens)  # cross-attention: both texts
+    stack = trace.own_stack
+    tokens = (trace.tokens, stack.key_tokens) if stack.cross else (trace.tokens,)  # cross-attention: both texts
     return trace.text + "".join("".join(t.labels) + "".join(visible(x) for x in t.texts) for t in tokens)
 
 
@@ -257,7 +258,7 @@ def _draw_panel(ax: Axes, panel: Panel, cmap: Colormap, run: Run, layout: _Layou
 
     ax.set_xticks(col_ticks)
     ax.set_yticks(row_ticks)
-    cross = run.key_tokens is not None
+    cross = run.own_stack.cross
     if bottom:
         ax.set_xticklabels([label(columns, i) for i in col_ticks], rotation=layout.rotate, ha="right" if layout.rotate < 90 else "center",
                            rotation_mode="anchor" if layout.rotate < 90 else "default", fontsize=layout.tick_font, parse_math=False)

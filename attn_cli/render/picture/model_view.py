@@ -281,10 +281,11 @@ def _title(trace: Trace, heads: Sequence[int], kind: What = What.weights) -> lis
         [f"{'Attention weights' if kind is What.weights else 'Value-weighted norms ‖a·f(x)‖'}, layers x heads: “{text}”"],
         [m.name, shown_layers, shown_heads, f"{len(trace.tokens)} tokens", "each panel: query rows, key columns", masked],
     ]
-    if trace.key_tokens is not None:  # cross-attention
-        lines[1][3:5] = [f"{len(trace.tokens)} target x {len(trace.key_tokens)} source tokens", "cross-attention: target rows, source columns"]
-    elif trace.stack_name is not None:
-        lines[1].insert(3, f"{trace.stack_name} self-attention")
+    stack = trace.view_stack
+    if stack is not None and stack.cross:  # cross-attention
+        lines[1][3:5] = [f"{len(trace.tokens)} target x {len(stack.key_tokens)} source tokens", "cross-attention: target rows, source columns"]
+    elif stack is not None:
+        lines[1].insert(3, f"{stack.name} self-attention")
     special = [i for i in range(len(trace.tokens)) if trace.tokens.is_special(i)]
     if special:
         names = ", ".join(dict.fromkeys(visible(trace.tokens.texts[i]) for i in special))

@@ -137,10 +137,11 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         if result.causal
         else "not causal"
     )
+    stack = run.view_stack
     own = {  # the title's slots: the trace's own phrases (None: it has none)
         "model": m.name,
         "layer": f"layer {result.layer} of {m.layers}" if m.layers > 1 else None,
-        "stack": STACK_TITLES[run.stack_name] if run.stack_name is not None else None,  # one stack of an encoder-decoder
+        "stack": STACK_TITLES[stack.name] if stack is not None else None,  # one stack of an encoder-decoder
         "heads": f"heads {shown}",
         "head_dim": f"head_dim {m.head_dim}" if m.head_dim else None,  # 0: not known (a saved trace)
         "tokenizer": f"tokenizer {run.tokens.tokenizer}",
@@ -157,8 +158,8 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
                   f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
                   f"each layer: mean of all {m.heads} heads, half residual (I)",
                   "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
-    if run.key_text is not None:  # cross-attention: the target's rows read the source
-        source = " ".join(run.key_text.split())
+    if stack is not None and stack.cross:  # cross-attention: the target's rows read the source
+        source = " ".join(stack.key_text.split())
         source = source if len(source) <= 60 else source[:59] + "…"
         return [[f"{headline}: “{text}”", f"{FROM}“{source}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]
     return [[f"{headline}: “{text}”"], config, *hint_lines(hidden_line(run) + generated_line(run))]

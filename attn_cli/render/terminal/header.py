@@ -68,10 +68,11 @@ def config_header(run: Trace) -> RenderableType:
     pairs = filled(m.about.header, _own(run))
     if run.pair is not None:
         pairs.append(("pair", "segment B has token type 1"))
-    if run.stack_name is not None:  # one stack of an encoder-decoder (--stack)
-        pairs.append(("stack", STACK_TEXTS[run.stack_name]))
-        if run.key_tokens is not None:
-            pairs.append(("source tokens", str(len(run.key_tokens))))
+    stack = run.view_stack
+    if stack is not None:  # one stack of an encoder-decoder (--stack)
+        pairs.append(("stack", STACK_TEXTS[stack.name]))
+        if stack.cross:
+            pairs.append(("source tokens", str(len(stack.key_tokens))))
     if run.prompt_length is not None:
         added = len(run.tokens) - run.prompt_length
         pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
@@ -116,7 +117,8 @@ def described(chosen: Sequence[int], total: int) -> str:
 def text_rule(run: Trace, index: int | None = None, total: int = 1) -> Rule:
     where = f"text {index + 1} of {total}: " if index is not None and total > 1 else ""
     # one stack of an encoder-decoder: the source and the target, whichever the stack reads
-    text = run.text if run.stack_texts is None else " → ".join(run.stack_texts)
+    stack = run.view_stack
+    text = run.text if stack is None or stack.texts is None else " → ".join(stack.texts)
     shown = text if len(text) <= 200 else text[:200] + ELLIPSIS
     title = Text(where + printable(shown), no_wrap=True, overflow="ellipsis")
     return Rule(title, align="left", style="dim")
@@ -210,7 +212,8 @@ def predictions_table(run: Trace, precision: int) -> RenderableType:
             continue
         cells = [Text.assemble((printable(p.labels[i][r]), "bold" if r == 0 else ""), f" {fmt(probs[i][r], precision)}") for r in range(p.k)]
         table.add_row(str(i), label_text(tokens.labels[i], "italic" if tokens.is_special(i) else ""), *cells)
-    causal = run.stack_name in ("decoder", "cross") or any(layer.causal for layer in run.layers)  # an encoder-decoder's decoder predicts
+    stack = run.view_stack
+    causal = (stack is not None and stack.name in ("decoder", "cross")) or any(layer.causal for layer in run.layers)  # an encoder-decoder's decoder predicts
     what = "the next token after each position" if causal else "what the model would put at each position (a [MASK] shows it best)"
     notes = [f"{what}: the softmax of the position's logits, most likely first (run to the last layer, its final norm and the head)"]
     cut = rows_note(rows, len(tokens), "positions", see_all="--format json has every position's predictions")

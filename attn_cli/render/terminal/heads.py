@@ -72,8 +72,9 @@ def _header(report: HeadsReport, index: int, total: int) -> list[Any]:
     title.append(f"{shown!r}", style="bold")
     title.append(f"  {model.name}: {model.layers} layer{'s' if model.layers != 1 else ''} × {model.heads} head{'s' if model.heads != 1 else ''}, T = {len(trace.tokens)}")
     parts: list[Any] = [title]
-    if trace.stack_name is not None:  # one stack of an encoder-decoder (--stack)
-        parts.append(Text(STACK_LINES[trace.stack_name], style="dim"))
+    stack = trace.view_stack
+    if stack is not None:  # one stack of an encoder-decoder (--stack)
+        parts.append(Text(STACK_LINES[stack.name], style="dim"))
     hiding = trace.hiding
     if hiding is not None and hiding.active:
         parts.append(

@@ -244,7 +244,8 @@ def human_view(run: Trace, view: View = View(), index: int | None = None, total:
     if "tokens" in view.show:
         parts.append(tokens_table(run))
     full, run = run, shown(run)  # every table after the tokens: without the hidden tokens
-    if (full.hiding is not None and full.hiding.active) or (full.key_hiding is not None and full.key_hiding.active):
+    own = full.own_stack
+    if any(h is not None and h.active for h in (own.hiding, own.key_hiding)):
         parts.append(hidden_note(full))
     for layer in run.layers:
         if len(run.layers) > 1:
@@ -317,11 +318,12 @@ def _layer_view(run: Trace, view: View) -> list[RenderableType]:
 
 def hidden_note(run: Trace) -> Text:
     """The line before the layers' tables when --hide-tokens left tokens out of them."""
-    hiding = run.hiding
-    if run.key_tokens is not None:  # cross-attention: the decoder's inputs (rows) and the source's tokens (columns)
+    hiding, stack = run.hiding, run.own_stack
+    if stack.cross:  # cross-attention: the decoder's inputs (rows) and the source's tokens (columns)
         named = lambda h, what: f"{what} {', '.join(h.labels)} (position{'s' if len(h.hidden) > 1 else ''} {', '.join(map(str, h.hidden))})"  # noqa: E731
-        cut = [named(h, what) for h, what in ((hiding, "target rows"), (run.key_hiding, "source columns")) if h is not None and h.active]
-        columns = run.key_hiding.kept if run.key_hiding is not None and run.key_hiding.active else range(len(run.key_tokens))
+        key_hiding = stack.key_hiding
+        cut = [named(h, what) for h, what in ((hiding, "target rows"), (key_hiding, "source columns")) if h is not None and h.active]
+        columns = key_hiding.kept if key_hiding is not None and key_hiding.active else range(len(stack.key_tokens))
         return Text.assemble(
             ("Hidden: ", "bold yellow"), ("; ".join(cut), "bold"),
             f" are left out of every table below; each query's weights are divided by their sum over the {len(columns)} "
