@@ -208,7 +208,8 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
     from attn_cli.analysis.headroles import probe_scores
 
     trace = source.trace_ids(probe.ids, dataclasses.replace(selection, norms=False, generate=0))  # the probe's scores read the weights
-    layers = trace.decoder_layers if trace.target_tokens is not None else trace.layers  # an encoder-decoder: the decoder's
+    stacks = trace.stacks
+    layers = stacks["decoder"].layers if len(stacks) > 1 else trace.layers  # an encoder-decoder: the decoder's
     return {layer.layer: probe_scores(layer.weights, probe) for layer in layers}
 
 

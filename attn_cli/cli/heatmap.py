@@ -218,7 +218,7 @@ def _write_pictures(
     for index, trace in enumerate(progress(traces, n_texts, stdout_is_live=stdout_is_terminal()), start=1):
         stem = files.fixed_name or slug(trace.text)
         drawn = pictures
-        if trace.target_tokens is not None or stack is not None:  # an encoder-decoder: one stack drawn, its heads
+        if len(trace.stacks) > 1 or stack is not None:  # an encoder-decoder: one stack drawn, its heads
             trace = trace.in_stack(stack)
             drawn = [(h, (h,)) for h in trace.shown_heads] if split_heads else [(None, tuple(trace.shown_heads))]
         if numbered:

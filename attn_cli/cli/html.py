@@ -91,7 +91,7 @@ def html(
     for note in source.notes:
         typer.echo(note, err=True)
     traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms, predict=predict, generate=generate)))
-    if spec.stack is not None and traces[0].target_tokens is None:
+    if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
     page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
     data = page.html.encode("utf-8")
