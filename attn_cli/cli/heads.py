@@ -223,7 +223,7 @@ def _report(
     for layer in trace.layers:
         chosen = list(trace.shown_heads)
         scores = text_scores(
-            layer.weights, layer=layer.layer, special=trace.columns.special, mask=layer.mask, norms=layer.norms, cross=layer.cross
+            layer.weights, layer=layer.layer, special=trace.own_stack.key_tokens.special, mask=layer.mask, norms=layer.norms, cross=layer.cross
         )  # fmt: skip
         if scored is not None:
             scores = with_probe(scores, *scored[layer.layer])

@@ -205,7 +205,7 @@ def _tables(
         view = base
         result = result.in_stack(spec.stack)  # an encoder-decoder: one stack's tables (JSON and CSV have all)
         if focused:
-            rows, columns = result.tokens, result.columns  # cross-attention: --key names a source token
+            rows, columns = result.tokens, result.own_stack.key_tokens  # cross-attention: --key names a source token
             try:
                 view = dataclasses.replace(
                     base,

@@ -212,16 +212,6 @@ class Trace(Generic[LayerT]):
         return tuple(range(self.prompt_length, len(self.tokens))) if self.prompt_length is not None else ()
 
     @property
-    def key_text(self) -> str | None:
-        """The columns' text where they are not the rows' (cross-attention: the source)."""
-        return self.stack_texts[0] if self.key_tokens is not None and self.stack_texts is not None else None
-
-    @property
-    def columns(self) -> Tokens:
-        """The tokens the weights' columns (the keys) stand for."""
-        return self.key_tokens if self.key_tokens is not None else self.tokens
-
-    @property
     def stacks(self) -> dict[str, Stack[LayerT]]:
         """The stacks this trace carries, by name, each a ``Stack``: an encoder-decoder's
         "encoder", "decoder" and "cross" (in that order); a view of one of them (``stack``):
@@ -242,8 +232,9 @@ class Trace(Generic[LayerT]):
         texts = self.stack_texts
         return Stack(
             name=self.stack_name or ONE_STACK, text=self.text, tokens=self.tokens,
-            key_text=texts[0] if cross and texts is not None else self.text, key_tokens=self.columns, layers=self.layers,
-            model=self.model, chosen_heads=self.chosen_heads, hiding=self.hiding,
+            key_text=texts[0] if cross and texts is not None else self.text,
+            key_tokens=self.key_tokens if self.key_tokens is not None else self.tokens, layers=self.layers, model=self.model,
+            chosen_heads=self.chosen_heads, hiding=self.hiding,
             key_hiding=self.key_hiding if cross else self.hiding, rollout=self.rollout, texts=texts,
         )  # fmt: skip
 

@@ -47,8 +47,8 @@ class Walkthrough(Layout, ProjectionSteps):
         self.T = len(run.tokens)
         # the keys: the same tokens, or cross-attention's source tokens (S of them)
         self.cross = run.own_stack.cross
-        self.key_labels = run.columns.labels
-        self.S = len(run.columns)
+        self.key_labels = run.own_stack.key_tokens.labels
+        self.S = len(run.own_stack.key_tokens)
         self.H = self.layer.n_heads
         self.d_k = run.model.head_dim
         self.d_v = run.model.value_dim

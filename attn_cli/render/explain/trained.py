@@ -90,7 +90,7 @@ class TrainedWalkthrough(Walkthrough):
         if self.T > len(shown):
             blocks.append(Line(f"Summarised: the first {len(shown)} of {self.T} tokens are listed.", "note"))
         if self.cross:  # the keys are the source's tokens
-            source = self.run.columns
+            source = self.run.own_stack.key_tokens
             listed = range(min(self.S, FULL_T * 2))
             blocks.append(Grid("Source tokens (the keys)", ("position", "token", "id", "special"),
                                tuple((str(j), self.key_labels[j], str(source.ids[j]), "★" if source.is_special(j) else "") for j in listed), left=2))  # fmt: skip
@@ -179,7 +179,7 @@ class TrainedWalkthrough(Walkthrough):
         return "each head's own steps 2 to 8: --head N"
 
     def roles(self) -> Step:
-        scores = text_scores(self.layer.weights, layer=self.index, special=self.run.columns.special, mask=self.layer.mask, cross=self.layer.cross)
+        scores = text_scores(self.layer.weights, layer=self.index, special=self.run.own_stack.key_tokens.special, mask=self.layer.mask, cross=self.layer.cross)
         mine = scores[self.h]
         rows = []
         for name, value in role_scores(mine).items():

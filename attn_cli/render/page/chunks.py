@@ -181,7 +181,7 @@ class Budget:
                     if scaled_is_derived(layer):
                         entry["scaled"] = "derived"
                         continue
-                    n, m = len(trace.tokens), len(trace.columns)
+                    n, m = len(trace.tokens), len(trace.own_stack.key_tokens)
                     scaled = chunks.add(Chunk("f32", (layer.n_heads, n, m), functools.partial(scaled_bytes, layer)))
                     if self._take(chunks, scaled):
                         entry["scaled"] = scaled

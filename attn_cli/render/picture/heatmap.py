@@ -103,14 +103,14 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
     kinds = KINDS[options.what]
     cmaps = {kind: colour_map(options.cmap or DEFAULT_CMAPS[kind]) for kind in kinds}
 
-    n_tokens = max(len(run.tokens), len(run.columns))  # cross-attention's panels are T_target x T_source
+    n_tokens = max(len(run.tokens), len(run.own_stack.key_tokens))  # cross-attention's panels are T_target x T_source
     n_panels = len(heads) * len(kinds)
     # --what all: one column per matrix, in the order attention computes them, one row per head.
     rows, cols = (len(heads), len(kinds)) if len(kinds) > 1 else grid_shape(len(heads))
     # A colour bar beside each column (per-head scales, or one scale per matrix), else one for all.
     colorbars_across = cols if options.per_head_scale or len(kinds) > 1 else 1
-    shape = (len(run.tokens) / n_tokens, len(run.columns) / n_tokens)  # a panel's height and width over its longer side
-    layout = _Layout.plan(n_tokens, rows, cols, [*run.tokens.labels, *run.columns.labels], options, colorbars_across=colorbars_across, shape=shape)
+    shape = (len(run.tokens) / n_tokens, len(run.own_stack.key_tokens) / n_tokens)  # a panel's height and width over its longer side
+    layout = _Layout.plan(n_tokens, rows, cols, [*run.tokens.labels, *run.own_stack.key_tokens.labels], options, colorbars_across=colorbars_across, shape=shape)
     if layout.annotate and options.annotate and n_panels * n_tokens * n_tokens > MAX_ANNOTATED_CELLS:
         raise UsageError(annotate_refusal(n_tokens, n_panels, len(kinds)))
     check_pixels(layout.figsize, options.dpi)
@@ -247,7 +247,7 @@ def _draw_panel(ax: Axes, panel: Panel, cmap: Colormap, run: Run, layout: _Layou
     image.set_label(f"{panel.kind.value} head {panel.head}")
     ax.set_label(f"{panel.kind.value}/head{panel.head}")
 
-    rows, columns = run.tokens, run.columns
+    rows, columns = run.tokens, run.own_stack.key_tokens
     row_ticks, col_ticks = list(range(0, n_rows, layout.step)), list(range(0, n_cols, layout.step))
     thinned = layout.step > 1
 

@@ -104,7 +104,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     check_model_view(options, len(layers), len(heads))
     if options.size is not None:
         check_pixels(options.size, options.dpi)
-    check_picture_memory(max(len(trace.tokens), len(trace.columns)), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
+    check_picture_memory(max(len(trace.tokens), len(trace.own_stack.key_tokens)), len(layers) * len(heads), options.size or (MAX_MODEL_INCHES, MAX_MODEL_INCHES),
                          options.dpi, one_panel=1, fewer="choose fewer layers and heads with --layer and --head")
     kind = options.what
     drawn = [[layer_matrix(layer, kind, h) for h in heads] for layer in layers]  # L x H of (T, T)
@@ -113,7 +113,7 @@ def _model_view_figure(trace: Trace, options: HeatmapOptions, new_figure: Callab
     norm = LogNorm(*limits, clip=True) if options.log else Normalize(*limits)
     cmap = colour_map(options.cmap or DEFAULT_CMAPS[kind])
 
-    n_tokens = max(len(trace.tokens), len(trace.columns))  # cross-attention's panels are T_target x T_source
+    n_tokens = max(len(trace.tokens), len(trace.own_stack.key_tokens))  # cross-attention's panels are T_target x T_source
     title_lines = _title(trace, heads, kind) + (hint_lines(faint_hint(flat, options)) if kind is What.weights else [])
     plan, title, font = _planned(trace, title_lines, n_tokens, len(layers), len(heads), options)
     make = new_figure or Figure
@@ -178,7 +178,7 @@ def _planned(
     font = title_font(options.size[0], TITLE_FONT) if options.size else TITLE_FONT
     title = fit_title(title_lines, MAX_MODEL_INCHES * 72, font)
     for _ in range(4):
-        plan = _plan(n_tokens, n_layers, n_heads, [*trace.tokens.labels, *trace.columns.labels], (title.count("\n") + 1) * font / 72, options)
+        plan = _plan(n_tokens, n_layers, n_heads, [*trace.tokens.labels, *trace.own_stack.key_tokens.labels], (title.count("\n") + 1) * font / 72, options)
         wrapped = fit_title(title_lines, (plan.figsize[0] - _title_left(plan) - 0.1) * 72, font)
         if wrapped == title:
             break
@@ -243,7 +243,7 @@ def _edges(ax: Axes, trace: Trace, plan: _Plan, *, left: bool, bottom: bool) -> 
         special = [i for i in range(len(tokens)) if tokens.is_special(i)]
         return list(range(len(tokens))) if plan.token_labels else special
 
-    rows, columns = trace.tokens, trace.columns  # the same tokens, or cross-attention's target and source
+    rows, columns = trace.tokens, trace.own_stack.key_tokens  # the same tokens, or cross-attention's target and source
     ax.set_xticks(ticks_of(columns) if bottom else [])
     ax.set_yticks(ticks_of(rows) if left else [])
     if plan.token_labels:

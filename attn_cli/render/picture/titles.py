@@ -194,7 +194,7 @@ def hidden_line(run: Run) -> str:
     hidden = hidden_text(run)
     if hidden is None:
         return ""
-    line = f"\n{hidden} over the {len(run.columns)} tokens shown"
+    line = f"\n{hidden} over the {len(run.own_stack.key_tokens)} tokens shown"
     if any(bool(layer.weights.isnan().any()) for layer in run.layers):
         line += " (grey rows: all their weight was on hidden tokens)"
     return line

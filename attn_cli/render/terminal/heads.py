@@ -188,7 +188,7 @@ def _alignment_part(report: HeadsReport) -> list[Any]:
     align.add_column("decoder input", no_wrap=True)
     for h in aligned:
         align.add_column(f"H{h.head}", no_wrap=True)
-    source = trace.columns.labels
+    source = trace.own_stack.key_tokens.labels
     for i, label in enumerate(trace.tokens.labels):
         align.add_row(Text(label), *(Text(source[h.alignment[i]]) for h in aligned))
     return [Text(""), Text(f"Alignment, layer {aligned[0].layer}: each decoder input's most attended source token", style="bold"), align]

@@ -34,7 +34,7 @@ def vector_table(
     ``keys``: a row per key token (cross-attention's keys and values are the source's)."""
     dims = range(matrix.shape[-1]) if dims is None else dims  # matrix: (T, d)
     return FittedTable(
-        title, "token \\ dim", (run.columns if keys else run.tokens).labels, [str(d) for d in dims],
+        title, "token \\ dim", (run.own_stack.key_tokens if keys else run.tokens).labels, [str(d) for d in dims],
         lambda i, j: Text(fmt(matrix[i, dims[j]].item(), precision)),
         what="dims", rows_what="tokens", captions=captions, numbers=dims,
     )
@@ -50,7 +50,7 @@ def square_table(
 ) -> FittedTable:
     """A (T, T) table of scores, ``value(query, key)`` each; ``masked`` is what a
     causally masked cell shows (None: its value)."""
-    labels, columns = run.tokens.labels, run.columns.labels
+    labels, columns = run.tokens.labels, run.own_stack.key_tokens.labels
     result = run.layers[0]
     hides = result.causal and masked is not None
 
@@ -95,7 +95,7 @@ def rows_table(
 ) -> FittedTable:
     """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
     value, the row's largest bold, masked cells a dot; NaN: a renormalized row with no weight left."""
-    labels, columns = run.tokens.labels, run.columns.labels
+    labels, columns = run.tokens.labels, run.own_stack.key_tokens.labels
     causal = mask is not None and bool(mask.any())
     best: dict[int, int] = {}  # query -> its largest weight's key, for the rows drawn only
 
@@ -173,7 +173,7 @@ def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
         ("Values", "v", result.values, "d_v", m.value_dim),
     ):
         formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = {x} (no projections)"
-        rows = len(run.tokens if letter == "q" else run.columns)
+        rows = len(run.tokens if letter == "q" else run.own_stack.key_tokens)
         title = title_text(name, f"  {formula}{suffix} ({rows} x {size} {width})")
         tables.append(vector_table(run, title, tensor[head], precision, keys=letter != "q"))
     return tables

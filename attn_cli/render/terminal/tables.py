@@ -78,7 +78,7 @@ def stats_table(run: Trace, stats: HeadStats, precision: int, *, explain: bool =
     table.add_column("entropy (bits)", justify="right")
     table.add_column("effective tokens", justify="right")
     table.add_column("of keys", justify="right")
-    rows = rows_to_show(len(labels))
+    rows, key_labels = rows_to_show(len(labels)), run.own_stack.key_tokens.labels
     for i in rows:
         if i is None:
             table.add_row(*(Text(VDOTS, style="dim") for _ in range(6)))
@@ -86,7 +86,7 @@ def stats_table(run: Trace, stats: HeadStats, precision: int, *, explain: bool =
         k = stats.row(i)
         table.add_row(
             Text(labels[i]),
-            Text(run.columns.labels[stats.most_attended[k]]),
+            Text(key_labels[stats.most_attended[k]]),
             fmt(stats.top_weight[k], precision),
             fmt(stats.entropy_bits[k], precision),
             fmt(stats.effective_tokens[k], precision),
@@ -140,7 +140,8 @@ def heads_compared(run: Trace, stats: Sequence[HeadStats], precision: int) -> Re
 
 
 def query_view(run: Trace, head: int, query: int, stats: HeadStats, precision: int) -> RenderableType:
-    labels, columns = run.tokens.labels, run.columns.labels
+    keys = run.own_stack.key_tokens
+    labels, columns = run.tokens.labels, keys.labels
     row = run.layers[0].weights[head][query].tolist()  # (T,)
     visible = _unmasked(run, query=query) if run.layers[0].causal else range(len(row))
     order = sorted(visible, key=lambda j: -row[j])  # stable: equal weights keep position order
@@ -151,7 +152,7 @@ def query_view(run: Trace, head: int, query: int, stats: HeadStats, precision: i
     table.add_column("weight", justify="right")
     table.add_column("", no_wrap=True)
     for rank, j in enumerate(order[:TOP_KEYS], start=1):
-        table.add_row(str(rank), str(run.columns.position(j)), Text(columns[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
+        table.add_row(str(rank), str(keys.position(j)), Text(columns[j]), fmt(row[j], precision), Text(bar(row[j]), style="cyan"))
     title = Text.assemble(
         ("Query ", "bold"), (labels[query], "bold"), (f" (position {run.tokens.position(query)})", "bold"),
         f": what it attends to, most first{head_suffix(run, head)}",
@@ -176,7 +177,7 @@ def query_view(run: Trace, head: int, query: int, stats: HeadStats, precision: i
 
 
 def key_view(run: Trace, head: int, key: int, precision: int) -> RenderableType:
-    labels, columns = run.tokens.labels, run.columns.labels
+    labels, columns = run.tokens.labels, run.own_stack.key_tokens.labels
     column = run.layers[0].weights[head][:, key].tolist()  # (T,)
     queries = _unmasked(run, key=key) if run.layers[0].causal else range(len(column))
     best = max(queries, key=lambda i: column[i])
@@ -194,7 +195,7 @@ def key_view(run: Trace, head: int, key: int, precision: int) -> RenderableType:
         style = "bold" if i == best else ""
         table.add_row(str(run.tokens.position(i)), Text(labels[i], style=style), Text(fmt(column[i], precision), style=style), Text(bar(column[i]), style="magenta"))
     title = Text.assemble(
-        ("Key ", "bold"), (columns[key], "bold"), (f" (position {run.columns.position(key)})", "bold"),
+        ("Key ", "bold"), (columns[key], "bold"), (f" (position {run.own_stack.key_tokens.position(key)})", "bold"),
         f": who attends to it, in query order{head_suffix(run, head)}",
         no_wrap=True, overflow="ellipsis",
     )
@@ -229,7 +230,7 @@ def cell_line(run: Trace, head: int, query: int, key: int, precision: int) -> Te
     raw = result.scores[head][query][key].item()
     scaled = scaled_score(run, head, query, key)
     return Text.assemble(
-        (labels[query], "bold"), " -> ", (run.columns.labels[key], "bold"), f"{head_suffix(run, head)}: weight ",
+        (labels[query], "bold"), " -> ", (run.own_stack.key_tokens.labels[key], "bold"), f"{head_suffix(run, head)}: weight ",
         (fmt(weight, precision), "bold"),
         f", raw score {fmt(raw, precision)}, scaled score {'-inf (masked)' if scaled == -math.inf else fmt(scaled, precision)}",
     )

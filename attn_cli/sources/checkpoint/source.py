@@ -241,8 +241,9 @@ class PairSource(Batches):
     def ablate(self, trace: Trace, method: str) -> Ablation:
         """``heads --ablate``: each head of the stack --stack names (cross-attention's by default)
         and its change in the target's loss (``PairCheckpoint.ablate``), for the trace ``run`` made last."""
-        assert trace.target_tokens is not None and self._labels, "run the text first"
-        return self.checkpoint.ablate(trace.tokens, trace.target_tokens, self._labels, method, self.spec.stack or "cross")
+        stacks = trace.stacks
+        assert len(stacks) > 1 and self._labels, "run the text first"
+        return self.checkpoint.ablate(trace.tokens, stacks["decoder"].tokens, self._labels, method, self.spec.stack or "cross")
 
     def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
         """Refuse, before anything runs, three stacks over these lengths that would not fit."""
