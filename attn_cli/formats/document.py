@@ -202,7 +202,7 @@ def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | Non
     rolled = [name for name, stack in run.stacks.items() if stack.rollout is not None and stack.texts is not None]
     if rolled:  # an encoder-decoder's: which stack's layers were rolled out
         made = {"stack": rolled[0], **made}
-    kept = kept_of(run.own_stack)
+    kept = kept_of(run.stacks[rolled[0]] if rolled else run.own_stack)  # the rolled-out stack's tokens, the decoder's too
     if kept is not None:
         as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
         made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)

@@ -472,6 +472,23 @@ def test_rollout_of_a_stack_equals_a_direct_rollout_of_transformers_attentions(s
     torch.testing.assert_close(torch.tensor(data["rollout"]["weights"], dtype=torch.float64), product, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_a_stacks_rollout_hides_that_stacks_tokens(stack: str, folders: dict[str, Path]) -> None:
+    """--hide-tokens special with a stack's rollout: weights_shown leaves out that stack's hidden
+    tokens (the decoder's </s> <s> for the decoder's; it once used the source's) and renormalizes
+    the rows over the rest. The control: the other stack's hidden positions differ."""
+    args = ("run", SOURCE, "--model", str(folders["bart"]), "--target", TARGET, "--rollout", "--stack", stack)
+    data = json.loads(invoke(*args, "--hide-tokens", "special", "-F", "json").stdout)
+    own, other = ("tokens", "target_tokens") if stack == "encoder" else ("target_tokens", "tokens")
+    hidden = {t["position"] for t in data[own] if t["hidden"]}
+    assert hidden and hidden != {t["position"] for t in data[other] if t["hidden"]}
+    for i, row in enumerate(data["rollout"]["weights_shown"]):
+        if i in hidden:
+            assert all(v is None for v in row)
+        else:
+            assert {j for j, v in enumerate(row) if v is None} == hidden and sum(v for v in row if v is not None) == pytest.approx(1.0)
+
+
 def test_cross_attention_norms_equal_a_direct_computation_from_transformers(folders: dict[str, Path]) -> None:
     """||a_ij f_h(x_j)|| with f_h(x_j) = (x_j W_v^h + b_v^h) W_o^h, x the encoder's output, from the
     model's own encoder_attn weights in float64; per layer ||sum_h a_ij f_h(x_j)||."""
