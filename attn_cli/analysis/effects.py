@@ -77,6 +77,23 @@ def next_token_losses(
     return token_losses(logits_of, ids[1:], len(ids), texts, vocab, scratch)
 
 
+def batch_losses(
+    logits: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor], targets: Sequence[int], vocab: int
+) -> Callable[[torch.Tensor], list[float]]:
+    """An ablation's ``losses``: a batch of the last layer's normed outputs (B, N, D) -> each one's
+    mean cross-entropy of ``targets`` (position i predicting ``targets[i]``; none: 0), with
+    ``logits(hidden_rows, out)`` -> (R, V), one block of logits kept from call to call."""
+    scratch: list[torch.Tensor] = []
+
+    def losses(normed: torch.Tensor) -> list[float]:
+        if not targets:
+            return [0.0] * normed.shape[0]
+        flat = normed.reshape(-1, normed.shape[-1])  # (B*N, D)
+        return token_losses(lambda rows, out: logits(flat[rows], out), targets, normed.shape[-2], normed.shape[0], vocab, scratch)
+
+    return losses
+
+
 def token_losses(
     logits_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     targets_of_rows: Sequence[int],

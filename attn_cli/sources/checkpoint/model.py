@@ -172,13 +172,13 @@ class Checkpoint:
         sequence's, computed once more by ``trace``)."""
         from attn_cli.sources.checkpoint.families.greedy import greedy
 
-        return greedy(self._family, self._weights, self.tokenizer, tokens.ids, n, self.eos_ids)
+        return greedy(self._family, self._weights, self.tokenizer, tokens.ids, n, self.eos_ids, device=self._weights.device)
 
     def ablate(self, tokens: Tokens, method: str) -> Ablation:
         """Every head's change in mean next-token loss when its slice of W_o's input is set to
         zero or to its mean over the text (``families.ablation.ablated_losses``); decoders with a
         language-model head only (UsageError for an encoder, ModelUnavailable without a head)."""
-        from attn_cli.analysis.effects import Ablation, loss_rows, next_token_losses
+        from attn_cli.analysis.effects import Ablation, batch_losses, loss_rows
         from attn_cli.runtime import budget
         from attn_cli.sources.checkpoint.families.ablation import ablated_losses, ablation_batch
 
@@ -204,14 +204,7 @@ class Checkpoint:
             doing="this ablation",
         )  # fmt: skip
 
-        scratch: list[torch.Tensor] = []  # the loss's block of logits, reused from batch to batch
-
-        def losses(normed: torch.Tensor) -> list[float]:  # (B, T, D) -> each text's loss
-            flat = normed.reshape(-1, normed.shape[-1])  # (B*T, D)
-            return next_token_losses(
-                lambda rows, out: family.logits(weights, head, flat[rows], out), tokens.ids, normed.shape[0], vocab, scratch
-            )
-
+        losses = batch_losses(lambda hidden, out: family.logits(weights, head, hidden, out), tokens.ids[1:], vocab)  # next tokens
         clean, ablated = ablated_losses(family, weights, tokens, losses, method, weights.device)
         return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))
 

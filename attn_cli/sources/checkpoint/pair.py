@@ -137,16 +137,14 @@ class PairCheckpoint:
         decoder, weights = self.model.decoder, self._weights
         decoder.head(weights)  # ModelUnavailable, naming what is missing, before the encoder runs
         memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
-        return greedy(decoder, weights, self.tokenizer, [decoder.decoder_start], n, self.eos_ids, memory)
+        return greedy(decoder, weights, self.tokenizer, [decoder.decoder_start], n, self.eos_ids, memory, weights.device)
 
     def ablate(self, source: Tokens, decoder: Tokens, labels: Sequence[int], method: str, stack: str) -> Ablation:
         """Each head of ``stack``'s (encoder, decoder or cross) change in the target's mean loss
         (teacher-forced: decoder position i predicts ``labels[i]``, as transformers' seq2seq loss)
         when its slice of W_o's input is set to zero or to its mean
         (``families.ablation.ablated_pair_losses``). The memory is checked first."""
-        import torch
-
-        from attn_cli.analysis.effects import Ablation, loss_rows, token_losses
+        from attn_cli.analysis.effects import Ablation, batch_losses, loss_rows
         from attn_cli.runtime import budget
         from attn_cli.sources.checkpoint.families.ablation import ablated_pair_losses, ablation_batch
 
@@ -167,14 +165,7 @@ class PairCheckpoint:
             {"weights": "use a smaller model", "tables": "use shorter texts", "activations": "use shorter texts"},
             doing="this ablation",
         )  # fmt: skip
-        scratch: list[torch.Tensor] = []  # the loss's block of logits, reused from batch to batch
-
-        def losses(normed: torch.Tensor) -> list[float]:  # (B, T, D) -> each one's loss over the labels
-            flat = normed.reshape(-1, normed.shape[-1])  # (B*T, D)
-            return token_losses(
-                lambda rows, out: decoder_stack.logits(weights, head, flat[rows], out), labels, t, normed.shape[0], vocab, scratch
-            )  # fmt: skip
-
+        losses = batch_losses(lambda hidden, out: decoder_stack.logits(weights, head, hidden, out), labels, vocab)
         clean, ablated = ablated_pair_losses(self.model, weights, source, decoder, stack, losses, method, weights.device)
         return Ablation(method, clean, tuple(tuple(value - clean for value in row) for row in ablated))
 

@@ -18,7 +18,7 @@ import torch
 from attn_cli.records.layers import LayerAttention, Linear
 from attn_cli.records.tokens import Tokens
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights
-from attn_cli.sources.checkpoint.families.loop import cross_step, forward
+from attn_cli.sources.checkpoint.families.loop import Visit, cross_step, forward
 from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder
 
 Losses = Callable[[torch.Tensor], list[float]]  # a batch of the last layer's normed outputs (B, T, D) -> each one's loss
@@ -60,16 +60,19 @@ def ablated_pair_losses(
     decoder's normed outputs. An encoder head's ablation runs the rest of the encoder and the
     whole decoder again over each ablated memory; a decoder head's, the rest of the decoder."""
     enc, dec = model.encoder, model.decoder
-    kept: dict[str, list[Kept]] = {"encoder": [], "decoder": [], "cross": []}
-    encoded = forward(enc, weights, source, (), device, "weights", whole=True, visit=keeper(kept["encoder"])).hidden
+    kept: list[Kept] = []  # the ablated stack's attentions only
+    encoded = forward(enc, weights, source, (), device, "weights", whole=True, visit=keeper(kept) if stack == "encoder" else None).hidden
     assert encoded is not None
     memory = enc.final_norm(weights, encoded)  # (S, D)
 
     def decoder_visit(index: int, hidden: torch.Tensor, t: LayerTensors, layer: LayerAttention) -> None:
-        keeper(kept["cross" if layer.cross else "decoder"])(index, hidden, t, layer)
+        if layer.cross == (stack == "cross"):
+            keeper(kept)(index, hidden, t, layer)
 
-    clean = forward(dec, weights, decoder, (), device, "weights", whole=True, memory=memory, visit=decoder_visit).hidden
+    visit = decoder_visit if stack != "encoder" else None
+    clean = forward(dec, weights, decoder, (), device, "weights", whole=True, memory=memory, visit=visit).hidden
     assert clean is not None
+    embedded = dec.embed(weights, decoder) if stack == "encoder" else None  # (T, D) the decoder's first input, once
 
     def decoder_from(start: int, hidden: torch.Tensor, memory: torch.Tensor) -> list[float]:
         """(B, T, D) a batch of decoder layer ``start``'s inputs, over ``memory`` (S, D) or (B, S, D)."""
@@ -81,8 +84,7 @@ def ablated_pair_losses(
         if stack == "encoder":  # the rest of the encoder, then the whole decoder over each ablated memory
             after = enc.finish_layer(t, layer_input, output)  # (B, S, D)
             rest = forward(enc, weights, source, (), device, "weights", whole=True, start=(index + 1, after)).hidden
-            assert rest is not None
-            embedded = dec.embed(weights, decoder)  # (T, D)
+            assert rest is not None and embedded is not None
             return decoder_from(0, embedded.expand(len(after), *embedded.shape), enc.final_norm(weights, rest))
         if stack == "decoder":  # the layer's cross-attention on the ablated self-attention's residual
             between = dec.between(t, layer_input, output)  # (B, T, D)
@@ -93,10 +95,10 @@ def ablated_pair_losses(
         (clean_loss,) = losses(dec.final_norm(weights, clean)[None])  # (1, T, D)
         family = enc if stack == "encoder" else dec
         batch, _ = ablation_batch(family, max(len(source), len(decoder)))
-        return clean_loss, each_head_ablated(kept[stack], family.heads, batch, method, resume)
+        return clean_loss, each_head_ablated(kept, family.heads, batch, method, resume)
 
 
-def keeper(into: list[Kept]) -> Callable[[int, torch.Tensor, LayerTensors, LayerAttention], None]:
+def keeper(into: list[Kept]) -> Visit:
     """A ``forward`` visitor that keeps each attention's input, tensors, concat and W_o in ``into``."""
 
     def keep(index: int, hidden: torch.Tensor, t: LayerTensors, layer: LayerAttention) -> None:

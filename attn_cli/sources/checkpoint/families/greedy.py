@@ -23,17 +23,17 @@ class IdsToTokens(Protocol):
 
 def greedy(
     family: Family, weights: Weights, tokenizer: IdsToTokens, ids: Sequence[int], n: int, eos_ids: frozenset[int],
-    memory: torch.Tensor | None = None,
+    memory: torch.Tensor | None = None, device: torch.device | str = "cpu",
 ) -> tuple[int, ...]:  # fmt: skip
     """Up to ``n`` new ids after ``ids``, each the first of the last position's equal maxima,
     stopping after one of ``eos_ids``. ``memory`` (S, D): an encoder's output, which a
-    decoder stack's cross-attention reads."""
+    decoder stack's cross-attention reads. ``device``: where the weights are read to."""
     head = family.head(weights)  # ModelUnavailable, naming what is missing, before anything runs
     so_far, made = list(ids), []
     with torch.inference_mode():
         for _ in range(n):
             tokens = tokenizer.tokens_from_ids(tuple(so_far), (False,) * len(so_far))
-            done = forward(family, weights, tokens, (), getattr(weights, "device", "cpu"), "weights", whole=True, memory=memory)
+            done = forward(family, weights, tokens, (), device, "weights", whole=True, memory=memory)
             assert done.hidden is not None
             last = family.final_norm(weights, done.hidden[-1:])  # (1, D)
             chosen = int(family.logits(weights, head, last)[0].float().argmax())  # (1, V) -> the first of equal maxima
