@@ -195,11 +195,18 @@ class Reference:
 
 
 def reference(
-    folder: Path, ids: tuple[int, ...], type_ids: tuple[int, ...] | None = None, dtype: torch.dtype = torch.float32
+    folder: Path,
+    ids: tuple[int, ...],
+    type_ids: tuple[int, ...] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ) -> Reference:
+    """transformers' eager run of ``folder`` over ``ids`` in ``dtype`` on ``device``: each
+    layer's attention weights and what its projections read, its heads' concat and W_o's
+    output, on the CPU in the run's dtype."""
     import transformers
 
-    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=dtype).eval()
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=dtype).to(device).eval()
     if hasattr(model, "layers"):  # the rotary decoders
         blocks = model.layers
     elif isinstance(model, transformers.GPT2Model):
@@ -235,14 +242,15 @@ def reference(
                     with_kwargs=True,
                 )
             )
-    kwargs: dict[str, Any] = {"input_ids": torch.tensor([ids])}
+    kwargs: dict[str, Any] = {"input_ids": torch.tensor([ids], device=device)}
     if type_ids is not None:
-        kwargs["token_type_ids"] = torch.tensor([type_ids])
+        kwargs["token_type_ids"] = torch.tensor([type_ids], device=device)
     with torch.no_grad():
         result = model(**kwargs, output_attentions=True)
     for hook in hooks:
         hook.remove()
-    return Reference([a[0] for a in result.attentions], x, concat, output)
+    cpu = [[t.cpu() for t in tensors] for tensors in ([a[0] for a in result.attentions], x, concat, output)]
+    return Reference(*cpu)
 
 
 def _has(module: Any, path: str) -> bool:
@@ -658,3 +666,70 @@ def build_t5(folder: Path, feed_forward_proj: str) -> Path:
                 p.mul_(0.3)
     model.save_pretrained(folder)
     return folder
+
+
+TEXT = "The cat sat on the mat, and the dog sat on the log."
+LONG = " ".join(CORPUS[:6]) * 2  # past every window below
+_WINDOW = 8
+_LOCAL_GLOBAL = ["sliding_attention", "full_attention", "sliding_attention"]
+_GEMMA3_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+}
+_LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [3.0, 7.0], "rope_theta": 10000.0}
+_LLAMA3 = {
+    "rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}  # fmt: skip
+
+# -- one checkpoint per model_type the registry knows, each with its family's own steps in play
+# (grouped keys and values, windows, soft-capping, partial and scaled rotary, local and global
+# layers): model_type -> (builder, its keyword arguments, text). The precision and CUDA tests
+# go through all of them.
+ONE_PER_MODEL_TYPE: dict[str, tuple[Any, dict[str, Any], str]] = {
+    "gpt2": (build_gpt2, {}, TEXT),
+    "bert": (build_bert, {}, TEXT),
+    "llama": (build_llama, dict(rope_parameters=_LLAMA3), LONG),
+    "mistral": (build_llama, dict(model_type="mistral", sliding_window=_WINDOW, num_key_value_heads=4), LONG),
+    "qwen2": (build_llama, dict(model_type="qwen2", num_key_value_heads=8), TEXT),
+    "qwen3": (build_decoder, dict(model_type="qwen3", attention_bias=True), TEXT),
+    "gemma": (build_decoder, dict(model_type="gemma", num_key_value_heads=1), TEXT),
+    "gemma2": (
+        build_decoder,
+        dict(model_type="gemma2", sliding_window=_WINDOW, query_pre_attn_scalar=32, attn_logit_softcapping=5.0),
+        LONG,
+    ),
+    "gemma3_text": (
+        build_decoder,
+        dict(model_type="gemma3_text", sliding_window=_WINDOW, query_pre_attn_scalar=32, layer_types=_LOCAL_GLOBAL,
+             rope_parameters=_GEMMA3_ROPE),
+        LONG,
+    ),  # fmt: skip
+    "phi3": (
+        build_decoder,
+        dict(model_type="phi3", rope_parameters={**_LONGROPE, "partial_rotary_factor": 0.5},
+             original_max_position_embeddings=32, sliding_window=12),
+        LONG,
+    ),  # fmt: skip
+    "gpt_neox": (build_decoder, dict(model_type="gpt_neox"), TEXT),
+    "olmo2": (build_decoder, dict(model_type="olmo2"), TEXT),
+    "roberta": (build_encoder, dict(model_type="roberta"), TEXT),
+    "xlm-roberta": (build_encoder, dict(model_type="xlm-roberta", seed=5), TEXT),
+    "distilbert": (build_encoder, dict(model_type="distilbert"), TEXT),
+    "mpnet": (build_encoder, dict(model_type="mpnet"), TEXT),
+    "modernbert": (build_encoder, dict(model_type="modernbert", attention_bias=True, seed=7), TEXT),
+}
+ONE_PER_PAIR_TYPE: dict[str, tuple[Any, dict[str, Any]]] = {
+    "bart": (build_bart, {}), "t5": (build_t5, dict(feed_forward_proj="gated-gelu")), "marian": (build_marian, {}),
+}  # fmt: skip
+
+
+def one_per_type(factory: Any) -> Any:
+    """name (a key of ONE_PER_MODEL_TYPE or ONE_PER_PAIR_TYPE) -> its checkpoint, once per session."""
+
+    def folder(name: str) -> Path:
+        builder, options = ONE_PER_MODEL_TYPE[name][:2] if name in ONE_PER_MODEL_TYPE else ONE_PER_PAIR_TYPE[name]
+        return built(factory, f"type-{name}", builder, **options)
+
+    return folder
+

@@ -121,10 +121,10 @@ def token_losses(
         if not fits:
             scratch[:] = [logits]
         block = logits.float()  # (R, V) itself when float32: overwritten below
-        picked = block.gather(-1, targets[start : start + step, None])[:, 0]  # (R,) the target's logit
+        picked = block.gather(-1, targets[start : start + step, None].to(block.device))[:, 0]  # (R,) the target's logit
         top = block.amax(dim=-1)  # (R,)
         total = block.sub_(top[:, None]).exp_().sum(dim=-1)  # (R,) sum of exp(logit - max)
-        sums.index_add_(0, chosen // n, (picked - top - total.log()).double())  # log p(target), each row to its text
+        sums.index_add_(0, chosen // n, (picked - top - total.log()).double().cpu())  # log p(target), each row to its text
     return (-sums / p).tolist()
 
 

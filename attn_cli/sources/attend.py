@@ -26,6 +26,7 @@ def attend(
     softcap: float | None = None,
     out: torch.Tensor | None = None,
     scale: float | None = None,
+    softmax_in_dtype: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / divisor (+ bias, soft-capped), masked) V, the one masked softmax
     every source uses.
@@ -34,7 +35,9 @@ def attend(
     True = hidden, bias (H, T, T) or (1, T, T) -> (context (H, T, Dv), weights (H, T, T)).
     ``out``: the (H, T, T) block the weights are written into (``attention_weights``).
     """
-    weights = attention_weights(queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=out, scale=scale)
+    weights = attention_weights(
+        queries, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=out, scale=scale, softmax_in_dtype=softmax_in_dtype
+    )
     return weights @ values, weights  # (H, T, T) @ (H, T, Dv) -> (H, T, Dv)
 
 
@@ -48,6 +51,7 @@ def attention_weights(
     softcap: float | None = None,
     out: torch.Tensor | None = None,
     scale: float | None = None,
+    softmax_in_dtype: bool = False,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
@@ -61,7 +65,10 @@ def attention_weights(
 
     ``scale``: the scores are multiplied by it instead of divided by ``divisor`` (the same
     number, 1 / divisor, as a checkpoint's transformers code writes it: in half precision
-    the two can round a score to different bits).
+    the two can round a score to different bits). ``softmax_in_dtype``: half-precision scores'
+    softmax worked out by torch in their dtype (GPT-2, BERT, BART call nn.functional.softmax on
+    them), not in float32 and rounded back (Llama's softmax(dtype=float32)): the two can differ
+    in the last bit.
     """
     transposed = keys.transpose(-2, -1)  # (H, Dk, T)
     weights = queries @ transposed if out is None else torch.matmul(queries, transposed, out=out)  # (H, T, T) raw scores
@@ -77,22 +84,24 @@ def attention_weights(
         weights.add_(hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
     # masked cell is exp(-inf) = exactly 0.
-    _softmax_(weights)
+    _softmax_(weights, in_dtype=softmax_in_dtype)
     if not math.isfinite(float(weights.sum())):
         _explain_overflow(queries, keys, divisor)
     return weights
 
 
-def _softmax_(x: torch.Tensor) -> None:
+def _softmax_(x: torch.Tensor, in_dtype: bool = False) -> None:
     """Softmax over the last dimension, written back into x one (T, T) block at a
     time: torch.softmax's own numbers (public API) with one block of extra memory,
     not a second (H, T, T), and that block allocated once for every head. A masked
     cell (-inf) becomes exactly 0. Half-precision scores are exponentiated in
-    float32 and rounded back, as transformers' eager attention does."""
+    float32 and rounded back, as transformers' eager attention does for most
+    families; with ``in_dtype``, torch's softmax of the half-precision block itself."""
     blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
-    scratch = torch.empty(blocks.shape[-2:], dtype=torch.float32, device=x.device)  # (T, T)
+    dtype = x.dtype if in_dtype else torch.float32
+    scratch = torch.empty(blocks.shape[-2:], dtype=dtype, device=x.device)  # (T, T)
     for block in blocks:
-        torch.softmax(block, dim=-1, dtype=torch.float32, out=scratch)  # (T, T)
+        torch.softmax(block, dim=-1, dtype=None if in_dtype else torch.float32, out=scratch)  # (T, T)
         block.copy_(scratch)  # cast back to x's dtype
 
 

@@ -46,6 +46,7 @@ class Bart(Seq2Seq):
     each residual), scores divided by sqrt(head_dim), biases everywhere."""
 
     family = "bart"
+    softmax_upcast = False  # BART and Marian: nn.functional.softmax of the half-precision scores
     anchor = "encoder.layers.0.self_attn.q_proj.weight"
     input_text = "x = h_(l-1), the layer's input as it is (post-norm: each norm comes after its residual)"
     first_hidden = "h_0 = LayerNorm(token embedding (× sqrt(d_model) where scale_embedding) + learned position (row p + 2))"

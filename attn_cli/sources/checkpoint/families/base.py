@@ -166,6 +166,10 @@ class Family(abc.ABC):
         applied (rotary families); as they are otherwise."""
         return queries, keys
 
+    # half-precision scores' softmax in float32, rounded back (softmax(dtype=float32)); False:
+    # torch's softmax of the half-precision scores (GPT-2, BERT and BART call it so)
+    softmax_upcast: ClassVar[bool] = True
+
     def score_scale(self, layer: int) -> float | None:
         """1 / divisor as the family's transformers code writes it where it multiplies the
         scores by it (``scaling = head_dim ** -0.5``) rather than dividing; None where it

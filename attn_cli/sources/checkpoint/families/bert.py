@@ -81,6 +81,7 @@ BERT_LAYER = {
 
 class Bert(Family):
     family = "bert"
+    softmax_upcast = False  # nn.functional.softmax of the half-precision scores (RoBERTa, DistilBERT, MPNet too)
     encoder = True
     anchor = "embeddings.word_embeddings.weight"
     input_text = "the previous layer's output (post-LN)"
@@ -188,6 +189,9 @@ class Bert(Family):
     def divisor(self, layer: int) -> tuple[float, str]:
         return scaled_divisor(self.head_dim, True, 1)
 
+    def score_scale(self, layer: int) -> float | None:
+        return self.head_dim**-0.5  # BertSelfAttention.scaling, multiplied in (MPNet divides)
+
     def mask(self, n_tokens: int) -> None:
         return None
 
@@ -294,6 +298,9 @@ class MPNet(Roberta):
         "output_norm": "output.LayerNorm",
     }  # fmt: skip
     buckets, max_distance = 32, 128  # MPNet's, whatever config.json's relative_attention_num_buckets says
+
+    def score_scale(self, layer: int) -> None:
+        return None  # MPNetSelfAttention divides by sqrt(head size)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

@@ -83,6 +83,7 @@ class Decoder(Family):
     embed_scale: ClassVar[bool] = False  # the token embeddings times sqrt(D) (Gemma)
     head_dim_default: ClassVar[int | None] = None  # None: D / H
     rotary_per_layer_type: ClassVar[bool] = False  # local and global layers rotate with their own settings
+    rotary_precision: ClassVar[str] = "dtype"  # a key of rotary.PRECISIONS: where half precision rounds the rotation
     out_proj_name = "self_attn.o_proj"
     # after the last layer: the final norm (under the model's prefix), the head (the file's own)
     final_norm_name: ClassVar[str] = "norm"
@@ -184,7 +185,7 @@ class Decoder(Family):
         """Each layer's rotary embedding: one for all, or one per layer type when the
         family gives its local and global layers their own (Gemma 3, ModernBERT)."""
         kinds = (self.layer_types() if self.rotary_per_layer_type else None) or [None] * self.layers
-        made = {kind: rotary.Rotary(self.rope(kind)) for kind in set(kinds)}
+        made = {kind: rotary.Rotary(self.rope(kind), self.rotary_precision) for kind in set(kinds)}
         return [made[kind] for kind in kinds]
 
     def attention_softcap(self) -> float | None:
@@ -329,6 +330,9 @@ class Decoder(Family):
 
     def divisor(self, layer: int) -> tuple[float, str]:
         return math.sqrt(self.head_dim), f"sqrt({self.head_dim})"
+
+    def score_scale(self, layer: int) -> float:
+        return self.head_dim**-0.5  # the attention's scaling, multiplied in
 
     def score_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | None, float | None]:
         return None, self.softcap

@@ -63,6 +63,9 @@ class Gemma2(Gemma):
         scalar = float(self.gemma.query_pre_attn_scalar)
         return math.sqrt(scalar), f"sqrt({scalar:g})"
 
+    def score_scale(self, layer: int) -> float:
+        return float(self.gemma.query_pre_attn_scalar) ** -0.5  # Gemma2Attention.scaling, multiplied in
+
     def attention_softcap(self) -> float | None:
         cap = self.gemma.attention_softcap
         return float(cap) if cap else None

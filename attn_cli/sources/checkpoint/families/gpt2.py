@@ -58,6 +58,7 @@ def conv1d_as_linear(weight: torch.Tensor) -> torch.Tensor:
 
 class Gpt2(Family):
     family = "gpt2"
+    softmax_upcast = False  # eager_attention_forward: nn.functional.softmax of the half-precision scores
     anchor = "wte.weight"
     input_text = "ln_1 of the residual stream"
     embedding_tensors = {"tokens": "wte.weight", "positions": "wpe.weight"}
@@ -120,6 +121,11 @@ class Gpt2(Family):
 
     def divisor(self, layer: int) -> tuple[float, str]:
         return scaled_divisor(self.head_dim, self.scale, layer + 1 if self.by_layer else 1)
+
+    def score_scale(self, layer: int) -> float:
+        """GPT2Attention.scaling, multiplied in: head_dim ** -0.5 (or 1), then / (layer + 1)."""
+        scaling = self.head_dim**-0.5 if self.scale else 1.0
+        return scaling / float(layer + 1) if self.by_layer else scaling
 
     def mask(self, n_tokens: int) -> torch.Tensor:
         return causal_mask(n_tokens)  # (T, T)

@@ -147,6 +147,7 @@ def attention_step(
     x = family.attention_input(t, hidden)  # (T, D)
     divisor, divisor_text = family.divisor(index)
     mask = family.layer_mask(index, shared)  # (T, T) or None
+    mask = mask.to(hidden.device) if mask is not None else None  # a window a family made itself (ModernBERT's): on the CPU
     n_tokens = hidden.shape[-2]
     bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
     shape = (*hidden.shape[:-2], family.heads, n_tokens, n_tokens)  # the weights: (H, T, T), or (B, H, T, T)
@@ -154,7 +155,7 @@ def attention_step(
     layer = multi_head(
         x, family.projections(t), family.heads, divisor, mask, index, divisor_text, family.kv_heads,
         functools.partial(family.rotate, layer=index), bias=bias, softcap=softcap, weights_out=table,
-        scale=half_precision_scale(family, index, x),
+        **half_precision(family, index, x),
     )  # fmt: skip
     return t, layer
 
@@ -167,15 +168,19 @@ def cross_step(family: Family, t: LayerTensors, index: int, hidden: torch.Tensor
     x = family.cross_input(t, hidden)  # (T, D)
     return multi_head(
         x, family.cross_projections(t), family.heads, divisor, None, index, divisor_text, source=memory,
-        scale=half_precision_scale(family, index, x),
+        **half_precision(family, index, x),
     )  # fmt: skip
 
 
-def half_precision_scale(family: Family, index: int, x: torch.Tensor) -> float | None:
-    """The factor layer ``index``'s scores are multiplied by in a bfloat16 or float16 run, where
-    the family's transformers code multiplies (``Family.score_scale``); None: divide, as
-    every float32 run does (the toy's and every source's formula, equal to 1e-5)."""
-    return family.score_scale(index) if x.dtype in (torch.bfloat16, torch.float16) else None
+def half_precision(family: Family, index: int, x: torch.Tensor) -> dict[str, Any]:
+    """How a bfloat16 or float16 run rounds layer ``index``'s softmax as the family's
+    transformers code does: ``scale``, the factor its scores are multiplied by where that
+    code multiplies (``Family.score_scale``; None: divide), and ``softmax_in_dtype``
+    (``Family.softmax_upcast``). Float32 runs divide and take the softmax in float32, the
+    toy's and every source's formula, equal to 1e-5."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return {"scale": None, "softmax_in_dtype": False}
+    return {"scale": family.score_scale(index), "softmax_in_dtype": not family.softmax_upcast}
 
 
 AnyLayer = TypeVar("AnyLayer", bound=LayerWeights)
@@ -214,6 +219,7 @@ def multi_head(
     source: torch.Tensor | None = None,
     weights_out: torch.Tensor | None = None,
     scale: float | None = None,
+    softmax_in_dtype: bool = False,
 ) -> LayerAttention:
     """One layer's multi-head attention over X (T, D), every tensor kept; keys and
     values per query head (a shared key/value head repeated for its group). X may have
@@ -221,7 +227,7 @@ def multi_head(
     (``ablated_losses`` runs a layer's ablations as one batch). ``source`` (S, D):
     cross-attention, the keys and values projected from it (an encoder's output), so the
     weights are (H, T, S). ``weights_out``: the block the weights are written into.
-    ``scale``: the scores multiplied by it rather than divided by ``divisor`` (``attend``)."""
+    ``scale``, ``softmax_in_dtype``: how half precision rounds the softmax (``attend``)."""
     assert projections.query and projections.key and projections.value and projections.out
     n_tokens, lead = x.shape[-2], x.shape[:-2]
     kv_heads = kv_heads or heads
@@ -238,7 +244,8 @@ def multi_head(
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
     # 4. the masked softmax every source shares, and each head's context
     context, weights = attend(
-        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out, scale=scale
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out, scale=scale,
+        softmax_in_dtype=softmax_in_dtype,
     )  # (H, T, Dv), (H, T, T)
     # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
     # the heads being views into the concat's columns

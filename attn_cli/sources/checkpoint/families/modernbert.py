@@ -45,6 +45,7 @@ class ModernBert(Decoder):
     norm_text = "LayerNorm(h_L): (h_L − mean) / sqrt(var + eps) · g"
     config_class = ModernBertConfig
     rotary_per_layer_type = True
+    rotary_precision = "float32_turn"
     weights_note = "W_q, W_k and W_v are stored as one matrix, Wqkv: its rows are all of W_q, then W_k, then W_v"
 
     def __init__(self, config: dict[str, Any]) -> None:

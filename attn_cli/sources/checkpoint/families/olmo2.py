@@ -27,3 +27,4 @@ class Olmo2(Decoder):
     norm_kind = "rms_wide_gain"
     config_class = Olmo2Config
     qk_norm = "whole"
+    rotary_precision = "float32"

@@ -172,12 +172,23 @@ def pairs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x[..., :half], x[..., half:]
 
 
+# Where a half-precision run rounds the rotation, as each family's transformers code does:
+# precision -> (cos and sin rounded to the heads' dtype, the turn worked out in float32)
+PRECISIONS = {
+    "dtype": (True, False),  # Llama and most: cos and sin rounded, the turn in the heads' dtype
+    "float32": (False, True),  # OLMo 2: cos, sin and the turn in float32, the result rounded back
+    "float32_turn": (True, True),  # ModernBERT: cos and sin rounded, then the turn in float32, rounded back
+}
+
+
 class Rotary:
     """One rotary embedding: cos and sin per position (cached per length, dtype and
-    device), applied to queries and keys."""
+    device), applied to queries and keys; ``precision``, a key of PRECISIONS, says where
+    a half-precision run rounds (float32 runs are the same for every key)."""
 
-    def __init__(self, s: RopeSettings) -> None:
+    def __init__(self, s: RopeSettings, precision: str = "dtype") -> None:
         self.settings = s
+        self.rounded, self.wide = PRECISIONS[precision]
         self._cached: dict[tuple[int, torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def cos_sin(self, n_tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,8 +206,12 @@ class Rotary:
 
     def apply(self, queries: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(H, T, Dk) queries and (Hkv, T, Dk) keys, position t at token t, rotated."""
-        cos, sin = self.cos_sin(queries.shape[-2], queries.dtype, queries.device)  # (T, R) each
-        return turn(queries, cos, sin), turn(keys, cos, sin)
+        dtype = queries.dtype
+        cos, sin = self.cos_sin(queries.shape[-2], dtype if self.rounded else torch.float32, queries.device)  # (T, R) each
+        if not self.wide or dtype == torch.float32:
+            return turn(queries, cos, sin), turn(keys, cos, sin)
+        cos, sin = cos.float(), sin.float()  # exact: a rounded cos is a float32 number too
+        return turn(queries.float(), cos, sin).to(dtype), turn(keys.float(), cos, sin).to(keys.dtype)
 
     def text(self) -> str:
         """What the rotation does, in words, with its numbers."""
