@@ -195,14 +195,14 @@ def kept_rows_of(stack: Stack) -> Sequence[int] | None:
 def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
     """The top-level ``rollout`` object: ``through_layer`` and the (T, T) ``weights``, and
     with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
-    rollout = run.rollout
-    if rollout is None:
+    stack = run.rolled_out
+    if stack is None or stack.rollout is None:
         return None
+    rollout = stack.rollout
     made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
-    rolled = [name for name, stack in run.stacks.items() if stack.rollout is not None and stack.texts is not None]
-    if rolled:  # an encoder-decoder's: which stack's layers were rolled out
-        made = {"stack": rolled[0], **made}
-    kept = kept_of(run.stacks[rolled[0]] if rolled else run.own_stack)  # the rolled-out stack's tokens, the decoder's too
+    if stack.texts is not None:  # an encoder-decoder's: which stack's layers were rolled out
+        made = {"stack": stack.name, **made}
+    kept = kept_of(stack)  # the rolled-out stack's tokens, the decoder's too
     if kept is not None:
         as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
         made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)
@@ -231,7 +231,7 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     made = {**_header(run), "layers": _layer_list(run.own_stack, table)}
     for key, stack in decoder_stacks(run):
         made[key] = _layer_list(stack, table)
-    if run.rollout is not None:
+    if run.rolled_out is not None:
         made["rollout"] = rollout_dict(run, table=table)
     if run.predictions is not None:
         made["predictions"] = predictions_list(run)

@@ -133,16 +133,19 @@ def _listed(labels: Sequence[str]) -> str:
 
 def hide(trace: Trace, spec: HideSpec | None) -> Trace:
     """``trace`` with ``spec``'s tokens marked hidden (the same trace when ``spec`` is None); an
-    encoder-decoder's in the source (``hiding``) and the decoder's inputs (``target_hiding``)."""
+    encoder-decoder's in the source (its encoder's rows and cross-attention's columns) and in the
+    decoder's inputs (the decoder's rows and columns and cross-attention's rows)."""
     if spec is None:
         return trace
-    stacks = trace.stacks
-    if len(stacks) > 1:  # an encoder-decoder's whole trace: the source and the decoder's inputs
-        target = stacks["decoder"].tokens
+    if trace.others:  # an encoder-decoder's whole trace: the source and the decoder's inputs
+        target = trace.stacks["decoder"].tokens
         in_source, in_target, note = spec.pair_positions(trace.tokens, target)
-        return dataclasses.replace(
-            trace, hiding=_hiding(trace.tokens, in_source, note), target_hiding=_hiding(target, in_target, None)
+        source_hiding, target_hiding = _hiding(trace.tokens, in_source, note), _hiding(target, in_target, None)
+        others = tuple(
+            dataclasses.replace(stack, hiding=target_hiding, key_hiding=source_hiding if stack.cross else target_hiding)
+            for stack in trace.others
         )  # fmt: skip
+        return dataclasses.replace(trace, hiding=source_hiding, others=others)
     hidden, note = spec.positions(trace.tokens)
     return dataclasses.replace(trace, hiding=_hiding(trace.tokens, hidden, note))
 
@@ -187,7 +190,7 @@ def renormalize(weights: torch.Tensor, kept: Sequence[int], rows: Sequence[int] 
 def shown(trace: Trace) -> Trace:
     """The trace the tables and pictures draw: without its hidden tokens (rows and
     columns), each kept row renormalized. A trace with nothing hidden is returned as is.
-    Cross-attention (``key_hiding``: the source's hidden tokens) loses its hidden rows
+    Cross-attention (its ``key_hiding``: the source's hidden tokens) loses its hidden rows
     (the decoder's inputs) and columns (the source's) separately."""
     stack = trace.own_stack
     hiding, key_hiding = stack.hiding, stack.key_hiding if stack.cross else None
@@ -198,9 +201,9 @@ def shown(trace: Trace) -> Trace:
         rows = hiding.kept if hiding is not None and rows_cut else tuple(range(len(stack.tokens)))
         columns = key_hiding.kept if key_hiding is not None and key_hiding.active else tuple(range(len(stack.key_tokens)))
         cross = tuple(_with_norms_cut(_layer(layer, columns, rows), columns, rows) for layer in stack.layers)
-        return dataclasses.replace(
-            trace, tokens=stack.tokens.subset(rows), key_tokens=stack.key_tokens.subset(columns), layers=cross, renormalized=True
-        )  # fmt: skip
+        assert trace.view is not None
+        view = dataclasses.replace(trace.view, key_tokens=stack.key_tokens.subset(columns))
+        return dataclasses.replace(trace, tokens=stack.tokens.subset(rows), view=view, layers=cross, renormalized=True)
     assert hiding is not None
     tokens = trace.tokens.subset(hiding.kept)
     layers = tuple(_with_norms_cut(_layer(layer, hiding.kept), hiding.kept) for layer in trace.layers)

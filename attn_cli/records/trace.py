@@ -103,6 +103,13 @@ class ModelInfo:
     def value_dim(self) -> int:
         return self.d_v if self.d_v is not None else self.head_dim
 
+    def as_decoder(self) -> ModelInfo:
+        """An encoder-decoder's sizes as its decoder's (and cross-attention's)."""
+        return dataclasses.replace(
+            self, layers=self.decoder_layers or 0, heads=self.decoder_heads or 0, kv_heads=self.decoder_heads or 0,
+            head_dim=self.decoder_head_dim or self.head_dim,
+        )  # fmt: skip
+
     def kv_head(self, head: int) -> int:
         """The key/value head query head ``head`` shares (grouped-query attention)."""
         return head // (self.heads // self.kv_heads)
@@ -175,6 +182,18 @@ class Stack(Generic[LayerT]):
 
 
 @dataclasses.dataclass(frozen=True)
+class StackView:
+    """Which of an encoder-decoder's stacks a trace of one stack is (``Trace.stack``): its name,
+    the (source, target) texts it came from, and, for cross-attention, its columns (the
+    source's tokens and what --hide-tokens hides in them; a self-attention's are its rows)."""
+
+    name: str  # "encoder", "decoder" or "cross"
+    texts: tuple[str, str]
+    key_tokens: Tokens | None = None
+    key_hiding: Hiding | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Trace(Generic[LayerT]):
     """One text through one source: its tokens and the kept layers, in order.
     ``Trace[LayerAttention]`` holds every tensor; ``Trace[LayerWeights]`` (a
@@ -192,19 +211,10 @@ class Trace(Generic[LayerT]):
     predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
-    # An encoder-decoder (--target): ``tokens`` and ``layers`` are the encoder's; the decoder's
-    # inputs, its self-attention (T x T) and cross-attention (T rows x S source columns) here
-    target: str | None = None
-    target_tokens: Tokens | None = None
-    decoder_layers: tuple[LayerT, ...] = ()
-    cross_layers: tuple[LayerT, ...] = ()
-    decoder_chosen_heads: tuple[int, ...] | None = None  # the decoder's and cross-attention's heads to show; None: all
-    rollout_stack: str | None = None  # an encoder-decoder's rollout: of its encoder or its decoder's self-attention
-    target_hiding: Hiding | None = None  # --hide-tokens in the decoder's inputs (``hiding``: the source's)
-    key_hiding: Hiding | None = None  # cross-attention's view: the source's hidden tokens (its columns)
-    stack_texts: tuple[str, str] | None = None  # a stack's view: (the source, the target) it came from
-    stack_name: str | None = None  # a view of one stack (``stack``): "encoder", "decoder" or "cross"
-    key_tokens: Tokens | None = None  # the columns' tokens where they are not the rows' (cross-attention)
+    # An encoder-decoder (--target): ``tokens`` and ``layers`` are its encoder's, ``others`` its
+    # decoder's and cross-attention's stacks; a view of one of its stacks (``stack``) says which in ``view``
+    others: tuple[Stack[LayerT], ...] = ()
+    view: StackView | None = None
 
     @property
     def generated(self) -> tuple[int, ...]:
@@ -217,92 +227,60 @@ class Trace(Generic[LayerT]):
         "encoder", "decoder" and "cross" (in that order); a view of one of them (``stack``):
         that one alone; a model of one stack: its one, named ONE_STACK. More than one entry:
         an encoder-decoder's whole trace. The first is ``own_stack``."""
-        if self.target_tokens is not None:
-            return {name: self._pair_stack(name) for name in STACKS}
         own = self.own_stack
-        return {own.name: own}
+        return {own.name: own, **{stack.name: stack for stack in self.others}}
 
     @property
     def own_stack(self) -> Stack[LayerT]:
         """The stack this trace's own ``tokens`` and ``layers`` are: a model of one stack's, a
         view's, or an encoder-decoder's encoder (its whole trace's)."""
-        if self.target_tokens is not None:
-            return self._pair_stack("encoder")
-        cross = self.key_tokens is not None
-        texts = self.stack_texts
+        view = StackView("encoder", (self.text, self.others[0].text)) if self.others else self.view
+        if view is None:
+            return Stack(ONE_STACK, self.text, self.tokens, self.text, self.tokens, self.layers, self.model,
+                         self.chosen_heads, self.hiding, self.hiding, self.rollout)  # fmt: skip
+        cross = view.key_tokens is not None
         return Stack(
-            name=self.stack_name or ONE_STACK, text=self.text, tokens=self.tokens,
-            key_text=texts[0] if cross and texts is not None else self.text,
-            key_tokens=self.key_tokens if self.key_tokens is not None else self.tokens, layers=self.layers, model=self.model,
-            chosen_heads=self.chosen_heads, hiding=self.hiding,
-            key_hiding=self.key_hiding if cross else self.hiding, rollout=self.rollout, texts=texts,
+            name=view.name, text=self.text, tokens=self.tokens, key_text=view.texts[0] if cross else self.text,
+            key_tokens=view.key_tokens if cross else self.tokens, layers=self.layers, model=self.model, chosen_heads=self.chosen_heads,
+            hiding=self.hiding, key_hiding=view.key_hiding if cross else self.hiding, rollout=self.rollout, texts=view.texts,
         )  # fmt: skip
+
+    @property
+    def rolled_out(self) -> Stack[LayerT] | None:
+        """The stack whose layers --rollout multiplied (its ``rollout``): this trace's own, or an
+        encoder-decoder's decoder; None without a rollout."""
+        return next((stack for stack in self.stacks.values() if stack.rollout is not None), None)
 
     @property
     def view_stack(self) -> Stack[LayerT] | None:
         """The stack a view of one stack (``stack``) draws, one of an encoder-decoder's; None for
         a model of one stack and for an encoder-decoder's whole trace."""
-        stacks = self.stacks
-        only = next(iter(stacks.values()))
-        return only if len(stacks) == 1 and only.texts is not None else None
-
-    def _pair_stack(self, name: str) -> Stack[LayerT]:
-        """An encoder-decoder's stack ``name`` from its whole trace's fields."""
-        assert self.target_tokens is not None
-        rollout = self.rollout if self.rollout_stack == name else None
-        texts = (self.text, self.target or "")
-        if name == "encoder":
-            return Stack(
-                name, self.text, self.tokens, self.text, self.tokens, self.layers, self.model, self.chosen_heads,
-                self.hiding, self.hiding, rollout, texts,
-            )  # fmt: skip
-        cross = name == "cross"
-        return Stack(
-            name, texts[1], self.target_tokens, self.text if cross else texts[1], self.tokens if cross else self.target_tokens,
-            self.cross_layers if cross else self.decoder_layers, self._decoder_model(), self.decoder_chosen_heads,
-            self.target_hiding, self.hiding if cross else self.target_hiding, rollout, texts,
-        )  # fmt: skip
-
-    def _decoder_model(self) -> ModelInfo:
-        """An encoder-decoder's sizes as its decoder's (and cross-attention's)."""
-        return dataclasses.replace(
-            self.model, layers=self.model.decoder_layers or 0, heads=self.model.decoder_heads or 0,
-            kv_heads=self.model.decoder_heads or 0, head_dim=self.model.decoder_head_dim or self.model.head_dim,
-        )  # fmt: skip
+        return self.own_stack if self.view is not None else None
 
     def in_stack(self, name: str | None) -> Trace:
         """What one-stack views (tables, pictures, explain, heads) draw: an encoder-decoder's stack
         ``name`` (cross-attention by default), a model of one stack's trace as it is (naming a
         stack for it is a UsageError)."""
-        return self.stack(name or "cross") if self.target_tokens is not None or name is not None else self
+        return self.stack(name or "cross") if self.others or name is not None else self
 
     def stack(self, name: str) -> Trace:
         """An encoder-decoder's stack ``name`` as a trace of its own, which every renderer draws:
         "encoder" (the source), "decoder" (the decoder's inputs, causal) or "cross" (rows: the
         decoder's inputs, columns: the source). Raises UsageError for a trace of one stack."""
-        if self.target_tokens is None:
+        if not self.others:
             raise UsageError(f"--stack {name}: this model has one stack; --stack is for encoder-decoder models (with --target)")
-        rollout = self.rollout if self.rollout_stack == name else None
-        texts = (self.text, self.target or "")
+        stacks = self.stacks
+        if name not in stacks:
+            raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
+        texts = (self.text, stacks["decoder"].text)
         if name == "encoder":
-            return dataclasses.replace(
-                self, target=None, target_tokens=None, decoder_layers=(), cross_layers=(), stack_name=name, predictions=None,
-                generated_text=None, rollout=rollout, target_hiding=None, stack_texts=texts,
-            )  # fmt: skip
-        model = self._decoder_model()
-        view: dict[str, Any] = dict(
-            text=self.target, tokens=self.target_tokens, model=model, target=None, target_tokens=None,
-            decoder_layers=(), cross_layers=(), stack_name=name, rollout=rollout, pair=None,
-            chosen_heads=self.decoder_chosen_heads, decoder_chosen_heads=None, hiding=self.target_hiding, target_hiding=None,
-            stack_texts=texts,
+            return dataclasses.replace(self, others=(), view=StackView(name, texts), predictions=None, generated_text=None)
+        chosen = stacks[name]
+        view = StackView(name, texts, self.tokens, self.hiding) if chosen.cross else StackView(name, texts)
+        return dataclasses.replace(
+            self, text=chosen.text, tokens=chosen.tokens, model=chosen.model, layers=chosen.layers, pair=None,
+            chosen_heads=chosen.chosen_heads, hiding=chosen.hiding, rollout=chosen.rollout, others=(), view=view,
         )  # fmt: skip
-        if name == "decoder":
-            return dataclasses.replace(self, layers=self.decoder_layers, **view)
-        if name == "cross":
-            return dataclasses.replace(
-                self, layers=self.cross_layers, key_tokens=self.tokens, key_hiding=self.hiding, **view
-            )  # fmt: skip
-        raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
 
     @property
     def shown_heads(self) -> tuple[int, ...]:
@@ -314,3 +292,24 @@ class Trace(Generic[LayerT]):
             if layer.layer == index:
                 return layer
         raise KeyError(index)
+
+
+def encoder_decoder_trace(
+    encoder: Trace[LayerT],
+    target: str,
+    target_tokens: Tokens,
+    decoder_layers: tuple[LayerT, ...],
+    cross_layers: tuple[LayerT, ...],
+    decoder_heads: tuple[int, ...] | None = None,
+    decoder_rollout: Rollout | None = None,
+) -> Trace[LayerT]:
+    """An encoder-decoder's whole trace: ``encoder`` (the source's tokens and the encoder's
+    layers, heads and rollout; its ``model`` the whole model's) with the decoder's
+    self-attention over ``target_tokens`` and cross-attention from them to the source as its
+    ``others``, with the decoder's heads and the decoder's rollout, if any."""
+    texts = (encoder.text, target)
+    model = encoder.model.as_decoder()
+    decoder = Stack("decoder", target, target_tokens, target, target_tokens, decoder_layers, model, decoder_heads,
+                    rollout=decoder_rollout, texts=texts)  # fmt: skip
+    cross = Stack("cross", target, target_tokens, encoder.text, encoder.tokens, cross_layers, model, decoder_heads, texts=texts)
+    return dataclasses.replace(encoder, others=(decoder, cross))

@@ -242,7 +242,7 @@ def test_an_encoder_decoders_ablation_picture_names_the_stack_and_the_target(pai
     out = tmp_path / "t5.png"
     invoke("heads", TEXT, "--model", str(pair_folders["t5"]), "--target", TARGET, "--ablate", "zero", "-o", str(out))
     assert Image.open(out).size[0] > 100  # the command writes it
-    one_stack = dataclasses.replace(trace, stack_name=None, stack_texts=None)  # as a model of one stack's trace
+    one_stack = dataclasses.replace(trace, view=None)  # as a model of one stack's trace
     decoder_only = ablation_figure(HeadsReport(one_stack, (), None, ablation=Ablation("zero", 3.0, deltas)))._suptitle.get_text()
     assert "next-token loss change" in decoder_only
 

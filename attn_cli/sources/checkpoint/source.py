@@ -14,7 +14,7 @@ from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.records.layers import LayerWeights
 from attn_cli.records.selection import IndexSpec, Keep, Selection
 from attn_cli.records.tokens import Tokens
-from attn_cli.records.trace import ModelInfo, Trace
+from attn_cli.records.trace import ModelInfo, Trace, encoder_decoder_trace
 from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
@@ -171,12 +171,13 @@ class PairSource(Batches):
         rollout = None
         if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
             rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
-        return Trace(
-            text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads, target=target,
-            target_tokens=decoder, decoder_layers=kept["decoder"], cross_layers=kept["cross"],
-            decoder_chosen_heads=decoder_heads, predictions=predictions, generated_text=target if generate else None,
-            rollout=rollout, rollout_stack=rollout_stack if rollout is not None else None,
+        encoder = Trace(
+            text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads,
+            predictions=predictions, generated_text=target if generate else None,
+            rollout=rollout if rollout_stack == "encoder" else None,
         )  # fmt: skip
+        decoder_rollout = rollout if rollout_stack == "decoder" else None
+        return encoder_decoder_trace(encoder, target, decoder, kept["decoder"], kept["cross"], decoder_heads, decoder_rollout)
 
     def _target(self, source: Tokens, generate: int, keep: Keep, norms: bool) -> tuple[str, Tokens]:
         """(the target's text, its labels): --target's, or with --generate the model's own,
@@ -280,10 +281,8 @@ class PairSource(Batches):
         keep = selection.keep if selection is not None else "all"
         with using_threads(threads.threads_for(16 * len(ids) * self.info.d_model**2)):
             stacks, _ = self.checkpoint.trace(self._source, decoder, keep)
-        return Trace(
-            PROBE_TEXT, self._source, self.info, stacks.encoder, target=PROBE_TEXT, target_tokens=decoder,
-            decoder_layers=stacks.decoder, cross_layers=stacks.cross,
-        )  # fmt: skip
+        encoder = Trace(PROBE_TEXT, self._source, self.info, stacks.encoder)
+        return encoder_decoder_trace(encoder, PROBE_TEXT, decoder, stacks.decoder, stacks.cross)
 
 
 def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:
