@@ -251,9 +251,9 @@ def test_an_encoder_decoder_ablation_that_cannot_fit_is_refused_first(pair_folde
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError
     from attn_cli.sources.checkpoint.families import ablation
-    from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
-    checkpoint = open_pair_checkpoint(str(pair_folders["t5"]))
+    checkpoint = open_checkpoint(str(pair_folders["t5"]), pairs=True)
     source, labels = checkpoint.tokenizer.encode(TEXT), checkpoint.encode_target(TARGET)
     decoder = checkpoint.decoder_tokens(labels)
     need = sum(checkpoint.estimate_bytes(len(source), len(decoder), "weights", predict=True).values())

@@ -7,17 +7,15 @@ Shapes: T tokens, D d_model, H heads, F the MLP's inner size.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES
-from attn_cli.records.about import About
 from attn_cli.records.selection import Keep
 from attn_cli.records.tokens import visible
 from attn_cli.records.trace import ModelInfo
 from attn_cli.runtime.errors import ModelUnavailable, UsageError
-from attn_cli.sources.checkpoint.files import Found, WeightReader, find
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
+from attn_cli.sources.checkpoint.files import WeightReader
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -232,84 +230,3 @@ def predictions_of(tokenizer: CheckpointTokenizer, ids: torch.Tensor, probs: tor
     texts = tuple(tuple(decoded[r * width : (r + 1) * width]) for r in range(ids.shape[0]))
     labels = tuple(tuple(visible(text) for text in row) for row in texts)
     return Predictions(ids.cpu(), probs.cpu(), logits.float().cpu(), texts, labels)
-
-
-def open_checkpoint(
-    spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu", found: Found | None = None
-) -> Checkpoint:
-    """Open the checkpoint ``spec`` names (a folder, or ORG/NAME in the Hugging Face
-    cache) without loading its weights. ``dtype`` (float32, bfloat16, float16) is
-    what the weights and activations are computed in, as transformers' eager
-    attention does for that dtype; ``device`` is cpu or cuda. Raises
-    ModelUnavailable (exit 3) when its files are missing, unsupported, pickled or
-    damaged, UsageError for a dtype or device that is not there."""
-    import torch
-
-    from attn_cli.sources.checkpoint.families import family_for
-    from attn_cli.sources.checkpoint.registry import text_config
-
-    check_dtype_device(dtype, device)
-    found = found or find(spec, revision)  # ``found``: what opening the source found already
-    located, config = found.located, found.config
-    folder = located.folder
-    family = family_for(config, str(folder / "config.json"))
-    weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
-    weights.find_prefix(family.anchor, family.family)
-    family.check_shapes(weights)  # from the headers: a config that disagrees with its tensors stops here
-    tokenizer = load_tokenizer(
-        folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.encoder
-    )
-    architectures = config.get("architectures") or text_config(config).get("architectures") or []
-    info = ModelInfo(
-        source=spec,
-        architecture=str(architectures[0] if architectures else config.get("model_type")),
-        family=family.family,
-        model_type=str(text_config(config).get("model_type")),
-        layers=family.layers,
-        heads=family.heads,
-        kv_heads=family.kv_heads,
-        head_dim=family.head_dim,
-        d_model=family.d_model,
-        dtype=dtype,
-        revision=located.revision,
-        path=str(folder),
-        max_positions=family.max_positions,
-        qkv_bias=getattr(family, "qkv_bias", True),
-        out_proj=True,
-        input_text=family.input_text,
-        anatomy=family.anatomy(),
-        about=About(),  # a trained model's: every row says what the fields above hold
-    )
-    return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)))
-
-
-def check_dtype_device(dtype: str, device: str) -> None:
-    """UsageError for a ``dtype`` or ``device`` attn-cli does not compute in, or a device that is not there."""
-    import torch
-
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
-    if device not in DEVICES:
-        raise UsageError(f"--device {device}: choose one of {', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here (or was built without CUDA); use --device cpu")
-
-
-def eos_ids(folder: Path, config: dict[str, Any]) -> frozenset[int]:
-    """The end-of-sequence ids: generation_config.json's eos_token_id, else config.json's
-    (an id or a list of them); none when neither says."""
-    import json
-
-    found: Any = None
-    generation = folder / "generation_config.json"
-    if generation.is_file():
-        try:
-            found = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            found = None
-    if found is None:
-        found = config.get("eos_token_id")
-    values = found if isinstance(found, list) else [found]
-    return frozenset(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
-
-

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attn_cli.records.about import About
 from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
-from attn_cli.runtime.errors import ModelUnavailable
-from attn_cli.sources.checkpoint.files import ROOT, Found, WeightReader, find
+from attn_cli.sources.checkpoint.files import ROOT, WeightReader
 from attn_cli.sources.checkpoint.model import DTYPES
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
@@ -171,72 +168,3 @@ class PairCheckpoint:
 
     def vocab_size(self, head: Head) -> int:
         return int(self._weights.entry(head.weight).shape[0])
-
-
-def open_pair_checkpoint(
-    spec: str, *, revision: str | None = None, dtype: str = "float32", device: str = "cpu", found: Found | None = None
-) -> PairCheckpoint:
-    """Open the encoder-decoder checkpoint ``spec`` names, to be computed in ``dtype`` on
-    ``device`` as ``open_checkpoint`` opens every other."""
-    import torch
-
-    from attn_cli.sources.checkpoint.families import encoder_decoder
-    from attn_cli.sources.checkpoint.model import check_dtype_device, eos_ids
-    from attn_cli.sources.checkpoint.registry import SEQ2SEQ_TYPES
-
-    check_dtype_device(dtype, device)
-    found = found or find(spec, revision)  # ``found``: what opening the source found already
-    located, config = found.located, found.config
-    folder = located.folder
-    model_type = str(config.get("model_type"))
-    if model_type not in SEQ2SEQ_TYPES:
-        raise ModelUnavailable(f"{folder}: model_type {model_type!r} is not an encoder-decoder attn-cli computes ({', '.join(SEQ2SEQ_TYPES)})")
-    model = encoder_decoder(config)
-    encoder, decoder = model.encoder, model.decoder
-    weights = WeightReader(folder, dtype=getattr(torch, dtype), device=device)
-    weights.find_prefix(encoder.anchor, encoder.family)
-    for stack in (encoder, decoder):  # from the headers: a config that disagrees with its tensors stops here
-        stack.check_shapes(weights)
-    tokenizer: CheckpointTokenizer | MarianTokenizer
-    if encoder.family == "marian":  # source.spm and target.spm through vocab.json, as MarianTokenizer
-        tokenizer = MarianTokenizer(folder, located.name, separate_vocabs=_separate_vocabs(folder), max_positions=encoder.max_positions)
-    else:
-        tokenizer = load_tokenizer(folder, located.name, family=encoder.family, max_positions=encoder.max_positions, pairs=False)
-    architectures = config.get("architectures") or [model_type]
-    info = ModelInfo(
-        source=spec,
-        architecture=str(architectures[0]),
-        family=encoder.family,
-        model_type=model_type,
-        layers=encoder.layers,
-        heads=encoder.heads,
-        kv_heads=encoder.heads,
-        head_dim=encoder.head_dim,
-        d_model=encoder.d_model,
-        dtype=dtype,
-        revision=located.revision,
-        path=str(folder),
-        max_positions=encoder.max_positions,
-        qkv_bias=encoder.qkv_bias,
-        out_proj=True,
-        input_text=encoder.input_text,
-        decoder_layers=decoder.layers,
-        decoder_heads=decoder.heads,
-        decoder_head_dim=decoder.head_dim,
-        anatomy=encoder.anatomy(),
-        about=About(),  # a trained model's: every row says what the fields above hold
-    )
-    return PairCheckpoint(info, model, weights, tokenizer, eos_ids(folder, config))
-
-
-def _separate_vocabs(folder: Path) -> bool:
-    """tokenizer_config.json's ``separate_vocabs`` (Marian: the target has its own target_vocab.json)."""
-    import json
-
-    path = folder / "tokenizer_config.json"
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise ModelUnavailable(f"{path} is not readable JSON; fetch the model's files again") from None
-    return bool(isinstance(settings, dict) and settings.get("separate_vocabs"))
-

@@ -128,12 +128,15 @@ class PairSource(Batches):
     the trace holds the three stacks (``Trace.stack`` shows one)."""
 
     def __init__(self, spec: SourceSpec, found: Found | None = None) -> None:
-        from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+        from attn_cli.sources.checkpoint import open_checkpoint
+        from attn_cli.sources.checkpoint.pair import PairCheckpoint
 
         assert spec.model is not None
         self.spec = spec
         self.notes: list[str] = []
-        self.checkpoint = open_pair_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device, found=found)
+        opened = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device, found=found, pairs=True)
+        assert isinstance(opened, PairCheckpoint), "open_source sends encoder-decoders here"
+        self.checkpoint = opened
         self.info = self.checkpoint.info
         # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
         self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)

@@ -337,12 +337,12 @@ def test_a_config_that_disagrees_with_its_tensors_is_refused_from_the_headers(
     import shutil
 
     from attn_cli.runtime.errors import ModelUnavailable
-    from attn_cli.sources.checkpoint.pair import open_pair_checkpoint
+    from attn_cli.sources.checkpoint import open_checkpoint
 
-    open_pair_checkpoint(str(folders[name]))
+    open_checkpoint(str(folders[name]), pairs=True)
     folder = Path(shutil.copytree(folders[name], tmp_path / name))
     config = json.loads((folder / "config.json").read_text())
     config.update(change)
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelUnavailable, match=f"{tensor} is .* but config.json .*{next(iter(change))}"):
-        open_pair_checkpoint(str(folder))
+        open_checkpoint(str(folder), pairs=True)
