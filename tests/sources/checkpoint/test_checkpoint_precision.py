@@ -21,6 +21,17 @@ from attn_cli.sources.checkpoint.families import base, decoder, modernbert, olmo
 FAMILIES, PAIRS = checkpoints.ONE_PER_MODEL_TYPE, checkpoints.ONE_PER_PAIR_TYPE
 
 
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Both sides on one thread: a CPU's half-precision sums can change with the thread count
+    (MKL may take fewer threads on a busy machine), and the comparisons are to the bit. The
+    CLI's runs of these tiny models take one thread anyway (``runtime.threads.threads_for``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return checkpoints.one_per_type(tmp_path_factory)
