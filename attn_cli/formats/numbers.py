@@ -119,6 +119,8 @@ def token_dicts(tokens: Tokens, hidden: Sequence[int] = (), prompt_length: int |
         }
         if entry["partial"]:  # its text shows these bytes as \xNN escapes, which real text can also read as
             entry["bytes"] = tokens.partial_bytes(i)
+        if tokens.unknown_name(i):  # a token the vocabulary lacks: its text is what it replaced
+            entry["unknown"] = tokens.unknown_name(i)
         if pair:
             entry["segment"] = tokens.type_ids[i]
         if prompt_length is not None:

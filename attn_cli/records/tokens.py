@@ -25,6 +25,12 @@ class Tokens:
     positions: tuple[int, ...] = ()  # (T,) each token's position in its text, when these are some of its tokens; () = 0..T-1
     given_labels: tuple[str, ...] = ()  # (T,) the labels the full text gave them (``subset``); () = made here
     partial: tuple[str, ...] = ()  # (T,) a token's bytes in hex when they are part of a character, else ""; () = none
+    unknown: tuple[str, ...] = ()  # (T,) the vocabulary's name for a token it lacks ("[UNK]"), its text what it replaced, else ""; () = none
+
+    def unknown_name(self, position: int) -> str:
+        """The vocabulary's name for token ``position`` when it stands for text the vocabulary
+        lacks ("[UNK]", "<unk>"; its text is the characters it replaced), else ""."""
+        return self.unknown[position] if self.unknown else ""
 
     def partial_bytes(self, position: int) -> str:
         """The token's bytes in hex when they are not UTF-8 on their own (part of a
@@ -51,16 +57,18 @@ class Tokens:
             special=pick(self.special),
             type_ids=pick(self.type_ids),
             partial=pick(self.partial),
+            unknown=pick(self.unknown),
             positions=tuple(self.position(i) for i in kept),
             given_labels=pick(self.labels),
         )
 
     @functools.cached_property
     def labels(self) -> tuple[str, ...]:
-        """Display labels: whitespace made visible, and ``#position`` on repeats (computed once)."""
+        """Display labels: whitespace made visible, an unknown token's name with what it replaced
+        ("[UNK](␣猫)"), and ``#position`` on repeats (computed once)."""
         if self.given_labels:
             return self.given_labels
-        shown = [visible(t) for t in self.texts]
+        shown = [f"{self.unknown[i]}({visible(t)})" if self.unknown and self.unknown[i] else visible(t) for i, t in enumerate(self.texts)]
         counts = Counter(shown)
         return tuple(f"{s}#{i}" if counts[s] > 1 else s for i, s in enumerate(shown))
 

@@ -140,7 +140,7 @@ def placed(weights: torch.Tensor, numbers: Sequence[int], n_heads: int, fill: fl
 
 
 def tokens_of(entries: list[Any], data: Mapping[str, Any], where: str) -> Tokens:
-    texts, ids, special = [], [], []
+    texts, ids, special, unknown = [], [], [], []
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
             entry = {"text": entry}
@@ -149,9 +149,12 @@ def tokens_of(entries: list[Any], data: Mapping[str, Any], where: str) -> Tokens
         texts.append(entry.get("text", entry.get("label")))
         ids.append(entry["id"] if isinstance(entry.get("id"), int) else i)
         special.append(bool(entry.get("special", False)))
+        unknown.append(entry["unknown"] if isinstance(entry.get("unknown"), str) else "")  # its label names it again
     vocab = data.get("vocab_size") if isinstance(data.get("vocab_size"), int) else max(ids) + 1
     tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), str) else EXTERNAL
-    return Tokens(tuple(ids), tuple(texts), max(vocab, max(ids) + 1), tokenizer, tuple(special))
+    return Tokens(
+        tuple(ids), tuple(texts), max(vocab, max(ids) + 1), tokenizer, tuple(special), unknown=tuple(unknown) if any(unknown) else ()
+    )  # fmt: skip
 
 
 def model_info(source: str, architecture: str, family: str, layers: int, heads: int, **known: Any) -> ModelInfo:

@@ -1,19 +1,23 @@
 """A checkpoint's own tokenizer: tokenizer.json (or GPT-2's vocab.json + merges.txt,
 or BERT's vocab.txt) through the ``tokenizers`` library, padding and truncation off.
 
-Each token's text is what the tokenizer's decoder makes of it in place:
-byte-level pieces ('Ġcat') go back to their bytes and are decoded as UTF-8 with
-``\\xNN`` escapes for bytes that are not whole characters on their own (as
-attn-cli's tiktoken tokenizers show them); WordPiece and Metaspace tokens get the
-leading space their decoder puts before them when they follow another word
-token ('##s' none, 'cat' after 'the' ' cat'); tokens the tokenizer added
-([CLS], [SEP], BOS) show as themselves.
+Each token's text is what it covers of the text: byte-level pieces ('Ġcat') go back to
+their bytes and are decoded as UTF-8 with ``\\xNN`` escapes for bytes that are not whole
+characters on their own (as attn-cli's tiktoken tokenizers show them), and so do
+SentencePiece's byte-fallback pieces ('<0xE6>'); every other token (WordPiece, Metaspace,
+Unigram) is the original text under its offsets, with the whitespace that precedes it there
+('cat' in "The cat's" is ' cat', its "'" and 's' none; the case as written, not as
+lower-cased). A token the vocabulary lacks ([UNK]) is the text it replaced, its name kept
+beside it (``Tokens.unknown``). Tokens the tokenizer added ([CLS], [SEP], BOS) show as
+themselves. Ids chosen directly (the heads' probe, generated tokens, predictions) have no
+text under them: they show what the tokenizer's decoder makes of them in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -53,8 +57,9 @@ class CheckpointTokenizer:
         self.name = name
         self.max_positions = max_positions
         self.pairs = pairs
-        decoder = json.loads(tokenizer.to_str()).get("decoder") or {}
-        self._byte_level = "ByteLevel" in json.dumps(decoder)
+        described = json.loads(tokenizer.to_str())
+        self._byte_level = "ByteLevel" in json.dumps(described.get("decoder") or {})
+        self._unknown = _unknown_piece(described.get("model") or {})
 
     def encode(self, text: str, pair: str | None = None, *, max_length: int | None = None) -> Tokens:
         if pair is not None and not self.pairs:
@@ -70,6 +75,9 @@ class CheckpointTokenizer:
             )
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
         texts, partial = self._texts(encoding.tokens, special)
+        if not self._byte_level:
+            texts = covered(encoding, (text, pair or ""), special, partial, texts)
+        unknown = tuple(piece if piece == self._unknown and not s else "" for piece, s in zip(encoding.tokens, special))
         return Tokens(
             ids=tuple(encoding.ids),
             texts=texts,
@@ -78,6 +86,7 @@ class CheckpointTokenizer:
             tokenizer=self.name,
             special=special,
             type_ids=tuple(encoding.type_ids),
+            unknown=unknown if any(unknown) else (),
         )
 
     def encode_target(self, text: str) -> Tokens:
@@ -166,6 +175,62 @@ class CheckpointTokenizer:
             return decode([token])
         alone, both = decode([previous]), decode([previous, token])
         return both[len(alone) :] if both.startswith(alone) else decode([token])
+
+
+def covered(
+    encoding: Any, originals: tuple[str, str], special: tuple[bool, ...], partial: tuple[str, ...], texts: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Each token's text as the original under its offsets (``originals``: the text and the
+    second segment, by ``encoding.sequence_ids``): the whitespace between the end of what the
+    tokens before it in that text covered and its start, then what it covers that they did
+    not. A piece that is only Metaspace's '▁' covers whitespace or nothing (its offsets can
+    name the next character: the prefix a text's first word gets). Special tokens and pieces
+    of a character (``partial``) keep their ``texts``."""
+    made, reached = list(texts), [0, 0]  # how far into each text the tokens before have covered
+    for i, ((start, end), sequence, piece) in enumerate(zip(encoding.offsets, encoding.sequence_ids, encoding.tokens)):
+        if sequence is None or special[i] or (partial and partial[i]):
+            if sequence is not None:
+                reached[sequence] = max(reached[sequence], end)
+            continue
+        original, at = originals[sequence], reached[sequence]
+        gap, own = original[at:start], original[max(start, at) : end]
+        if not piece.replace("\u2581", " ").strip() and not own.isspace():
+            own, end = "", at  # a lone '▁' over a word's first character: that character is the next token's
+        made[i] = gap[len(gap.rstrip()) :] + own  # the whitespace right before it, then what it covers
+        reached[sequence] = max(at, end)
+    return tuple(made)
+
+
+def aligned(original: str, pieces: Sequence[str]) -> list[str]:
+    """Each SentencePiece piece's text as ``original`` has it: a piece that starts a word
+    ('▁cat') after the whitespace that precedes it there (none before the first word of a
+    text that starts with one: that '▁' is the model's own prefix), then what it covers.
+    Where the model's normalization changed the text (NFKC, collapsed whitespace) and a
+    piece is not found where it should be, every piece is shown as the model writes it."""
+    texts, at = [], 0
+    for piece in pieces:
+        word = piece.replace("\u2581", " ")
+        body = word.lstrip(" ")
+        start = at
+        if body != word:  # a new word: the whitespace before it is its own
+            while start < len(original) and original[start].isspace():
+                start += 1
+        if not original.startswith(body, start):
+            return [p.replace("\u2581", " ") for p in pieces]
+        texts.append(original[at : start + len(body)])
+        at = start + len(body)
+    return texts
+
+
+def _unknown_piece(model: dict[str, Any]) -> str | None:
+    """The piece a tokenizer.json's model writes for text its vocabulary lacks: WordPiece's
+    and BPE's ``unk_token``, Unigram's ``vocab[unk_id]``; None without one."""
+    if isinstance(model.get("unk_token"), str):
+        return str(model["unk_token"])
+    vocab, unk_id = model.get("vocab"), model.get("unk_id")
+    if isinstance(vocab, list) and isinstance(unk_id, int) and 0 <= unk_id < len(vocab) and isinstance(vocab[unk_id], list):
+        return str(vocab[unk_id][0])
+    return None
 
 
 def load_tokenizer(folder: Path, name: str, *, family: str, max_positions: int | None, pairs: bool) -> CheckpointTokenizer:
@@ -274,14 +339,18 @@ class MarianTokenizer:
         code = ""
         if text.startswith(">>") and (end := text.find("<<")) != -1:  # a language code, as MarianTokenizer keeps it
             code, text = text[: end + 2], text[end + 2 :]
-        pieces = ([code] if code else []) + list(self._spm[side].encode(text, out_type=str))
+        spm_pieces = list(self._spm[side].encode(text, out_type=str))
+        pieces = ([code] if code else []) + spm_pieces
         vocab = self._vocab[side]
         ids = [vocab.get(piece, vocab["<unk>"]) for piece in pieces] + [vocab["</s>"]]
         if len(ids) == 1:
             raise InputError("the text gives no tokens; give some text")
         if self.max_positions is not None and len(ids) > self.max_positions:
             raise TooLargeError(f"the text is {len(ids)} tokens but this model takes at most {self.max_positions} (its position table); shorten the text")
-        return self._tokens(tuple(ids), side)
+        made = self._tokens(tuple(ids), side)
+        texts = ([code] if code else []) + aligned(text, spm_pieces) + [made.texts[-1]]
+        unknown = tuple("<unk>" if piece not in vocab else "" for piece in pieces) + ("",)
+        return dataclasses.replace(made, texts=tuple(texts), unknown=unknown if any(unknown) else ())
 
     def _tokens(self, ids: tuple[int, ...], side: str) -> Tokens:
         special = self.special_ids(side)

@@ -199,11 +199,11 @@ def test_minilm_every_layer_and_head_matches_transformers(minilm: Path, pair: st
 def test_minilm_token_texts_and_special_flags(minilm: Path) -> None:
     ckpt = open_checkpoint(str(minilm))
     tokens = ckpt.tokenizer.encode("The cat's whiskers twitched.", "Is it?")
-    # WordPiece: '##' pieces join the word before; a word after a word gets the
-    # decoder's space; the first word of each segment none; its cleanup glues '.' and '?'
+    # each token is the text under its offsets, after the whitespace before it there: as
+    # written (not lower-cased), "'" and "s" glued to "cat" as in the text, '##' pieces too
     assert tokens.texts == (
-        "[CLS]", "the", " cat", " '", " s", " w", "his", "kers", " twitched", ".", "[SEP]",
-        "is", " it", "?", "[SEP]",
+        "[CLS]", "The", " cat", "'", "s", " w", "his", "kers", " twitched", ".", "[SEP]",
+        "Is", " it", "?", "[SEP]",
     )  # fmt: skip
     assert tokens.special == tuple(t in ("[CLS]", "[SEP]") for t in tokens.texts)
     assert tokens.type_ids == (0,) * 11 + (1,) * 4
