@@ -7,33 +7,15 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import typer
-from invoking import invoke
-
-from attn_cli.cli import app
+from invoking import commands, invoke, options
 
 app_module = importlib.import_module("attn_cli.cli.app")  # `attn_cli.cli.app` is also the name of the Typer object
 
 LINE = re.compile(r"attn-cli: error: no such option: (?P<typed>\S+)(?: \(did you mean (?P<guesses>[^)]*)\?\))?; --help lists the options\n")
-
-
-def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every command's words on the command line and its click command: the group, its commands, a subgroup's."""
-    yield path, command
-    for name, sub in getattr(command, "commands", {}).items():
-        yield from _commands(sub, (*path, name))
-
-
-COMMANDS = dict(_commands(typer.main.get_command(app)))
-
-
-def _long_options(command: Any) -> set[str]:
-    params = command.get_params(typer.Context(command))  # with --help
-    return {name for p in params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}
+COMMANDS = commands()
 
 
 def _mistypings(option: str) -> list[str]:
@@ -56,13 +38,13 @@ def _said(path: tuple[str, ...], typed: str) -> tuple[str, list[str]]:
 
 def _missed(path: tuple[str, ...], command: Any) -> list[str]:
     """Each mistyped option of ``command`` whose error does not suggest it, or suggests another command's option."""
-    options = _long_options(command)
+    real = options(command)
     missed = []
-    for option in sorted(options):
+    for option in sorted(real):
         for typo in _mistypings(option):
-            assert typo not in options, f"{typo} is a real option of {path}: choose another mistyping"
+            assert typo not in real, f"{typo} is a real option of {path}: choose another mistyping"
             line, guesses = _said(path, typo)
-            if option not in guesses or not set(guesses) <= options:
+            if option not in guesses or not set(guesses) <= real:
                 missed.append(f"{option}: {line.strip()}")
     return missed
 
