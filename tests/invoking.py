@@ -3,13 +3,15 @@
 ``invoke("run", TEXT, "-F", "json")`` checks the exit code (0 unless ``code`` says another;
 ``code=None`` leaves it to the test) and returns the result, whose ``stdout`` and ``stderr``
 are apart. ``command`` is put before the arguments, for a test file about one command.
+``commands()``: every command of the app, for tests that check them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import typer
 from typer.testing import CliRunner
 
 from attn_cli.cli import app
@@ -27,3 +29,21 @@ def invoke(
     if code is not None:
         assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
     return result
+
+
+def commands() -> dict[tuple[str, ...], Any]:
+    """Every command of the app as click builds it, by its words on the command line: the group
+    itself (``()``), its commands, a subgroup's (``("tokenizers", "add")``). Built afresh at each call."""
+
+    def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+
+    return dict(walk(typer.main.get_command(app), ()))
+
+
+def options(command: Any) -> set[str]:
+    """The long option names of a click command (``--help`` and the ``--no-x`` forms included)."""
+    params = command.get_params(typer.Context(command))
+    return {name for p in params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}

@@ -127,8 +127,8 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
 
 def _in_our_words(err: Any, args: list[str]) -> str:
     """A parsing error as attn-cli says it, whichever typer made it: `--format: xml is not
-    one of auto, table, ...`, `--precision: 13 is more than 12`, an unknown option without
-    a guess at another, and a text that starts with '-' pointed to '--'. typer 0.21+ words
+    one of auto, table, ...`, `--precision: 13 is more than 12`, an unknown option with the
+    command's own options it looks like, and a text that starts with '-' pointed to '--'. typer 0.21+ words
     these through pydantic ("Value error, ...", "Input should be less than or equal to
     12", without the value), older ones through click; both are read here."""
     message = err.format_message()
@@ -138,13 +138,30 @@ def _in_our_words(err: Any, args: list[str]) -> str:
             hint = next((a for a in args if a.startswith("-") and not a.startswith("--") and len(a) > 2 and option.lstrip("-") in a), None)
             if hint is not None:
                 return f"no such option: {option} (in {hint}); a text that starts with '-' goes after '--': attn-cli ... -- {hint}"
-            return f"no such option: {option}; --help lists the options"
+            return f"no such option: {option}{_did_you_mean(option, err.ctx)}; --help lists the options"
         opts = getattr(getattr(err, "param", None), "opts", None)
         if isinstance(err, _click_exceptions.BadParameter) and opts:
             return f"{max(opts, key=len)}: {_value_problem(getattr(err, 'message', message), _given(args, opts))}"
     except Exception:  # noqa: BLE001  the words are a courtesy: never lose the error over them
         pass
     return message
+
+
+def _did_you_mean(option: str, ctx: Any) -> str:
+    """`` (did you mean --causal?)``: the long options of the command that was invoked (its
+    context's) that ``option`` looks like, closest first; nothing when none is close. The
+    names are compared without their dashes, which would make any two short names look alike
+    (click's own guess offers --format for --foo)."""
+    if ctx is None or not option.startswith("--"):
+        return ""
+    import difflib
+
+    params = [p for p in ctx.command.get_params(ctx) if p.param_type_name == "option" and not getattr(p, "hidden", False)]
+    names = {name[2:]: name for p in params for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}
+    close = [names[name] for name in difflib.get_close_matches(option[2:], names)]
+    if not close:
+        return ""
+    return f" (did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?)"
 
 
 _PROBLEMS = (  # (pattern over typer's or click's words, what attn-cli says; {value} is what was given)

@@ -18,7 +18,7 @@ from attn_cli.cli.options import (
     output_option,
     shared_options,
 )
-from attn_cli.cli.output import binary_output, emit_rich
+from attn_cli.cli.output import binary_output, emit_rich, picture_detail, report_written
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.picture.kinds import FORMATS
 from attn_cli.sources.spec import SourceSpec
@@ -180,8 +180,9 @@ def _picture(comparison: Comparison, spec: SourceSpec, output: Path, dpi: int, *
         (h for h in comparison.heads if h.layer == layer), key=lambda h: h.mean_tv
     ).head  # fmt: skip
     fig = compare_figure(comparison, layer, head, dpi=dpi)
+    fmt = output.suffix.lower().lstrip(".")
     with atomic_writer(output, clobber=clobber) as f:
-        notes = write_figure(fig, f, output.suffix.lower().lstrip("."))
+        notes = write_figure(fig, f, fmt)
     for note in notes:
         typer.echo(note, err=True)
-    typer.echo(str(output))
+    report_written(output, lambda: picture_detail(fig, fmt))

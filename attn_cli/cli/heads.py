@@ -24,7 +24,7 @@ from attn_cli.cli.options import (
     run_texts,
     shared_options,
 )
-from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
+from attn_cli.cli.output import binary_output, emit_rich, picture_detail, progress, report_written, stdout_is_terminal
 from attn_cli.render.picture.kinds import FORMATS
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
@@ -240,8 +240,9 @@ def _pictures(reports: list[HeadsReport], output: Path, *, clobber: bool) -> Non
     fmt = output.suffix.lower().lstrip(".")
     for i, report in enumerate(reports, start=1):
         path = output if len(reports) == 1 else output.with_name(f"{output.stem}-{i:03d}{output.suffix}")
+        fig = ablation_figure(report)
         with atomic_writer(path, clobber=clobber) as f:
-            notes = write_figure(ablation_figure(report), f, fmt)
+            notes = write_figure(fig, f, fmt)
         for note in dict.fromkeys(notes):
             typer.echo(note, err=True)
-        typer.echo(str(path))
+        report_written(path, functools.partial(picture_detail, fig, fmt))

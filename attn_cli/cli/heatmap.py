@@ -8,6 +8,7 @@ paths on stdout, one per line, so scripts can capture them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -21,7 +22,7 @@ import typer
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.params import GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
-from attn_cli.cli.output import output_target, progress, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
+from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.picture.kinds import FORMATS, What
 from attn_cli.sources.spec import SourceSpec
@@ -234,7 +235,7 @@ def _write_pictures(
             _save(fig, path, fmt, said, clobber=files.clobber)
             if replacing:
                 typer.echo(replaced_note(path), err=True)
-            _report(path, fig, fmt)
+            report_written(path, functools.partial(picture_detail, fig, fmt))
             if not files.show:
                 fig.clear()  # a batch keeps one figure alive at a time
     if files.show:
@@ -282,27 +283,6 @@ def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -
         if key not in said:
             said.add(key)
             typer.echo(note, err=True)
-
-
-def _report(path: Path, fig: Figure, fmt: str) -> None:
-    """The written path on stdout: alone when piped (for scripts), with its size on a terminal."""
-    line = str(path)
-    if stdout_is_terminal():
-        if fmt == "png":
-            detail = "{}×{} px".format(*png_pixels(fig))
-        else:
-            width, height = fig.get_size_inches()
-            detail = f"{width:.1f}×{height:.1f} in"
-        line = f"wrote {path}  ({detail})"
-    with stdout_errors():
-        typer.echo(line)
-
-
-def png_pixels(fig: Figure) -> tuple[int, int]:
-    """The PNG's width and height as matplotlib's Agg canvas makes them: the figure's size
-    in pixels, truncated (rounding said 758 for a 757.99-pixel, 757-pixel-high file)."""
-    width, height = fig.bbox.size
-    return int(width), int(height)
 
 
 def _check_display() -> None:

@@ -20,7 +20,7 @@ from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.params import OUTPUT, GenerateOption, NormsOption, PredictOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
-from attn_cli.cli.output import output_target, replaced_note, replaces_unnamed, stdout_errors, stdout_is_terminal
+from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
@@ -98,9 +98,8 @@ def html(
     _write_page(path, data, output, clobber=not no_clobber)
     for note in page.left_out:
         typer.echo(f"note: {note}", err=True)
-    with stdout_errors():
-        tokens = sum(len(t.tokens) for t in traces)
-        typer.echo(f"wrote {path}  ({len(traces)} text{'s' if len(traces) > 1 else ''}, {tokens} tokens, {_size(len(data))})" if stdout_is_terminal() else str(path))
+    tokens = sum(len(t.tokens) for t in traces)
+    report_written(path, lambda: f"{len(traces)} text{'s' if len(traces) > 1 else ''}, {tokens} tokens, {byte_size(len(data))}")
     if open_page:
         _open(path)
 
@@ -151,10 +150,6 @@ def _flag(param: Any, value: Any) -> list[str]:  # a click Option, from whicheve
             return [longest]
         return [max(param.secondary_opts, key=len)] if param.secondary_opts else []
     return [longest, str(plain)]
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 1024:.0f} kB"
 
 
 def _open(path: Path) -> None:

@@ -30,7 +30,7 @@ def _human(count: int | None, units: tuple[str, ...], step: int) -> str:
 
 @app.command("models", cls=AttnCommand)
 def models(
-    format: Annotated[ListFormat, typer.Option("--format", help="text, or json (a list of objects).", case_sensitive=False)] = ListFormat.text,
+    format: Annotated[ListFormat, typer.Option("--format", "-F", help="text, or json (a list of objects).", case_sensitive=False)] = ListFormat.text,
 ) -> None:
     """List the checkpoints in the Hugging Face cache that --model can load offline:
     family, size, and whether attn-cli computes them.

@@ -11,9 +11,11 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import typer
 
 from attn_cli.runtime import interrupts
 from attn_cli.runtime.errors import OutputError
@@ -63,10 +65,13 @@ def stdout_errors() -> Iterator[None]:
 @contextlib.contextmanager
 def binary_output(path: Path | None, *, clobber: bool = True) -> Iterator[IO[bytes]]:
     """A binary stream to ``path`` (replaced atomically when the block ends cleanly,
-    or refused when it exists and not ``clobber``) or stdout."""
+    or refused when it exists and not ``clobber``) or stdout. A file written says so
+    once, on stderr (`wrote runs.json  (12 kB)`): stdout, where the results go
+    without -o, stays as it was."""
     if path is not None:
         with atomic_writer(path, clobber=clobber) as f:
             yield f
+        typer.echo(wrote(path, byte_size(path.stat().st_size)), err=True)
         return
     with stdout_errors():
         sys.stdout.flush()
@@ -85,6 +90,39 @@ class _Utf8Writer:
     def write(self, data: bytes) -> int:
         self._text.write(data.decode("utf-8"))
         return len(data)
+
+
+def wrote(path: Path, detail: str) -> str:
+    """How every command says it wrote a file: `wrote PATH  (DETAIL)`."""
+    return f"wrote {path}  ({detail})"
+
+
+def byte_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 1024:.0f} kB"
+
+
+def report_written(path: Path, detail: Callable[[], str]) -> None:
+    """A picture or page, whose path is the command's result: on stdout, alone when piped
+    (for scripts), or as `wrote PATH  (DETAIL)` on a terminal."""
+    with stdout_errors():
+        typer.echo(wrote(path, detail()) if stdout_is_terminal() else str(path))
+
+
+def picture_detail(fig: Any, fmt: str) -> str:
+    """A written picture's size: pixels for a PNG, inches for the vector formats."""
+    if fmt == "png":
+        return "{}×{} px".format(*png_pixels(fig))
+    width, height = fig.get_size_inches()
+    return f"{width:.1f}×{height:.1f} in"
+
+
+def png_pixels(fig: Any) -> tuple[int, int]:
+    """The PNG's width and height as matplotlib's Agg canvas makes them: the figure's size
+    in pixels, truncated (rounding said 758 for a 757.99-pixel, 757-pixel-high file)."""
+    width, height = fig.bbox.size
+    return int(width), int(height)
 
 
 def output_target(output: Path | None, extensions: tuple[str, ...], kind: str) -> tuple[Path, str | None, str]:

@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attn_cli.cli import heatmap as heatmap_cli
+from attn_cli.cli import output as cli_output
 from attn_cli.records.about import About
 from attn_cli.records.trace import Trace
 from attn_cli.render.picture.canvas import (
@@ -442,7 +443,7 @@ def test_existing_folder_gets_the_default_name(tmp_path: Path) -> None:
 
 
 def test_terminal_gets_a_friendlier_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heatmap_cli, "stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_output, "stdout_is_terminal", lambda: True)
     out = tmp_path / "x.png"
     result = invoke(FOX, "--tokenizer", "words", "-o", str(out), "--size", "5x4", "--dpi", "80")
     assert result.exit_code == 0, result.output
@@ -714,7 +715,7 @@ app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)
 def test_the_size_said_on_a_terminal_is_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: str, dpi: int) -> None:
     """`wrote x.png  (832×757 px)`: the PNG's own header, not the size rounded (which said
     758 for 757.5 pixels, issue 18)."""
-    monkeypatch.setattr(heatmap_cli, "stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_output, "stdout_is_terminal", lambda: True)
     out = tmp_path / "x.png"
     result = invoke(FOX, "--tokenizer", "words", "--heads", "2", "-o", str(out), "--size", size, "--dpi", str(dpi))
     assert result.exit_code == 0, result.output

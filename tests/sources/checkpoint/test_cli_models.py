@@ -7,9 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from invoking import invoke
+from invoking import commands, invoke, options
 
 from attn_cli.sources.checkpoint.registry import MODEL_TYPES
 
@@ -70,6 +71,33 @@ def test_models_lists_the_cache_as_json(cache: Path) -> None:
     assert rows["google/t5"]["supported"] is True and rows["google/t5"]["family"] == "t5"  # an encoder-decoder: run --target
     assert rows["state/mamba"]["supported"] is False and "model_type 'mamba'" in rows["state/mamba"]["why"]
     assert rows["old/bert"]["why"].startswith("no safetensors weights")
+
+
+def test_models_takes_dash_f_as_every_command_with_a_format_does(cache: Path) -> None:
+    """-F is --format's short form here too (issue 34); the control: without -F json the output is
+    the text listing, which is not JSON, so -F taken but ignored would fail."""
+    assert invoke("models", "-F", "json").stdout == invoke("models", "--format", "json").stdout
+    assert json.loads(invoke("models", "-F", "JSON").stdout)[0]["name"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(invoke("models").stdout)
+
+
+def _formats_without_short(found: dict[tuple[str, ...], Any]) -> list[str]:
+    """The commands whose --format has no -F."""
+    return [" ".join(path) for path, command in found.items() if "--format" in options(command) and not any(
+        "-F" in p.opts for p in command.params if "--format" in getattr(p, "opts", ())
+    )]  # fmt: skip
+
+
+def test_every_command_with_a_format_takes_dash_f() -> None:
+    assert _formats_without_short(commands()) == []
+
+
+def test_control_a_format_without_dash_f_is_found() -> None:
+    found = commands()
+    fmt = next(p for p in found[("models",)].params if "--format" in p.opts)
+    fmt.opts.remove("-F")  # models as it was
+    assert _formats_without_short(found) == ["models"]
 
 
 def test_models_text_names_sizes_and_where_it_looked(cache: Path) -> None:
