@@ -1,5 +1,6 @@
 """Fitting run's tables to a narrow terminal: without --precision a matrix rounds to fewer
-digits (as few as 2) before it drops columns."""
+digits (as few as 2) before it drops columns, and a long model path in the header keeps
+its last folders whole."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.text import Text
 
 from attn_cli.render.terminal import cells
 from attn_cli.render.terminal.cells import FittedTable, PrecisionFit, fmt
+from attn_cli.render.terminal.header import Pairs, path_end
 from invoking import invoke
 
 EIGHT = "one two three four five six seven eight"
@@ -146,3 +148,54 @@ def test_the_readme_command_on_minilm_shows_all_8_keys_at_80_columns(minilm_path
     assert shows_every_key_at(out, keys, 3) and "keys shown" not in out
     control = invoke(*args, "--precision", "4", env={"COLUMNS": "80"}).stdout
     assert not shows_every_key_at(control, keys, 3) and "6 of 8 keys shown" in control
+
+
+# -- a long model path ----------------------------------------------------------------------
+
+LONG = "/home/someone/models/checkpoints/fine-tuned/all-MiniLM-L6-v2-sentiment/snapshot-0042"
+
+
+def whole_folders_end(shown: str, path: str) -> bool:
+    """``shown`` is ``…`` and the path's last folders, each whole."""
+    folders = path.split("/")
+    return any(shown == "…/" + "/".join(folders[-k:]) for k in range(1, len(folders)))
+
+
+@pytest.mark.parametrize("width", range(30, len("model " + LONG) + 1, 3))
+def test_a_long_path_keeps_its_last_folders_whole(width: int) -> None:
+    (line,) = render(Pairs([("model", LONG)]), width).splitlines()
+    assert line.startswith("model ") and len(line) <= width
+    shown = line[len("model ") :]
+    if shown != LONG:
+        assert whole_folders_end(shown, LONG), shown
+        # as many as fit: one folder more would not
+        more = LONG[: -len(shown) + 1].rsplit("/", 1)[1]
+        assert len(f"model …/{more}{shown[1:]}") > width
+
+
+def test_the_old_cut_split_a_folder() -> None:
+    """The control: the header's old rule (the path's last characters) fails the check above."""
+    room = 60 - len("model ")
+    old = "…" + LONG[-(room - 1) :]
+    assert not whole_folders_end(old, LONG) and whole_folders_end(path_end(LONG, room), LONG)
+
+
+@pytest.mark.parametrize(
+    ("value", "room", "shown"),
+    [
+        ("/a/" + "x" * 30, 12, "…" + "x" * 11),  # the last folder alone is too wide: its end
+        ("no-slash-" + "y" * 20, 10, "…" + "y" * 9),
+        ("org/model", 20, "org/model"),
+    ],
+)
+def test_a_value_that_is_no_path_or_whose_last_folder_is_too_wide_keeps_its_end(value: str, room: int, shown: str) -> None:
+    assert path_end(value, room) == shown
+
+
+def test_run_on_a_long_path_keeps_its_last_folders(minilm_path: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "several" / "folders" / "of" / "a-long-enough-path" / "all-MiniLM-L6-v2"
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(minilm_path, target_is_directory=True)
+    out = invoke("run", "The cat sat", "--model", str(folder), "--show", "tokens", env={"COLUMNS": "60"}).stdout
+    (line,) = [line for line in out.splitlines() if line.startswith("model ")]
+    assert whole_folders_end(line[len("model ") :], str(folder)) and line.endswith("/of/a-long-enough-path/all-MiniLM-L6-v2")
