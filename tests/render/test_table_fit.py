@@ -46,14 +46,14 @@ def shows_every_key_at(out: str, keys: list[str], digits: int) -> bool:
 # -- the rule: the most digits at which every column fits, else the digits asked for and a cut
 
 
-def matrix(row_label: str):
-    """make(digits): an 8 x 8 table of numbers in [0, 1) whose column labels are narrower than its cells."""
-    values = [[(i * 8 + j) / 64 + 0.001234 for j in range(8)] for i in range(8)]
+def matrix(row_label: str, rows: int = 8):
+    """make(digits): a rows x 8 table of numbers in [0, 1) whose column labels are narrower than its cells."""
+    values = [[(i * 8 + j) / (8 * rows) + 0.001234 for j in range(8)] for i in range(rows)]
 
     def make(digits: int) -> FittedTable:
         return FittedTable(
-            Text("Weights"), "query \\ key", [f"{row_label}{i}" for i in range(8)], [f"k{j}" for j in range(8)],
-            lambda i, j: Text(fmt(values[i][j], digits)), what="keys",
+            Text("Weights"), "query \\ key", [f"{row_label}{i}" for i in range(rows)], [f"k{j}" for j in range(8)],
+            lambda i, j: Text(fmt(values[i][j], digits)), what="keys", rows_what="queries",
         )
 
     return make
@@ -90,6 +90,16 @@ def test_a_table_too_wide_even_at_2_digits_keeps_the_digits_asked_for_and_drops_
     assert out == " ".join(render(make(4), 60).split())  # as before: 4 digits, the middle keys dropped
     assert "of 8 keys shown" in out and "digits after the point" not in out and "0.0012" in out
     assert None in make(2).columns_that_fit(60)  # why: fewer digits would drop keys too
+
+
+def test_a_long_table_rounded_says_where_every_number_is_once() -> None:
+    make = matrix("q", rows=50)
+    out = " ".join(render(PrecisionFit(make, 4), 80).split())
+    assert "numbers to 3 digits after the point" in out and "41 of 50 queries shown" in out
+    assert out.count(cells.SEE_ALL) == 1
+    # the control: the rows' note says it too when nothing else has
+    alone = " ".join(render(make(3), 80).split())
+    assert "41 of 50 queries shown" in alone and alone.count(cells.SEE_ALL) == 1 and "digits after the point" not in alone
 
 
 @pytest.mark.parametrize("asked", [2, 1, 0])

@@ -255,9 +255,10 @@ class FittedTable:
                 f"{options.max_width} columns{hint}; {SEE_ALL}",
                 style="yellow",
             )
-        # said once: the column note already named the hint and where every number is
+        # said once: the column note already named the hint, and it or the rounding note where every number is
         row_hint = "" if cut_columns and self.row_hint == self.hint else self.row_hint
-        note = rows_note(self.rows, len(self.row_labels), self.rows_what, row_hint, see_all="" if cut_columns else SEE_ALL)
+        see_all = "" if cut_columns or self.rounded is not None else SEE_ALL
+        note = rows_note(self.rows, len(self.row_labels), self.rows_what, row_hint, see_all=see_all)
         if note is not None:
             yield note
         yield Text("")
@@ -266,7 +267,7 @@ class FittedTable:
 class PrecisionFit:
     """A table made with ``make(digits)`` at the most digits, from ``precision`` down to
     ``FEWEST_DIGITS``, at which every column fits the width it is drawn in: an 8 x 8 table
-    of weights fits 80 columns at 2 digits, not at 4. When none fits, the table at
+    of weights fits 80 columns at 3 digits, not at 4. When none fits, the table at
     ``precision`` with its middle columns dropped (``FittedTable``): fewer digits would
     still lose columns. Only the columns looked at are made, at each number of digits tried."""
 
