@@ -381,6 +381,18 @@ GenerateOption = Annotated[
     ),
 ]
 PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
+# run's: not given, a weights (or any matrix) table that is too wide at 4 digits rounds to as few as 2 before it drops columns
+FittingPrecisionOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--precision",
+        help="Digits after the point in tables. Not given: 4, or as few as 2 where that lets a table show every column.",
+        min=0,
+        max=12,
+        rich_help_panel=OUTPUT,
+        show_default=False,
+    ),
+]
 NoColorOption = Annotated[
     bool,
     typer.Option("--no-color", help="No colour (also when NO_COLOR is set or stdout is not a terminal).", rich_help_panel=OUTPUT),

@@ -14,7 +14,7 @@ from attn_cli.cli.params import (
     KeyOption,
     NoColorOption,
     NormsOption,
-    PrecisionOption,
+    FittingPrecisionOption,
     GenerateOption,
     PredictOption,
     QueryOption,
@@ -99,7 +99,7 @@ def run(
     generate: GenerateOption = 0,
     output: OutputOption = None,
     no_clobber: NoClobberOption = False,
-    precision: PrecisionOption = 4,
+    precision: FittingPrecisionOption = None,
     no_color: NoColorOption = False,
 ) -> None:
     """Tokenize, embed and run attention; print scores, weights and context vectors.
@@ -180,13 +180,13 @@ def _tables(
     query: str | None,
     key: str | None,
     output: Path | None,
-    precision: int,
+    precision: int | None,
     no_color: bool,
     *,
     clobber: bool,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
-    from attn_cli.render.terminal.cells import DEFAULT_SHOW, FOCUSED_SHOW, View
+    from attn_cli.render.terminal.cells import DEFAULT_PRECISION, DEFAULT_SHOW, FOCUSED_SHOW, View
     from attn_cli.render.terminal.tables import human_view, more_hint
 
     focused = query is not None or key is not None
@@ -196,7 +196,8 @@ def _tables(
             name for name, on in (("rollout", selection.rollout), ("norms", selection.norms)) if on
         },
         explicit=shown is not None,
-        precision=precision,
+        precision=DEFAULT_PRECISION if precision is None else precision,
+        fit_precision=precision is None,
     )
     # Runs are computed first (under the progress bar), then printed in one go.
     runs = list(progress(run_texts(spec, source, texts, selection), len(texts)))

@@ -7,14 +7,22 @@ list is a fallback chain: each glyph comes from the first family that has it.
 the configured family first, then, only when it lacks some of them, the fewest
 installed fonts (found by their character maps) that cover the rest. Characters
 no installed font has still draw as boxes; ``missing_glyph_note`` says so once.
+
+matplotlib lists the installed fonts once, in a cache file it never checks again: a font
+installed after that is unseen. Before the installed fonts are first looked at, a font
+folder changed since the file was written makes the list be built again (once a process).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
+import matplotlib
 from matplotlib import font_manager, rcParams
 from matplotlib import ft2font
 from matplotlib.ft2font import FT2Font
@@ -72,12 +80,64 @@ def _covering(missing: frozenset[int]) -> tuple[str, ...]:
 
 def _candidates() -> list[tuple[str, str]]:
     """(family name, file) of the installed upright regular fonts, one file per family, sans-serif first."""
+    refresh_font_list()
     seen: dict[str, str] = {}
     for entry in font_manager.fontManager.ttflist:
         if entry.style != "normal" or entry.weight not in (400, "normal", "regular") or _UNUSABLE.search(entry.name):
             continue
         seen.setdefault(entry.name, entry.fname)
     return sorted(seen.items(), key=lambda item: (not re.search(r"sans|hei|gothic", item[0], re.IGNORECASE), item[0]))
+
+
+@functools.lru_cache(maxsize=1)
+def refresh_font_list() -> bool:
+    """Build matplotlib's font list again when its cache file is older than a font folder
+    (a font was installed since), in place, as matplotlib does when a listed font file is
+    gone, and write the file anew; at most once a process. True when it did."""
+    if not _font_list_is_stale():
+        return False
+    fresh = font_manager._load_fontmanager(try_read_cache=False)  # lists the fonts, writes the cache file
+    # text, textpath and the Agg backend hold the instance itself: it must change, not be replaced
+    vars(font_manager.fontManager).update(vars(fresh))
+    font_manager.fontManager._findfont_cached.cache_clear()
+    _primary_charmap.cache_clear()
+    return True
+
+
+def font_list_file() -> Path:
+    """The cache file matplotlib reads its font list from."""
+    return Path(matplotlib.get_cachedir(), f"fontlist-v{font_manager.FontManager.__version__}.json")
+
+
+def _font_list_is_stale() -> bool:
+    if os.environ.get("MPL_IGNORE_SYSTEM_FONTS"):  # matplotlib lists its own fonts only
+        return False
+    try:
+        written = font_list_file().stat().st_mtime
+    except OSError:  # no file: this process built the list (or could not keep it)
+        return False
+    return any(_changed_since(top, written) for top in _font_folders())
+
+
+def _changed_since(top: str, when: float) -> bool:
+    """Whether a folder under ``top`` (or ``top``) changed after ``when``: a font added, removed
+    or renamed changes its folder's mtime (a font file's own mtime is its package's, often older)."""
+    for folder, _dirs, _files in os.walk(top):
+        try:
+            if os.stat(folder).st_mtime > when:
+                return True
+        except OSError:  # gone since it was listed
+            continue
+    return False
+
+
+def _font_folders() -> list[str]:
+    """The folders matplotlib looks for fonts in, besides fontconfig's list (the same ones on Linux)."""
+    if sys.platform == "win32":
+        return [font_manager.win32FontDirectory(), *font_manager.MSUserFontDirectories]
+    if sys.platform == "darwin":
+        return [*font_manager.X11FontDirectories, *font_manager.OSXFontDirectories]
+    return list(font_manager.X11FontDirectories)
 
 
 @functools.lru_cache(maxsize=1)

@@ -41,6 +41,8 @@ VDOTS = "⋮"
 ROW_LIMIT = 40  # a longer table shows its first ROW_LIMIT rows, a ⋮ row and its last row
 SEE_ALL = "--format csv (or -o FILE.csv) has every number"
 ROW_HINT = "--query N shows one row in full"
+DEFAULT_PRECISION = 4  # digits after the point
+FEWEST_DIGITS = 2  # a table rounds to as few as this before it drops columns (--precision not given)
 # viridis, from low to high: readable on dark and light terminals alike
 _RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
 
@@ -52,7 +54,8 @@ class View:
     show: frozenset[str] = DEFAULT_SHOW
     explicit: bool = False  # --show was given: draw "output" even for one head
     heads: tuple[int, ...] | None = None  # None: every head
-    precision: int = 4
+    precision: int = DEFAULT_PRECISION
+    fit_precision: bool = False  # --precision not given: a table that does not fit rounds to fewer digits first
     query: int | None = None  # a resolved position among the tokens shown (--hide-tokens leaves some out)
     key: int | None = None  # a resolved position among the tokens shown
 
@@ -185,6 +188,7 @@ class FittedTable:
         self.rows = rows_to_show(len(row_labels))
         self._cells: dict[tuple[int, int], Text] = {}
         self._widths: dict[int, int] = {}
+        self.rounded: tuple[int, int] | None = None  # (the digits asked for, the fewer drawn) when PrecisionFit chose fewer
 
     def cell(self, i: int, j: int) -> Text:
         made = self._cells.get((i, j))
@@ -234,6 +238,13 @@ class FittedTable:
         yield table
         for caption in self.captions:
             yield caption
+        if self.rounded is not None:
+            asked, drawn = self.rounded
+            yield Text(
+                f"numbers to {drawn} digits after the point, not {asked}, to fit {options.max_width} columns "
+                f"(--precision {asked} keeps {asked} and drops {self.what}); {SEE_ALL}",
+                style="yellow",
+            )
         shown = [j for j in chosen if j is not None]
         cut_columns = len(shown) < len(self.col_labels)
         if cut_columns:
@@ -244,9 +255,50 @@ class FittedTable:
                 f"{options.max_width} columns{hint}; {SEE_ALL}",
                 style="yellow",
             )
-        # said once: the column note already named the hint and where every number is
+        # said once: the column note already named the hint, and it or the rounding note where every number is
         row_hint = "" if cut_columns and self.row_hint == self.hint else self.row_hint
-        note = rows_note(self.rows, len(self.row_labels), self.rows_what, row_hint, see_all="" if cut_columns else SEE_ALL)
+        see_all = "" if cut_columns or self.rounded is not None else SEE_ALL
+        note = rows_note(self.rows, len(self.row_labels), self.rows_what, row_hint, see_all=see_all)
         if note is not None:
             yield note
         yield Text("")
+
+
+class PrecisionFit:
+    """A table made with ``make(digits)`` at the most digits, from ``precision`` down to
+    ``FEWEST_DIGITS``, at which every column fits the width it is drawn in: an 8 x 8 table
+    of weights fits 80 columns at 3 digits, not at 4. When none fits, the table at
+    ``precision`` with its middle columns dropped (``FittedTable``): fewer digits would
+    still lose columns. Only the columns looked at are made, at each number of digits tried."""
+
+    def __init__(self, make: Callable[[int], FittedTable], precision: int) -> None:
+        self.make = make
+        self.precision = precision
+
+    def table(self, width: int) -> FittedTable:
+        asked = self.make(self.precision)
+        if self.precision <= FEWEST_DIGITS or _fits(asked, width):
+            return asked
+        fewest = self.make(FEWEST_DIGITS)
+        if not _fits(fewest, width):
+            return asked
+        for digits in range(self.precision - 1, FEWEST_DIGITS, -1):  # the most digits that fit
+            fewer = self.make(digits)
+            if _fits(fewer, width):
+                break
+        else:
+            digits, fewer = FEWEST_DIGITS, fewest
+        fewer.rounded = (self.precision, digits)
+        return fewer
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+
+def _fits(table: FittedTable, width: int) -> bool:
+    return None not in table.columns_that_fit(width)
+
+
+def precise(make: Callable[[int], FittedTable], view: View) -> FittedTable | PrecisionFit:
+    """The table ``make(digits)`` at the view's precision, or its fewer digits that fit (``PrecisionFit``)."""
+    return PrecisionFit(make, view.precision) if view.fit_precision else make(view.precision)

@@ -44,7 +44,7 @@ class Pairs:
             pair = Text.assemble((key + " ", "dim"), (value, "bold"))
             room = width - cell_len(key) - 1
             if pair.cell_len > width and room > 1:  # a long path: its end names it, never folded mid-word
-                pair = Text.assemble((key + " ", "dim"), ("…" + value[-(room - 1) :], "bold"))
+                pair = Text.assemble((key + " ", "dim"), (path_end(value, room), "bold"))
             if line.cell_len and line.cell_len + len(self.gap) + pair.cell_len > width:
                 yield line
                 line = Text()
@@ -52,6 +52,24 @@ class Pairs:
                 line.append(self.gap)
             line.append_text(pair)
         yield line
+
+
+def path_end(value: str, room: int) -> str:
+    """``value`` cut from its start to ``room`` cells: a path keeps its last folders whole
+    (``…/org/model``, as the pictures' titles do), as many as fit; a value without a ``/``,
+    or whose last folder alone is too wide, keeps its last characters."""
+    if cell_len(value) <= room:
+        return value
+    folders = value.rstrip("/").split("/")
+    end = ""
+    for folder in reversed(folders[1:]):
+        longer = f"/{folder}{end}"
+        if cell_len(longer) + 1 > room:
+            break
+        end = longer
+    if end:
+        return "…" + end
+    return "…" + value[-(room - 1) :]
 
 
 STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels shifted right

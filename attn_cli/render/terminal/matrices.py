@@ -160,23 +160,25 @@ def scaled_table(run: Trace, head: int, precision: int) -> FittedTable:
     )
 
 
-def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
+_QKV = {"q": ("Queries", "queries", "d_k"), "k": ("Keys", "keys", "d_k"), "v": ("Values", "values", "d_v")}  # title, field, size
+
+
+def qkv_table(run: Trace, head: int, letter: str, precision: int) -> FittedTable:
+    """Q, K or V (``letter`` q, k or v) of one head: a row per query token, or per key token for K and V."""
     m = run.model
-    result = run.layers[0]
-    suffix = head_suffix(run, head)
+    name, field, size = _QKV[letter]
+    tensor = getattr(run.layers[0], field)  # (H, T, Dk) or (H, T, Dv)
+    width = m.value_dim if letter == "v" else m.head_dim
     bias = " + b" if m.qkv_bias else ""
     x = m.about.input_letter  # the layer input, as its source names it
-    tables = []
-    for name, letter, tensor, size, width in (
-        ("Queries", "q", result.queries, "d_k", m.head_dim),
-        ("Keys", "k", result.keys, "d_k", m.head_dim),
-        ("Values", "v", result.values, "d_v", m.value_dim),
-    ):
-        formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = {x} (no projections)"
-        rows = len(run.tokens if letter == "q" else run.own_stack.key_tokens)
-        title = title_text(name, f"  {formula}{suffix} ({rows} x {size} {width})")
-        tables.append(vector_table(run, title, tensor[head], precision, keys=letter != "q"))
-    return tables
+    formula = f"{letter.upper()} = {x} W_{letter}^T{bias}" if m.projections else f"{letter.upper()} = {x} (no projections)"
+    rows = len(run.tokens if letter == "q" else run.own_stack.key_tokens)
+    title = title_text(name, f"  {formula}{head_suffix(run, head)} ({rows} x {size} {width})")
+    return vector_table(run, title, tensor[head], precision, keys=letter != "q")
+
+
+def qkv_tables(run: Trace, head: int, precision: int) -> list[FittedTable]:
+    return [qkv_table(run, head, letter, precision) for letter in "qkv"]
 
 
 def context_table(run: Trace, head: int, precision: int) -> FittedTable:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -38,6 +39,7 @@ from attn_cli.render.terminal.cells import (
     title_text,
     bar,
     fmt,
+    precise,
     rows_note,
     rows_to_show,
 )
@@ -49,7 +51,7 @@ from attn_cli.render.terminal.matrices import (
     embeddings_table,
     norms_table,
     output_table,
-    qkv_tables,
+    qkv_table,
     rollout_table,
     scaled_score,
     scaled_table,
@@ -253,7 +255,7 @@ def human_view(run: Trace, view: View = View(), index: int | None = None, total:
             parts.append(Rule(Text(f"layer {layer.layer} of {run.model.layers}", style="bold"), align="left", characters="="))
         parts.extend(_layer_view(dataclasses.replace(run, layers=(layer,)), view))
     if "rollout" in view.show and run.rollout is not None:
-        parts.append(rollout_table(run, view.precision))
+        parts.append(precise(partial(rollout_table, run), view))
     if full.predictions is not None:  # every position's, whatever --hide-tokens leaves out of the attention
         parts.append(predictions_table(full, view.precision))
     return Group(*parts)
@@ -280,7 +282,7 @@ def _layer_view(run: Trace, view: View) -> list[RenderableType]:
             stats[h] = dataclasses.replace(one, head=h)
     parts: list[RenderableType] = []
     if "embeddings" in show:
-        parts.append(embeddings_table(run, p))
+        parts.append(precise(partial(embeddings_table, run), view))
     multi = run.layers[0].n_heads > 1
     norms = "norms" in show and run.layers[0].norms is not None
     per_head = {"qkv", "scores", "scaled", "weights", "stats", "context"} & show or norms or view.query is not None or view.key is not None
@@ -288,15 +290,15 @@ def _layer_view(run: Trace, view: View) -> list[RenderableType]:
         if multi and len(heads) > 1 and per_head:
             parts.append(Rule(Text(f"head {h} of {run.layers[0].n_heads}", style="bold"), align="left"))
         if "qkv" in show:
-            parts.extend(qkv_tables(run, h, p))
+            parts.extend(precise(partial(qkv_table, run, h, letter), view) for letter in "qkv")
         if "scores" in show:
-            parts.append(scores_table(run, h, p))
+            parts.append(precise(partial(scores_table, run, h), view))
         if "scaled" in show:
-            parts.append(scaled_table(run, h, p))
+            parts.append(precise(partial(scaled_table, run, h), view))
         if "weights" in show:
-            parts.append(weights_table(run, h, p))
+            parts.append(precise(partial(weights_table, run, h), view))
         if norms:
-            parts.append(norms_table(run, h, p))
+            parts.append(precise(partial(norms_table, run, h), view))
         if "stats" in show:
             parts.append(stats_table(run, stats[h], p, explain=h == heads[0] and run.layers[0] is run.layers[0]))
         if view.query is not None:
@@ -306,14 +308,14 @@ def _layer_view(run: Trace, view: View) -> list[RenderableType]:
         if view.query is not None and view.key is not None:
             parts.extend([cell_line(run, h, view.query, view.key, p), Text("")])
         if "context" in show:
-            parts.append(context_table(run, h, p))
+            parts.append(precise(partial(context_table, run, h), view))
     if "stats" in show and len(heads) > 1:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
     if norms and run.layers[0].n_heads > 1:
-        parts.append(norms_table(run, None, p))
+        parts.append(precise(partial(norms_table, run, None), view))
     # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
     if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
-        parts.append(output_table(run, p, heads))
+        parts.append(precise(partial(output_table, run, heads=heads), view))
     return parts
 
 
