@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_cli.runtime.errors import InputError, ModelUnavailable, TooLargeError, UsageError
-from attn_cli.records.tokens import Tokens
+from attn_cli.records.tokens import Tokens, Truncation
 from attn_cli.text.tokenizers import piece_text
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -57,17 +57,24 @@ class CheckpointTokenizer:
         self._byte_level = "ByteLevel" in json.dumps(decoder)
 
     def encode(self, text: str, pair: str | None = None, *, max_length: int | None = None) -> Tokens:
+        """The text's tokens; with ``max_length``, cut to that many when longer, and
+        ``Tokens.truncated`` says how many there were."""
         if pair is not None and not self.pairs:
             raise UsageError("--pair is for encoders (BERT-style models); this model reads one text: drop --pair")
-        encoding = self._encode(text, pair, max_length)
+        if max_length is not None:
+            least = self._tokenizer.num_special_tokens_to_add(pair is not None) + 1
+            if max_length < least:
+                raise UsageError(f"a maximum length of {max_length} tokens leaves no room for the text; give {least} or more")
+        encoding = self._tokenizer.encode(text, pair)
         if not encoding.ids:
             raise InputError("the text gives no tokens; give some text")
+        truncated = None
+        if max_length is not None and len(encoding.ids) > max_length:
+            original = len(encoding.ids)
+            encoding = self._truncated(text, pair, max_length)
+            truncated = Truncation(original, len(encoding.ids))
         if self.max_positions is not None and len(encoding.ids) > self.max_positions:
-            raise TooLargeError(
-                f"the text is {len(encoding.ids)} tokens but this model takes at most {self.max_positions} "
-                f"(its position table); shorten the text, or truncate it with a maximum length of "
-                f"{self.max_positions} or less"
-            )
+            raise TooLargeError(too_long(len(encoding.ids), self.max_positions))
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
         texts, partial = self._texts(encoding.tokens, special)
         return Tokens(
@@ -78,6 +85,7 @@ class CheckpointTokenizer:
             tokenizer=self.name,
             special=special,
             type_ids=tuple(encoding.type_ids),
+            truncated=truncated,
         )
 
     def encode_target(self, text: str) -> Tokens:
@@ -127,13 +135,10 @@ class CheckpointTokenizer:
             special=special,
         )
 
-    def _encode(self, text: str, pair: str | None, max_length: int | None) -> Any:
-        if max_length is None:
-            return self._tokenizer.encode(text, pair)
-        least = self._tokenizer.num_special_tokens_to_add(pair is not None) + 1
-        if max_length < least:
-            raise UsageError(f"a maximum length of {max_length} tokens leaves no room for the text; give {least} or more")
-        # The library's own truncation keeps the template's [CLS] ... [SEP] around what is left.
+    def _truncated(self, text: str, pair: str | None, max_length: int) -> Any:
+        """The text encoded again, cut to ``max_length`` tokens by the library's own truncation,
+        which keeps the template's [CLS] ... [SEP] around what is left and drops from the end
+        (from the ends of a pair's two segments, the longer first)."""
         self._tokenizer.enable_truncation(max_length)
         try:
             return self._tokenizer.encode(text, pair)
@@ -166,6 +171,11 @@ class CheckpointTokenizer:
             return decode([token])
         alone, both = decode([previous]), decode([previous, token])
         return both[len(alone) :] if both.startswith(alone) else decode([token])
+
+
+def too_long(n_tokens: int, max_positions: int) -> str:
+    """The refusal of a text past the model's position table (a source adds what else helps)."""
+    return f"the text is {n_tokens} tokens but this model takes at most {max_positions} (its position table): shorten it"
 
 
 def load_tokenizer(folder: Path, name: str, *, family: str, max_positions: int | None, pairs: bool) -> CheckpointTokenizer:
@@ -280,7 +290,7 @@ class MarianTokenizer:
         if len(ids) == 1:
             raise InputError("the text gives no tokens; give some text")
         if self.max_positions is not None and len(ids) > self.max_positions:
-            raise TooLargeError(f"the text is {len(ids)} tokens but this model takes at most {self.max_positions} (its position table); shorten the text")
+            raise TooLargeError(too_long(len(ids), self.max_positions))
         return self._tokens(tuple(ids), side)
 
     def _tokens(self, ids: tuple[int, ...], side: str) -> Tokens:
