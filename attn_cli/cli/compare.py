@@ -16,6 +16,7 @@ from attn_cli.cli.options import (
     NoClobberOption,
     choose_format,
     output_option,
+    say_truncated,
     shared_options,
 )
 from attn_cli.cli.output import binary_output, emit_rich, picture_detail, report_written
@@ -97,6 +98,8 @@ def compare(
         typer.echo(note, err=True)
     selection = spec.select(source, everything=True, keep="weights")
     a, b = _pair(spec, source, selection, texts[0], text_b, other_model)
+    say_truncated(a, "A: ")
+    say_truncated(b, "B: ")
     comparison = compared(a, b)
     _note_same_ids(a, b)
 

@@ -9,7 +9,7 @@ import typer
 
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.params import OUTPUT, NoColorOption, PrecisionOption, PredictOption, QueryOption
-from attn_cli.cli.options import NoClobberOption, OutputOption, check_model_only, shared_options
+from attn_cli.cli.options import NoClobberOption, OutputOption, check_model_only, say_truncated, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.sources.spec import SourceSpec
@@ -71,6 +71,7 @@ def explain(
     layer, head = spec.one(source)
     parts = []
     for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,), predict=predict)), len(texts))):
+        say_truncated(run, f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else "")
         run = run.in_stack(spec.stack)  # an encoder-decoder: one head of the stack --stack names
         try:
             position = None if query is None else resolve_position(query, run.tokens.texts, run.tokens.labels, "--query")

@@ -186,7 +186,8 @@ def shared_options(
 
 
 def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Selection | None) -> Iterator[Trace]:
-    """Each text's trace, its --hide-tokens tokens marked (a note about them on stderr, once)."""
+    """Each text's trace, its --hide-tokens tokens marked (a note about them on stderr, once),
+    and a note for each text --truncate cut."""
     from attn_cli.records.hiding import hide
 
     if len(texts) > 1:
@@ -204,7 +205,14 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
         if note is not None and note not in said:
             said.add(note)
             typer.echo(note, err=True)
+        say_truncated(trace, f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else "")
         yield trace
+
+
+def say_truncated(trace: Trace, where: str = "") -> None:
+    """A note on stderr when --truncate cut the text (``where``: which text of several)."""
+    if trace.truncated is not None:
+        typer.echo(f"note: {where}{trace.truncated.sentence(pair=trace.pair is not None)}", err=True)
 
 
 def _print_script(config: Config, texts: list[str], output: Any) -> None:

@@ -158,8 +158,10 @@ def _header(run: Trace) -> dict[str, Any]:
         "tokenizer": tokens.tokenizer,
         "vocab_size": tokens.vocab_size,
         "tokens": token_dicts(tokens, hiding.hidden if hiding else (), run.prompt_length),
-        "model": run.model.as_dict(),
     }
+    if tokens.truncated is not None:  # --truncate cut the text: ``tokens`` are its first
+        made["truncated"] = {"from": tokens.truncated.original, "to": tokens.truncated.kept}
+    made["model"] = run.model.as_dict()
     if run.prompt_length is not None:  # --generate: what the model added to the text
         made["generated_text"] = run.generated_text
     stacks = run.stacks

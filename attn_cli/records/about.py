@@ -47,7 +47,9 @@ class About:
         ("d_model", None), ("dtype", None),
     )  # fmt: skip
     # the command line's options that make this source again (render/commands.py)
-    flags: tuple[Row, ...] = (("--model", None), ("--pair", None), ("--target", None), ("--stack", None), ("--dtype", None))
+    flags: tuple[Row, ...] = (
+        ("--model", None), ("--pair", None), ("--truncate", None), ("--target", None), ("--stack", None), ("--dtype", None),
+    )  # fmt: skip
     # the layer-input table: its name, and where its rows come from (a slot: ModelInfo.input_text)
     layer_input: Row = ("Layer input x", None)
     # the layer input's letter in the projections' formulas (Q = x W_q^T), and the name of the

@@ -12,6 +12,37 @@ from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
+class Truncation:
+    """What --truncate cut from a text longer than the model's positions. The tokenizer's own
+    cut keeps the first tokens, with the special tokens its template puts around them, and
+    drops the rest from the end; a --pair's two segments lose theirs from their ends, the
+    longer segment first. JSON writes it as ``{"from": original, "to": kept}``."""
+
+    original: int  # the text's tokens before the cut, the tokenizer's special tokens included
+    kept: int  # the tokens left: the model's positions
+
+    @property
+    def dropped(self) -> int:
+        return self.original - self.kept
+
+    def sentence(self, *, pair: bool = False) -> str:
+        """What was cut, for a note or a page's header: the counts and from where."""
+        if pair:
+            return (
+                f"the text and its pair are {self.original} tokens; --truncate kept {self.kept} (the model's positions) "
+                f"and dropped {self.dropped} from the ends of the two segments, the longer one's first"
+            )
+        return f"the text is {self.original} tokens; --truncate kept the first {self.kept} (the model's positions) and dropped the last {self.dropped}"
+
+    def rows(self, *, pair: bool = False) -> tuple[tuple[str, str], tuple[str, str]]:
+        """The same as a header's two rows, (key, value) each: the counts, and what was dropped from where."""
+        return (
+            ("truncated", f"from {self.original} tokens to {self.kept} (the model's positions)"),
+            ("dropped", f"{self.dropped} from the ends of the text and its pair" if pair else f"the last {self.dropped}"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Tokens:
     """A tokenized text. ``texts`` decode each token alone: bytes that are not
     valid UTF-8 on their own are kept as ``\\xNN`` escapes."""
@@ -26,6 +57,7 @@ class Tokens:
     given_labels: tuple[str, ...] = ()  # (T,) the labels the full text gave them (``subset``); () = made here
     partial: tuple[str, ...] = ()  # (T,) a token's bytes in hex when they are part of a character, else ""; () = none
     unknown: tuple[str, ...] = ()  # (T,) the vocabulary's name for a token it lacks ("[UNK]"), its text what it replaced, else ""; () = none
+    truncated: Truncation | None = None  # what --truncate cut from the text (these are its first tokens); None: nothing
 
     def unknown_name(self, position: int) -> str:
         """The vocabulary's name for token ``position`` when it stands for text the vocabulary

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from attn_cli.records.results import Predictions
     from attn_cli.records.results import Rollout
     from attn_cli.records.layers import LayerWeights
-    from attn_cli.records.tokens import Tokens
+    from attn_cli.records.tokens import Tokens, Truncation
 
 TOY = "toy"
 EXTERNAL = "external"  # the family of attention computed outside attn-cli (attn_cli.from_attentions)
@@ -215,6 +215,11 @@ class Trace(Generic[LayerT]):
     # decoder's and cross-attention's stacks; a view of one of its stacks (``stack``) says which in ``view``
     others: tuple[Stack[LayerT], ...] = ()
     view: StackView | None = None
+
+    @property
+    def truncated(self) -> Truncation | None:
+        """What --truncate (``truncate=True``) cut from the text, which ``tokens`` begin; None: nothing."""
+        return self.tokens.truncated
 
     @property
     def generated(self) -> tuple[int, ...]:

@@ -20,9 +20,10 @@ def command_line(trace: Trace, command: str, *extra: str) -> str:
     own = _own(trace)
     for flag, value in trace.model.about.flags:
         if value is None:  # a slot: the trace's own value, if it has one
-            args += [flag, own[flag]] if own[flag] is not None else []
-        else:
-            args += [flag, value] if value else [flag]  # "": a flag without a value (--causal)
+            value = own[flag]
+            if value is None:
+                continue
+        args += [flag, value] if value else [flag]  # "": a flag without a value (--causal, --truncate)
     return " ".join(quote(arg) for arg in [*args, *extra])
 
 
@@ -33,6 +34,7 @@ def _own(trace: Trace) -> dict[str, str | None]:
         "--tokenizer": trace.tokens.tokenizer,
         "--model": os.fspath(trace.model.source),
         "--pair": trace.pair,
+        "--truncate": "" if trace.truncated is not None else None,
         "--target": stack.texts[1] if stack is not None and stack.texts is not None else None,
         "--stack": stack.name if stack is not None else None,
         "--dtype": trace.model.dtype if trace.model.dtype != "float32" else None,

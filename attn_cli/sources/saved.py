@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.selection import Selection
+from attn_cli.records.tokens import Tokens, Truncation
 from attn_cli.records.trace import EXTERNAL, TOY, ModelInfo, Trace
 from attn_cli.runtime.errors import AttnCliError, UsageError
 from attn_cli.sources.outside import check_layers, dims_text, model_info, numbers_of, placed, tokens_of, weights_trace, whole_number
@@ -79,7 +80,7 @@ def _load(where: str, mtime: int, size: int) -> Trace:
 def from_dict(data: Any, where: str = "the trace") -> Trace:
     """The trace a parsed schema-2 document describes (see ``load_json``)."""
     tokens, layers = _document(data, where)
-    toks = tokens_of(tokens, data, where)
+    toks = _with_truncation(tokens_of(tokens, data, where), data.get("truncated"), where)
     n = len(toks)
     weights, masks, numbers, head_numbers = [], [], [], None
     saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
@@ -118,6 +119,17 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
         )
         made = dataclasses.replace(made, layers=layers)
     return _with_rollout_and_prompt(made, data, tokens, where, n)
+
+
+def _with_truncation(tokens: Tokens, saved: Any, where: str) -> Tokens:
+    """The tokens with what --truncate cut, as the file's ``truncated`` says (absent or null: nothing)."""
+    if saved is None:
+        return tokens
+    numbers = saved if isinstance(saved, dict) else {}
+    original, kept = numbers.get("from"), numbers.get("to")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (original, kept)) or not original > kept == len(tokens):
+        raise UsageError(f'{where}: truncated is {saved!r}; it is {{"from": N, "to": {len(tokens)}}}, N the tokens before the cut, or null')
+    return dataclasses.replace(tokens, truncated=Truncation(original, kept))
 
 
 def _document(data: Any, where: str) -> tuple[list[Any], list[Any]]:

@@ -153,7 +153,7 @@ def test_stats_keep_4_digits_when_the_weights_round() -> None:
 
 def test_the_readme_command_on_minilm_shows_all_8_keys_at_80_columns(minilm_path: Path) -> None:
     args = ("run", "The cat sat on the mat", "--model", str(minilm_path), "--layer", "2", "--head", "5", "--show", "tokens,weights")
-    keys = ["[CLS]", "the", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "[SEP]"]
+    keys = ["[CLS]", "The", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "[SEP]"]
     out = invoke(*args, env={"COLUMNS": "80"}).stdout
     assert shows_every_key_at(out, keys, 3) and "keys shown" not in out
     control = invoke(*args, "--precision", "4", env={"COLUMNS": "80"}).stdout

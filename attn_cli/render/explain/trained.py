@@ -69,15 +69,19 @@ class TrainedWalkthrough(Walkthrough):
     # the steps that differ --------------------------------------------------------
 
     def tokenize(self) -> Step:
-        tokens = self.run.tokens
+        tokens, cut = self.run.tokens, self.run.truncated
+        truncation = "truncation off" if cut is None else "truncation at the model's positions (--truncate)"
         blocks: list[Block] = [
             Line(
-                f"The model's own tokenizer ({tokens.tokenizer}), padding and truncation off: each id indexes its "
+                f"The model's own tokenizer ({tokens.tokenizer}), padding off, {truncation}: each id indexes its "
                 f"vocabulary of {tokens.vocab_size} tokens. ␣ shows a token's leading space; ★ marks a special token the "
                 "tokenizer adds ([CLS], [SEP], BOS): tokens like any other for attention, often where a head parks its weight."
             ),
             Line(f"T = {self.T} token{'s' if self.T != 1 else ''}", "formula"),
         ]
+        if cut is not None:
+            sentence = cut.sentence(pair=self.run.pair is not None)
+            blocks.append(Line(sentence[0].upper() + sentence[1:] + ".", "note"))
         shown = range(min(self.T, FULL_T * 2))
         pair = bool(tokens.type_ids) and any(tokens.type_ids)
         header = ("position", "token", "id", "special") + (("segment",) if pair else ())

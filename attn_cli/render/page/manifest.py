@@ -156,6 +156,8 @@ def _header_rows(trace: Trace) -> list[list[str]]:
     rows += [list(row) for row in filled(model.about.page, _own(trace))]
     if trace.pair is not None:
         rows.append(["pair", trace.pair])
+    if trace.truncated is not None:  # the text above is whole; the views have its first tokens
+        rows.append(["truncated", trace.truncated.sentence(pair=trace.pair is not None) + ", which the text above still shows"])
     view = trace.view_stack
     if view is not None:  # one stack of an encoder-decoder: the stack picker chooses
         rows.append(["stack", STACK_ROWS[view.name]])

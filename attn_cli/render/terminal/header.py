@@ -81,11 +81,13 @@ STACK_TEXTS = {  # --stack chooses; the decoder's inputs are the target's labels
 
 def config_header(run: Trace) -> RenderableType:
     """What ran: the rows its source wrote (``ModelInfo.about``), then what this run added (a
-    pair, a stack, generated tokens), and where the numbers come from."""
+    pair, a cut by --truncate, a stack, generated tokens), and where the numbers come from."""
     m = run.model
     pairs = filled(m.about.header, _own(run))
     if run.pair is not None:
         pairs.append(("pair", "segment B has token type 1"))
+    if run.truncated is not None:
+        pairs += run.truncated.rows(pair=run.pair is not None)
     stack = run.view_stack
     if stack is not None:  # one stack of an encoder-decoder (--stack)
         pairs.append(("stack", STACK_TEXTS[stack.name]))

@@ -49,7 +49,7 @@ class CheckpointSource(Batches):
         try:
             tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
         except TooLargeError as err:  # over the model's positions: the flag that helps is ours
-            raise TooLargeError(f"{err}; or add --truncate") from None
+            raise TooLargeError(f"{err}, or add --truncate to keep the first {self.info.max_positions}") from None
         tokens = check_length(tokens, spec.config.max_tokens)
         if selection is not None and selection.generate:
             return self._generated(text, tokens, selection)
@@ -65,6 +65,11 @@ class CheckpointSource(Batches):
         if self.checkpoint.encoder:
             raise UsageError(f"--generate: {info.name} is an encoder (a masked LM); greedy generation needs a decoder")
         most = min(self.spec.config.max_tokens, info.max_positions or self.spec.config.max_tokens)
+        if prompt.truncated is not None:
+            raise TooLargeError(
+                f"--truncate cut the prompt to the model's {len(prompt)} positions, which leaves no room for --generate {n}: "
+                f"shorten the text"
+            )
         if len(prompt) + n > most:
             which = "--max-tokens" if most == self.spec.config.max_tokens else f"the model's {most} positions"
             raise TooLargeError(f"the prompt's {len(prompt)} tokens and --generate {n} make {len(prompt) + n}, over {which}; generate fewer")

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from attn_cli.runtime.errors import InputError, ModelUnavailable, TooLargeError, UsageError
-from attn_cli.records.tokens import Tokens
+from attn_cli.records.tokens import Tokens, Truncation
+from attn_cli.sources.checkpoint.spans import aligned, covered, unknown_piece
 from attn_cli.text.tokenizers import piece_text
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -59,20 +60,27 @@ class CheckpointTokenizer:
         self.pairs = pairs
         described = json.loads(tokenizer.to_str())
         self._byte_level = "ByteLevel" in json.dumps(described.get("decoder") or {})
-        self._unknown = _unknown_piece(described.get("model") or {})
+        self._unknown = unknown_piece(described.get("model") or {})
 
     def encode(self, text: str, pair: str | None = None, *, max_length: int | None = None) -> Tokens:
+        """The text's tokens; with ``max_length``, cut to that many when longer, and
+        ``Tokens.truncated`` says how many there were."""
         if pair is not None and not self.pairs:
             raise UsageError("--pair is for encoders (BERT-style models); this model reads one text: drop --pair")
-        encoding = self._encode(text, pair, max_length)
+        if max_length is not None:
+            least = self._tokenizer.num_special_tokens_to_add(pair is not None) + 1
+            if max_length < least:
+                raise UsageError(f"a maximum length of {max_length} tokens leaves no room for the text; give {least} or more")
+        encoding = self._tokenizer.encode(text, pair)
         if not encoding.ids:
             raise InputError("the text gives no tokens; give some text")
+        truncated = None
+        if max_length is not None and len(encoding.ids) > max_length:
+            original = len(encoding.ids)
+            encoding = self._truncated(text, pair, max_length)
+            truncated = Truncation(original, len(encoding.ids))
         if self.max_positions is not None and len(encoding.ids) > self.max_positions:
-            raise TooLargeError(
-                f"the text is {len(encoding.ids)} tokens but this model takes at most {self.max_positions} "
-                f"(its position table); shorten the text, or truncate it with a maximum length of "
-                f"{self.max_positions} or less"
-            )
+            raise TooLargeError(too_long(len(encoding.ids), self.max_positions))
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
         texts, partial = self._texts(encoding.tokens, special)
         if not self._byte_level:
@@ -87,6 +95,7 @@ class CheckpointTokenizer:
             special=special,
             type_ids=tuple(encoding.type_ids),
             unknown=unknown if any(unknown) else (),
+            truncated=truncated,
         )
 
     def encode_target(self, text: str) -> Tokens:
@@ -136,13 +145,10 @@ class CheckpointTokenizer:
             special=special,
         )
 
-    def _encode(self, text: str, pair: str | None, max_length: int | None) -> Any:
-        if max_length is None:
-            return self._tokenizer.encode(text, pair)
-        least = self._tokenizer.num_special_tokens_to_add(pair is not None) + 1
-        if max_length < least:
-            raise UsageError(f"a maximum length of {max_length} tokens leaves no room for the text; give {least} or more")
-        # The library's own truncation keeps the template's [CLS] ... [SEP] around what is left.
+    def _truncated(self, text: str, pair: str | None, max_length: int) -> Any:
+        """The text encoded again, cut to ``max_length`` tokens by the library's own truncation,
+        which keeps the template's [CLS] ... [SEP] around what is left and drops from the end
+        (from the ends of a pair's two segments, the longer first)."""
         self._tokenizer.enable_truncation(max_length)
         try:
             return self._tokenizer.encode(text, pair)
@@ -177,60 +183,9 @@ class CheckpointTokenizer:
         return both[len(alone) :] if both.startswith(alone) else decode([token])
 
 
-def covered(
-    encoding: Any, originals: tuple[str, str], special: tuple[bool, ...], partial: tuple[str, ...], texts: tuple[str, ...]
-) -> tuple[str, ...]:
-    """Each token's text as the original under its offsets (``originals``: the text and the
-    second segment, by ``encoding.sequence_ids``): the whitespace between the end of what the
-    tokens before it in that text covered and its start, then what it covers that they did
-    not. A piece that is only Metaspace's '▁' covers whitespace or nothing (its offsets can
-    name the next character: the prefix a text's first word gets). Special tokens and pieces
-    of a character (``partial``) keep their ``texts``."""
-    made, reached = list(texts), [0, 0]  # how far into each text the tokens before have covered
-    for i, ((start, end), sequence, piece) in enumerate(zip(encoding.offsets, encoding.sequence_ids, encoding.tokens)):
-        if sequence is None or special[i] or (partial and partial[i]):
-            if sequence is not None:
-                reached[sequence] = max(reached[sequence], end)
-            continue
-        original, at = originals[sequence], reached[sequence]
-        gap, own = original[at:start], original[max(start, at) : end]
-        if not piece.replace("\u2581", " ").strip() and not own.isspace():
-            own, end = "", at  # a lone '▁' over a word's first character: that character is the next token's
-        made[i] = gap[len(gap.rstrip()) :] + own  # the whitespace right before it, then what it covers
-        reached[sequence] = max(at, end)
-    return tuple(made)
-
-
-def aligned(original: str, pieces: Sequence[str]) -> list[str]:
-    """Each SentencePiece piece's text as ``original`` has it: a piece that starts a word
-    ('▁cat') after the whitespace that precedes it there (none before the first word of a
-    text that starts with one: that '▁' is the model's own prefix), then what it covers.
-    Where the model's normalization changed the text (NFKC, collapsed whitespace) and a
-    piece is not found where it should be, every piece is shown as the model writes it."""
-    texts, at = [], 0
-    for piece in pieces:
-        word = piece.replace("\u2581", " ")
-        body = word.lstrip(" ")
-        start = at
-        if body != word:  # a new word: the whitespace before it is its own
-            while start < len(original) and original[start].isspace():
-                start += 1
-        if not original.startswith(body, start):
-            return [p.replace("\u2581", " ") for p in pieces]
-        texts.append(original[at : start + len(body)])
-        at = start + len(body)
-    return texts
-
-
-def _unknown_piece(model: dict[str, Any]) -> str | None:
-    """The piece a tokenizer.json's model writes for text its vocabulary lacks: WordPiece's
-    and BPE's ``unk_token``, Unigram's ``vocab[unk_id]``; None without one."""
-    if isinstance(model.get("unk_token"), str):
-        return str(model["unk_token"])
-    vocab, unk_id = model.get("vocab"), model.get("unk_id")
-    if isinstance(vocab, list) and isinstance(unk_id, int) and 0 <= unk_id < len(vocab) and isinstance(vocab[unk_id], list):
-        return str(vocab[unk_id][0])
-    return None
+def too_long(n_tokens: int, max_positions: int) -> str:
+    """The refusal of a text past the model's position table (a source adds what else helps)."""
+    return f"the text is {n_tokens} tokens but this model takes at most {max_positions} (its position table): shorten it"
 
 
 def load_tokenizer(folder: Path, name: str, *, family: str, max_positions: int | None, pairs: bool) -> CheckpointTokenizer:
@@ -346,7 +301,7 @@ class MarianTokenizer:
         if len(ids) == 1:
             raise InputError("the text gives no tokens; give some text")
         if self.max_positions is not None and len(ids) > self.max_positions:
-            raise TooLargeError(f"the text is {len(ids)} tokens but this model takes at most {self.max_positions} (its position table); shorten the text")
+            raise TooLargeError(too_long(len(ids), self.max_positions))
         made = self._tokens(tuple(ids), side)
         texts = ([code] if code else []) + aligned(text, spm_pieces) + [made.texts[-1]]
         unknown = tuple("<unk>" if piece not in vocab else "" for piece in pieces) + ("",)

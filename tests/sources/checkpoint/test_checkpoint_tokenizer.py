@@ -11,6 +11,7 @@ import pytest
 
 import checkpoints
 from attn_cli.sources.checkpoint import open_checkpoint
+from attn_cli.records.tokens import Truncation
 from attn_cli.runtime.errors import ExitStatus, InputError, TooLargeError, UsageError
 
 LONG = " ".join(["the cat sat on the mat"] * 6)  # 36 words: past tokenizer.json's 24, under the model's 64
@@ -50,13 +51,51 @@ def test_max_length_truncates_inside_cls_and_sep(bert_folder: Path, text, pair, 
 def test_a_text_past_the_position_table_is_too_large_unless_truncated(bert_folder: Path, gpt2_folder: Path) -> None:
     for folder in (bert_folder, gpt2_folder):
         ckpt = open_checkpoint(str(folder))
-        with pytest.raises(TooLargeError, match="at most 64 .*shorten the text") as caught:
+        with pytest.raises(TooLargeError, match=r"^the text is \d+ tokens but this model takes at most 64 \(its position table\): shorten it$") as caught:
             ckpt.tokenizer.encode(LONG * 2)
         assert caught.value.exit_status == ExitStatus.TOO_LARGE == 4
         tokens = ckpt.tokenizer.encode(LONG * 2, max_length=64)
         assert len(tokens) == 64 and len(ckpt.trace(tokens, [2])) == 1
     with pytest.raises(UsageError, match="give 3 or more"):
         open_checkpoint(str(bert_folder)).tokenizer.encode("the cat", max_length=2)
+
+
+def raw_length(folder: Path, text: str, pair: str | None = None) -> int:
+    """The text's tokens by the ``tokenizers`` library itself, nothing cut (the reference)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()  # BERT's file truncates at 24
+    tokenizer.no_padding()
+    return len(tokenizer.encode(text, pair).ids)
+
+
+@pytest.mark.parametrize(("name", "pair"), [("gpt2", None), ("bert", None), ("bert", "the dog sat on the log " * 8)])
+def test_a_cut_text_reports_how_many_tokens_it_had(request: pytest.FixtureRequest, name: str, pair: str | None) -> None:
+    folder = request.getfixturevalue(f"{name}_folder")
+    tokenizer = open_checkpoint(str(folder)).tokenizer
+    original = raw_length(folder, LONG * 2, pair)
+    assert original > 64
+    tokens = tokenizer.encode(LONG * 2, pair, max_length=64)
+    assert tokens.truncated == Truncation(original=original, kept=64) and len(tokens) == 64
+    assert tokens.truncated.dropped == original - 64
+    # the control: a text that fits, with or without a maximum length, was not cut
+    assert raw_length(folder, "the cat sat", pair) < 64
+    assert tokenizer.encode("the cat sat", pair, max_length=64).truncated is None
+    assert tokenizer.encode("the cat sat", pair).truncated is None
+    # --hide-tokens' subset keeps what the whole text was
+    assert tokens.subset([0, 1]).truncated == tokens.truncated
+
+
+def test_truncation_in_words() -> None:
+    cut = Truncation(original=1028, kept=512)
+    assert cut.sentence() == "the text is 1028 tokens; --truncate kept the first 512 (the model's positions) and dropped the last 516"
+    assert cut.rows() == (("truncated", "from 1028 tokens to 512 (the model's positions)"), ("dropped", "the last 516"))
+    assert cut.sentence(pair=True) == (
+        "the text and its pair are 1028 tokens; --truncate kept 512 (the model's positions) "
+        "and dropped 516 from the ends of the two segments, the longer one's first"
+    )
+    assert cut.rows(pair=True)[1] == ("dropped", "516 from the ends of the text and its pair")
 
 
 def test_gpt2_takes_no_pair_and_no_empty_text(gpt2_folder: Path) -> None:
