@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
@@ -37,7 +38,6 @@ DEFAULT_FORMAT = "png"
 SLUG_WORDS = 8
 SLUG_CHARS = 60
 FALLBACK_STEM = "attention"  # for a text with no ASCII letters or digits
-PICTURE = "Picture"
 
 
 def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
@@ -66,44 +66,44 @@ WhatOption = Annotated[
         help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
         "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
         "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout.",
-        rich_help_panel=PICTURE,
+        rich_help_panel=DISPLAY,
         case_sensitive=False,
     ),
 ]
 SplitHeadsOption = Annotated[
     bool,
-    typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
+    typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=DISPLAY),
 ]
 PerHeadScaleOption = Annotated[
     bool,
-    typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=PICTURE),
+    typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=DISPLAY),
 ]
 LogOption = Annotated[
     bool,
-    typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=PICTURE),
+    typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=DISPLAY),
 ]
 AnnotateOption = Annotated[
     Optional[bool],
     typer.Option(
         "--annotate/--no-annotate",
         help="Write the values in the cells. [default: when the cells are big enough to read them]",
-        rich_help_panel=PICTURE,
+        rich_help_panel=DISPLAY,
         show_default=False,
     ),
 ]
 CmapOption = Annotated[
     Optional[str],
-    typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=PICTURE, show_default=False),
+    typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=DISPLAY, show_default=False),
 ]
 SizeOption = Annotated[
     Optional[str],
-    typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=PICTURE, show_default=False),
+    typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=OUTPUT, show_default=False),
 ]
 ShowOption = Annotated[
     bool,
-    typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
+    typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=OUTPUT),
 ]
-DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=PICTURE)]
+DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
 @app.command(cls=AttnCommand)
