@@ -3,7 +3,7 @@
 The public API (imported lazily: ``import attn_cli`` loads no torch)::
 
     import attn_cli
-    t = attn_cli.trace("I saw a saw", tokenizer="words", num_heads=2, causal=True)
+    t = attn_cli.trace("I saw a saw", tokenizer="words", heads=2, causal=True)
     t.weights(layer=-1, head=0)              # (T, T) torch tensor
     t = attn_cli.trace("The cat sat on the mat", model=path_or_org_name)
     t.heatmap(layer="all")                   # a matplotlib Figure

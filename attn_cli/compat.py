@@ -10,6 +10,8 @@ is in ``attn_cli.__all__``.
 | ``self_attention`` | ``attn_cli.sources.toy.model.self_attention`` |
 | ``get_tokenizer`` | ``attn_cli.text.tokenizers.get_tokenizer`` |
 | ``trace.result``, ``trace.config``, ``trace.x`` | ``trace.layers[0]``, ``trace.model.config``, ``trace.layers[0].x`` |
+| ``attn_cli.trace(layers=, num_heads=)`` | ``layer=``, ``heads=``, as --layer and --heads |
+| ``attn_cli.trace(heads=)``, ``Trace.heatmap(heads=)``: the heads to keep | ``head=``, as --head (``attn_cli.api``: with a DeprecationWarning) |
 
 The three properties are on ``attn_cli.api.Trace``, the trace the Python API gives. A
 ``Pipeline``'s traces are that trace too, so they draw themselves in a notebook as they did.

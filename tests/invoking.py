@@ -44,6 +44,7 @@ def commands() -> dict[tuple[str, ...], Any]:
 
 
 def options(command: Any) -> set[str]:
-    """The long option names of a click command (``--help`` and the ``--no-x`` forms included)."""
-    params = command.get_params(typer.Context(command))
-    return {name for p in params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}
+    """The long option names of a click command (``--help`` and the ``--no-x`` forms included; not a
+    hidden one, such as heatmap's --show, --open's old name)."""
+    params = [p for p in command.get_params(typer.Context(command)) if p.param_type_name == "option" and not p.hidden]
+    return {name for p in params for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}

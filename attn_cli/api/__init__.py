@@ -15,7 +15,9 @@ the command line's. The traces it gives are ``attn_cli.api.Trace``: the record
 
 from __future__ import annotations
 
+import numbers
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +64,7 @@ class Trace(Record):
         return views.to_csv(self)
 
     def heatmap(self, **options: Any) -> Figure:
-        """The `attn-cli heatmap` picture as a matplotlib Figure (layer=, heads=, what=,
+        """The `attn-cli heatmap` picture as a matplotlib Figure (layer=, head=, what=,
         and the picture options; layer="all" draws the model view)."""
         return views.heatmap(self, **options)
 
@@ -97,8 +99,8 @@ def notebook_trace(record: Record) -> Trace:
     return Trace(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
 
 # The toy model's keyword arguments: the command line's options, as Config names them
-# (num_heads is --heads: ``heads`` chooses which heads to keep, as --head does).
-TOY_OPTIONS = {("num_heads" if f == "heads" else f): f for f in config_fields()}
+# (heads= is --heads; num_heads=, the first release's name for it, still works).
+TOY_OPTIONS = {f: f for f in config_fields()} | {"num_heads": "heads"}
 MODEL_OPTIONS = ("pair", "revision", "dtype", "device", "truncate", "target")
 
 
@@ -106,42 +108,77 @@ def trace(
     text: str,
     *,
     model: str | os.PathLike[str] | None = None,
-    layers: Any = None,
+    layer: Any = None,
+    head: Any = None,
     heads: Any = None,
     hide_tokens: str | Sequence[Any] | None = None,
     rollout: bool = False,
     norms: bool = False,
+    layers: Any = None,
     **options: Any,
 ) -> Trace:
-    """``text`` through the seeded toy model (its options as keywords: ``num_heads=4,
-    causal=True, tokenizer="words"``...) or through the checkpoint ``model`` (a folder,
-    str or any os.PathLike, or ORG/NAME in the Hugging Face cache; ``pair``,
+    """``text`` through the seeded toy model (its options as keywords, named as the command
+    line's: ``heads=4, causal=True, tokenizer="words"``...) or through the checkpoint ``model``
+    (a folder, str or any os.PathLike, or ORG/NAME in the Hugging Face cache; ``pair``,
     ``revision``, ``dtype``, ``device``, ``truncate`` as keywords; ``target``, an
     encoder-decoder's decoder text, gives a trace of three stacks: ``Trace.stack("cross")``,
-    ``"decoder"`` or ``"encoder"`` is each as a trace of its own). ``layers`` and
-    ``heads``: what to keep, as --layer and --head take them (an index, a list, a
+    ``"decoder"`` or ``"encoder"`` is each as a trace of its own). ``layer`` and
+    ``head``: what to keep, as --layer and --head take them (an index, a list, a
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
     --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
-    command line's errors."""
+    command line's errors. The first release's names still work: ``layers=`` and
+    ``num_heads=``, and ``heads=`` for the heads to keep where it cannot be a number of heads
+    (``_old_heads``)."""
     from attn_cli.records.hiding import HideSpec, hide
     from attn_cli.records.selection import IndexSpec
     from attn_cli.sources.spec import SourceSpec
 
     if not isinstance(text, str):
         raise UsageError(f"text is a {type(text).__name__}; give a str")
+    kept_heads = _old_heads(heads, model, options)
+    layer = _one_of(layer, "layer", layers, "layers")
+    head = _one_of(head, "head", kept_heads, "heads")
+    if heads is not None and kept_heads is None:
+        options["heads"] = heads  # the toy's number of heads
     config, trained = _source_options(options, model)
     spec = SourceSpec(
         config=config,
         model=None if model is None else os.fspath(model),
-        layers=IndexSpec.parse(_index_text(layers, "layers"), "layers"),
-        heads=IndexSpec.parse(_index_text(heads, "heads"), "heads"),
+        layers=IndexSpec.parse(_index_text(layer, "layer"), "layer"),
+        heads=IndexSpec.parse(_index_text(head, "head"), "head"),
         hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
         **trained,
     )
     source = open_source(spec)
     made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
     return notebook_trace(hide(made, spec.hide))
+
+
+def _old_heads(heads: Any, model: Any, options: dict[str, Any]) -> Any:
+    """``heads=`` as the first release meant it, the heads to keep (now ``head=``), or None
+    where it is the toy's number of heads, as --heads. It is a number of heads only as a
+    whole number above 0, without ``model=`` (a checkpoint has its own) and without
+    ``num_heads=``: there the first release could only fail (its toy had one head, 0 or -1),
+    so no call that worked changes meaning. Elsewhere it still keeps heads, with a warning."""
+    if heads is None:
+        return None
+    count = isinstance(heads, numbers.Integral) and not isinstance(heads, bool) and heads > 0
+    if count and model is None and "num_heads" not in options:
+        return None
+    warnings.warn(
+        f"attn_cli.trace(heads={heads!r}) keeps heads: write head={heads!r}; heads= is now the toy model's number of heads, as --heads",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return heads
+
+
+def _one_of(value: Any, name: str, old: Any, old_name: str) -> Any:
+    """A keyword given by its name or by its first release's name, not both."""
+    if value is not None and old is not None:
+        raise UsageError(f"{old_name}= and {name}= both choose the {name}s to keep: give {name}= alone")
+    return old if value is None else value
 
 
 def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str, Any]]:
@@ -153,7 +190,7 @@ def _source_options(options: dict[str, Any], model: Any) -> tuple[Any, dict[str,
     unknown = sorted(set(options) - set(TOY_OPTIONS) - set(MODEL_OPTIONS))
     if unknown:
         raise UsageError(
-            f"{', '.join(unknown)}: not an option of attn_cli.trace(); the toy model takes {', '.join(TOY_OPTIONS)}, "
+            f"{', '.join(unknown)}: not an option of attn_cli.trace(); the toy model takes {', '.join(config_fields())}, "
             f"a checkpoint {', '.join(MODEL_OPTIONS)}"
         )
     toy = {TOY_OPTIONS[k]: v for k, v in options.items() if k in TOY_OPTIONS}

@@ -6,6 +6,7 @@ notebook methods call (the command line's JSON, CSV, picture, page and heads cen
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,22 +142,30 @@ def heatmap(
     t: Trace,
     *,
     layer: int | str | Sequence[int] | None = None,
-    heads: Sequence[int] | None = None,
+    head: int | Sequence[int] | None = None,
     what: str = "weights",
+    heads: Sequence[int] | None = None,
     **options: Any,
 ) -> Figure:
     """The command line's picture as a matplotlib Figure: one layer's heads (``layer``: a
-    model index, default the last kept), or the model view (``layer="all"`` or a list).
-    ``options``: HeatmapOptions' fields (per_head_scale, annotate, cmap, log, size, dpi)."""
+    model index, default the last kept), or the model view (``layer="all"`` or a list);
+    ``head``: the heads drawn, as --head (an index or a list). ``options``: HeatmapOptions'
+    fields (per_head_scale, annotate, cmap, log, size, dpi). ``heads=``, the first release's
+    name for ``head=``, still works, with a warning: ``attn_cli.trace(heads=)`` is --heads."""
     import dataclasses
 
     from attn_cli.render.picture.panels import HeatmapOptions
     from attn_cli.render.picture.heatmap import check_options, heatmap_figure
     from attn_cli.render.picture.kinds import What
 
+    if heads is not None:
+        if head is not None:
+            raise UsageError("heads= and head= both choose the heads to draw: give head= alone")
+        warnings.warn(f"Trace.heatmap(heads={heads!r}): write head={heads!r}, as --head", DeprecationWarning, stacklevel=3)
+        head = heads
     try:
         kind = What(what)
-        drawing = HeatmapOptions(what=kind, heads=None if heads is None else tuple(heads), **options)
+        drawing = HeatmapOptions(what=kind, heads=None if head is None else (head,) if isinstance(head, int) else tuple(head), **options)
     except (ValueError, TypeError) as err:
         raise UsageError(f"heatmap: {err}") from None
     kept = [k.layer for k in t.layers]

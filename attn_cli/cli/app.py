@@ -15,6 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from attn_cli import __version__
 from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
+from attn_cli.cli.panels import format_panels
 from attn_cli.runtime import interrupts
 from attn_cli.runtime.errors import AttnCliError, ExitStatus
 from attn_cli.runtime.files import settle_matplotlib_dirs
@@ -68,8 +69,12 @@ _WRITE_FILES = ("heatmap", "html", "add")
 
 
 class AttnCommand(_OutputSafeParsing, _PlainHelp, TyperCommand):
-    """Every attn-cli command: plain --help; a command whose results go to standard
-    output stops at once, with success, when the reader goes away."""
+    """Every attn-cli command: plain --help, its options in panels (``attn_cli.cli.panels``);
+    a command whose results go to standard output stops at once, with success, when the
+    reader goes away."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        format_panels(self, ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
         if self.name not in _WRITE_FILES and ctx.params.get("output") is None:
@@ -292,7 +297,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
 )
 
 

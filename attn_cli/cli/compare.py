@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.params import OUTPUT, TRAINED, NoColorOption, PrecisionOption
+from attn_cli.cli.panels import DISPLAY, OUTPUT, TRAINED
+from attn_cli.cli.params import NoColorOption, PrecisionOption
 from attn_cli.cli.options import (
     Format,
     FormatOption,
@@ -44,7 +45,7 @@ OtherModelOption = Annotated[
         show_default=False,
     ),
 ]
-TopOption = Annotated[int, typer.Option("--top", help="Heads listed in the table.", min=1, max=10000, rich_help_panel=OUTPUT)]
+TopOption = Annotated[int, typer.Option("--top", help="Heads listed in the table.", min=1, max=10000, rich_help_panel=DISPLAY)]
 DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch of a picture.", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.params import OUTPUT, NoColorOption, PrecisionOption, PredictOption, QueryOption
+from attn_cli.cli.panels import OUTPUT
+from attn_cli.cli.params import NoColorOption, PrecisionOption, PredictOption, QueryOption
 from attn_cli.cli.options import NoClobberOption, OutputOption, check_model_only, say_truncated, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch

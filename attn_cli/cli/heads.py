@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.params import OUTPUT, GenerateOption, NoColorOption, PrecisionOption
+from attn_cli.cli.panels import ANALYSIS, DISPLAY
+from attn_cli.cli.params import GenerateOption, NoColorOption, PrecisionOption
 from attn_cli.cli.options import (
     Format,
     FormatOption,
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
     from attn_cli.records.selection import Selection
     from attn_cli.records.trace import Trace
 
-PROBE = "Probe"
-ABLATION = "Ablation"
-
 
 class Ablate(str, enum.Enum):
     """--ablate: what a head's output is replaced with."""
@@ -51,7 +49,7 @@ class Ablate(str, enum.Enum):
 # heads' own options
 NoProbeOption = Annotated[
     bool,
-    typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=PROBE),
+    typer.Option("--no-probe", help="Score the text only: no induction or duplicate scores.", rich_help_panel=ANALYSIS),
 ]
 ProbeLengthOption = Annotated[
     Optional[int],
@@ -62,10 +60,10 @@ ProbeLengthOption = Annotated[
         min=2,
         max=4096,
         show_default=False,
-        rich_help_panel=PROBE,
+        rich_help_panel=ANALYSIS,
     ),
 ]
-TopOption = Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=OUTPUT)]
+TopOption = Annotated[int, typer.Option("--top", help="Heads listed per role in the table.", min=1, max=1000, rich_help_panel=DISPLAY)]
 AblateOption = Annotated[
     Optional[Ablate],
     typer.Option(
@@ -73,7 +71,7 @@ AblateOption = Annotated[
         help="Also each head's change in mean next-token loss (nats) when its output, its slice of W_o's input, "
         "is set to zero or to its mean over the text (decoders with a language-model head). -o NAME.png|svg|pdf "
         "draws the layers x heads grid of the changes.",
-        rich_help_panel=ABLATION,
+        rich_help_panel=ANALYSIS,
         case_sensitive=False,
         show_default=False,
     ),
@@ -102,14 +100,14 @@ def heads(
     On the text: self_mass, previous_mass, first_mass, mean_entropy_bits (as
     `run` defines them) and special_mass. On a probe (random token ids, then the
     same ids again): induction_score and duplicate_score. The roles' thresholds
-    are in the README.
+    are in docs/heads.md.
 
     \b
     Examples:
       attn-cli heads "The cat sat on the mat" --model "$M"
-      attn-cli heads "The cat sat on the mat" --model gpt2 --format json | jq '.heads[] | select(.role == "induction")'
+      attn-cli heads "The cat sat on the mat" --model ~/models/gpt2 --format json | jq '.heads[] | select(.role == "induction")'
       attn-cli heads "I saw a saw" --heads 4 --causal
-      attn-cli heads --file texts.txt --lines --model gpt2 -o heads.csv
+      attn-cli heads --file texts.txt --lines --model "$M" -o heads.csv
     """
     check_model_only(spec, **{"--generate": generate, "--ablate": ablate is not None})
     picture = output is not None and output.suffix.lower().lstrip(".") in FORMATS

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
@@ -37,7 +38,6 @@ DEFAULT_FORMAT = "png"
 SLUG_WORDS = 8
 SLUG_CHARS = 60
 FALLBACK_STEM = "attention"  # for a text with no ASCII letters or digits
-PICTURE = "Picture"
 
 
 def parse_size(value: Optional[str]) -> Optional[tuple[float, float]]:
@@ -66,53 +66,88 @@ WhatOption = Annotated[
         help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
         "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
         "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout.",
-        rich_help_panel=PICTURE,
+        rich_help_panel=DISPLAY,
         case_sensitive=False,
     ),
 ]
 SplitHeadsOption = Annotated[
     bool,
-    typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=PICTURE),
+    typer.Option("--split-heads", help="One file per head (NAME.head0.png, NAME.head1.png, ...) instead of a grid; with several layers, each file is that head's column of layers.", rich_help_panel=DISPLAY),
 ]
 PerHeadScaleOption = Annotated[
     bool,
-    typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=PICTURE),
+    typer.Option("--per-head-scale", help="Give each head its own colour scale (default: one scale shared by all heads).", rich_help_panel=DISPLAY),
 ]
 LogOption = Annotated[
     bool,
-    typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=PICTURE),
+    typer.Option("--log", help="Weights on a log colour scale: long texts spread their weight thin.", rich_help_panel=DISPLAY),
 ]
 AnnotateOption = Annotated[
     Optional[bool],
     typer.Option(
         "--annotate/--no-annotate",
         help="Write the values in the cells. [default: when the cells are big enough to read them]",
-        rich_help_panel=PICTURE,
+        rich_help_panel=DISPLAY,
         show_default=False,
     ),
 ]
 CmapOption = Annotated[
     Optional[str],
-    typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=PICTURE, show_default=False),
+    typer.Option("--cmap", help="A matplotlib colour map. [default: viridis for weights, RdBu_r for scores]", rich_help_panel=DISPLAY, show_default=False),
 ]
 SizeOption = Annotated[
     Optional[str],
-    typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=PICTURE, show_default=False),
+    typer.Option("--size", help="Figure size WIDTHxHEIGHT in inches, e.g. 8x6. [default: grows with the text]", rich_help_panel=OUTPUT, show_default=False),
 ]
-ShowOption = Annotated[
+OpenOption = Annotated[
     bool,
-    typer.Option("--show", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=PICTURE),
+    typer.Option("--open", help="Open each picture in a window (needs a display); writes a file only with -o.", rich_help_panel=OUTPUT),
 ]
-DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=PICTURE)]
+# --open's first name, kept working for a while: `run --show` picks tables, and one name has one meaning
+OldShowOption = Annotated[bool, typer.Option("--show", hidden=True)]
+SHOW_NOTE = "note: heatmap --show is now --open; --show will go"
+DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
-@app.command(cls=AttnCommand)
+class HeatmapCommand(AttnCommand):
+    """heatmap, whose --show (now --open) takes no value: ``heatmap --show weights``, run's
+    --show on heatmap, is one line that names what heatmap takes instead."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_show_tables(args)
+        return super().parse_args(ctx, args)
+
+
+def _refuse_show_tables(args: list[str]) -> None:
+    """A usage error for ``--show NAMES`` or ``--show=NAMES`` where NAMES are run's tables or
+    --what's matrices; another word after --show stays the TEXT, as it always was."""
+    from attn_cli.render.terminal.tables import parse_show
+
+    matrices = [w.value for w in What]
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return
+        value = arg.partition("=")[2] if arg.startswith("--show=") else args[i + 1] if arg == "--show" and i + 1 < len(args) else None
+        if value is None:
+            continue
+        parts = [part.strip().lower() for part in value.split(",")]
+        try:
+            parse_show([value])
+        except ValueError:
+            if not all(part in matrices for part in parts):
+                continue
+        matrix = parts[0] if len(parts) == 1 and parts[0] in matrices else "|".join(matrices)
+        raise UsageError(f"heatmap --show {value}: heatmap picks its matrix with --what (--what {matrix}) and opens a window with --open")
+
+
+@app.command(cls=HeatmapCommand)
 @shared_options(saved=True)
 def heatmap(
     spec: SourceSpec, texts: list[str], lines: bool, output: PictureOutputOption = None, no_clobber: NoClobberOption = False,
     what: WhatOption = What.weights, split_heads: SplitHeadsOption = False, per_head_scale: PerHeadScaleOption = False,
     log: LogOption = False, annotate: AnnotateOption = None, cmap: CmapOption = None, dpi: DpiOption = 150,
-    size: SizeOption = None, show: ShowOption = False, rollout: RolloutOption = False, generate: GenerateOption = 0,
+    size: SizeOption = None, open_window: OpenOption = False, show: OldShowOption = False, rollout: RolloutOption = False,
+    generate: GenerateOption = 0,
 ) -> None:  # fmt: skip
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
@@ -140,6 +175,9 @@ def heatmap(
     picture_size = parse_size(size)
     folder, fixed_name, suffix = output_target(output, FORMATS, "a picture format")
     if show:
+        typer.echo(SHOW_NOTE, err=True)
+    open_window = open_window or show
+    if open_window:
         _check_display()
 
     from attn_cli.render.picture.panels import HeatmapOptions, colour_map
@@ -158,7 +196,7 @@ def heatmap(
     )
     draw = _drawer(options, len(selection.layers), shown_heads, model_view=model_view, split_heads=split_heads)
     pictures = [(h, (h,)) for h in shown_heads] if split_heads else [(None, tuple(shown_heads))]
-    files = _Files(folder, fixed_name, suffix, output, clobber=not no_clobber, show=show)
+    files = _Files(folder, fixed_name, suffix, output, clobber=not no_clobber, open_window=open_window)
     _write_pictures(run_texts(spec, source, texts, selection), len(texts), files, draw, options, pictures, split_heads=split_heads,
                     stack=spec.stack, numbered=len(texts) > 1 or lines)  # fmt: skip
 
@@ -199,16 +237,16 @@ class _Files:
     suffix: str
     output: Path | None
     clobber: bool
-    show: bool
+    open_window: bool
 
 
 def _write_pictures(
     traces: Iterator[Trace], n_texts: int, files: _Files, draw: Callable[..., Any], options: Any, pictures: list[tuple[int | None, tuple[int, ...]]],
     *, split_heads: bool, stack: str | None, numbered: bool,
 ) -> None:  # fmt: skip
-    """Each text's pictures, drawn, written and reported one at a time; with --show, in windows too."""
+    """Each text's pictures, drawn, written and reported one at a time; with --open, in windows too."""
     new_figure = None
-    if files.show:
+    if files.open_window:
         import matplotlib.pyplot as plt
 
         new_figure = plt.figure
@@ -226,7 +264,7 @@ def _write_pictures(
             stem = f"{stem}-{index:0{width}d}"
         for split_head, heads in drawn:
             fig = draw(trace, dataclasses.replace(options, heads=heads), new_figure=new_figure)
-            if files.show and files.output is None:
+            if files.open_window and files.output is None:
                 continue
             head_part = f".head{split_head}" if split_head is not None else ""
             name = f"{stem}{head_part}.{files.suffix}"
@@ -236,9 +274,9 @@ def _write_pictures(
             if replacing:
                 typer.echo(replaced_note(path), err=True)
             report_written(path, functools.partial(picture_detail, fig, fmt))
-            if not files.show:
+            if not files.open_window:
                 fig.clear()  # a batch keeps one figure alive at a time
-    if files.show:
+    if files.open_window:
         plt.show()
 
 
@@ -286,14 +324,14 @@ def _save(fig: Figure, path: Path, fmt: str, said: set[str], *, clobber: bool) -
 
 
 def _check_display() -> None:
-    """--show needs a screen and a GUI toolkit; say so at once rather than hang or do nothing."""
+    """--open needs a screen and a GUI toolkit; say so at once rather than hang or do nothing."""
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        raise UsageError("--show needs a display, and this session has none ($DISPLAY is not set); drop --show to write a file")
+        raise UsageError("--open needs a display, and this session has none ($DISPLAY is not set); drop --open to write a file")
     import matplotlib
 
     backend = matplotlib.get_backend().lower()
     if backend in ("agg", "pdf", "svg", "ps", "cairo", "pgf", "template") or backend.startswith("module://matplotlib_inline"):
         raise UsageError(
-            f"--show cannot open a window: matplotlib found no usable display or GUI toolkit (backend {backend}); "
-            f"drop --show to write a file"
+            f"--open cannot open a window: matplotlib found no usable display or GUI toolkit (backend {backend}); "
+            f"drop --open to write a file"
         )

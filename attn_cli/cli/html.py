@@ -18,7 +18,8 @@ import typer
 
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.heatmap import slug
-from attn_cli.cli.params import OUTPUT, GenerateOption, NormsOption, PredictOption, RolloutOption
+from attn_cli.cli.panels import OUTPUT
+from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
 from attn_cli.sources.spec import SourceSpec

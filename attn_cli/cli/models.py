@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.panels import OUTPUT
 
 
 class ListFormat(str, enum.Enum):
@@ -30,7 +31,7 @@ def _human(count: int | None, units: tuple[str, ...], step: int) -> str:
 
 @app.command("models", cls=AttnCommand)
 def models(
-    format: Annotated[ListFormat, typer.Option("--format", "-F", help="text, or json (a list of objects).", case_sensitive=False)] = ListFormat.text,
+    format: Annotated[ListFormat, typer.Option("--format", "-F", help="text, or json (a list of objects).", rich_help_panel=OUTPUT, case_sensitive=False)] = ListFormat.text,
 ) -> None:
     """List the checkpoints in the Hugging Face cache that --model can load offline:
     family, size, and whether attn-cli computes them.

@@ -1,18 +1,19 @@
 """The options the commands share, declared once: the input (TEXT, --file, --lines), the toy
 model's, a checkpoint's (--model and its own), --hide-tokens, --from, and the single options
 several commands take (--query, --key, --rollout, --norms, --predict, --generate,
---precision, --no-color), each in its --help panel. ``attn_cli.cli.options`` builds and
-validates the source spec from them."""
+--precision, --no-color), each in its --help panel (``attn_cli.cli.panels``).
+``attn_cli.cli.options`` builds and validates the source spec from them."""
 
 from __future__ import annotations
 
 import enum
 import inspect
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from attn_cli.cli.panels import ANALYSIS, DISPLAY, INPUT, OUTPUT, TOY, TRAINED
 from attn_cli.sources.spec import TABLE_HEADS
 from attn_cli.sources.toy.config import (
     DEFAULT_MAX_TOKENS,
@@ -24,9 +25,6 @@ from attn_cli.sources.toy.config import (
     Positional,
     config_fields,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class DType(str, enum.Enum):
@@ -44,19 +42,24 @@ class Device(str, enum.Enum):
     cuda = "cuda"
 
 
-INPUT = "Input"
-MODEL = "Toy model (seeded weights)"
-TRAINED = "Trained model"
-OUTPUT = "Output"
-ANALYSIS = "Beyond the weights"
-
-
 def complete_tokenizer(incomplete: str) -> list[str]:
     """Tab on --tokenizer: words and the tiktoken encodings attn-cli knows the files of."""
     from attn_cli.text.rankfiles import ENCODING_FILES
     from attn_cli.text.tokenizers import WORDS
 
     return [name for name in (WORDS, *ENCODING_FILES) if name.startswith(incomplete)]
+
+
+def model_help() -> str:
+    """--model's help, naming the model_types the family modules declare (read without torch)."""
+    from attn_cli.sources.checkpoint.registry import MODEL_TYPES, SEQ2SEQ_TYPES
+
+    return (
+        "A trained checkpoint instead of the seeded toy model: a folder with config.json, *.safetensors and tokenizer "
+        f"files, or ORG/NAME from the Hugging Face cache (never downloaded). Its model_type: {', '.join(MODEL_TYPES)}, "
+        f"or an encoder-decoder (with --target): {', '.join(SEQ2SEQ_TYPES)}. The families: docs/models.md, "
+        "docs/encoder-decoder.md; those on this machine: `attn-cli models`."
+    )
 
 
 def param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -76,22 +79,8 @@ INPUT_PARAMS = [
         ],
         None,
     ),
-    param(
-        "file",
-        Annotated[
-            Optional[Path],
-            typer.Option("--file", "-f", help="Read the text from this file.", rich_help_panel=INPUT, show_default=False),
-        ],
-        None,
-    ),
-    param(
-        "lines",
-        Annotated[
-            bool,
-            typer.Option("--lines", help="Treat each non-empty line of the input as its own text.", rich_help_panel=INPUT),
-        ],
-        False,
-    ),
+    param("file", Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the text from this file.", rich_help_panel=INPUT, show_default=False)], None),
+    param("lines", Annotated[bool, typer.Option("--lines", help="Treat each non-empty line of the input as its own text.", rich_help_panel=INPUT)], False),
 ]
 CONFIG_PARAMS = [
     param(
@@ -104,58 +93,58 @@ CONFIG_PARAMS = [
                 autocompletion=complete_tokenizer,
                 help=f"'words', a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...) or a model name (gpt-4o). "
                 f"Default {DEFAULT_TOKENIZER}, or 'words' when its files are not on this machine.",
-                rich_help_panel=MODEL,
+                rich_help_panel=TOY,
                 show_default=False,
             ),
         ],
         None,
     ),
-    param("seed", Annotated[int, typer.Option("--seed", "-s", help="Seeds the embeddings, then again the projections.", rich_help_panel=MODEL)], DEFAULT_SEED),
+    param("seed", Annotated[int, typer.Option("--seed", "-s", help="Seeds the embeddings, then again the projections.", rich_help_panel=TOY)], DEFAULT_SEED),
     param(
         "d_model",
         Annotated[
             Optional[int],
-            typer.Option("--d-model", help="Embedding width D [default: 16, or the --embeddings file's width].", rich_help_panel=MODEL, show_default=False),
+            typer.Option("--d-model", help="Embedding width D [default: 16, or the --embeddings file's width].", rich_help_panel=TOY, show_default=False),
         ],
         None,
     ),
     param(
         "d_k",
-        Annotated[Optional[int], typer.Option("--d-k", help="Query/key size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
+        Annotated[Optional[int], typer.Option("--d-k", help="Query/key size per head [default: d_model / heads].", rich_help_panel=TOY, show_default=False)],
         None,
     ),
     param(
         "d_v",
-        Annotated[Optional[int], typer.Option("--d-v", help="Value size per head [default: d_model / heads].", rich_help_panel=MODEL, show_default=False)],
+        Annotated[Optional[int], typer.Option("--d-v", help="Value size per head [default: d_model / heads].", rich_help_panel=TOY, show_default=False)],
         None,
     ),
-    param("heads", Annotated[int, typer.Option("--heads", "-H", help="Number of heads.", rich_help_panel=MODEL)], 1),
-    param("causal", Annotated[bool, typer.Option("--causal", help="Mask each query's future keys before the softmax.", rich_help_panel=MODEL)], False),
-    param("no_scale", Annotated[bool, typer.Option("--no-scale", help="Do not divide the scores by sqrt(d_k).", rich_help_panel=MODEL)], False),
-    param("temperature", Annotated[float, typer.Option("--temperature", help="Divide the softmax input by this too.", rich_help_panel=MODEL)], 1.0),
-    param("dropout", Annotated[float, typer.Option("--dropout", help="Dropout on the weights before they mix the values (seeded).", rich_help_panel=MODEL)], 0.0),
-    param("qkv_bias", Annotated[bool, typer.Option("--qkv-bias", help="Bias in the query, key and value projections.", rich_help_panel=MODEL)], False),
-    param("out_proj", Annotated[bool, typer.Option("--out-proj", help="Output projection W_o after the heads are concatenated.", rich_help_panel=MODEL)], False),
+    param("heads", Annotated[int, typer.Option("--heads", "-H", help="Number of heads.", rich_help_panel=TOY)], 1),
+    param("causal", Annotated[bool, typer.Option("--causal", help="Mask each query's future keys before the softmax.", rich_help_panel=TOY)], False),
+    param("no_scale", Annotated[bool, typer.Option("--no-scale", help="Do not divide the scores by sqrt(d_k).", rich_help_panel=TOY)], False),
+    param("temperature", Annotated[float, typer.Option("--temperature", help="Divide the softmax input by this too.", rich_help_panel=TOY)], 1.0),
+    param("dropout", Annotated[float, typer.Option("--dropout", help="Dropout on the weights before they mix the values (seeded).", rich_help_panel=TOY)], 0.0),
+    param("qkv_bias", Annotated[bool, typer.Option("--qkv-bias", help="Bias in the query, key and value projections.", rich_help_panel=TOY)], False),
+    param("out_proj", Annotated[bool, typer.Option("--out-proj", help="Output projection W_o after the heads are concatenated.", rich_help_panel=TOY)], False),
     param(
         "init",
-        Annotated[Init, typer.Option("--init", help="linear: nn.Linear; uniform: torch.rand; normal: torch.randn.", rich_help_panel=MODEL, case_sensitive=False)],
+        Annotated[Init, typer.Option("--init", help="linear: nn.Linear; uniform: torch.rand; normal: torch.randn.", rich_help_panel=TOY, case_sensitive=False)],
         Init.linear,
     ),
-    param("no_projections", Annotated[bool, typer.Option("--no-projections", help="Naive attention: Q = K = V = X.", rich_help_panel=MODEL)], False),
+    param("no_projections", Annotated[bool, typer.Option("--no-projections", help="Naive attention: Q = K = V = X.", rich_help_panel=TOY)], False),
     param(
         "positional",
-        Annotated[Positional, typer.Option("--positional", help="Add positional encodings to X.", rich_help_panel=MODEL, case_sensitive=False)],
+        Annotated[Positional, typer.Option("--positional", help="Add positional encodings to X.", rich_help_panel=TOY, case_sensitive=False)],
         Positional.none,
     ),
     param(
         "embeddings",
         Annotated[
             Optional[Path],
-            typer.Option("--embeddings", help="Use these vectors (JSON list of lists, CSV or .npy; one row per token).", rich_help_panel=MODEL, show_default=False),
+            typer.Option("--embeddings", help="Use these vectors (JSON list of lists, CSV or .npy; one row per token).", rich_help_panel=TOY, show_default=False),
         ],
         None,
     ),
-    param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=MODEL)], DEFAULT_MAX_TOKENS),
+    param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=INPUT)], DEFAULT_MAX_TOKENS),
     param(
         "emit_python",
         Annotated[
@@ -178,9 +167,7 @@ TRAINED_PARAMS = [
             typer.Option(
                 "--model",
                 "-m",
-                help="A trained checkpoint instead of the seeded toy model: a folder with config.json, *.safetensors and "
-                "tokenizer files, or ORG/NAME from the Hugging Face cache (never downloaded). GPT-2, BERT-style and "
-                "Llama-style (Llama, Mistral, Qwen2) models; `attn-cli models` lists those on this machine.",
+                help=model_help(),
                 rich_help_panel=TRAINED,
                 show_default=False,
             ),
@@ -268,7 +255,7 @@ TRAINED_PARAMS = [
                 "-l",
                 help="Layers to run and show: an index, a list (0,2), a range (0-3) or all; -1 is the last. Later layers are "
                 "never run. [default: JSON/CSV all; tables and pictures the last]",
-                rich_help_panel=OUTPUT,
+                rich_help_panel=DISPLAY,
                 show_default=False,
             ),
         ],
@@ -282,7 +269,7 @@ TRAINED_PARAMS = [
                 "--head",
                 help="Heads to show: an index, a list (0,2), a range (0-3) or all; -1 is the last. "
                 f"[default: every head; a trained model's tables and pictures: 0-{TABLE_HEADS - 1}]",
-                rich_help_panel=OUTPUT,
+                rich_help_panel=DISPLAY,
                 show_default=False,
             ),
         ],
@@ -299,7 +286,7 @@ HIDE_PARAMS = [
                 help="Leave these tokens' rows and columns out of tables and pictures and renormalize each other row "
                 "over the keys shown: special (BOS, [CLS], [SEP]), and/or positions and tokens, comma-separated "
                 "(0,-1 or '[CLS],[SEP]'). JSON and CSV keep the model's weights and add the renormalized ones.",
-                rich_help_panel=OUTPUT,
+                rich_help_panel=DISPLAY,
                 show_default=False,
             ),
         ],
@@ -333,11 +320,11 @@ SHARED_NAMES = {p.name for p in SHARED}
 # ``query: QueryOption = None`` in the commands that want it.
 QueryOption = Annotated[
     Optional[str],
-    typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
+    typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=DISPLAY, show_default=False),
 ]
 KeyOption = Annotated[
     Optional[str],
-    typer.Option("--key", "-k", help="Who attends to this key: a position (0-based) or a token's text.", rich_help_panel=OUTPUT, show_default=False),
+    typer.Option("--key", "-k", help="Who attends to this key: a position (0-based) or a token's text.", rich_help_panel=DISPLAY, show_default=False),
 ]
 RolloutOption = Annotated[
     bool,
@@ -366,6 +353,7 @@ PredictOption = Annotated[
         min=0,
         max=1000,
         rich_help_panel=ANALYSIS,
+        metavar="K",
     ),
 ]
 GenerateOption = Annotated[

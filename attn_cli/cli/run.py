@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.panels import DISPLAY
 from attn_cli.cli.params import (
-    OUTPUT,
     KeyOption,
     NoColorOption,
     NormsOption,
@@ -76,7 +76,8 @@ ShowOption = Annotated[
         help="Tables to draw, comma-separated or repeated: tokens, embeddings, qkv, scores (raw Q K^T), "
         "scaled (softmax input), weights, context, output, stats, or all. "
         "Default tokens,weights,stats (+ output with several heads); with --query/--key, just those.",
-        rich_help_panel=OUTPUT,
+        rich_help_panel=DISPLAY,
+        metavar="TABLES",
         show_default=False,
         callback=_check_show,
         autocompletion=_complete_show,
@@ -114,8 +115,8 @@ def run(
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
       attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
       attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
-      attn-cli run "The capital of France is" --model gpt2 --predict 5 --layer -1 --head 0
-      attn-cli run "Once upon a time" --model gpt2 --generate 20 -F json | jq .generated_text
+      attn-cli run "The capital of France is" --model ~/models/gpt2 --predict 5 --layer -1 --head 0
+      attn-cli run "Once upon a time" --model ~/models/gpt2 --generate 20 -F json | jq .generated_text
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out

@@ -56,7 +56,7 @@ def test_import_loads_no_torch_and_lists_the_api() -> None:
 
 
 def test_a_toy_trace_is_the_command_lines_bytes() -> None:
-    t = attn_cli.trace("I saw a saw", tokenizer="words", num_heads=2, causal=True)
+    t = attn_cli.trace("I saw a saw", tokenizer="words", heads=2, causal=True)
     cli = invoke("run", "I saw a saw", "-t", "words", "--heads", "2", "--causal", "-F", "json")
     assert t.to_json() == cli.stdout.rstrip("\n")
     assert t.to_dict() == json.loads(cli.stdout)
@@ -67,7 +67,7 @@ def test_a_toy_trace_is_the_command_lines_bytes() -> None:
 
 @pytest.mark.parametrize("kind", [str, Path])
 def test_repr_html_works_for_a_checkpoint_given_as_str_or_path(kind: type, minilm_path: Path) -> None:
-    t = attn_cli.trace(TEXT, model=kind(minilm_path), layers=[4, 5], heads=range(3))
+    t = attn_cli.trace(TEXT, model=kind(minilm_path), layer=[4, 5], head=range(3))
     shown = t._repr_html_()
     assert shown.startswith('<iframe class="attn-cli-page" sandbox="allow-scripts"') and "srcdoc=" in shown
     assert [layer.layer for layer in t.layers] == [4, 5] and t.shown_heads == (0, 1, 2)
@@ -77,7 +77,7 @@ def test_repr_html_works_for_a_checkpoint_given_as_str_or_path(kind: type, minil
 
 
 def test_heatmap_page_and_census_are_the_command_lines(ours: Any, minilm_path: Path, tmp_path: Path) -> None:
-    fig = ours.heatmap(layer=2, heads=[0, 1])
+    fig = ours.heatmap(layer=2, head=[0, 1])
     drawn = [ax.images[0].get_array() for ax in fig.axes if ax.images]
     torch.testing.assert_close(torch.tensor(np.array(drawn[0])), ours.weights(layer=2, head=0), atol=1e-7, rtol=0)
     assert ours.heatmap(layer="all").get_size_inches()[0] > 4
@@ -97,10 +97,10 @@ def test_bad_arguments_are_the_command_lines_errors(minilm_path: Path) -> None:
         attn_cli.trace(TEXT, nope=1)
     with pytest.raises(UsageError, match="pair only makes sense with model="):
         attn_cli.trace(TEXT, pair="x")
-    with pytest.raises(UsageError, match="layers 9 is out of range"):
-        attn_cli.trace(TEXT, model=minilm_path, layers=9)
+    with pytest.raises(UsageError, match="layer 9 is out of range"):
+        attn_cli.trace(TEXT, model=minilm_path, layer=9)
     with pytest.raises(UsageError, match="layer 3 is not in the trace"):
-        attn_cli.trace(TEXT, model=minilm_path, layers=[5]).weights(layer=3)
+        attn_cli.trace(TEXT, model=minilm_path, layer=[5]).weights(layer=3)
 
 
 # -- attention from anywhere --------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_from_attentions_gives_the_checkpoints_numbers_page_and_picture(hf: dict
 
 
 def test_from_attentions_finds_a_causal_mask() -> None:
-    t = attn_cli.trace("I saw a saw again", tokenizer="words", num_heads=2, causal=True)
+    t = attn_cli.trace("I saw a saw again", tokenizer="words", heads=2, causal=True)
     outside = attn_cli.from_attentions([t.weights()], list(t.tokens.texts))
     assert torch.equal(outside.layers[0].mask, t.layers[0].mask)
     plain = attn_cli.from_attentions([attn_cli.trace("I saw a saw", tokenizer="words").weights()], ["I", "saw", "a", "saw"])

@@ -540,14 +540,61 @@ def test_an_existing_file_survives_a_failed_run(tmp_path: Path) -> None:
     assert out.read_bytes() == b"old"
 
 
-def test_show_without_a_display_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_without_a_display_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.setattr(sys, "platform", "linux")
-    result = invoke(FOX, "--tokenizer", "words", "--show", "-o", str(tmp_path / "x.png"))
+    result = invoke(FOX, "--tokenizer", "words", "--open", "-o", str(tmp_path / "x.png"))
     assert result.exit_code == 2
-    assert "--show needs a display" in result.stderr
+    assert result.stderr == "attn-cli: error: --open needs a display, and this session has none ($DISPLAY is not set); drop --open to write a file\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "flag, note",
+    [(["--open"], ""), (["--show"], heatmap_cli.SHOW_NOTE + "\n"), ([], "")],
+    ids=["--open", "--show, its old name", "neither (the control)"],
+)
+def test_open_and_its_old_name_show_the_pictures_and_only_the_old_name_says_so(
+    flag: list[str], note: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`heatmap --show` was --open before `run --show` gave the name another meaning: it still
+    opens the windows, with one note on stderr."""
+    import matplotlib.pyplot as plt
+
+    shown: list[int] = []
+    monkeypatch.setattr(heatmap_cli, "_check_display", lambda: None)
+    monkeypatch.setattr(plt, "show", lambda: shown.append(len(plt.get_fignums())))
+    result = invoke(FOX, "--tokenizer", "words", "--heads", "2", "--split-heads", *flag, "-o", str(tmp_path / "x.png"), code=0)
+    plt.close("all")
+    assert result.stderr == note
+    assert shown == ([2] if flag else [])  # one window per picture, shown once at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.head0.png", "x.head1.png"]
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        ([FOX, "--show", "weights"], "--show weights: heatmap picks its matrix with --what (--what weights)"),
+        (["--show", "scores,weights", FOX], "--show scores,weights: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout)"),
+        ([FOX, "--show=tokens"], "--show tokens: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout)"),
+    ],
+    ids=["a matrix", "two, before TEXT", "a table of run's"],
+)
+def test_runs_show_on_heatmap_is_one_line_that_names_what_and_open(args: list[str], what: str, tmp_path: Path) -> None:
+    result = invoke(*args, "-t", "words", "-o", str(tmp_path / "x.png"), code=2)
+    assert result.stderr == f"attn-cli: error: heatmap {what} and opens a window with --open\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_text_after_the_old_show_is_still_the_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control of the check above: only run's table names after --show are refused; any
+    other word is TEXT, as it was (here it reaches the display check)."""
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    result = invoke("--show", "weights of a fox", "-t", "words", code=2)
+    assert result.stderr.splitlines() == [heatmap_cli.SHOW_NOTE, "attn-cli: error: --open needs a display, and this session has none ($DISPLAY is not set); drop --open to write a file"]
 
 
 def test_real_process_prints_only_the_path_and_never_touches_pyplot(tmp_path: Path) -> None:

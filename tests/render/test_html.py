@@ -148,7 +148,7 @@ def test_reproduce_command_from_the_python_api() -> None:
 def test_notebook_html_is_a_sandboxed_srcdoc_iframe() -> None:
     import attn_cli
 
-    trace = attn_cli.trace("I saw a saw", tokenizer="words", num_heads=2)
+    trace = attn_cli.trace("I saw a saw", tokenizer="words", heads=2)
     frame = trace._repr_html_()
     assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame and "srcdoc=" in frame
     assert "allow-same-origin" not in frame

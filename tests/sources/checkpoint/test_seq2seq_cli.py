@@ -635,7 +635,7 @@ def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
     torch.testing.assert_close(cross.weights(layer=-1, head=1), expected, atol=0, rtol=0)
     assert json.loads(t.to_json())["cross_layers"][-1]["heads"][1]["weights"] == data["cross_layers"][-1]["heads"][1]["weights"]
     assert [tr["stack"] for tr in manifest(t.page())["traces"]] == ["encoder", "decoder", "cross"]
-    fig = cross.heatmap(heads=(0,))
+    fig = cross.heatmap(head=(0,))
     assert [a for a in fig.axes if a.images][0].images[0].get_array().shape == tuple(expected.shape)
 
 

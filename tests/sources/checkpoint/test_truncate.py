@@ -230,11 +230,11 @@ def test_the_python_api_carries_the_cut(gpt2_folder: Path) -> None:
     from attn_cli.render.page import reproduce_command
 
     original = raw_length(gpt2_folder, LONG)
-    cut = attn_cli.trace(LONG, model=gpt2_folder, truncate=True, layers=0)
+    cut = attn_cli.trace(LONG, model=gpt2_folder, truncate=True, layer=0)
     assert cut.truncated == cut.tokens.truncated == Truncation(original, 64)
     assert cut.to_dict()["truncated"] == {"from": original, "to": 64}
     assert reproduce_command(cut).endswith(f"--model {gpt2_folder} --truncate --layer 0")
-    fits = attn_cli.trace(SHORT, model=gpt2_folder, truncate=True, layers=0)  # the control
+    fits = attn_cli.trace(SHORT, model=gpt2_folder, truncate=True, layer=0)  # the control
     assert fits.truncated is None and "truncated" not in fits.to_dict() and "--truncate" not in reproduce_command(fits)
 
 
