@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from attn_cli.analysis.compare import Comparison
     from attn_cli.records.trace import Trace
 
-SCHEMA_VERSION = 1  # compare's own document
+# compare's own document, not run's trace: "schema" names it, and its version counts its own
+# changes (run's trace has no "schema" key and is at schema_version 2); docs/analyses.md
+SCHEMA = "compare"
+SCHEMA_VERSION = 1
 CSV_COLUMNS = ("table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
 
@@ -44,7 +47,8 @@ def listed(c: Comparison, top: int | None) -> dict[tuple[int, int], int]:
 
 
 def comparison_dict(c: Comparison, *, table: Any = as_lists, top: int | None = None) -> dict[str, Any]:
-    """The documented JSON object (docs/analyses.md): ``a`` and ``b`` (text, tokens,
+    """The documented JSON object (docs/analyses.md): ``schema`` ("compare") and its
+    ``schema_version``, ``a`` and ``b`` (text, tokens,
     model), ``top``, ``heads[]`` (rank, layer, head, mean_tv, max_tv, max_row; model
     order) and ``layers[].heads[].difference`` (B - A, T x T), of the ``top`` heads that
     change most or of every head."""
@@ -56,6 +60,7 @@ def comparison_dict(c: Comparison, *, table: Any = as_lists, top: int | None = N
         if kept:
             layers.append({"layer": layer.layer, "heads": kept})
     return {
+        "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "a": _run(c.a),
         "b": _run(c.b),

@@ -149,6 +149,22 @@ def test_top_lists_the_tables_heads_in_json_and_csv(gpt2_folder: Path) -> None:
         assert_lists(every, every_rows, table)
 
 
+def test_the_document_names_itself_apart_from_runs(gpt2_folder: Path, tmp_path: Path) -> None:
+    data = json.loads(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "json").stdout)
+    trace = json.loads(invoke("run", A, "--model", str(gpt2_folder), "-F", "json").stdout)
+    assert (data["schema"], data["schema_version"]) == ("compare", 1) and list(data)[:2] == ["schema", "schema_version"]
+    assert "schema" not in trace and trace["schema_version"] == 2
+    saved = tmp_path / "pair.json"
+    saved.write_text(json.dumps(data))
+    result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
+    assert "a 'compare' document, not a trace" in result.stderr and result.stderr.count("\n") == 1
+    # the control: without its name, compare's document reads as an old trace of schema 1
+    del data["schema"]
+    saved.write_text(json.dumps(data))
+    result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
+    assert "compare" not in result.stderr and "schema_version 1" in result.stderr
+
+
 def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: Path) -> None:
     import numpy as np
 
