@@ -621,6 +621,21 @@ def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[
     assert made
 
 
+@pytest.mark.parametrize(("name", "over"), [("bart", "the model's 64 positions"), ("t5", "--max-tokens")])  # T5's positions are relative
+def test_a_generation_past_the_positions_is_too_large(name: str, over: str, folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.sources.checkpoint import pair
+
+    made: list[bool] = []
+    real = pair.PairCheckpoint.generate
+    monkeypatch.setattr(pair.PairCheckpoint, "generate", lambda *a, **k: made.append(True) or real(*a, **k))
+    for n in ("64", "100000"):
+        result = invoke("run", SOURCE, "--model", str(folders[name]), "--generate", n, "--max-tokens", "64" if name == "t5" else "4096", code=4)
+        assert f"the decoder's start token and --generate {n} make {int(n) + 1}, over {over}" in result.stderr
+        assert result.stderr.count("\n") == 1 and not made
+    invoke("run", SOURCE, "--model", str(folders[name]), "--generate", "2", "-F", "json")  # the control: a small one is generated
+    assert made
+
+
 def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
     """attn_cli.trace(..., target=): the three stacks, each a trace (weights, heatmap, JSON), the page a picker."""
     from html_support import manifest
