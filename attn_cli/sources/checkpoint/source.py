@@ -166,6 +166,7 @@ class PairSource(Batches):
         generate = selection.generate if selection is not None else 0
         target, labels = self._target(source, generate, keep, norms)
         self._labels = labels.ids
+        ended_at_once = bool(generate) and len(labels) == 1 and labels.ids[0] in self.checkpoint.eos_ids
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
         n = max(len(source), len(decoder))
@@ -178,7 +179,7 @@ class PairSource(Batches):
             rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
         encoder = Trace(
             text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads,
-            predictions=predictions, generated_text=target if generate else None,
+            predictions=predictions, generated_text=target if generate else None, ended_at_once=ended_at_once,
             rollout=rollout if rollout_stack == "encoder" else None,
         )  # fmt: skip
         decoder_rollout = rollout if rollout_stack == "decoder" else None
