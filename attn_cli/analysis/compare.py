@@ -54,6 +54,10 @@ class Comparison:
         """The heads by ``mean_tv``, largest first (model order among equals)."""
         return sorted(self.heads, key=lambda h: -h.mean_tv)
 
+    def ranks(self) -> dict[tuple[int, int], int]:
+        """(layer, head) -> its place in ``ranked()``: 1 the head that changes most."""
+        return {(h.layer, h.head): rank for rank, h in enumerate(self.ranked(), start=1)}
+
     def difference(self, layer: int, head: int) -> torch.Tensor:
         """(T, T) B - A of one kept layer and shown head."""
         index = [kept.layer for kept in self.a.layers].index(layer)

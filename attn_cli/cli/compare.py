@@ -45,7 +45,18 @@ OtherModelOption = Annotated[
         show_default=False,
     ),
 ]
-TopOption = Annotated[int, typer.Option("--top", help="Heads listed in the table.", min=1, max=10000, rich_help_panel=DISPLAY)]
+TopOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--top",
+        help="List only the N heads that change most: in the table (10 without --top) and in -F json and csv (every head without it).",
+        min=1,
+        max=10000,
+        rich_help_panel=DISPLAY,
+        show_default=False,
+    ),
+]
+TABLE_TOP = 10  # heads in the table without --top
 DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch of a picture.", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
@@ -63,7 +74,7 @@ def compare(
         "for one layer and head (--layer and --head, else the head that changes most)."
     ) = None,
     no_clobber: NoClobberOption = False,
-    top: TopOption = 10,
+    top: TopOption = None,
     precision: PrecisionOption = 3,
     no_color: NoColorOption = False,
     dpi: DpiOption = 150,
@@ -152,17 +163,17 @@ def _note_same_ids(a: Trace, b: Trace) -> None:
         )
 
 
-def _write(comparison: Comparison, chosen: Format, output: Path | None, *, top: int, precision: int, no_color: bool, clobber: bool) -> None:
-    """The ranked table, or compare's JSON or CSV, streamed."""
+def _write(comparison: Comparison, chosen: Format, output: Path | None, *, top: int | None, precision: int, no_color: bool, clobber: bool) -> None:
+    """The ranked table, or compare's JSON or CSV, streamed: the ``top`` heads that change most."""
     if chosen is Format.table:
         from attn_cli.render.terminal.compare import compare_view
 
-        emit_rich([compare_view(comparison, top=top, precision=precision)], output, no_color=no_color, clobber=clobber)
+        emit_rich([compare_view(comparison, top=TABLE_TOP if top is None else top, precision=precision)], output, no_color=no_color, clobber=clobber)
         return
     from attn_cli.formats.compare import csv_pieces, json_pieces
 
     with binary_output(output, clobber=clobber) as out:
-        pieces = json_pieces(comparison) if chosen is Format.json else csv_pieces(comparison)
+        pieces = json_pieces(comparison, top) if chosen is Format.json else csv_pieces(comparison, top)
         for piece in pieces:
             out.write(piece.encode("utf-8"))
         if chosen is Format.json:

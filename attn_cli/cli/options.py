@@ -35,7 +35,7 @@ from attn_cli.cli.params import (
 )
 from attn_cli.records.hiding import HideSpec
 from attn_cli.records.selection import IndexSpec
-from attn_cli.records.trace import STACKS
+from attn_cli.records.trace import ENDED_AT_ONCE, STACKS
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.runtime.files import output_path
 from attn_cli.sources.spec import SourceSpec, check_source_options
@@ -205,7 +205,10 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
         if note is not None and note not in said:
             said.add(note)
             typer.echo(note, err=True)
-        say_truncated(trace, f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else "")
+        where = f"text {i + 1} of {len(texts)}: " if len(texts) > 1 else ""
+        say_truncated(trace, where)
+        if trace.ended_at_once:
+            typer.echo(f"note: {where}{ENDED_AT_ONCE}", err=True)
         yield trace
 
 

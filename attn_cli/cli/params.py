@@ -363,7 +363,6 @@ GenerateOption = Annotated[
         help="With --model (a decoder): first extend the text by up to N tokens, greedily (the most likely token "
         "each time, no sampling, stopping at the model's end-of-sequence), then show the whole sequence's attention.",
         min=0,
-        max=4096,
         rich_help_panel=ANALYSIS,
         metavar="N",
     ),

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from attn_cli.analysis.compare import Comparison
     from attn_cli.records.trace import Trace
 
-SCHEMA_VERSION = 1  # compare's own document
+# compare's own document, not run's trace: "schema" names it, and its version counts its own
+# changes (run's trace has no "schema" key and is at schema_version 2); docs/analyses.md
+SCHEMA = "compare"
+SCHEMA_VERSION = 1
 CSV_COLUMNS = ("table", "head", "layer", "row", "col", "row_token", "col_token", "value")
 
 
@@ -36,29 +39,43 @@ def _run(trace: Trace) -> dict[str, Any]:
 
 
 
-def comparison_dict(c: Comparison, *, table: Any = as_lists) -> dict[str, Any]:
-    """The documented JSON object (docs/analyses.md): ``a`` and ``b`` (text, tokens,
-    model), ``heads[]`` (layer, head, mean_tv, max_tv, max_row; model order) and
-    ``layers[].heads[].difference`` (B - A, T x T)."""
+def listed(c: Comparison, top: int | None) -> dict[tuple[int, int], int]:
+    """(layer, head) -> rank of the heads a document lists: the ``top`` that change most
+    (as the table), or every head when ``top`` is None."""
+    return {key: rank for key, rank in c.ranks().items() if top is None or rank <= top}
+
+
+
+def comparison_dict(c: Comparison, *, table: Any = as_lists, top: int | None = None) -> dict[str, Any]:
+    """The documented JSON object (docs/analyses.md): ``schema`` ("compare") and its
+    ``schema_version``, ``a`` and ``b`` (text, tokens,
+    model), ``top``, ``heads[]`` (rank, layer, head, mean_tv, max_tv, max_row; model
+    order) and ``layers[].heads[].difference`` (B - A, T x T), of the ``top`` heads that
+    change most or of every head."""
+    ranks = listed(c, top)
     heads = list(c.a.shown_heads)
+    layers = []
+    for layer, diff in zip(c.a.layers, c.differences):
+        kept = [{"head": h, "difference": table(diff[i])} for i, h in enumerate(heads) if (layer.layer, h) in ranks]
+        if kept:
+            layers.append({"layer": layer.layer, "heads": kept})
     return {
+        "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "a": _run(c.a),
         "b": _run(c.b),
-        "heads": [h.as_dict() for h in c.heads],
-        "layers": [
-            {"layer": layer.layer, "heads": [{"head": h, "difference": table(diff[i])} for i, h in enumerate(heads)]}
-            for layer, diff in zip(c.a.layers, c.differences)
-        ],
+        "top": top,
+        "heads": [{"rank": ranks[(h.layer, h.head)], **h.as_dict()} for h in c.heads if (h.layer, h.head) in ranks],
+        "layers": layers,
     }
 
 
 
-def json_pieces(c: Comparison) -> Iterator[str]:
+def json_pieces(c: Comparison, top: int | None = None) -> Iterator[str]:
     """``comparison_dict`` as one line of JSON, the differences written a block of rows at a time."""
     import json
 
-    made = comparison_dict(c, table=StreamedTable)
+    made = comparison_dict(c, table=StreamedTable, top=top)
     layers = made.pop("layers")
     yield json.dumps(made, ensure_ascii=False, allow_nan=False)[:-1] + ', "layers": ['
     for i, layer in enumerate(layers):
@@ -72,23 +89,26 @@ def json_pieces(c: Comparison) -> Iterator[str]:
 
 
 
-def csv_pieces(c: Comparison) -> Iterator[str]:
+def csv_pieces(c: Comparison, top: int | None = None) -> Iterator[str]:
     """Tidy rows (``CSV_COLUMNS``): ``token_a``/``token_b`` (a row per position, the id as
-    value), ``mean_tv`` and ``max_tv`` (a row per head, ``row`` of max_tv its query row),
-    ``tv`` (a row per head and query) and ``difference`` (a row per head, query and key)."""
+    value), ``rank``, ``mean_tv`` and ``max_tv`` (a row per head, ``row`` of max_tv its query
+    row), ``tv`` (a row per head and query) and ``difference`` (a row per head, query and
+    key), of the ``top`` heads that change most or of every head."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     labels = pair_labels(c)
+    ranks = listed(c, top)
     for name, trace in (("token_a", c.a), ("token_b", c.b)):
         writer.writerows((name, "", "", i, "", label, "", tid) for i, (label, tid) in enumerate(zip(trace.tokens.labels, trace.tokens.ids)))
-    for h in c.heads:
+    for h in (h for h in c.heads if (h.layer, h.head) in ranks):
+        writer.writerow(("rank", h.head, h.layer, "", "", "", "", ranks[(h.layer, h.head)]))
         writer.writerow(("mean_tv", h.head, h.layer, "", "", "", "", h.mean_tv))
         writer.writerow(("max_tv", h.head, h.layer, h.max_row, "", labels[h.max_row], "", h.max_tv))
     yield buffer.getvalue()
     heads = list(c.a.shown_heads)
     for layer, diff in zip(c.a.layers, c.differences):
-        for i, h in enumerate(heads):
+        for i, h in ((i, h) for i, h in enumerate(heads) if (layer.layer, h) in ranks):
             buffer.seek(0)
             buffer.truncate()
             tv = (0.5 * diff[i].double().abs().sum(dim=-1)).tolist()  # (T,)

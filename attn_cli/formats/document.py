@@ -170,6 +170,7 @@ def _header(run: Trace) -> dict[str, Any]:
         made["target"] = decoder.text
         if run.generated_text is not None:  # --generate wrote the target
             made["generated_text"] = run.generated_text
+            made["ended_at_once"] = run.ended_at_once
         target_hidden = decoder.hiding.hidden if decoder.hiding is not None else ()
         made["target_tokens"] = token_dicts(decoder.tokens, target_hidden)
     return made

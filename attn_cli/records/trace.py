@@ -13,6 +13,7 @@ No torch at import time.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from attn_cli.records.about import About
@@ -33,6 +34,8 @@ SHORT_NAME = 40  # characters of a source shown whole in titles
 # self-attention, and cross-attention from the decoder's inputs (rows) to the source (columns)
 STACKS = ("encoder", "decoder", "cross")
 ONE_STACK = "self"  # the name of a model of one stack's only stack in ``Trace.stacks``
+# what --generate did when an encoder-decoder's first greedy token was its end-of-sequence
+ENDED_AT_ONCE = "the model ended the target at once (its first token was end-of-sequence), so the decoder reads only its start token"
 
 LayerT = TypeVar("LayerT", bound="LayerWeights", covariant=True)
 
@@ -211,6 +214,7 @@ class Trace(Generic[LayerT]):
     predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
+    ended_at_once: bool = False  # --generate on an encoder-decoder: its first token was end-of-sequence (ENDED_AT_ONCE)
     # An encoder-decoder (--target): ``tokens`` and ``layers`` are its encoder's, ``others`` its
     # decoder's and cross-attention's stacks; a view of one of its stacks (``stack``) says which in ``view``
     others: tuple[Stack[LayerT], ...] = ()
@@ -225,6 +229,17 @@ class Trace(Generic[LayerT]):
     def generated(self) -> tuple[int, ...]:
         """The positions --generate added (none without it)."""
         return tuple(range(self.prompt_length, len(self.tokens))) if self.prompt_length is not None else ()
+
+    def generation(self, quoted: Callable[[str], str] = repr) -> str | None:
+        """What --generate wrote, as a header's "generated" row says it: a decoder's new tokens
+        after the prompt, or an encoder-decoder's target (``quoted``: how a view quotes text).
+        None without --generate."""
+        if self.prompt_length is not None:
+            added = len(self.tokens) - self.prompt_length
+            return f"{added} token{'s' if added != 1 else ''} from position {self.prompt_length} (greedy): {quoted(self.generated_text or '')}"
+        if self.generated_text is None:
+            return None
+        return "nothing: the first token was end-of-sequence" if self.ended_at_once else f"the target (greedy): {quoted(self.generated_text)}"
 
     @property
     def stacks(self) -> dict[str, Stack[LayerT]]:
@@ -279,7 +294,9 @@ class Trace(Generic[LayerT]):
             raise UsageError(f"--stack {name}: choose {', '.join(STACKS)}")
         texts = (self.text, stacks["decoder"].text)
         if name == "encoder":
-            return dataclasses.replace(self, others=(), view=StackView(name, texts), predictions=None, generated_text=None)
+            return dataclasses.replace(
+                self, others=(), view=StackView(name, texts), predictions=None, generated_text=None, ended_at_once=False
+            )  # fmt: skip
         chosen = stacks[name]
         view = StackView(name, texts, self.tokens, self.hiding) if chosen.cross else StackView(name, texts)
         return dataclasses.replace(

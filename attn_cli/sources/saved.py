@@ -136,6 +136,8 @@ def _document(data: Any, where: str) -> tuple[list[Any], list[Any]]:
     """(tokens[], layers[]) of a schema-2 document, or the UsageError that says what is missing."""
     if not isinstance(data, dict):
         raise UsageError(f"{where}: not a schema-2 trace (a JSON object with tokens and layers)")
+    if isinstance(data.get("schema"), str):  # another command's document (compare's): a trace has no "schema" key
+        raise UsageError(f"{where}: a {data['schema']!r} document, not a trace; --from reads what run -F json writes")
     version = data.get("schema_version", 2)
     if version != 2:
         raise UsageError(f"{where}: schema_version {version!r}; attn-cli reads schema 2 (run -F json writes it)")

@@ -109,10 +109,60 @@ def test_the_table_ranks_heads_and_csv_has_every_number(gpt2_folder: Path) -> No
     assert first.split()[1:4] == [str(best["layer"]), str(best["head"]), f"{best['mean_tv']:.3f}"]
     rows = list(csv.DictReader(io.StringIO(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "csv").stdout)))
     tables = {r["table"] for r in rows}
-    assert tables == {"token_a", "token_b", "mean_tv", "max_tv", "tv", "difference"}
+    assert tables == {"token_a", "token_b", "rank", "mean_tv", "max_tv", "tv", "difference"}
     assert sum(r["table"] == "difference" for r in rows) == 12 * 11 * 11
     mean = {(int(r["layer"]), int(r["head"])): float(r["value"]) for r in rows if r["table"] == "mean_tv"}
     assert mean[(best["layer"], best["head"])] == best["mean_tv"]
+
+
+def table_heads(table: str) -> list[tuple[int, int, int]]:
+    """(rank, layer, head) of each row of compare's table."""
+    rows = [line.split() for line in table.splitlines()]
+    return [(int(r[0]), int(r[1]), int(r[2])) for r in rows if len(r) == 6 and r[0].isdigit()]
+
+
+def assert_lists(data: dict[str, Any], rows: list[dict[str, str]], table: list[tuple[int, int, int]]) -> None:
+    """The JSON's and the CSV's heads are the table's, with its ranks, and nothing more."""
+    ranked = sorted(table, key=lambda r: (r[1], r[2]))  # model order
+    assert [(h["rank"], h["layer"], h["head"]) for h in data["heads"]] == ranked
+    assert [(layer["layer"], h["head"]) for layer in data["layers"] for h in layer["heads"]] == [(r[1], r[2]) for r in ranked]
+    assert sorted((int(r["value"]), int(r["layer"]), int(r["head"])) for r in rows if r["table"] == "rank") == sorted(table)
+    for kind, per_head in (("mean_tv", 1), ("tv", 11), ("difference", 11 * 11)):
+        assert sum(r["table"] == kind for r in rows) == per_head * len(table), kind
+
+
+def test_top_lists_the_tables_heads_in_json_and_csv(gpt2_folder: Path) -> None:
+    args = ("compare", A, B, "--model", str(gpt2_folder))
+    table = table_heads(invoke(*args, "-F", "table", "--top", "3").stdout)
+    assert [r[0] for r in table] == [1, 2, 3]
+    data = json.loads(invoke(*args, "-F", "json", "--top", "3").stdout)
+    rows = list(csv.DictReader(io.StringIO(invoke(*args, "-F", "csv", "--top", "3").stdout)))
+    assert data["top"] == 3
+    assert_lists(data, rows, table)
+    # without --top the table shows 10 and the JSON and CSV every head, ranked as the table: the
+    # control, where the same assertion finds more heads than the table of three
+    every = json.loads(invoke(*args, "-F", "json").stdout)
+    every_rows = list(csv.DictReader(io.StringIO(invoke(*args, "-F", "csv").stdout)))
+    assert every["top"] is None and len(every["heads"]) == 12 and len(table_heads(invoke(*args, "-F", "table").stdout)) == 10
+    assert sorted((h["rank"], h["layer"], h["head"]) for h in every["heads"])[:3] == table
+    with pytest.raises(AssertionError):
+        assert_lists(every, every_rows, table)
+
+
+def test_the_document_names_itself_apart_from_runs(gpt2_folder: Path, tmp_path: Path) -> None:
+    data = json.loads(invoke("compare", A, B, "--model", str(gpt2_folder), "-F", "json").stdout)
+    trace = json.loads(invoke("run", A, "--model", str(gpt2_folder), "-F", "json").stdout)
+    assert (data["schema"], data["schema_version"]) == ("compare", 1) and list(data)[:2] == ["schema", "schema_version"]
+    assert "schema" not in trace and trace["schema_version"] == 2
+    saved = tmp_path / "pair.json"
+    saved.write_text(json.dumps(data))
+    result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
+    assert "a 'compare' document, not a trace" in result.stderr and result.stderr.count("\n") == 1
+    # the control: without its name, compare's document reads as an old trace of schema 1
+    del data["schema"]
+    saved.write_text(json.dumps(data))
+    result = invoke("heatmap", "--from", str(saved), "-o", str(tmp_path / "x.png"), code=2)
+    assert "compare" not in result.stderr and "schema_version 1" in result.stderr
 
 
 def test_the_picture_draws_a_b_and_the_difference(gpt2_folder: Path, tmp_path: Path) -> None:

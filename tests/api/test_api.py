@@ -240,6 +240,7 @@ def test_a_minimal_file_is_enough(tmp_path: Path) -> None:
     ("content", "message"),
     [
         ('{"schema_version": 1, "tokens": [], "layers": []}', "schema_version 1"),
+        ('{"schema": "compare", "schema_version": 1, "heads": [], "layers": []}', "a 'compare' document, not a trace"),
         ("[1, 2]", "not a schema-2 trace"),
         ("{nope", "not JSON"),
         ('{"tokens": [{"text": "a"}], "layers": []}', "no layers"),
@@ -247,7 +248,7 @@ def test_a_minimal_file_is_enough(tmp_path: Path) -> None:
         ('{"tokens": [{"text": "a"}], "layers": [{"heads": [{"weights": [[0.5]]}]}]}', "sums to 0.5"),
         ('{"tokens": [{"text": "a"}], "layers": [{"heads": [{"weights": [[1]]}]}, {"heads": [{"head": 1, "weights": [[1]]}]}]}', "same heads"),
     ],
-    ids=["old-schema", "not-an-object", "not-json", "no-layers", "sizes", "not-softmax", "heads-differ"],
+    ids=["old-schema", "another-document", "not-an-object", "not-json", "no-layers", "sizes", "not-softmax", "heads-differ"],
 )
 def test_a_malformed_file_is_exit_2_one_line_nothing_written(content: str, message: str, tmp_path: Path) -> None:
     path = tmp_path / "bad.json"

@@ -463,6 +463,30 @@ def test_rich_output_fits_the_terminal_and_cuts_no_number(columns: int) -> None:
     assert "(columns" not in wide.stdout
 
 
+def broken_titles(shown: str) -> list[str]:
+    """The lines of a stacked block's title, "NAME   T × D (columns A to B; K of N)", that do
+    not hold it whole."""
+    whole = re.compile(r"│ \S.*   \d+ × \d+ \(columns? \d+( to \d+)?; \d+ of \d+\) +│$")
+    return [line for line in shown.splitlines() if "(column" in line and not whole.search(line)]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_a_blocks_title_is_one_line_over_its_table(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.render.explain.rich import _FitGrid
+
+    result = cli("I saw a saw", "-t", "words", "--format", "rich", env={"COLUMNS": str(columns)})
+    assert result.stdout.count("(column") >= 6 and broken_titles(result.stdout) == []
+    assert "X = E[ids]   4 × 16 (column" in result.stdout
+    # the control: the title as the table's own, which rich wraps to the table's width
+    def as_the_tables(title: str, table: Any) -> Any:
+        table.title, table.title_justify, table.title_style = title, "left", "bold"
+        return table
+
+    monkeypatch.setattr(_FitGrid, "_titled", staticmethod(as_the_tables))
+    old = cli("I saw a saw", "-t", "words", "--format", "rich", env={"COLUMNS": str(columns)}).stdout
+    assert broken_titles(old) != [] and old.count("(column") == result.stdout.count("(column")
+
+
 def test_token_text_is_never_read_as_markup() -> None:
     from rich.console import Console
 

@@ -236,6 +236,37 @@ def test_the_title_fits_the_figure(run_config: dict, options: HeatmapOptions) ->
         assert "support-tickets-v3" in fig._suptitle.get_text()
 
 
+def axis_labels_outside(fig: Figure) -> list[tuple[str, float, float, float, float]]:
+    """Each panel's "key" and "query" label that does not lie wholly inside the figure, as drawn last."""
+    renderer = fig.canvas.get_renderer()
+    outside = []
+    for ax in image_axes(fig):
+        for label in (ax.xaxis.label, ax.yaxis.label):
+            box = label.get_window_extent(renderer)
+            if label.get_text() and not (box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height):
+                outside.append((label.get_text(), *box.extents))
+    return outside
+
+
+@pytest.mark.parametrize(
+    ("text", "options"),
+    [
+        (" ".join(["extraordinarily"] * 30), HeatmapOptions(what=What.all)),  # long tick labels under three panels
+        (" ".join(["x"] * 16), HeatmapOptions()),  # one panel: the first pass leaves "key" a pixel low
+    ],
+)
+def test_the_axis_labels_stay_inside_the_picture(text: str, options: HeatmapOptions) -> None:
+    fig = heatmap_figure(make_run(text), options)
+    write_figure(fig, io.BytesIO(), "png")
+    assert [ax.get_xlabel() for ax in image_axes(fig)] == ["key"] * len(image_axes(fig))
+    assert axis_labels_outside(fig) == []
+    # the control: saved as it was, with the one pass of constrained layout a draw runs, the
+    # key label falls off the bottom edge
+    old = heatmap_figure(make_run(text), options)
+    old.savefig(io.BytesIO(), format="png", dpi=old.dpi)
+    assert [label for label, *_ in axis_labels_outside(old)][:1] == ["key"]
+
+
 def test_no_scale_is_named_in_the_title() -> None:
     assert "unscaled" in heatmap_figure(make_run(LIFE, scale=False))._suptitle.get_text()
     assert "unscaled" not in heatmap_figure(make_run(LIFE))._suptitle.get_text()

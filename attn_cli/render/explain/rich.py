@@ -45,16 +45,13 @@ class _FitGrid:
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
 
-    def _table(self, columns: list[int], title: str | None) -> Any:
+    def _table(self, columns: list[int]) -> Any:
         from rich import box
         from rich.table import Table
         from rich.text import Text
 
         grid = self.grid
         table = Table(
-            title=title,
-            title_justify="left",
-            title_style="bold",
             box=box.SIMPLE_HEAD,
             show_edge=False,
             pad_edge=False,
@@ -100,4 +97,15 @@ class _FitGrid:
             if len(blocks) > 1:
                 shown = f"columns {grid.header[body[0]]} to {grid.header[body[-1]]}" if len(body) > 1 else f"column {grid.header[body[0]]}"
                 title = f"{grid.title} ({shown}; {i + 1} of {len(blocks)})" if grid.title else f"({shown})"
-            yield Padding(self._table(labels + body, title), (1 if i == 0 else 0, 0, 0, 0))
+            table = self._table(labels + body)
+            yield Padding(table if title is None else self._titled(title, table), (1 if i == 0 else 0, 0, 0, 0))
+
+    @staticmethod
+    def _titled(title: str, table: Any) -> Any:
+        """The title as a line of its own over the table, wrapped to the width the grid has: a
+        rich table's own title wraps to the table's width, which a block of one narrow column
+        makes a few characters wide."""
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(Text(title, style="bold"), table)

@@ -163,9 +163,9 @@ def _header_rows(trace: Trace) -> list[list[str]]:
         rows.append(["stack", STACK_ROWS[view.name]])
         if view.cross:
             rows.append(["source", view.key_text])
-    if trace.prompt_length is not None:
-        added = len(tokens) - trace.prompt_length
-        rows.append(["generated", f"{added} token{'s' if added != 1 else ''} from position {trace.prompt_length} (greedy): {trace.generated_text!r}"])
+    generation = trace.generation()
+    if generation is not None:
+        rows.append(["generated", generation])
     return rows
 
 

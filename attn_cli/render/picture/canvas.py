@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attn_cli.render.picture.fonts import missing_glyph_note, missing_glyphs
 from attn_cli.runtime.errors import UsageError
@@ -29,6 +30,7 @@ HELD_BYTES_PER_CELL = 12  # each panel's masked (T, T) array, kept until the fig
 DRAW_BYTES_PER_CELL = 40  # resampling one panel onto the canvas (float RGBA copies); panels draw one at a time
 CANVAS_BYTES_PER_PIXEL = 16  # the Agg buffer, its copies and the encoder
 FIXED_DRAW_BYTES = 150 * 2**20  # the renderer, fonts, colour bars and text, whatever T
+LAYOUT_PASSES = 8  # constrained layout's passes at most before a picture is written (settle_layout)
 
 
 def check_pixels(figsize: tuple[float, float], dpi: float) -> None:
@@ -41,12 +43,35 @@ def check_pixels(figsize: tuple[float, float], dpi: float) -> None:
         )
 
 
+def settle_layout(fig: Figure) -> None:
+    """Run ``fig``'s constrained layout until every label lies inside the figure, then keep it.
+
+    A draw runs one pass of the layout, which measures each panel's labels where the panel
+    stood before the pass; the square panels and their colour bars then move, so one pass can
+    leave the key label below the figure's edge when the tick labels are long. Each further
+    pass measures again from closer. Once everything is inside (or after LAYOUT_PASSES, when
+    the figure is too small for its labels), the layout engine is set aside, so that the file
+    is the figure measured. A figure placed by hand (the model view) is left as it is."""
+    engine = fig.get_layout_engine()
+    if not isinstance(engine, ConstrainedLayoutEngine):
+        return
+    width, height = fig.get_size_inches()
+    for _ in range(LAYOUT_PASSES):
+        engine.execute(fig)
+        box = fig.get_tightbbox()  # inches
+        if box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height:
+            break
+    fig.set_layout_engine("none")
+
+
 def write_figure(fig: Figure, file: IO[bytes], fmt: str) -> list[str]:
-    """Save ``fig`` as ``fmt`` (png, svg, pdf) into an open binary file; return notes for the user."""
+    """Save ``fig`` as ``fmt`` (png, svg, pdf) into an open binary file, its layout settled
+    first (``settle_layout``); return notes for the user."""
     notes: list[str] = []
     # A fixed salt for the SVG element ids: the same run gives the same bytes in every format.
     with warnings.catch_warnings(record=True) as caught, rc_context({"svg.hashsalt": "attn-cli"}):
         warnings.simplefilter("always")
+        settle_layout(fig)
         fig.savefig(file, format=fmt, dpi=fig.dpi, metadata=metadata(fmt))
     messages = [str(warning.message) for warning in caught]
     missing = missing_glyphs(messages)

@@ -93,9 +93,9 @@ def config_header(run: Trace) -> RenderableType:
         pairs.append(("stack", STACK_TEXTS[stack.name]))
         if stack.cross:
             pairs.append(("source tokens", str(len(stack.key_tokens))))
-    if run.prompt_length is not None:
-        added = len(run.tokens) - run.prompt_length
-        pairs.append(("generated", f"{added} token{'s' if added != 1 else ''} from position {run.prompt_length} (greedy): {printable(run.generated_text or '')!r}"))
+    generation = run.generation(lambda text: repr(printable(text)))
+    if generation is not None:
+        pairs.append(("generated", generation))
     note = m.about.note
     if note is None:  # a trained model's own weights: which of them are shown
         shown = ", ".join(str(layer.layer) for layer in run.layers)

@@ -64,15 +64,12 @@ class CheckpointSource(Batches):
             raise UsageError("--generate continues one text; drop --pair")
         if self.checkpoint.encoder:
             raise UsageError(f"--generate: {info.name} is an encoder (a masked LM); greedy generation needs a decoder")
-        most = min(self.spec.config.max_tokens, info.max_positions or self.spec.config.max_tokens)
         if prompt.truncated is not None:
             raise TooLargeError(
                 f"--truncate cut the prompt to the model's {len(prompt)} positions, which leaves no room for --generate {n}: "
                 f"shorten the text"
             )
-        if len(prompt) + n > most:
-            which = "--max-tokens" if most == self.spec.config.max_tokens else f"the model's {most} positions"
-            raise TooLargeError(f"the prompt's {len(prompt)} tokens and --generate {n} make {len(prompt) + n}, over {which}; generate fewer")
+        check_room(self.spec, info, f"the prompt's {len(prompt)} tokens", len(prompt), n)
         with using_threads(threads.threads_for(16 * len(prompt) * info.d_model**2)):
             made = self.checkpoint.generate(prompt, n)
         tokenizer = self.checkpoint.tokenizer
@@ -169,6 +166,7 @@ class PairSource(Batches):
         generate = selection.generate if selection is not None else 0
         target, labels = self._target(source, generate, keep, norms)
         self._labels = labels.ids
+        ended_at_once = bool(generate) and len(labels) == 1 and labels.ids[0] in self.checkpoint.eos_ids
         decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
         self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
         n = max(len(source), len(decoder))
@@ -181,7 +179,7 @@ class PairSource(Batches):
             rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
         encoder = Trace(
             text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads,
-            predictions=predictions, generated_text=target if generate else None,
+            predictions=predictions, generated_text=target if generate else None, ended_at_once=ended_at_once,
             rollout=rollout if rollout_stack == "encoder" else None,
         )  # fmt: skip
         decoder_rollout = rollout if rollout_stack == "decoder" else None
@@ -195,9 +193,7 @@ class PairSource(Batches):
         if generate:
             if target is not None:
                 raise UsageError("--generate writes the target itself: drop --target, or drop --generate to read yours")
-            most = min(spec.config.max_tokens, info.max_positions or spec.config.max_tokens)
-            if generate + 1 > most:
-                raise TooLargeError(f"--generate {generate} and the decoder's start token make {generate + 1}, over {most}; generate fewer")
+            check_room(spec, info, "the decoder's start token", 1, generate)
             self._check_budget(len(source), generate + 1, keep, predict=True, norms=norms)  # the longest target it may write
             made = self.checkpoint.generate(source, generate)
             return tokenizer.decode(made), tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
@@ -306,3 +302,14 @@ def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -
         ),
         "activations": (f"the hidden states of {n_tokens} tokens", "use a shorter text"),
     }
+
+
+def check_room(spec: SourceSpec, info: ModelInfo, what: str, before: int, n: int) -> None:
+    """--generate N after ``before`` tokens (a decoder's prompt, an encoder-decoder's start token)
+    must fit the model's positions and --max-tokens: TooLargeError (exit 4) before anything is
+    generated otherwise, however large N is."""
+    max_tokens = spec.config.max_tokens
+    most = min(max_tokens, info.max_positions or max_tokens)
+    if before + n > most:
+        which = "--max-tokens" if most == max_tokens else f"the model's {most} positions"
+        raise TooLargeError(f"{what} and --generate {n} make {before + n}, over {which}; generate fewer")

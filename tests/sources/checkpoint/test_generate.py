@@ -78,8 +78,10 @@ def test_refusals_come_before_generating(gpt2_folder: Path, folders: Any, monkey
     out = tmp_path / "out.json"
     result = invoke("run", PROMPT, "--model", str(gpt2_folder), "--generate", "60", "--max-tokens", "40", "-o", str(out), code=4)
     assert "over --max-tokens" in result.stderr and not out.exists()
-    result = invoke("run", PROMPT, "--model", str(gpt2_folder), "--generate", "100", code=4)  # 64 positions
-    assert "the model's 64 positions" in result.stderr
+    for n in ("100", "100000"):  # past 64 positions, and past any number an option's range would allow
+        result = invoke("run", PROMPT, "--model", str(gpt2_folder), "--generate", n, code=4)
+        assert f"and --generate {n} make" in result.stderr and "the model's 64 positions" in result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     result = invoke("run", PROMPT, "--model", str(folders("bert-mlm")), "--generate", "3", code=2)
     assert "is an encoder" in result.stderr
     assert "--generate needs a trained model" in invoke("run", PROMPT, "-t", "words", "--generate", "3", code=2).stderr

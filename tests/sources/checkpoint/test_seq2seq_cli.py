@@ -621,6 +621,67 @@ def test_generate_is_refused_before_generating_when_it_cannot_fit(folders: dict[
     assert made
 
 
+@pytest.mark.parametrize(("name", "over"), [("bart", "the model's 64 positions"), ("t5", "--max-tokens")])  # T5's positions are relative
+def test_a_generation_past_the_positions_is_too_large(name: str, over: str, folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from attn_cli.sources.checkpoint import pair
+
+    made: list[bool] = []
+    real = pair.PairCheckpoint.generate
+    monkeypatch.setattr(pair.PairCheckpoint, "generate", lambda *a, **k: made.append(True) or real(*a, **k))
+    for n in ("64", "100000"):
+        result = invoke("run", SOURCE, "--model", str(folders[name]), "--generate", n, "--max-tokens", "64" if name == "t5" else "4096", code=4)
+        assert f"the decoder's start token and --generate {n} make {int(n) + 1}, over {over}" in result.stderr
+        assert result.stderr.count("\n") == 1 and not made
+    invoke("run", SOURCE, "--model", str(folders[name]), "--generate", "2", "-F", "json")  # the control: a small one is generated
+    assert made
+
+
+def ending_at_once(name: str, folder: Path, copy: Path) -> int:
+    """``folder`` copied to ``copy``, its first greedy token made the end-of-sequence; that token's
+    id. BART: its final_logits_bias raised at its own </s>, a real ending; T5: generation_config.json
+    names the token it writes first, as test_generate.py does for GPT-2."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, copy)
+    if name == "bart":
+        eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
+        weights = load_file(copy / "model.safetensors")
+        weights["final_logits_bias"][0, eos] = 1e4
+        save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+        return eos
+    free = json.loads(invoke("run", SOURCE, "--model", str(folder), "--generate", "2", "-F", "json").stdout)
+    first = free["target_tokens"][1]["id"]  # after the start token: the first token the model wrote
+    (copy / "generation_config.json").write_text(json.dumps({"eos_token_id": first}))
+    return first
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_a_target_ended_at_once_is_said(name: str, folders: dict[str, Path], tmp_path: Path) -> None:
+    import transformers
+
+    folder = tmp_path / name
+    eos = ending_at_once(name, folders[name], folder)
+    result = invoke("run", SOURCE, "--model", str(folder), "--generate", "4", "-F", "json")
+    data = json.loads(result.stdout)
+    start = json.loads((folder / "config.json").read_text())["decoder_start_token_id"]
+    assert data["ended_at_once"] is True and [t["id"] for t in data["target_tokens"]] == [start] and data["generated_text"] == ""
+    assert result.stderr == "note: the model ended the target at once (its first token was end-of-sequence), so the decoder reads only its start token\n"
+    table = invoke("run", SOURCE, "--model", str(folder), "--generate", "4", "--layer", "0", "--head", "0", env={"COLUMNS": "80"}).stdout
+    assert "generated nothing: the first token was end-of-sequence" in table
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    config = transformers.GenerationConfig(eos_token_id=eos, pad_token_id=model.config.pad_token_id, decoder_start_token_id=start)
+    with torch.inference_mode():
+        made = model.generate(torch.tensor([[t["id"] for t in data["tokens"]]]), generation_config=config, do_sample=False, max_new_tokens=4, use_cache=False)
+    assert made[0].tolist() == [start, eos]  # transformers ends it at once too
+    # the control: the model as built writes a target, and nothing is said about an ending
+    result = invoke("run", SOURCE, "--model", str(folders[name]), "--generate", "4", "-F", "json")
+    assert json.loads(result.stdout)["ended_at_once"] is False and "at once" not in result.stderr
+    table = invoke("run", SOURCE, "--model", str(folders[name]), "--generate", "4", "--layer", "0", "--head", "0", env={"COLUMNS": "80"}).stdout
+    assert "generated the target (greedy): '" in table and "end-of-sequence" not in table
+
+
 def test_the_python_api_takes_a_target(folders: dict[str, Path]) -> None:
     """attn_cli.trace(..., target=): the three stacks, each a trace (weights, heatmap, JSON), the page a picker."""
     from html_support import manifest
