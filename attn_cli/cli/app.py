@@ -17,7 +17,8 @@ from attn_cli import __version__
 from attn_cli.cli.output import STDOUT_FAILURE, mark_stdout_closed, stdout_errors, stdout_failure
 from attn_cli.cli.panels import format_panels
 from attn_cli.runtime import interrupts
-from attn_cli.runtime.errors import AttnCliError, ExitStatus
+from attn_cli.runtime.budget import out_of_memory
+from attn_cli.runtime.errors import AttnCliError, ExitStatus, TooLargeError
 from attn_cli.runtime.files import settle_matplotlib_dirs
 
 PROG_NAME = "attn-cli"
@@ -104,6 +105,11 @@ class AttnGroup(_OutputSafeParsing, _PlainHelp, TyperGroup):
             return ExitStatus.OK
         except (AttnCliError, KeyboardInterrupt) as err:
             return _report(err, debug=bool(ctx.meta.get("debug")))
+        except (MemoryError, RuntimeError) as err:  # an allocation the estimate let through (the GPU's, say)
+            said = out_of_memory(err)
+            if said is None:
+                raise
+            return _report(TooLargeError(said), debug=bool(ctx.meta.get("debug")))
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
         global _stdout_failed

@@ -130,6 +130,38 @@ def check(
     )
 
 
+def device_available_bytes(device: str) -> int | None:
+    """What a run may still allocate on ``device``: for cuda, the GPU's free memory and what
+    torch's caching allocator holds unused (``torch.cuda.mem_get_info``, ``memory_reserved``
+    less ``memory_allocated``); None for the CPU (``available_bytes`` is its budget) or where
+    it cannot be read."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    except (RuntimeError, AssertionError, AttributeError):  # no CUDA after all: the run's own check says so
+        return None
+
+
+def out_of_memory(err: BaseException) -> str | None:
+    """The one line to say when ``err`` is an allocation that failed (torch's CUDA or CPU
+    out-of-memory error, a MemoryError), else None. Reads no torch: only the error's class."""
+    name = type(err).__name__
+    if isinstance(err, MemoryError):
+        return "ran out of memory (an allocation failed); use a shorter text or fewer layers (--layer), or free some memory"
+    if name == "OutOfMemoryError" and type(err).__module__.startswith("torch"):
+        return (
+            "the GPU ran out of memory (torch: CUDA out of memory); use a shorter text, fewer layers (--layer) "
+            "or a smaller --dtype, or --device cpu"
+        )
+    if isinstance(err, RuntimeError) and "can't allocate memory" in str(err):  # torch's CPU allocator
+        return "ran out of memory (torch could not allocate); use a shorter text or fewer layers (--layer), or free some memory"
+    return None
+
+
 def gib(n: int) -> str:
     """Bytes for people: '9.0 GiB', '512 MiB'."""
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{max(1, round(n / 2**20))} MiB"

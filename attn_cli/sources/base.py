@@ -80,3 +80,18 @@ def check_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]]) ->
     describe = {name: what for name, (what, _) in culprits.items()}
     fixes = {name: fix for name, (_, fix) in culprits.items()}
     budget.check(parts, describe, fixes)
+
+
+def check_device_budget(parts: dict[str, int], culprits: dict[str, tuple[str, str]], device: str) -> None:
+    """On a GPU, refuse work whose weights and activations (``parts``'s "weights" and
+    "activations": what the layers compute there; the kept tables come back to the CPU) would
+    not fit in the GPU's free memory, before anything is read onto it. Nothing on the CPU."""
+    from attn_cli.runtime import budget
+
+    have = budget.device_available_bytes(device)
+    if have is None:
+        return
+    on_device = {name: parts[name] for name in ("weights", "activations") if name in parts}
+    describe = {name: f"{what} on the GPU" for name, (what, _) in culprits.items()}
+    fixes = {name: f"{fix}, or use --device cpu" for name, (_, fix) in culprits.items()}
+    budget.check(on_device, describe, fixes, doing="this run on the GPU", available=have)

@@ -144,3 +144,69 @@ def test_a_batch_reuses_a_fresh_answer(monkeypatch) -> None:
     monkeypatch.setattr(budget, "FRESH_SECONDS", 0.0)
     budget.available_bytes()
     assert len(calls) == 2
+
+
+# -- a GPU's memory, and an allocation the estimate let through ---------------------------
+
+
+def test_a_gpus_part_is_checked_against_the_gpus_free_memory(monkeypatch) -> None:
+    """On cuda, the weights and activations (what the layers compute there) against what the GPU
+    has free; the kept tables, which come back to the CPU, are not counted there. The CPU is
+    not asked. The control: enough free on the GPU passes."""
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
+    from attn_cli.sources.base import check_device_budget
+
+    parts = {"weights": 6 * 2**30, "tables": 50 * 2**30, "activations": 2**30}
+    culprits = {name: (f"the {name}", "use less") for name in parts}
+    asked: list[str] = []
+    monkeypatch.setattr(budget, "device_available_bytes", lambda device: asked.append(device) or (4 * 2**30 if device == "cuda" else None))
+    with pytest.raises(TooLargeError, match=r"this run on the GPU needs about 7\.0 GiB, mostly for the weights on the GPU, but 4\.0 GiB is free; use less, or use --device cpu"):
+        check_device_budget(parts, culprits, "cuda")
+    check_device_budget(parts, culprits, "cpu")  # the CPU's budget is check_budget's
+    assert asked == ["cuda", "cpu"]
+    monkeypatch.setattr(budget, "device_available_bytes", lambda device: 10 * 2**30)
+    check_device_budget(parts, culprits, "cuda")  # the control: 7 GiB fits in 10 (the tables' 50 are the CPU's)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        ("cuda", "the GPU ran out of memory (torch: CUDA out of memory); use a shorter text, fewer layers (--layer) or a smaller --dtype, or --device cpu"),
+        ("memory", "ran out of memory (an allocation failed); use a shorter text or fewer layers (--layer), or free some memory"),
+        ("cpu", "ran out of memory (torch could not allocate); use a shorter text or fewer layers (--layer), or free some memory"),
+    ],
+)  # fmt: skip
+def test_an_allocation_that_fails_is_one_line_and_exit_4(error: str, said: str, gpt2_folder, monkeypatch) -> None:
+    """Where the estimate let a run through and an allocation failed all the same (the GPU's,
+    which a lent GPU shows for real in test_cuda.py): one line, exit 4, no traceback."""
+    import torch
+    from invoking import invoke
+
+    from attn_cli.sources.checkpoint.model import Checkpoint
+
+    raised = {
+        "cuda": torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        "memory": MemoryError(),
+        "cpu": RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"),
+    }[error]
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(Checkpoint, "trace", fail)
+    result = invoke("run", "The cat sat", "--model", str(gpt2_folder), code=4)
+    assert result.stderr == f"attn-cli: error: {said}\n"
+
+
+def test_control_another_runtime_error_is_not_called_out_of_memory(gpt2_folder, monkeypatch) -> None:
+    from invoking import invoke
+
+    from attn_cli.sources.checkpoint.model import Checkpoint
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(Checkpoint, "trace", fail)
+    result = invoke("run", "The cat sat", "--model", str(gpt2_folder), code=None)
+    assert result.exit_code != 4 and isinstance(result.exception, RuntimeError) and "out of memory" not in result.stderr

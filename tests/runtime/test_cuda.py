@@ -160,3 +160,42 @@ def test_a_commands_json_on_the_gpu_is_the_cpus(name: str, args: tuple[str, ...]
     on_gpu = json.loads(invoke(*command, "--device", "cuda").stdout)
     on_cpu = json.loads(invoke(*command).stdout)
     assert_close_json(on_gpu, on_cpu)
+
+
+@gpu
+def test_a_run_that_cannot_fit_the_gpu_is_refused_before_it_allocates(folders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's free memory is the budget of what the layers compute there: a run over it is
+    refused (exit 4, one line) before a byte is read onto the GPU. The control: the same run
+    with the GPU's real free memory."""
+    from attn_cli.runtime import budget
+
+    args = ("run", TEXT, "--model", str(folders("llama")), "--device", "cuda", "-F", "json")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    monkeypatch.setattr(budget, "device_available_bytes", lambda device: 1000 if device == "cuda" else None)
+    result = invoke(*args, code=4)
+    assert result.stderr.startswith("attn-cli: error: this run on the GPU needs about ") and result.stderr.count("\n") == 1
+    assert "or use --device cpu" in result.stderr and torch.cuda.memory_allocated() == before
+    monkeypatch.undo()
+    invoke(*args)  # the control
+
+
+@gpu
+def test_an_allocation_the_gpu_refuses_is_one_line(folders: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allocation the GPU cannot make (a tensor past its memory, asked for inside the trace, as
+    one another process's use of the GPU would make the run's own fail): torch's CUDA
+    out-of-memory error, a real one, is one line, exit 4, no traceback."""
+    from attn_cli.sources.checkpoint.model import Checkpoint
+
+    real = Checkpoint.trace
+
+    def too_much(self: Any, *args: Any, **kwargs: Any) -> Any:
+        torch.empty(2**45, dtype=torch.uint8, device="cuda")  # 32 TiB
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "trace", too_much)
+    result = invoke("run", TEXT, "--model", str(folders("llama")), "--device", "cuda", "-F", "json", code=4)
+    assert result.stderr == (
+        "attn-cli: error: the GPU ran out of memory (torch: CUDA out of memory); use a shorter text, fewer layers (--layer) "
+        "or a smaller --dtype, or --device cpu\n"
+    )

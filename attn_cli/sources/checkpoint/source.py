@@ -18,7 +18,7 @@ from attn_cli.records.trace import ModelInfo, Trace, encoder_decoder_trace
 from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
-from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
+from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_device_budget, check_length, check_text, with_threads
 from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
@@ -102,7 +102,9 @@ class CheckpointSource(Batches):
             len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout,
             predict=bool(selection.predict),
         )  # fmt: skip
-        check_budget(parts, _checkpoint_culprits(len(tokens), selection, self.info))
+        culprits = _checkpoint_culprits(len(tokens), selection, self.info)
+        check_budget(parts, culprits)
+        check_device_budget(parts, culprits, self.spec.device)
         # Threads follow the size of one layer's operations, not the whole model's:
         # a sentence through 12 small layers is still small work for each matmul.
         info = self.info
@@ -251,15 +253,16 @@ class PairSource(Batches):
         return self.checkpoint.ablate(trace.tokens, stacks["decoder"].tokens, self._labels, method, self.spec.stack or "cross")
 
     def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
-        """Refuse, before anything runs, three stacks over these lengths that would not fit."""
-        check_budget(
-            self.checkpoint.estimate_bytes(n_source, n_target, keep, predict=predict, norms=norms),
-            {
-                "weights": ("the weights of both stacks", "use a smaller model"),
-                "tables": (f"the tables of {n_source} source and {n_target} target tokens in every layer of three stacks", "use shorter texts"),
-                "activations": ("the hidden states of both texts", "use shorter texts"),
-            },
-        )
+        """Refuse, before anything runs, three stacks over these lengths that would not fit (on a
+        GPU, its part there too)."""
+        parts = self.checkpoint.estimate_bytes(n_source, n_target, keep, predict=predict, norms=norms)
+        culprits = {
+            "weights": ("the weights of both stacks", "use a smaller model"),
+            "tables": (f"the tables of {n_source} source and {n_target} target tokens in every layer of three stacks", "use shorter texts"),
+            "activations": ("the hidden states of both texts", "use shorter texts"),
+        }
+        check_budget(parts, culprits)
+        check_device_budget(parts, culprits, self.spec.device)
 
     @staticmethod
     def _resolve(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
