@@ -148,6 +148,7 @@ def trace(
         layers=IndexSpec.parse(_index_text(layer, "layer"), "layer"),
         heads=IndexSpec.parse(_index_text(head, "head"), "head"),
         hide=HideSpec.parse(_index_text(hide_tokens, "hide_tokens")),
+        max_tokens_given="max_tokens" in options,
         **trained,
     )
     source = open_source(spec)

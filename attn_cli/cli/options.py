@@ -97,6 +97,7 @@ def build_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
         hide=HideSpec.parse(shared["hide_tokens"]),
         target=shared["target"],
         stack=_stack(shared["stack"]),
+        max_tokens_given=bool(_given(ctx, ("max_tokens",))),
     )
 
 

@@ -144,7 +144,14 @@ CONFIG_PARAMS = [
         ],
         None,
     ),
-    param("max_tokens", Annotated[int, typer.Option("--max-tokens", help="Refuse texts with more tokens than this.", rich_help_panel=INPUT)], DEFAULT_MAX_TOKENS),
+    param(
+        "max_tokens",
+        Annotated[int, typer.Option(
+            "--max-tokens", help=f"Refuse texts with more tokens than this. [default: {DEFAULT_MAX_TOKENS}; with --model, the model's positions]",
+            rich_help_panel=INPUT, show_default=False,
+        )],
+        DEFAULT_MAX_TOKENS,
+    ),  # fmt: skip
     param(
         "emit_python",
         Annotated[

@@ -38,6 +38,15 @@ class SourceSpec:
     saved: str | None = None  # --from FILE: re-draw the trace a schema-2 JSON holds; no model runs
     target: str | None = None  # --target: an encoder-decoder's decoder text (teacher-forced)
     stack: str | None = None  # --stack: the stack tables show (encoder, decoder, cross); None: cross
+    max_tokens_given: bool = False  # --max-tokens was given; else a trained model's limit is its positions
+
+    def token_limit(self, positions: int | None) -> int:
+        """The most tokens a text may have: --max-tokens as given, else for a trained model its
+        ``positions`` (max_position_embeddings; --max-tokens' value where it has none), for the
+        toy model --max-tokens' default."""
+        if self.max_tokens_given or positions is None:
+            return self.config.max_tokens
+        return positions
 
     @property
     def trained(self) -> bool:

@@ -424,7 +424,9 @@ def test_unusable_homes_give_quiet_heatmaps_and_leave_nothing_behind(setup: str,
 
 def test_an_interrupted_heatmap_leaves_no_private_folder(tmp_path: Path) -> None:
     """The same folder, removed by the signal's exit too: Ctrl-C while matplotlib loads."""
-    import test_signals
+    import importlib
+
+    test_signals = importlib.import_module("runtime.test_signals")  # tests/ is on sys.path (conftest), not tests/runtime/
 
     temp = tmp_path / "tmp"
     temp.mkdir()

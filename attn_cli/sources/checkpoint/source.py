@@ -50,7 +50,7 @@ class CheckpointSource(Batches):
             tokens = self.checkpoint.tokenizer.encode(text, spec.pair, max_length=max_length)
         except TooLargeError as err:  # over the model's positions: the flag that helps is ours
             raise TooLargeError(f"{err}, or add --truncate to keep the first {self.info.max_positions}") from None
-        tokens = check_length(tokens, spec.config.max_tokens)
+        tokens = check_length(tokens, spec.token_limit(self.info.max_positions))
         if selection is not None and selection.generate:
             return self._generated(text, tokens, selection)
         return self._trace(text, tokens, selection, spec.pair)
@@ -160,7 +160,7 @@ class PairSource(Batches):
                 "--rollout multiplies a stack's layers from its input up, and cross-attention's rows and columns are two texts: "
                 "roll out --stack encoder or --stack decoder"
             )
-        source = check_length(self.checkpoint.tokenizer.encode(text), spec.config.max_tokens)
+        source = check_length(self.checkpoint.tokenizer.encode(text), spec.token_limit(info.max_positions))
         self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
         keep = selection.keep if selection is not None else "all"
         predict = selection.predict if selection is not None else 0
@@ -169,7 +169,7 @@ class PairSource(Batches):
         target, labels = self._target(source, generate, keep, norms)
         self._labels = labels.ids
         ended_at_once = bool(generate) and len(labels) == 1 and labels.ids[0] in self.checkpoint.eos_ids
-        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.config.max_tokens)
+        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.token_limit(info.max_positions))
         self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
         n = max(len(source), len(decoder))
         n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
@@ -311,8 +311,8 @@ def check_room(spec: SourceSpec, info: ModelInfo, what: str, before: int, n: int
     """--generate N after ``before`` tokens (a decoder's prompt, an encoder-decoder's start token)
     must fit the model's positions and --max-tokens: TooLargeError (exit 4) before anything is
     generated otherwise, however large N is."""
-    max_tokens = spec.config.max_tokens
+    max_tokens = spec.token_limit(info.max_positions)
     most = min(max_tokens, info.max_positions or max_tokens)
     if before + n > most:
-        which = "--max-tokens" if most == max_tokens else f"the model's {most} positions"
+        which = f"the model's {most} positions" if most == info.max_positions else "--max-tokens"
         raise TooLargeError(f"{what} and --generate {n} make {before + n}, over {which}; generate fewer")

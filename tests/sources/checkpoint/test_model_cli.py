@@ -179,3 +179,26 @@ def test_a_missing_model_is_refused_before_torch_loads(tmp_path: Path) -> None:
     )
     assert out.stdout.split() == [str(int(ExitStatus.TOKENIZER_UNAVAILABLE)), "False"], out.stderr
     assert "no folder" in out.stderr
+
+
+def test_max_tokens_is_the_models_positions_unless_given(gpt2_folder: Path) -> None:
+    """A trained model's texts may run to its positions (64 for the tiny GPT-2) whatever
+    --max-tokens' default is; a --max-tokens given is kept. The control: the same spec with
+    --max-tokens given at the default's value refuses the text the positions let through."""
+    from attn_cli.pipeline import open_source
+    from attn_cli.runtime.errors import TooLargeError
+    from attn_cli.sources.spec import SourceSpec
+    from attn_cli.sources.toy.config import Config
+
+    text = " ".join(["the"] * 30)  # 31 tokens here: over a default of 10, under the 64 positions
+    spec = SourceSpec(Config(max_tokens=10), model=str(gpt2_folder))
+    assert (spec.token_limit(64), spec.token_limit(None)) == (64, 10)
+    n = len(open_source(spec).run(text).tokens)
+    assert 10 < n < 64
+    given = SourceSpec(Config(max_tokens=10), model=str(gpt2_folder), max_tokens_given=True)
+    with pytest.raises(TooLargeError, match=f"{n} tokens, over --max-tokens 10"):
+        open_source(given).run(text)
+    result = invoking.invoke("run", text, "--model", str(gpt2_folder), "--max-tokens", "10", code=4)  # the CLI marks it given
+    assert "over --max-tokens 10" in result.stderr
+    result = invoking.invoke("run", "word", "--model", str(gpt2_folder), "--generate", "100", code=4)
+    assert "over the model's 64 positions" in result.stderr
