@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.panels import DISPLAY, OUTPUT, TRAINED
-from attn_cli.cli.params import NoColorOption, PrecisionOption
+from attn_cli.cli.panels import DISPLAY, TRAINED
+from attn_cli.cli.params import DpiOption, NoColorOption, PrecisionOption
 from attn_cli.cli.options import (
     Format,
     FormatOption,
@@ -57,7 +57,6 @@ TopOption = Annotated[
     ),
 ]
 TABLE_TOP = 10  # heads in the table without --top
-DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch of a picture.", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
 @app.command(cls=AttnCommand)

@@ -21,7 +21,7 @@ import typer
 
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.panels import DISPLAY, OUTPUT
-from attn_cli.cli.params import GenerateOption, RolloutOption
+from attn_cli.cli.params import DpiOption, GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
@@ -106,7 +106,6 @@ OpenOption = Annotated[
 # --open's first name, kept working for a while: `run --show` picks tables, and one name has one meaning
 OldShowOption = Annotated[bool, typer.Option("--show", hidden=True)]
 SHOW_NOTE = "note: heatmap --show is now --open; --show will go"
-DpiOption = Annotated[int, typer.Option("--dpi", help="Pixels per inch (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=OUTPUT)]
 
 
 class HeatmapCommand(AttnCommand):

@@ -374,6 +374,9 @@ GenerateOption = Annotated[
         metavar="N",
     ),
 ]
+DpiOption = Annotated[
+    int, typer.Option("--dpi", help="Pixels per inch of a picture (PNG; the resolution of the image inside SVG and PDF).", min=20, max=1200, rich_help_panel=OUTPUT)
+]  # heatmap's and compare's
 PrecisionOption = Annotated[int, typer.Option("--precision", help="Digits after the point in tables.", min=0, max=12, rich_help_panel=OUTPUT)]
 # run's: not given, a weights (or any matrix) table that is too wide at 4 digits rounds to as few as 2 before it drops columns
 FittingPrecisionOption = Annotated[
