@@ -6,9 +6,13 @@ wrong place) is put in by monkeypatch and shown to fail the same assertion."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
+from attn_cli.analysis.rowstats import RowStats
+from attn_cli.analysis.stats import attention_stats
 from attn_cli.sources import blocks
 from attn_cli.sources.attend import attend, attention_weights, causal_mask
 from attn_cli.sources.blocks import attend_in_blocks
@@ -67,11 +71,12 @@ def blocked(args: dict, block_rows: int) -> tuple[torch.Tensor, Stitch]:
 
 
 @pytest.fixture
-def row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def row_by_row(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every matrix product computed one row at a time, for the whole table and the blocks alike:
     MKL's sgemm adds a dot product's terms in an order that depends on how many rows it is given,
-    so this is what lets the rest of the steps be compared to the bit."""
-    matmul = torch.matmul
+    so this is what lets the rest of the steps be compared to the bit. On one thread: MKL may
+    split a sum by its thread count, and choose that count call by call (MKL_DYNAMIC)."""
+    matmul, threads = torch.matmul, torch.get_num_threads()
 
     def rows(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         made = torch.cat([matmul(a[..., i : i + 1, :], b) for i in range(a.shape[-2])], dim=-2)  # (..., M, N)
@@ -79,6 +84,9 @@ def row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "matmul", rows)
     monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: rows(a, b))
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def check_same(args: dict, block_rows: int) -> None:
@@ -119,6 +127,18 @@ def test_blocks_come_in_order() -> None:
     ]
     with pytest.raises(ValueError, match="at least 1"):
         blocked(case("plain", torch.float32), 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("block_rows", BLOCK_ROWS)
+@pytest.mark.parametrize("name", ["plain", "causal", "window", "bias", "softcap"])
+def test_statistics_from_blocks_are_the_whole_tables(row_by_row: None, name: str, block_rows: int, dtype: torch.dtype) -> None:
+    """RowStats as attend_in_blocks feeds it: stats.py's numbers on attend's (H, T, T) weights, to the bit."""
+    args = case(name, dtype)
+    _, weights = attend(**args)
+    stats = RowStats(HEADS, TOKENS, TOKENS, mask=args["mask"])
+    attend_in_blocks(**args, block_rows=block_rows, consumers=[stats])
+    assert stats.result() == attention_stats(weights, mask=args["mask"])
 
 
 def test_cross_attention_and_leading_dimensions(row_by_row: None) -> None:
@@ -176,3 +196,24 @@ def test_each_blocking_bug_is_seen(row_by_row: None, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(blocks, target, bug)
     with pytest.raises(AssertionError):
         check_same(args, 5)
+
+
+def largest_allocation(run: object) -> int:
+    """The most bytes one torch operation allocated while ``run()`` ran (torch's memory profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()  # type: ignore[operator]
+    return max(event.cpu_memory_usage for event in prof.events())
+
+
+def test_no_whole_table_is_allocated() -> None:
+    """T = 2048, H = 8, 128 rows a block: nothing larger than one (H, 128, T) float32 block, where
+    attend (the control) allocates its (H, T, T)."""
+    heads, n_tokens, rows = 8, 2048, 128
+    gen = torch.Generator().manual_seed(2)
+    queries, keys, values = (torch.randn(heads, n_tokens, 16, generator=gen) for _ in range(3))  # (H, T, 16)
+    args = {"queries": queries, "keys": keys, "values": values, "divisor": 4.0, "mask": causal_mask(n_tokens)}
+    table, block = heads * n_tokens * n_tokens * 4, heads * rows * n_tokens * 4
+    assert largest_allocation(lambda: attend_in_blocks(**args, block_rows=rows, consumers=[lambda s, w: None])) <= block
+    assert largest_allocation(lambda: attend(**args)) >= table
