@@ -1,0 +1,89 @@
+"""RowStats, fed the blocks of a layer's weights, against attention_stats on the whole table:
+every per-row list and head mass equal to the bit, for every block size (the last block partial
+or not), masks, cross-attention, float32 and bfloat16 weights, and more rows than stats.py's
+CHUNK_ROWS. Controls: entropy summed in float32, a block's rows out of place, a block missing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_cli.analysis import rowstats
+from attn_cli.analysis.rowstats import RowStats
+from attn_cli.analysis.stats import CHUNK_ROWS, attention_stats
+from attn_cli.sources.attend import attention_weights, causal_mask
+
+HEADS = 4
+
+
+def weights_of(n_queries: int, n_keys: int, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """(H, T, S) softmax rows of seeded scores, sharp enough for ties of small weights to be rare."""
+    gen = torch.Generator().manual_seed(n_queries)
+    queries, keys = torch.randn(HEADS, n_queries, 8, generator=gen) * 3, torch.randn(HEADS, n_keys, 8, generator=gen)
+    return attention_weights(queries.to(dtype), keys.to(dtype), divisor=8**0.5, mask=mask)  # (H, T, S)
+
+
+def window_mask(n_tokens: int, window: int = 5) -> torch.Tensor:
+    i = torch.arange(n_tokens)
+    return (i[None, :] > i[:, None]) | (i[None, :] <= i[:, None] - window)  # (T, T)
+
+
+def fed(weights: torch.Tensor, block_rows: int, mask: torch.Tensor | None, cross: bool = False, skip_last: bool = False) -> RowStats:
+    """A RowStats given the table's rows ``block_rows`` at a time, as attend_in_blocks hands them."""
+    n_queries, n_keys = weights.shape[-2:]
+    consumer = RowStats(HEADS, n_queries, n_keys, mask=mask, cross=cross)
+    starts = list(range(0, n_queries, block_rows))
+    for start in starts[:-1] if skip_last else starts:
+        consumer(start, weights[:, start : start + block_rows].contiguous())  # (H, R, S), a block of its own
+    return consumer
+
+
+CASES = [  # (name, T, S, mask, cross)
+    ("no mask", 37, 37, None, False),
+    ("causal", 37, 37, causal_mask(37), False),
+    ("window", 37, 37, window_mask(37), False),
+    ("cross", 37, 11, None, True),
+    ("one token", 1, 1, None, False),
+    ("past CHUNK_ROWS", CHUNK_ROWS + 44, CHUNK_ROWS + 44, causal_mask(CHUNK_ROWS + 44), False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("block_rows", [1, 5, 16, 37, 64, 256])
+@pytest.mark.parametrize(("name", "n_queries", "n_keys", "mask", "cross"), CASES, ids=[c[0] for c in CASES])
+def test_stats_from_blocks_are_stats_py_to_the_bit(name, n_queries, n_keys, mask, cross, block_rows, dtype) -> None:
+    weights = weights_of(n_queries, n_keys, mask, dtype)
+    assert fed(weights, block_rows, mask, cross).result() == attention_stats(weights, mask=mask, cross=cross)
+
+
+def entropy_in_float32(weights: torch.Tensor) -> torch.Tensor:
+    w = weights.float()  # (H, R, S)
+    return ((-torch.special.xlogy(w, w).sum(dim=-1)) / torch.log(torch.tensor(2.0))).clamp_min(0.0).double() + 0.0
+
+
+def test_float32_entropy_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    weights, mask = weights_of(37, 37, causal_mask(37), torch.float32), causal_mask(37)
+    want = attention_stats(weights, mask=mask)
+    monkeypatch.setattr(rowstats, "entropy_bits", entropy_in_float32)
+    got = fed(weights, 5, mask).result()
+    got_bits, want_bits = [b for s in got for b in s.entropy_bits], [b for s in want for b in s.entropy_bits]
+    assert got_bits != want_bits
+    assert got_bits == pytest.approx(want_bits, abs=1e-5)  # close: only the exact comparison sees it
+
+
+def test_rows_out_of_place_are_seen() -> None:
+    weights, mask = weights_of(37, 37, causal_mask(37), torch.float32), causal_mask(37)
+    rolled = torch.cat([block.roll(1, dims=-2) for block in weights.split(5, dim=-2)], dim=-2)  # (H, T, T)
+    got, want = fed(rolled, 5, mask).result(), attention_stats(weights, mask=mask)
+    for field in ("most_attended", "entropy_bits", "self_mass", "previous_mass", "first_mass"):
+        assert [getattr(s, field) for s in got] != [getattr(s, field) for s in want], field
+
+
+def test_a_missing_or_misplaced_block_is_an_error() -> None:
+    weights = weights_of(37, 37, None, torch.float32)
+    with pytest.raises(ValueError, match="35 of 37 query rows"):
+        fed(weights, 5, None, skip_last=True).result()
+    consumer = RowStats(HEADS, 37, 37)
+    consumer(0, weights[:, :5])
+    with pytest.raises(ValueError, match="rows from 6 after 5 rows"):
+        consumer(6, weights[:, 6:11])
