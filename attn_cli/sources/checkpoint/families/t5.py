@@ -55,6 +55,7 @@ class T5(Seq2Seq):
     mean or bias; ReLU or gated-GELU (tanh) feed-forward; a final norm per stack."""
 
     family = "t5"
+    softmax_upcast = False  # eager_attention_forward (transformers 5): nn.functional.softmax of the half-precision scores
     anchor = "encoder.block.0.layer.0.SelfAttention.q.weight"
     qkv_bias = False
     input_text = "x = RMSNorm(h_(l-1)) (T5's norm: no mean, no bias)"
