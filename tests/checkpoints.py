@@ -668,16 +668,17 @@ def build_t5(folder: Path, feed_forward_proj: str) -> Path:
     return folder
 
 
+# the decoders' test texts and settings, shared by their tests, the precision and CUDA tests
 TEXT = "The cat sat on the mat, and the dog sat on the log."
-LONG = " ".join(CORPUS[:6]) * 2  # past every window below
-_WINDOW = 8
-_LOCAL_GLOBAL = ["sliding_attention", "full_attention", "sliding_attention"]
-_GEMMA3_ROPE = {
+LONG = " ".join(CORPUS[:6]) * 2  # past every window and original_max_position_embeddings below
+WINDOW = 8
+LOCAL_GLOBAL = ["sliding_attention", "full_attention", "sliding_attention"]
+GEMMA3_ROPE = {
     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
     "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
 }
-_LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [3.0, 7.0], "rope_theta": 10000.0}
-_LLAMA3 = {
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [3.0, 7.0], "rope_theta": 10000.0}
+LLAMA3 = {
     "rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 32,
 }  # fmt: skip
@@ -689,25 +690,25 @@ _LLAMA3 = {
 ONE_PER_MODEL_TYPE: dict[str, tuple[Any, dict[str, Any], str]] = {
     "gpt2": (build_gpt2, {}, TEXT),
     "bert": (build_bert, {}, TEXT),
-    "llama": (build_llama, dict(rope_parameters=_LLAMA3), LONG),
-    "mistral": (build_llama, dict(model_type="mistral", sliding_window=_WINDOW, num_key_value_heads=4), LONG),
+    "llama": (build_llama, dict(rope_parameters=LLAMA3), LONG),
+    "mistral": (build_llama, dict(model_type="mistral", sliding_window=WINDOW, num_key_value_heads=4), LONG),
     "qwen2": (build_llama, dict(model_type="qwen2", num_key_value_heads=8), TEXT),
     "qwen3": (build_decoder, dict(model_type="qwen3", attention_bias=True), TEXT),
     "gemma": (build_decoder, dict(model_type="gemma", num_key_value_heads=1), TEXT),
     "gemma2": (
         build_decoder,
-        dict(model_type="gemma2", sliding_window=_WINDOW, query_pre_attn_scalar=32, attn_logit_softcapping=5.0),
+        dict(model_type="gemma2", sliding_window=WINDOW, query_pre_attn_scalar=32, attn_logit_softcapping=5.0),
         LONG,
     ),
     "gemma3_text": (
         build_decoder,
-        dict(model_type="gemma3_text", sliding_window=_WINDOW, query_pre_attn_scalar=32, layer_types=_LOCAL_GLOBAL,
-             rope_parameters=_GEMMA3_ROPE),
+        dict(model_type="gemma3_text", sliding_window=WINDOW, query_pre_attn_scalar=32, layer_types=LOCAL_GLOBAL,
+             rope_parameters=GEMMA3_ROPE),
         LONG,
     ),  # fmt: skip
     "phi3": (
         build_decoder,
-        dict(model_type="phi3", rope_parameters={**_LONGROPE, "partial_rotary_factor": 0.5},
+        dict(model_type="phi3", rope_parameters={**LONGROPE, "partial_rotary_factor": 0.5},
              original_max_position_embeddings=32, sliding_window=12),
         LONG,
     ),  # fmt: skip

@@ -13,21 +13,13 @@ import pytest
 import torch
 
 import checkpoints
+from checkpoints import GEMMA3_ROPE, LOCAL_GLOBAL, LONG, LONGROPE, TEXT, WINDOW  # shared with the precision and CUDA tests
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.sources.checkpoint.families import activations, decoder, gemma, gpt_neox, llama, olmo2, rotary
 from attn_cli.runtime.errors import ModelUnavailable
 
-TEXT = "The cat sat on the mat, and the dog sat on the log."
-LONG = " ".join(checkpoints.CORPUS[:6]) * 2  # past every window and original_max_position_embeddings below
-WINDOW = 8
 ORIGINAL = 32  # Phi-3's original_max_position_embeddings here
-LOCAL_GLOBAL = ["sliding_attention", "full_attention", "sliding_attention"]
-GEMMA3_ROPE = {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-    "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
-}
-LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [3.0, 7.0], "rope_theta": 10000.0}
 
 
 def gemma3_old(config: dict[str, Any]) -> dict[str, Any]:

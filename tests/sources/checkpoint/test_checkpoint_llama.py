@@ -13,18 +13,12 @@ import pytest
 import torch
 
 import checkpoints
+from checkpoints import LLAMA3, LONG, TEXT, WINDOW  # shared with the precision and CUDA tests
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint import open_checkpoint
 from attn_cli.sources.checkpoint.families import llama, loop, rotary
 
 TOL = 1e-5
-TEXT = "The cat sat on the mat, and the dog sat on the log."
-LONG = " ".join(checkpoints.CORPUS[:6]) * 2  # well past the windows and original_max_position_embeddings below
-LLAMA3 = {
-    "rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 32,
-}  # fmt: skip
-WINDOW = 8
 
 CHECKPOINTS = {
     # name: (builder keyword arguments, text)
