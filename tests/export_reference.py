@@ -157,6 +157,8 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
         "vocab_size": tokens.vocab_size,
         "tokens": token_dicts(tokens, hiding.hidden if hiding else ()),
         "model": run.model.as_dict(),
+        # the distance bins of each head's distance_mass (added with the statistics of long texts)
+        "distance_bins": [[0, 0]] + [[2**k, 2 ** (k + 1) - 1] for k in range(len(tokens).bit_length()) if 2**k <= len(tokens) - 1],
         "layers": [layer_dict(layer, run.shown_heads, hiding.kept if hiding else None, table=table) for layer in run.layers],
     }
 
@@ -246,6 +248,7 @@ def csv_rows(run: Trace, index: int = 0) -> list[tuple[Any, ...]]:
             for table in HEAD_STATS:
                 if stats[table] is not None:
                     rows.append((index, tokenizer, table, h, n, "", "", "", "", stats[table]))
+            rows.extend((index, tokenizer, "distance_mass", h, n, "", b, "", "", v) for b, v in enumerate(stats["distance_mass"]))
         if run.model.out_proj:  # otherwise concat is the output itself
             vectors("concat", "", n, layer["concat"])
         vectors("output", "", n, layer["output"])

@@ -7,23 +7,36 @@ The numbers are stats.py's to the bit: each row's argmax, top weight and entropy
 computed on that row alone (the same float64 operations, whichever block the row is in); the
 element-wise steps whose result can depend on where an element stands in a tensor (2 ** bits,
 vectorised) and the means over rows (one float64 sum over T values) run at the end, on tensors
-of the shapes stats.py gives them. What is kept is O(H x T): the diagonal, the previous-token
-diagonal and the first column of the weights, and the per-row lists.
+of the shapes stats.py gives them. The distance profile is summed block by block, so its last
+bits follow the block size (1e-15 apart). What is kept is O(H x T): the diagonal, the
+previous-token diagonal and the first column of the weights, and the per-row lists.
+
+A block may hold some keys only (``first`` .. ``first + K - 1``, the band a ``Band`` lets
+through): every other key's weight is 0, as in the whole table.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
+
 import torch
 
-from attn_cli.analysis.stats import HeadStats, effective_tokens, entropy_bits
+from attn_cli.analysis.stats import HeadStats, distance_bins, distance_sums, effective_tokens, entropy_bits
+from attn_cli.records.band import Band
 
 
 class RowStats:
     """A block consumer that gathers ``attention_stats(weights, mask=mask, cross=cross)`` of every row."""
 
-    def __init__(self, heads: int, n_queries: int, n_keys: int, *, mask: torch.Tensor | None = None, cross: bool = False):
-        self.mask = mask  # (T, S) True = hidden, read a block of rows at a time
+    def __init__(
+        self, heads: int, n_queries: int, n_keys: int, *, mask: torch.Tensor | Band | None = None, cross: bool = False
+    ) -> None:
+        self.mask = mask  # (T, S) True = hidden, read a block of rows at a time; or the Band of keys each row sees
         self.masses = not cross and n_queries == n_keys  # stats.py's head masses: self-attention only
+        self.bins = distance_bins(n_keys)
+        self.distances = torch.zeros(heads, len(self.bins), dtype=torch.float64)  # (H, bins) summed over rows
+        self.sees_first: list[bool] = []  # (T,) whether each row may see key 0
         self.n_keys = n_keys
         self.seen = 0  # rows gathered so far: the blocks come in order
         self.top_key = torch.empty(heads, n_queries, dtype=torch.long)  # (H, T)
@@ -34,23 +47,43 @@ class RowStats:
         self.previous = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, i-1], row 0 unused
         self.first = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, 0], row 0 unused
 
-    def __call__(self, start: int, weights: torch.Tensor) -> None:
-        """Gather query rows start .. start + R - 1 of (H, R, S) weights."""
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
+        """Gather query rows start .. start + R - 1 of (H, R, K) weights over keys first .. first + K - 1."""
         if start != self.seen:
             raise ValueError(f"rows from {start} after {self.seen} rows: the blocks must come in order")
         end = start + weights.shape[-2]
         top_key = weights.argmax(dim=-1)  # (H, R) the first of equal maxima
-        self.top_key[:, start:end] = top_key
+        self.top_key[:, start:end] = top_key + first
         self.top_weight[:, start:end] = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, R, 1) -> (H, R)
-        self.bits[:, start:end] = entropy_bits(weights)  # (H, R, S) -> (H, R)
-        block_mask = None if self.mask is None else self.mask[start:end]  # (R, S)
-        self.visible += [self.n_keys] * (end - start) if block_mask is None else (~block_mask).sum(dim=-1).tolist()
+        self.bits[:, start:end] = entropy_bits(weights)  # (H, R, K) -> (H, R)
+        self._visibility(start, end)
         if self.masses:
-            rows = torch.arange(end - start)  # (R,) positions in the block
-            self.diagonal[:, start:end] = weights[:, rows, rows + start]  # (H, R)
-            self.previous[:, start:end] = weights[:, rows, (rows + start - 1).clamp_min(0)]  # (H, R) row 0's unused
-            self.first[:, start:end] = weights[:, :, 0]  # (H, R)
+            self._masses_of(weights, start, end, first)
         self.seen = end
+
+    def _visibility(self, start: int, end: int) -> None:
+        """How many keys rows start .. end - 1 see, and whether each sees key 0."""
+        if isinstance(self.mask, Band):
+            self.visible += self.mask.visible(start, end, self.n_keys)
+            self.sees_first += [self.mask.before is None or i <= self.mask.before for i in range(start, end)]
+        elif self.mask is None:
+            self.visible += [self.n_keys] * (end - start)
+            self.sees_first += [True] * (end - start)
+        else:
+            block_mask = self.mask[start:end]  # (R, S)
+            self.visible += (~block_mask).sum(dim=-1).tolist()
+            self.sees_first += (~block_mask[:, 0]).tolist()
+
+    def _masses_of(self, weights: torch.Tensor, start: int, end: int, first: int) -> None:
+        """Rows start .. end - 1's diagonal, previous-token and first-token weights (0 where the block
+        holds no such key: hidden), and their distance sums."""
+        rows = torch.arange(start, end, device=weights.device)  # (R,) positions in the text
+        local = torch.arange(end - start, device=weights.device)  # (R,) positions in the block
+        self.diagonal[:, start:end] = weights[:, local, rows - first]  # (H, R): a row always sees itself
+        previous = rows - 1 - first  # (R,) w[i, i-1]'s column in the block; row 0's unused
+        self.previous[:, start:end] = torch.where(previous >= 0, weights[:, local, previous.clamp_min(0)], 0.0)  # (H, R)
+        self.first[:, start:end] = weights[:, :, 0] if first == 0 else 0.0  # (H, R)
+        self.distances += distance_sums(weights, start, first, self.bins).cpu()  # (H, bins)
 
     def result(self) -> list[HeadStats]:
         """One HeadStats per head, as ``attention_stats`` gives them for every row."""
@@ -67,15 +100,38 @@ class RowStats:
             for h in range(self.top_key.shape[0])
         ]
 
-    def _masses(self, head: int) -> dict[str, float | None]:
+    def _masses(self, head: int) -> dict[str, float | list[float] | None]:
         """stats.head_masses's means: one float64 mean over each gathered (T,) or (T-1,) vector."""
         if not self.masses:
             return {"self_mass": None, "previous_mass": None, "first_mass": None}
         self_mass = self.diagonal[head].mean().item()
+        profile = {
+            "distance_mass": (self.distances[head] / self.seen).tolist(),
+            "sink_score": self.first[head, torch.tensor(self.sees_first)].mean().item(),  # stats.sink_scores's float64 mean
+        }
         if self.n_keys < 2:
-            return {"self_mass": self_mass, "previous_mass": None, "first_mass": None}
+            return {"self_mass": self_mass, "previous_mass": None, "first_mass": None, **profile}
         return {
+            **profile,
             "self_mass": self_mass,
             "previous_mass": self.previous[head, 1:].clone().mean().item(),  # a fresh (T-1,), as stats.py's copy
             "first_mass": self.first[head, 1:].clone().mean().item(),
         }
+
+
+class KeptRows:
+    """A block consumer that keeps the chosen query rows' weights, every key's, for some heads."""
+
+    def __init__(self, queries: Sequence[int], heads: Sequence[int], n_heads: int, n_keys: int) -> None:
+        self.queries = tuple(sorted(set(queries)))
+        self.heads = tuple(heads)
+        self.every_head = self.heads == tuple(range(n_heads))
+        self.rows = torch.zeros(len(self.queries), len(self.heads), n_keys)  # (Q, H', S) a key outside a block: weight 0
+
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
+        """Copy the chosen rows among start .. start + R - 1 of (H, R, K) weights over keys first .. first + K - 1."""
+        end, stop = start + weights.shape[-2], first + weights.shape[-1]
+        low, high = bisect.bisect_left(self.queries, start), bisect.bisect_left(self.queries, end)
+        for at in range(low, high):
+            row = weights[:, self.queries[at] - start]  # (H, K)
+            self.rows[at, :, first:stop] = row if self.every_head else row[list(self.heads)]

@@ -16,6 +16,14 @@ Per head, each the mean over query rows of one weight:
   - ``first_mass``: w_i,0, over rows 1 .. T-1 (row 0's first token is itself,
     already in ``self_mass``).
 ``previous_mass`` and ``first_mass`` are ``None`` for a one-token text.
+  - ``distance_mass[b]``: the weight each query row puts on keys at a distance |i - j| in bin b
+    (``distance_bins``: [0], [1], [2, 3], [4, 7], [8, 15], ...), the mean over every row: the
+    head's distance profile, which sums to 1 (a decoder's keys are all at i - j >= 0; an
+    encoder's on both sides, by absolute value);
+  - ``sink_score``: w_i,0 summed over the rows that may see the first token, divided by their
+    number (Gu et al. 2024's first-token score, row 0 included: > 0.3 marks a sink there).
+Self-attention only: cross-attention's queries and keys are tokens of two texts, and every
+head mass is None there.
 
 Everything is computed in float64 from the float32 weights, so the JSON, the
 CSV and the tables (which all call this) show the same numbers. The float64
@@ -31,59 +39,16 @@ over rows (``mean_entropy_bits``) need every row and are not there.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
 import torch
 
+from attn_cli.records.summary import HeadStats
+
+__all__ = ["HeadStats", "attention_stats", "distance_bins", "distance_sums", "effective_tokens", "entropy_bits"]
+
 CHUNK_ROWS = 256  # query rows converted to float64 at a time
-
-
-@dataclasses.dataclass(frozen=True)
-class HeadStats:
-    """One head's statistics; the per-row lists hold ``rows`` (R of them), every row (T) by default."""
-
-    head: int
-    most_attended: list[int]  # (R,) key position per query
-    top_weight: list[float]  # (R,) that key's weight
-    entropy_bits: list[float]  # (R,)
-    effective_tokens: list[float]  # (R,) 2 ** entropy_bits
-    visible_keys: list[int]  # (R,) keys the row may attend to: T, or fewer under a mask (i + 1 when causal)
-    self_mass: float | None  # None, with the other masses, for cross-attention (queries and keys of two texts)
-    previous_mass: float | None
-    first_mass: float | None
-    rows: tuple[int, ...] | None = None  # the query rows the lists hold, in order; None: 0 .. T-1
-
-    def row(self, query: int) -> int:
-        """Where query ``query``'s numbers are in the per-row lists."""
-        return query if self.rows is None else self.rows.index(query)
-
-    @property
-    def mean_entropy_bits(self) -> float:
-        return math.fsum(self._every_row(self.entropy_bits)) / len(self.entropy_bits)
-
-    @property
-    def mean_effective_tokens(self) -> float:
-        return math.fsum(self._every_row(self.effective_tokens)) / len(self.effective_tokens)
-
-    def _every_row(self, values: list[float]) -> list[float]:
-        if self.rows is not None:
-            raise ValueError("a mean over the query rows needs every row: call attention_stats without rows=")
-        return values
-
-    def as_dict(self) -> dict[str, object]:
-        """The ``stats`` object of a head in the JSON output."""
-        self._every_row(self.entropy_bits)
-        made: dict[str, object] = {
-            "most_attended": self.most_attended,
-            "top_weight": self.top_weight,
-            "entropy_bits": self.entropy_bits,
-            "effective_tokens": self.effective_tokens,
-        }
-        if self.self_mass is not None:  # cross-attention leaves the masses out: no query is a key
-            made.update(self_mass=self.self_mass, previous_mass=self.previous_mass, first_mass=self.first_mass)
-        return made
 
 
 def entropy_bits(weights: torch.Tensor) -> torch.Tensor:
@@ -113,6 +78,50 @@ def head_masses(weights: torch.Tensor) -> tuple[float | None, float | None, floa
     return self_mass, previous, first
 
 
+def distance_bins(n_keys: int) -> list[tuple[int, int]]:
+    """The fixed bins of key distances (lowest, highest), both included: [0], [1], [2, 3], [4, 7],
+    ..., as far as the one holding n_keys - 1, the longest distance in a text of n_keys tokens."""
+    bins, low = [(0, 0)], 1
+    while low <= n_keys - 1:
+        bins.append((low, 2 * low - 1))
+        low *= 2
+    return bins
+
+
+def distance_sums(weights: torch.Tensor, start: int, first: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """(H, R, K) weights of query rows start .. start + R - 1 against keys first .. first + K - 1 ->
+    (H, bins) float64: each bin's weight, summed over the block's rows. A row's mass in a bin is a
+    difference of its float64 running sums over the keys (keys beyond the block have no weight)."""
+    n_keys = weights.shape[-1]
+    running = torch.zeros(*weights.shape[:-1], n_keys + 1, dtype=torch.float64, device=weights.device)  # (H, R, K + 1)
+    torch.cumsum(weights, dim=-1, dtype=torch.float64, out=running[..., 1:])  # running[..., k]: keys first .. first + k - 1
+    rows = torch.arange(start, start + weights.shape[-2], device=weights.device)[:, None] - first  # (R, 1) i in the block's keys
+    low = torch.tensor([b[0] for b in bins], device=weights.device)  # (bins,)
+    high = torch.tensor([b[1] for b in bins], device=weights.device)  # (bins,)
+
+    def between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # (R, bins) keys a .. b - 1 -> (H, R, bins)
+        a, b = a.clamp(0, n_keys), b.clamp(0, n_keys)
+        size = (*weights.shape[:-1], a.shape[-1])
+        return running.gather(-1, b.expand(size)) - running.gather(-1, a.expand(size))
+
+    before = between(rows - high, rows - low + 1)  # j = i - d for d in the bin
+    after = between(rows + low.clamp_min(1), rows + high + 1)  # j = i + d, d >= 1 (d = 0 is counted once, above)
+    return (before + after).sum(dim=-2)  # (H, R, bins) -> (H, bins)
+
+
+def sink_scores(weights: torch.Tensor, mask: torch.Tensor | None) -> list[float]:
+    """(H, T, S) -> each head's sink score: w_i,0 over the rows that may see key 0, their mean in float64."""
+    sees = slice(None) if mask is None else ~mask[:, 0]  # (T,)
+    return [weights[h, sees, 0].double().mean().item() for h in range(weights.shape[0])]
+
+
+def _distance_profile(weights: torch.Tensor) -> list[list[float]]:
+    """(H, T, T) -> each head's ``distance_mass``, CHUNK_ROWS rows at a time."""
+    bins = distance_bins(weights.shape[-1])
+    sums = sum(distance_sums(weights[:, i : i + CHUNK_ROWS], i, 0, bins) for i in range(0, weights.shape[-2], CHUNK_ROWS))
+    return (sums / weights.shape[-2]).tolist()  # (H, bins)
+
+
 def _row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     """(H, R, T) -> (H, R) entropy in bits, CHUNK_ROWS query rows at a time."""
     if weights.shape[-2] <= CHUNK_ROWS:  # one block: every row's sum as the blocks would give it
@@ -140,6 +149,9 @@ def attention_stats(
     n_rows = picked.shape[-2]
     visible = [n_tokens] * n_rows if mask is None else (~(mask if rows is None else mask[list(rows)])).sum(dim=-1).tolist()  # (R,)
     stats = []
+    whole = not cross and weights.shape[-2] == n_tokens  # self-attention: the distance profile and the sink score
+    profile = _distance_profile(weights) if whole else None
+    sinks = sink_scores(weights, mask) if whole else None
     for h in range(weights.shape[0]):
         self_mass, previous, first = (None, None, None) if cross else head_masses(weights[h])
         stats.append(
@@ -154,6 +166,8 @@ def attention_stats(
                 previous_mass=previous,
                 first_mass=first,
                 rows=None if rows is None else tuple(rows),
+                distance_mass=None if profile is None else profile[h],
+                sink_score=None if sinks is None else sinks[h],
             )
         )
     return stats

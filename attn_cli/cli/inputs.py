@@ -8,15 +8,16 @@ usage error rather than a wait for typing.
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 import typer
 
+from attn_cli.records.positions import resolve_position
 from attn_cli.runtime.errors import AttnCliError, InputError, TooLargeError, UsageError
+
+__all__ = ["read_texts", "resolve_position"]
 
 BOM = "\ufeff"
 MAX_TEXT_BYTES = 64 * 2**20  # far past any --max-tokens; /dev/zero or a disk image stops here
@@ -114,49 +115,3 @@ def _stdin_is_terminal() -> bool:
         return True
 
 
-_POSITION = re.compile(r"[+-]?[0-9]+")
-_LABELLED = re.compile(r"(.+)#([0-9]+)")
-SHOWN_CANDIDATES = 12  # tokens listed in a "no such token" message
-
-
-def resolve_position(spec: str, texts: Sequence[str], labels: Sequence[str], flag: str) -> int:
-    """The position ``spec`` names among the tokens (``texts``, display ``labels``).
-
-    ``spec`` is a position (0-based; negative counts from the end), a label
-    (``saw#3``), ``TEXT#POSITION`` for any token, or a token's text: exactly,
-    with whitespace made visible (``␣the``), without its surrounding spaces, or
-    else ignoring case. A text that several tokens share is refused with the
-    labels to choose from. Raises UsageError.
-    """
-    from attn_cli.records.tokens import visible
-
-    n = len(texts)
-    if _POSITION.fullmatch(spec):
-        position = int(spec)
-        if not -n <= position < n:
-            raise UsageError(f"{flag} {spec} is out of range: the text has {n} tokens, positions 0 to {n - 1}")
-        return position % n
-    if spec in labels:
-        return labels.index(spec)
-
-    def matches(i: int, wanted: str) -> bool:
-        text = texts[i]
-        return wanted in (text, visible(text)) or (wanted.strip() != "" and wanted.strip() == text.strip())
-
-    labelled = _LABELLED.fullmatch(spec)
-    if labelled and int(labelled[2]) < n and matches(int(labelled[2]), labelled[1]):
-        return int(labelled[2])
-    found = [i for i in range(n) if matches(i, spec)]
-    if not found:
-        wanted = spec.strip().casefold()
-        found = [i for i in range(n) if wanted and texts[i].strip().casefold() == wanted]
-    if len(found) == 1:
-        return found[0]
-    if found:
-        choices = ", ".join(labels[i] for i in found)
-        raise UsageError(f"{flag} {spec!r} matches {len(found)} tokens ({choices}): give one of those labels or a position")
-    if labelled and int(labelled[2]) < n:
-        at = int(labelled[2])
-        raise UsageError(f"{flag} {spec!r}: the token at position {at} is {labels[at]!r}, not {labelled[1]!r}")
-    listed = ", ".join(labels[:SHOWN_CANDIDATES]) + (", ..." if n > SHOWN_CANDIDATES else "")
-    raise UsageError(f"{flag} {spec!r} is not a token of the text ({listed}): give a token or a position 0 to {n - 1}")

@@ -9,6 +9,7 @@ the command with ``spec`` and ``texts``. Commands declare only what is theirs
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import gc
@@ -199,7 +200,7 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
     said: set[str] = set()
     for i, trace in enumerate(source.run_each(texts, selection)):
         try:
-            trace = hide(trace, spec.hide)
+            trace = hide(with_queries(trace, selection), spec.hide)
         except UsageError as err:
             raise in_batch(err, i, len(texts))
         note = trace.hiding.note if trace.hiding is not None else None
@@ -210,7 +211,20 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
         say_truncated(trace, where)
         if trace.ended_at_once:
             typer.echo(f"note: {where}{ENDED_AT_ONCE}", err=True)
+        if trace.tables_omitted is not None:
+            typer.echo(f"note: {where}{trace.tables_omitted}", err=True)
         yield trace
+
+
+def with_queries(trace: Trace, selection: Selection | None) -> Trace:
+    """The trace with --query's positions among its tokens: a checkpoint resolves them before it
+    computes (it keeps those rows whole in blocks); the toy's and a saved trace's are resolved here."""
+    if selection is None or not selection.queries or trace.queries:
+        return trace
+    from attn_cli.records.positions import resolve_queries
+
+    tokens = trace.tokens
+    return dataclasses.replace(trace, queries=resolve_queries(selection.queries, tokens.texts, tokens.labels))
 
 
 def say_truncated(trace: Trace, where: str = "") -> None:

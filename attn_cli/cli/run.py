@@ -17,7 +17,6 @@ from attn_cli.cli.params import (
     FittingPrecisionOption,
     GenerateOption,
     PredictOption,
-    QueryOption,
     RolloutOption,
 )
 from attn_cli.cli.options import (
@@ -85,6 +84,28 @@ ShowOption = Annotated[
 ]
 
 
+def _check_queries(values: Optional[list[str]]) -> Optional[list[str]]:
+    from attn_cli.records.positions import check_query
+
+    try:
+        return [check_query(v) for v in values] if values else None
+    except UsageError as err:
+        raise typer.BadParameter(str(err).removeprefix("--query ")) from None
+
+
+# run's --query: several rows, at any length (``records.positions.resolve_queries``)
+QueriesOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--query", "-q",
+        help="Query rows to follow: a position (0-based, negative from the end), a range A:B (B not included), last, "
+        "last:N (the last N), or a token's text; repeat for several. JSON and CSV keep each chosen row's weights "
+        "whole (rows), at any length; one token focuses the tables on it.",
+        rich_help_panel=DISPLAY, show_default=False, metavar="QUERY", callback=_check_queries,
+    ),
+]  # fmt: skip
+
+
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
@@ -92,7 +113,7 @@ def run(
     texts: list[str],
     format: FormatOption = Format.auto,
     show: ShowOption = None,
-    query: QueryOption = None,
+    query: QueriesOption = None,
     key: KeyOption = None,
     rollout: RolloutOption = False,
     norms: NormsOption = False,
@@ -120,8 +141,8 @@ def run(
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
-    shaping = [flag for flag, value in (("--show", show), ("--query", query), ("--key", key), ("--stack", stack_shapes)) if value is not None]
-    chosen = choose_format(format, output, table_asked=bool(shaping) or spec.heads.given)
+    shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
+    chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
     shown = _parse_show(show)
     # --show norms / rollout asks for them; asked for, they join the default tables
     rollout = rollout or (shown is not None and "rollout" in shown)
@@ -137,8 +158,9 @@ def run(
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(
-        source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate
-    )
+        source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
+        queries=tuple(query or ()), tables="fit",
+    )  # fmt: skip
 
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
@@ -178,7 +200,7 @@ def _tables(
     selection: Selection,
     texts: list[str],
     shown: frozenset[str] | None,
-    query: str | None,
+    queries: list[str] | None,
     key: str | None,
     output: Path | None,
     precision: int | None,
@@ -187,9 +209,13 @@ def _tables(
     clobber: bool,
 ) -> None:
     from attn_cli.cli.inputs import resolve_position
+    from attn_cli.records.positions import is_span
     from attn_cli.render.terminal.cells import DEFAULT_PRECISION, DEFAULT_SHOW, FOCUSED_SHOW, View
+    from attn_cli.render.terminal.rows import rows_view
     from attn_cli.render.terminal.tables import human_view, more_hint
 
+    # one token (--query TOKEN) focuses the tables on it; several rows, or a range, list each row's strongest keys
+    query = queries[0] if queries is not None and len(queries) == 1 and not is_span(queries[0]) else None
     focused = query is not None or key is not None
     base = View(
         # asked for, the rollout and norms join the default tables
@@ -206,6 +232,9 @@ def _tables(
     for i, result in enumerate(runs):
         view = base
         result = result.in_stack(spec.stack)  # an encoder-decoder: one stack's tables (JSON and CSV have all)
+        if result.tables_omitted is not None or (queries and query is None):
+            parts.append(rows_view(result, DEFAULT_PRECISION if precision is None else precision, index=i, total=len(runs)))
+            continue
         if focused:
             rows, columns = result.tokens, result.own_stack.key_tokens  # cross-attention: --key names a source token
             try:

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attn_cli.analysis.stats import attention_stats
+from attn_cli.analysis.stats import attention_stats, distance_bins
 from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.records.summary import LayerSummary
 from attn_cli.records.trace import Stack, Trace
 
 if TYPE_CHECKING:
@@ -27,16 +28,20 @@ SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].spe
 
 
 def layer_dict(
-    layer: LayerAttention, heads: Sequence[int], kept: Sequence[int] | None = None, *, table: Table = as_lists,
-    kept_rows: Sequence[int] | None = None,
+    layer: LayerAttention | LayerWeights | LayerSummary, heads: Sequence[int], kept: Sequence[int] | None = None, *,
+    table: Table = as_lists, kept_rows: Sequence[int] | None = None, queries: Sequence[int] = (),
 ) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
     ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
     The softmax input and ``weights_shown`` are ``Rows``, made as they are read. A layer
     of weights alone (a saved trace, attention from elsewhere) has its weights, what is
-    shown of them and their statistics, and none of the vectors or scores."""
+    shown of them and their statistics, and none of the vectors or scores; a layer whose
+    tables were not kept (``LayerSummary``) its statistics. ``queries``: each head's ``rows``,
+    those query rows' weights (--query)."""
+    if isinstance(layer, LayerSummary):
+        return _summary_dict(layer, heads, table)
     if not isinstance(layer, LayerAttention):
-        return _weights_layer_dict(layer, heads, kept, table, kept_rows)
+        return with_rows(_weights_layer_dict(layer, heads, kept, table, kept_rows), layer, queries, table)
     scores = _raw_scores(layer)  # (H, T, T)
     stats = _head_stats(layer, heads)
     entries = []
@@ -67,7 +72,32 @@ def layer_dict(
         "concat": table(layer.concat),
         "output": table(layer.output),
     }
-    return _with_layer_norms(made, layer, table)
+    return with_rows(_with_layer_norms(made, layer, table), layer, queries, table)
+
+
+def with_rows(made: dict[str, Any], layer: LayerWeights, queries: Sequence[int], table: Table) -> dict[str, Any]:
+    """Each head's ``rows`` (--query): the chosen query rows of its weights, as a summary keeps them."""
+    for entry in made["heads"] if queries else ():
+        entry["rows"] = [{"query": q, "weights": _vector(table, layer.weights[entry["head"], q])} for q in queries]
+    return made
+
+
+def _vector(table: Table, vector: torch.Tensor) -> Any:
+    """A (S,) row as ``table`` writes a table's row: a list of floats, or streamed."""
+    return as_lists(vector[None])[0] if table is as_lists else table(vector)
+
+
+def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> dict[str, Any]:
+    """A layer whose tables were not kept: each chosen head's statistics and chosen rows."""
+    entries = []
+    for h in heads:
+        stats = layer.stats[h].as_dict()
+        stats["top_weight"] = [float32_value(w) for w in layer.stats[h].top_weight]
+        entry: dict[str, Any] = {"head": h, "stats": stats}
+        if layer.queries:
+            entry["rows"] = [{"query": q, "weights": _vector(table, layer.row(q, h))} for q in layer.queries]
+        entries.append(entry)
+    return {"layer": layer.layer, "input": None, "heads": entries}
 
 
 def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
@@ -162,6 +192,11 @@ def _header(run: Trace) -> dict[str, Any]:
     if tokens.truncated is not None:  # --truncate cut the text: ``tokens`` are its first
         made["truncated"] = {"from": tokens.truncated.original, "to": tokens.truncated.kept}
     made["model"] = run.model.as_dict()
+    made["distance_bins"] = [list(b) for b in distance_bins(max(len(stack.key_tokens) for stack in run.stacks.values() if not stack.cross))]
+    if run.queries:  # --query: the rows each head's ``rows`` holds
+        made["queries"] = list(run.queries)
+    if run.tables_omitted is not None:  # the layers hold statistics and rows, not tables: why
+        made["tables_omitted"] = run.tables_omitted
     if run.prompt_length is not None:  # --generate: what the model added to the text
         made["generated_text"] = run.generated_text
     stacks = run.stacks
@@ -231,7 +266,7 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
-    made = {**_header(run), "layers": _layer_list(run.own_stack, table)}
+    made = {**_header(run), "layers": _layer_list(run.own_stack, table, run.queries)}
     for key, stack in decoder_stacks(run):
         made[key] = _layer_list(stack, table)
     if run.rolled_out is not None:
@@ -241,8 +276,11 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     return made
 
 
-def _layer_list(stack: Stack, table: Table) -> list[dict[str, Any]]:
-    return [layer_dict(layer, stack.shown_heads, kept_of(stack), table=table, kept_rows=kept_rows_of(stack)) for layer in stack.layers]
+def _layer_list(stack: Stack, table: Table, queries: Sequence[int] = ()) -> list[dict[str, Any]]:
+    return [
+        layer_dict(layer, stack.shown_heads, kept_of(stack), table=table, kept_rows=kept_rows_of(stack), queries=queries)
+        for layer in stack.layers
+    ]
 
 
 _dumps = functools.partial(json.dumps, allow_nan=False, ensure_ascii=False)
@@ -252,7 +290,7 @@ def json_pieces(run: Trace) -> Iterator[str]:
     """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
     each layer's dict is made as it is reached and let go before the next."""
     yield _dumps(_header(run))[:-1] + ', "layers": '  # the rest (tokens, model) has no tables: json writes it
-    yield from _layer_array(run.own_stack)
+    yield from _layer_array(run.own_stack, run.queries)
     for key, stack in decoder_stacks(run):
         yield f', "{key}": '
         yield from _layer_array(stack)
@@ -266,12 +304,13 @@ def json_pieces(run: Trace) -> Iterator[str]:
     yield "}"
 
 
-def _layer_array(stack: Stack) -> Iterator[str]:
+def _layer_array(stack: Stack, queries: Sequence[int] = ()) -> Iterator[str]:
     """A stack's layers as a JSON array, each layer's object made as it is reached."""
     yield "["
     for i, layer in enumerate(stack.layers):
         yield "{" if i == 0 else ", {"
-        yield from _members(layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack)))
+        made = layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack), queries=queries)
+        yield from _members(made)
         yield "}"
     yield "]"
 

@@ -16,6 +16,7 @@ import torch
 
 from attn_cli.analysis.stats import CHUNK_ROWS
 from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.records.summary import LayerSummary
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Stack, Trace
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 VECTOR_TABLES = ("queries", "keys", "values", "context")  # per head, (T, d)
 MATRIX_TABLES = ("scores", "scaled_scores", "weights", "dropped_weights", "weights_shown", "norms")  # per head, (T, T)
-HEAD_STATS = ("self_mass", "previous_mass", "first_mass")  # per head, one number
+HEAD_STATS = ("self_mass", "previous_mass", "first_mass", "sink_score")  # per head, one number
 # Bytes of memory per number while a run is held whole (``run_dict``, ``to_json``,
 # ``to_csv``): a Python float in a nested list (~32), its text (~20), and for CSV a
 # row tuple around it (~100).
@@ -49,6 +50,9 @@ def _stack_numbers(stack: Stack, rollout: Rollout | None) -> int:
     hidden = stack.hiding is not None and stack.hiding.active
     total = (2 if hidden else 1) * n * n if rollout is not None else 0  # rollout (and its weights_shown)
     for layer in stack.layers:
+        if isinstance(layer, LayerSummary):  # statistics (five lists of T, and the distance bins) and the chosen rows
+            total += heads * (5 * n + 64 + len(layer.queries) * layer.n_keys)
+            continue
         rows, cols = layer.weights.shape[-2:]  # T x T, or T x S for cross-attention
         cells = rows * cols
         shown = heads * cells if hidden else 0  # weights_shown
@@ -76,16 +80,16 @@ def export_bytes(run: Trace, *, whole: bool = False) -> int:
     n, heads = len(run.tokens), len(run.shown_heads)
     scores = max((_derived_scores_bytes(layer) for layer in run.layers), default=0)
     every_head = heads == run.model.heads
-    stats = (
-        heads * 4 * 32 * n  # the per-row lists
-        + 2 * 8 * n * (heads * n if n <= CHUNK_ROWS else CHUNK_ROWS)  # entropy's float64 rows and their x log x
+    tables = any(not isinstance(layer, LayerSummary) for layer in run.layers)  # a summary's statistics are made
+    stats = heads * 4 * 32 * n + tables * (  # the per-row lists
+        2 * 8 * n * (heads * n if n <= CHUNK_ROWS else CHUNK_ROWS)  # entropy's float64 rows and their x log x
         + (0 if every_head else heads * n * n * 4)  # the chosen heads' weights, copied
     )
     need = scores + stats + STREAM_BYTES
     return need + export_numbers(run) * EXPORT_BYTES_PER_NUMBER if whole else need
 
 
-def _derived_scores_bytes(layer: LayerWeights) -> int:
+def _derived_scores_bytes(layer: LayerWeights | LayerSummary) -> int:
     if not isinstance(layer, LayerAttention) or "scores" in vars(layer):  # none to derive, or kept already
         return 0
     return layer.weights.numel() * layer.queries.element_size()  # (H, T, T) in the queries' dtype

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.formats.document import hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list, rollout_dict
-from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, check_export_size, decoder_stacks, token_dicts
+from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, as_lists, check_export_size, decoder_stacks, token_dicts
 from attn_cli.records.trace import Stack, Trace
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     rows = _Rows(run, index)
     yield from rows.token_rows()
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
-        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run.own_stack), table=StreamedTable))
+        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run.own_stack), table=StreamedTable, queries=run.queries))
     for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
         yield from rows.stack_rows(key, stack)
     predictions = predictions_list(run)
@@ -134,6 +134,12 @@ class _Rows:
         for table in ("entropy_bits", "effective_tokens"):
             yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
         yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
+        if stats.get("distance_mass") is not None:  # col: the bin's index in distance_bins
+            yield [(index, tokenizer, p + "distance_mass", h, n, "", b, "", "", v) for b, v in enumerate(stats["distance_mass"])]
+        for row in head.get("rows", ()):  # --query: each chosen row's weights, every key
+            i, weights = row["query"], row["weights"]
+            values = as_lists(weights.source[None])[0] if isinstance(weights, StreamedTable) else weights
+            yield [(index, tokenizer, p + "rows", h, n, i, j, rl[i], cl[j], v) for j, v in enumerate(values)]
 
     def stack_rows(self, key: str, stack: Stack) -> Iterator[list[tuple[Any, ...]]]:
         target = [t["label"] for t in token_dicts(stack.tokens)]

@@ -17,6 +17,7 @@ from attn_cli.runtime.errors import UsageError
 # (LayerWeights: weights, mask, divisor; what `heads` and weight pictures read).
 Keep = Literal["all", "weights"]
 KEEP_LEVELS: tuple[Keep, ...] = ("all", "weights")
+Tables = Literal["keep", "fit"]
 
 
 _ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
@@ -95,6 +96,10 @@ class Selection:
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
     everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder
+    queries: tuple[str, ...] = ()  # --query: the query rows to keep whole (``records.positions.resolve_queries``)
+    # "keep": the kept layers' (H, T, T) tables, or a refusal where they do not fit; "fit": the
+    # tables where they fit, else each kept layer's statistics and chosen rows, computed in blocks
+    tables: Tables = "keep"
 
     @property
     def last_layer(self) -> int:

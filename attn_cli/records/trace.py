@@ -219,6 +219,10 @@ class Trace(Generic[LayerT]):
     # decoder's and cross-attention's stacks; a view of one of its stacks (``stack``) says which in ``view``
     others: tuple[Stack[LayerT], ...] = ()
     view: StackView | None = None
+    queries: tuple[int, ...] = ()  # --query: the query rows kept whole, in order
+    # Why the kept layers are ``LayerSummary`` records (statistics and chosen rows) and not their
+    # tables, in a sentence for the user (the size they would take, how to get them); None: tables
+    tables_omitted: str | None = None
 
     @property
     def truncated(self) -> Truncation | None:

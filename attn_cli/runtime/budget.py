@@ -130,6 +130,12 @@ def check(
     )
 
 
+def fits(parts: Mapping[str, int], available: int | None = None) -> bool:
+    """Whether ``check`` would let ``parts`` run (``available``: as there)."""
+    have = available if available is not None else available_bytes()
+    return have is None or sum(parts.values()) <= have * SHARE
+
+
 def device_available_bytes(device: str) -> int | None:
     """What a run may still allocate on ``device``: for cuda, the GPU's free memory and what
     torch's caching allocator holds unused (``torch.cuda.mem_get_info``, ``memory_reserved``

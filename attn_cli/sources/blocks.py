@@ -3,33 +3,45 @@ block handed to the consumers that keep what a run asked for, then dropped, so t
 (H, T, T) tensor exists unless a consumer builds one (DESIGN.md, "A layer's attention in blocks").
 
 Shapes: T query tokens, S key tokens (S = T but in cross-attention), H heads, R rows in a block
-(``block_rows``, fewer in the last one), Dk per-head query/key size, Dv per-head value size.
+(``block_rows``, fewer in the last one), K the keys a block reads (S, or the band a mask lets
+through), Dk per-head query/key size, Dv per-head value size.
 
-Each block's weights are ``attention_weights`` of the block's queries against every key, with
+A mask is a ``Band`` (which keys each query sees: a causal mask, a sliding window either way,
+or nothing hidden), or any (T, S) boolean table. With a band, a block computes only the keys
+its rows can see (key ``first`` to ``first + K - 1``): a causal layer half the products, a
+window of W keys O(T x W) work and memory, not O(T x S). A key left out is a weight of exactly
+0, as the whole table's masked cell is.
+
+Each block's weights are ``attention_weights`` of the block's queries against its keys, with
 the mask's and the bias's rows of that block: the same steps in the same order on the same rows.
 What can differ from the whole table is the matrix product: a BLAS picks its kernel, and with it
 the order it adds a dot product's terms in, by the number of rows (MKL's sgemm, for one row a
 matrix-vector product), so a score can differ from the whole table's in its last bit. Where every
 block computes its rows as the whole table does (one block of every row, or a product that
-computes each row alone), the weights and the context are the whole table's bit for bit.
+computes each row alone) over every key, the weights and the context are the whole table's bit for bit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
+from attn_cli.analysis.rowstats import KeptRows, RowStats
+from attn_cli.records.band import Band
+from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.attend import attention_weights
 
 
 class BlockConsumer(Protocol):
     """What a run keeps of a layer's attention, fed one block of query rows at a time, in order."""
 
-    def __call__(self, start: int, weights: torch.Tensor) -> None:
-        """``weights`` (..., H, R, S): query rows start .. start + R - 1. The block is reused for the
-        next rows once this returns: a consumer copies what it keeps."""
+    def __call__(self, start: int, weights: torch.Tensor, first: int) -> None:
+        """``weights`` (..., H, R, K): query rows start .. start + R - 1 against keys first ..
+        first + K - 1 (every other key's weight is 0). The block is reused for the next rows once
+        this returns: a consumer copies what it keeps."""
 
 
 def attend_in_blocks(
@@ -38,7 +50,7 @@ def attend_in_blocks(
     values: torch.Tensor,
     *,
     divisor: float,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | Band | None,
     block_rows: int,
     consumers: Sequence[BlockConsumer] = (),
     bias: torch.Tensor | None = None,
@@ -49,24 +61,31 @@ def attend_in_blocks(
     """``attend``'s context, computed ``block_rows`` query rows at a time; each block of weights goes
     to every consumer before the next is computed.
 
-    Shapes: queries (..., H, T, Dk), keys (..., H, S, Dk), values (..., H, S, Dv), mask (T, S)
-    True = hidden, bias (..., H or 1, T, S) -> context (..., H, T, Dv). The peak memory beyond the
-    inputs and the context is one (..., H, R, S) block of weights, allocated once.
+    Shapes: queries (..., H, T, Dk), keys (..., H, S, Dk), values (..., H, S, Dv), mask a ``Band``
+    or (T, S) True = hidden, bias (..., H or 1, T, S) -> context (..., H, T, Dv). The peak memory
+    beyond the inputs and the context is one (..., H, R, K) block of weights, allocated once.
     """
     n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+    band = mask if isinstance(mask, Band) else Band()
     bounds = block_bounds(n_queries, block_rows)
+    spans = [band.keys(start, end, n_keys) for start, end in bounds]
     lead = queries.shape[:-2]  # (..., H)
-    most = max((end - start for start, end in bounds), default=0)
-    scratch = torch.empty(lead.numel() * most * n_keys, dtype=queries.dtype, device=queries.device)  # (... * H * R * S,)
+    most = max(((end - start) * (stop - first) for (start, end), (first, stop) in zip(bounds, spans)), default=0)
+    scratch = torch.empty(lead.numel() * most, dtype=queries.dtype, device=queries.device)  # (... * H * R * K,)
     context = torch.empty(*lead, n_queries, values.shape[-1], dtype=values.dtype, device=values.device)  # (..., H, T, Dv)
-    for start, end in bounds:
-        block = scratch[: lead.numel() * (end - start) * n_keys].view(*lead, end - start, n_keys)  # (..., H, R, S)
+    for (start, end), (first, stop) in zip(bounds, spans):
+        block = scratch[: lead.numel() * (end - start) * (stop - first)].view(*lead, end - start, stop - first)  # (..., H, R, K)
+        if isinstance(mask, Band):
+            hidden = mask.hidden(start, end, first, stop)  # (R, K) or None
+            hidden = hidden.to(queries.device) if hidden is not None else None
+        else:
+            hidden = None if mask is None else mask[start:end]  # (R, S)
         context[..., start:end, :] = _attend_block(
-            queries, keys, values, start, end, block, divisor=divisor, mask=mask, bias=bias, softcap=softcap,
-            scale=scale, softmax_in_dtype=softmax_in_dtype,
+            queries, keys[..., first:stop, :], values[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
+            bias=None if bias is None else bias[..., first:stop], softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
         )  # fmt: skip
         for consumer in consumers:
-            consumer(start, block)
+            consumer(start, block, first)
     return context
 
 
@@ -82,10 +101,62 @@ def _attend_block(
     divisor: float, mask: torch.Tensor | None, bias: torch.Tensor | None, softcap: float | None, scale: float | None,
     softmax_in_dtype: bool,
 ) -> torch.Tensor:  # fmt: skip
-    """Query rows start .. end - 1: their weights written into ``block`` (..., H, R, S), their context returned."""
+    """Query rows start .. end - 1 against ``keys`` (..., H, K, Dk): their weights written into
+    ``block`` (..., H, R, K), their context returned. ``mask`` (R, K), ``bias`` (..., T, K): the
+    block's keys, ``mask`` its rows already."""
     attention_weights(
-        queries[..., start:end, :], keys, divisor=divisor, mask=None if mask is None else mask[start:end],
-        bias=None if bias is None else bias[..., start:end, :], softcap=softcap, out=block, scale=scale,
-        softmax_in_dtype=softmax_in_dtype,
+        queries[..., start:end, :], keys, divisor=divisor, mask=mask, bias=None if bias is None else bias[..., start:end, :],
+        softcap=softcap, out=block, scale=scale, softmax_in_dtype=softmax_in_dtype,
     )  # fmt: skip
-    return block @ values  # (..., H, R, S) @ (..., H, S, Dv) -> (..., H, R, Dv)
+    return block @ values  # (..., H, R, K) @ (..., H, K, Dv) -> (..., H, R, Dv)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPlan:
+    """A run that keeps no (H, T, S) tables: each layer's attention in blocks of ``rows`` query
+    rows, and of each kept layer every head's statistics and the chosen query rows."""
+
+    rows: int  # query rows a block holds
+    queries: tuple[int, ...] = ()  # the chosen query rows (--query), kept whole for ``heads``
+    heads: tuple[int, ...] | None = None  # the heads whose chosen rows are kept; None: every head
+
+    def gathering(self, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
+        """The consumers of one kept layer's blocks."""
+        row_heads = tuple(range(heads)) if self.heads is None else self.heads
+        return Gathering(
+            RowStats(heads, n_queries, n_keys, mask=band, cross=cross), KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
+            band.hides(n_keys),
+        )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Gathering:
+    """One kept layer's consumers, and the ``LayerSummary`` they leave."""
+
+    stats: RowStats
+    rows: KeptRows
+    n_keys: int
+    cross: bool
+    causal: bool
+
+    @property
+    def consumers(self) -> tuple[BlockConsumer, ...]:
+        return (self.stats, self.rows)
+
+    def summary(self, layer: int, divisor: float, divisor_text: str) -> LayerSummary:
+        return LayerSummary(
+            layer=layer, stats=tuple(self.stats.result()), queries=self.rows.queries, rows=self.rows.rows,
+            row_heads=self.rows.heads, n_keys=self.n_keys, divisor=divisor, divisor_text=divisor_text, cross=self.cross,
+            causal=self.causal,
+        )  # fmt: skip
+
+
+def block_rows_for(heads: int, n_keys: int, budget: int) -> int:
+    """Query rows a block may hold for its (H, R, S) weights and what the consumers derive from
+    them (BYTES_PER_CELL each) to stay within ``budget`` bytes; at least one."""
+    return max(1, budget // (BYTES_PER_CELL * heads * max(n_keys, 1)))
+
+
+# a block's cell: its float32 weight (4), the statistics' float64 copy and x log x (2 x 8),
+# the distance profile's float64 running sum (8), a mask and a bias cell (1 + 4)
+BYTES_PER_CELL = 4 + 16 + 8 + 5

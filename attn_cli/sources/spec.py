@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.config import Config
 from attn_cli.records.hiding import HideSpec
-from attn_cli.records.selection import IndexSpec, Keep, Selection
+from attn_cli.records.selection import IndexSpec, Keep, Selection, Tables
 
 if TYPE_CHECKING:
     from attn_cli.sources.base import Source
@@ -54,14 +54,15 @@ class SourceSpec:
 
     def select(
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,
-        predict: int = 0, generate: int = 0,
+        predict: int = 0, generate: int = 0, queries: tuple[str, ...] = (), tables: Tables = "keep",
     ) -> Selection:  # fmt: skip
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
         shows its last layer and first ``TABLE_HEADS`` heads by default. ``keep``:
         "weights" for a command that reads nothing but the weights (a kept layer then
         holds no per-head vectors, and the memory budget counts none). ``rollout``, ``norms``,
-        ``predict``, ``generate``: what to compute beside the weights (``Selection``)."""
+        ``predict``, ``generate``: what to compute beside the weights; ``queries``, ``tables``: the
+        rows to keep whole, and whether the tables may give way to statistics (``Selection``)."""
         n_layers, n_heads = source.n_layers, source.n_heads
         few = not everything and (self.trained or bool(getattr(source, "trained", False)))
         # a saved trace offers the layers and heads it holds (--from FILE); a model, all of them
@@ -69,7 +70,10 @@ class SourceSpec:
         have_heads = getattr(source, "kept_heads", None) or tuple(range(n_heads))
         layers = self.layers.resolve(n_layers, "layer", default=have_layers[-1:] if few else have_layers)
         heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
-        return Selection(layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate, everything=everything)
+        return Selection(
+            layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate, everything=everything,
+            queries=queries, tables=tables,
+        )  # fmt: skip
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:
         """The single layer and head a walk-through follows (default: the last layer, head 0)."""

@@ -11,6 +11,7 @@ import torch
 from attn_cli.analysis import rowstats
 from attn_cli.analysis.rowstats import RowStats
 from attn_cli.analysis.stats import CHUNK_ROWS, attention_stats
+from stats_support import assert_same_stats
 from attn_cli.sources.attend import attention_weights, causal_mask
 
 HEADS = 4
@@ -53,7 +54,8 @@ CASES = [  # (name, T, S, mask, cross)
 @pytest.mark.parametrize(("name", "n_queries", "n_keys", "mask", "cross"), CASES, ids=[c[0] for c in CASES])
 def test_stats_from_blocks_are_stats_py_to_the_bit(name, n_queries, n_keys, mask, cross, block_rows, dtype) -> None:
     weights = weights_of(n_queries, n_keys, mask, dtype)
-    assert fed(weights, block_rows, mask, cross).result() == attention_stats(weights, mask=mask, cross=cross)
+    assert_same_stats(fed(weights, block_rows, mask, cross).result(), attention_stats(weights, mask=mask, cross=cross))
+
 
 
 def entropy_in_float32(weights: torch.Tensor) -> torch.Tensor:
@@ -87,3 +89,40 @@ def test_a_missing_or_misplaced_block_is_an_error() -> None:
     consumer(0, weights[:, :5])
     with pytest.raises(ValueError, match="rows from 6 after 5 rows"):
         consumer(6, weights[:, 6:11])
+
+
+def profile_by_hand(weights: torch.Tensor, mask: torch.Tensor | None) -> tuple[list[list[float]], list[float]]:
+    """distance_mass and sink_score as docs/json.md defines them, in plain Python loops."""
+    n = weights.shape[-1]
+    edges = [(0, 0)] + [(2**k, 2 ** (k + 1) - 1) for k in range(n.bit_length()) if 2**k <= n - 1]
+    profile, sinks = [], []
+    for h in range(weights.shape[0]):
+        table = weights[h].tolist()
+        profile.append([sum(table[i][j] for i in range(n) for j in range(n) if lo <= abs(i - j) <= hi) / n for lo, hi in edges])
+        seeing = [i for i in range(n) if mask is None or not bool(mask[i, 0])]
+        sinks.append(sum(table[i][0] for i in seeing) / len(seeing))
+    return profile, sinks
+
+
+@pytest.mark.parametrize("name", ["no mask", "causal", "window"])
+def test_distance_profile_and_sink_score_by_hand(name: str) -> None:
+    mask = {"no mask": None, "causal": causal_mask(37), "window": window_mask(37)}[name]
+    weights = weights_of(37, 37, mask, torch.float32)
+    profile, sinks = profile_by_hand(weights, mask)
+    for got in (attention_stats(weights, mask=mask), fed(weights, 5, mask).result()):
+        assert [s.distance_mass for s in got] == [pytest.approx(p, abs=1e-12) for p in profile]
+        assert [s.sink_score for s in got] == pytest.approx(sinks, abs=1e-12)
+        assert all(sum(s.distance_mass) == pytest.approx(1.0, abs=1e-6) for s in got)
+
+
+def test_bins_off_by_one_are_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bins [1, 2], [3, 6], ... instead of [1], [2, 3], ...: the profile differs from the hand-made one."""
+    weights, mask = weights_of(37, 37, causal_mask(37), torch.float32), causal_mask(37)
+    profile, _ = profile_by_hand(weights, mask)
+    from attn_cli.analysis import stats
+
+    made = stats.distance_bins
+    monkeypatch.setattr(stats, "distance_bins", lambda n: [(0, 0)] + [(lo, hi + 1) for lo, hi in made(n)[1:]])
+    monkeypatch.setattr(rowstats, "distance_bins", stats.distance_bins)
+    for got in (attention_stats(weights, mask=mask), fed(weights, 5, mask).result()):
+        assert [s.distance_mass for s in got] != [pytest.approx(p, abs=1e-6) for p in profile]

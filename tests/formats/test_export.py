@@ -62,7 +62,7 @@ def test_json_has_the_issue_keys_and_shapes() -> None:
         assert shape(head["queries"]) == shape(head["keys"]) == (4, 3)
         assert shape(head["values"]) == shape(head["context"]) == (4, 5)
         assert shape(head["scores"]) == shape(head["scaled_scores"]) == shape(head["weights"]) == (4, 4)
-        assert set(head["stats"]) == {"most_attended", "top_weight", "entropy_bits", "effective_tokens", "self_mass", "previous_mass", "first_mass"}
+        assert set(head["stats"]) == {"most_attended", "top_weight", "entropy_bits", "effective_tokens", "self_mass", "previous_mass", "first_mass", "distance_mass", "sink_score"}
     assert shape(data["layers"][0]["output"]) == shape(data["layers"][0]["concat"]) == (4, 10)
 
 

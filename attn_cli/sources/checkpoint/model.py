@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerAttention, LayerWeights
     from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
+    from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.families import Family
     from attn_cli.sources.checkpoint.families.base import Head
 
@@ -37,6 +38,7 @@ DEVICES = ("cpu", "cuda")
 # output at "all"; none at "weights".
 KEPT_TABLES = {"all": 2, "weights": 1}
 KEPT_VECTORS = {"all": 6, "weights": 0}
+STATS_BYTES_PER_ROW = 6 * 8 + 3 * 8  # a head's row in RowStats (six float64 or int64) and its three Python numbers
 
 
 class Checkpoint:
@@ -86,6 +88,24 @@ class Checkpoint:
             "activations": len(kept) * KEPT_VECTORS[keep] * t * width * FLOAT32 + in_flight,
         }
 
+    def estimate_blocked_bytes(
+        self, n_tokens: int, layers: Sequence[int], *, block_bytes: int, rows: int, predict: bool = False
+    ) -> dict[str, int]:
+        """``estimate_bytes``'s parts for a run in blocks (``attn_cli.sources.blocks``): no tables but
+        each kept layer's statistics (O(H x T)) and ``rows`` chosen rows of T weights per head;
+        the activations with one block of ``block_bytes`` in flight instead of an (H, T, T) table,
+        and every head's keys and values (a shared head repeated for its group)."""
+        kept = self._check_layers(layers)
+        family, t = self._family, n_tokens
+        size = DTYPES[self.info.dtype]
+        parts = self.estimate_bytes(n_tokens, layers, "weights", predict=predict)
+        width = max(family.d_model, family.heads * family.head_dim)
+        in_flight = (7 * t * width + 2 * t * family.d_ffn + 2 * family.heads * t * family.head_dim) * size + block_bytes
+        if predict:
+            in_flight += self._head_bytes(size, t)
+        stats = family.heads * t * STATS_BYTES_PER_ROW  # RowStats: argmax, top weight, entropy, three masses
+        return {"weights": parts["weights"], "tables": len(kept) * (stats + rows * family.heads * t * FLOAT32), "activations": in_flight}
+
     def _head_bytes(self, size: int, n_tokens: int) -> int:
         """The head's (V, D) matrix, read whole for the logits (a tied one too: the embedding
         rows counted above are only the text's), and one block of (positions, V) float32
@@ -120,10 +140,12 @@ class Checkpoint:
     ) -> list[LayerWeights]: ...
 
     def trace(
-        self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: RolloutAccumulator | None = None
+        self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: RolloutAccumulator | None = None,
+        blocks: BlockPlan | None = None,
     ) -> list[LayerWeights]:
         """One record per requested layer, in order: a LayerAttention (every tensor) at
-        ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights".
+        ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights", a
+        LayerSummary with ``blocks`` (no tables: ``attn_cli.sources.blocks.BlockPlan``).
         Runs layers 0 .. max(layers) only, and never reads a later layer's weights.
         ``norms``, ``rollout``: as ``families.forward`` takes them."""
         from attn_cli.sources.checkpoint.families import forward
@@ -134,11 +156,13 @@ class Checkpoint:
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return forward(self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout).layers
+        return forward(
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks
+        ).layers
 
     def predict(
         self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep = "all", *, norms: bool = False,
-        rollout: RolloutAccumulator | None = None,
+        rollout: RolloutAccumulator | None = None, blocks: BlockPlan | None = None,
     ) -> tuple[list[LayerWeights], Predictions]:
         """``trace``'s layers, and every position's top ``k`` predictions: every layer runs,
         then the family's final norm and its language-model head (ModelUnavailable, exit 3,
@@ -151,7 +175,8 @@ class Checkpoint:
         self._check_layers(layers)
         head = self._family.head(self._weights)
         done = forward(
-            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True,
+            blocks=blocks,
         )  # fmt: skip
         assert done.hidden is not None
         family, weights = self._family, self._weights

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.records.layers import LayerWeights
+from attn_cli.records.positions import resolve_queries
 from attn_cli.records.selection import IndexSpec, Keep, Selection
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import ModelInfo, Trace, encoder_decoder_trace
@@ -24,6 +25,7 @@ from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
+    from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.pair import PairLayers
 
 
@@ -98,11 +100,16 @@ class CheckpointSource(Batches):
     def _trace(self, text: str, tokens: Tokens, selection: Selection | None, pair: str | None) -> Trace:
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
+        queries = resolve_queries(selection.queries, tokens.texts, tokens.labels) if selection.queries else ()
         parts = self.checkpoint.estimate_bytes(
             len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout,
             predict=bool(selection.predict),
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
+        blocks, omitted = None, None
+        if selection.tables == "fit" and not (selection.rollout or selection.norms) and not _fit(parts, self.spec.device):
+            blocks, omitted, parts = self._blocked(len(tokens), selection, queries, parts["tables"])
+            culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
         check_budget(parts, culprits)
         check_device_budget(parts, culprits, self.spec.device)
         # Threads follow the size of one layer's operations, not the whole model's:
@@ -115,15 +122,54 @@ class CheckpointSource(Batches):
         with using_threads(n_threads):
             if selection.predict:
                 layers, predictions = self.checkpoint.predict(
-                    tokens, selection.layers, selection.predict, selection.keep, norms=selection.norms, rollout=rollout
+                    tokens, selection.layers, selection.predict, selection.keep, norms=selection.norms, rollout=rollout, blocks=blocks
                 )  # fmt: skip
             else:
-                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout)
+                layers = self.checkpoint.trace(
+                    tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout, blocks=blocks
+                )  # fmt: skip
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
-            predictions=predictions,
+            predictions=predictions, queries=queries, tables_omitted=omitted,
         )  # fmt: skip
+
+    def _blocked(
+        self, n_tokens: int, selection: Selection, queries: tuple[int, ...], tables: int
+    ) -> tuple[BlockPlan, str, dict[str, int]]:
+        """A run whose tables (``tables`` bytes) do not fit: its plan of blocks, the sentence that says
+        so, and its memory estimate."""
+        from attn_cli.runtime import budget
+        from attn_cli.sources.blocks import BlockPlan, block_rows_for
+
+        info = self.info
+        block_bytes = min(BLOCK_BYTES, (budget.device_available_bytes(self.spec.device) or budget.available_bytes() or BLOCK_BYTES) // 8)
+        rows = block_rows_for(info.heads, n_tokens, block_bytes)
+        every_head = tuple(selection.heads) == tuple(range(info.heads))
+        plan = BlockPlan(rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads))
+        parts = self.checkpoint.estimate_blocked_bytes(
+            n_tokens, selection.layers, block_bytes=block_bytes, rows=len(queries), predict=bool(selection.predict)
+        )  # fmt: skip
+        kept = len(selection.layers)
+        omitted = (
+            f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads would take "
+            f"{budget.gib(tables)}, more than the memory at hand: kept each head's statistics"
+            + (f" and the {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else "")
+            + "; keep fewer layers (--layer) for the tables, or choose rows to keep whole with --query"
+        )
+        return plan, omitted, parts
+
+
+def _fit(parts: dict[str, int], device: str) -> bool:
+    """Whether ``parts`` fit the memory at hand, and on a GPU its part there."""
+    from attn_cli.runtime import budget
+
+    on_device = budget.device_available_bytes(device)
+    gpu = {name: parts[name] for name in ("weights", "activations")}
+    return budget.fits(parts) and (on_device is None or budget.fits(gpu, on_device))
+
+
+BLOCK_BYTES = 256 * 2**20  # the most one block of a layer's weights, and what its consumers derive, may take
 
 
 class PairSource(Batches):

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from attn_cli.records.band import Band
 from attn_cli.records.layers import Projections
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Anatomy
@@ -184,6 +185,12 @@ class Family(abc.ABC):
     def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
         """(T, T) layer ``layer``'s mask given the shared one (a sliding window adds to it)."""
         return shared
+
+    def band(self, layer: int) -> Band:
+        """Layer ``layer``'s mask as a rule, at any length (``Band.table`` is ``layer_mask``'s
+        table): causal where the family's mask is, else nothing hidden; a family with windows
+        says which keys they let through."""
+        return Band(after=0) if self.mask(2) is not None else Band()
 
     def layer_names(self, layer: int) -> dict[str, str]:
         return {role: name.format(layer=layer) for role, name in self.layer_tensors.items()}

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
+from attn_cli.records.band import Band
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families import norms, rotary
 from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, token_rows
@@ -340,19 +341,18 @@ class Decoder(Family):
     def mask(self, n_tokens: int) -> torch.Tensor:
         return causal_mask(n_tokens)  # (T, T)
 
+    def band(self, layer: int) -> Band:
+        window = self.windows[layer]  # each query sees itself and window - 1 keys before it
+        return Band(before=None if window is None else window - 1, after=0)
+
     def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
         window = self.windows[layer]
         if window is None or shared is None or shared.shape[0] <= window:
             return shared
-        n_tokens = shared.shape[0]
-        # key k is hidden from query q when k <= q - window: each query sees itself and window - 1 before it
-        return shared | torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=shared.device).tril(diagonal=-window)
-
+        return self.band(layer).table(shared.shape[0]).to(shared.device)  # (T, T) the causal mask and the window
     def mlp(self, t: LayerTensors, x: torch.Tensor) -> torch.Tensor:
-        """(T, D) -> (T, D) the feed-forward branch. The activation and the gating are
-        written into the gate's block (``self.act`` works in place where torch can; the
-        product commutes exactly): transformers' act(gate) * up, with two (T, F) blocks in
-        flight instead of four."""
+        """(T, D) -> (T, D) the feed-forward branch: transformers' act(gate) * up written into the gate's
+        block (``self.act`` in place where torch can; the product commutes exactly), two (T, F) in flight, not four."""
         if self.mlp_kind == "plain":  # ungated: GPT-NeoX
             return self._linear(t, "fc_out")(self.act(self._linear(t, "fc_in")(x)))  # (T, D) -> (T, F) -> (T, D)
         if self.mlp_kind == "gated_fused":  # Phi-3: [gate | up] rows of one matrix

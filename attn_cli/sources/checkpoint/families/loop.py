@@ -21,7 +21,10 @@ from attn_cli.records.layers import LayerAttention, LayerWeights, Linear, Projec
 from attn_cli.records.selection import Keep
 from attn_cli.records.tokens import Tokens
 from attn_cli.runtime.allocator import LayerHeap
+from attn_cli.records.band import Band
+from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.attend import attend, split_heads
+from attn_cli.sources.blocks import BlockConsumer, BlockPlan, attend_in_blocks
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights
 
 
@@ -33,6 +36,7 @@ class Forward:
 
 
 Visit = Callable[[int, torch.Tensor, LayerTensors, LayerAttention], None]  # (layer, its input, its tensors, its attention)
+Rotate = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # (queries, keys) -> rotated
 
 
 def forward(
@@ -49,6 +53,7 @@ def forward(
     memory: torch.Tensor | None = None,
     start: tuple[int, torch.Tensor] | None = None,
     visit: Visit | None = None,
+    blocks: BlockPlan | None = None,
 ) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
@@ -62,17 +67,20 @@ def forward(
     ``start`` (layer, its input (..., T, D)): from that layer on, not from the embeddings
     (ablations: a batch of a later layer's inputs). ``visit``: called with every attention's
     input, the layer's tensors and the attention as it passes (cross-attention's too).
+    ``blocks``: no layer's tables are made; every layer's attention runs in blocks of query rows,
+    and each kept layer is a ``LayerSummary`` (its statistics and chosen rows; ``BlockPlan``).
     The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
+    assert blocks is None or not (norms or rollout or visit or memory is not None), "a blocked run keeps statistics and rows only"
     wanted = set(layers)
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
-    heap = LayerHeap(family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
-    run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap)
+    heap = LayerHeap(0 if blocks else family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
+    run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap, blocks)
     try:
         with torch.inference_mode():
             first, hidden = start if start is not None else (0, family.embed(weights, tokens))  # (..., T, D)
-            shared = family.mask(len(tokens))  # (T, T) or None, shared by every layer
+            shared = None if blocks else family.mask(len(tokens))  # (T, T) or None, shared by every layer; blocks: a Band each
             run.shared = shared.to(device) if shared is not None else None
             for index in range(first, last + 1):
                 hidden = run.layer(index, hidden, finish=index < last or whole)  # (..., T, D)
@@ -94,8 +102,9 @@ class LayerPass:
     memory: torch.Tensor | None
     visit: Visit | None
     heap: LayerHeap
+    blocks: BlockPlan | None = None
     shared: torch.Tensor | None = None  # (T, T) the mask every layer starts from
-    kept: dict[int, LayerWeights] = dataclasses.field(default_factory=dict)
+    kept: dict[int, LayerWeights | LayerSummary] = dataclasses.field(default_factory=dict)
     crossed: dict[int, LayerWeights] = dataclasses.field(default_factory=dict)
 
     def layer(self, index: int, hidden: torch.Tensor, finish: bool) -> torch.Tensor:
@@ -103,6 +112,11 @@ class LayerPass:
         wanted), its cross-attention (with ``memory``), then, where ``finish``, the rest of
         the layer, whose output it returns (``hidden`` itself otherwise)."""
         family = self.family
+        if self.blocks is not None:
+            t, output, summary = blocked_step(family, self.weights, index, hidden, self.blocks, keep=index in self.wanted)
+            if summary is not None:
+                self.kept[index] = summary
+            return family.finish_layer(t, hidden, output) if finish else hidden  # (T, D)
         self.heap.before_layer(len(self.kept))  # the heap's free memory back where it would raise the peak
         t, layer = attention_step(family, self.weights, index, hidden, self.shared, self.heap)
         output = layer.output  # (..., T, D)
@@ -143,9 +157,7 @@ def attention_step(
     """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
     ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
     mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
-    t = LayerTensors(weights, family.layer_names(index), index)
-    x = family.attention_input(t, hidden)  # (T, D)
-    divisor, divisor_text = family.divisor(index)
+    t, x, divisor, divisor_text = layer_inputs(family, weights, index, hidden)
     mask = family.layer_mask(index, shared)  # (T, T) or None
     mask = mask.to(hidden.device) if mask is not None else None  # a window a family made itself (ModernBERT's): on the CPU
     n_tokens = hidden.shape[-2]
@@ -158,6 +170,32 @@ def attention_step(
         **half_precision(family, index, x),
     )  # fmt: skip
     return t, layer
+
+
+def blocked_step(
+    family: Family, weights: Weights, index: int, hidden: torch.Tensor, plan: BlockPlan, *, keep: bool
+) -> tuple[LayerTensors, torch.Tensor, LayerSummary | None]:
+    """Layer ``index``'s attention over ``hidden`` (T, D) in blocks of query rows (``plan``), within
+    the band its mask lets through: its tensors, its output (T, D) and, where ``keep``, its
+    ``LayerSummary``. The same steps as ``attention_step``, without an (H, T, T) tensor."""
+    t, x, divisor, divisor_text = layer_inputs(family, weights, index, hidden)
+    n_tokens = hidden.shape[-2]
+    bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
+    band = family.band(index)
+    gathering = plan.gathering(family.heads, n_tokens, n_tokens, band) if keep else None
+    output = multi_head_in_blocks(
+        x, family.projections(t), family.heads, divisor, band, family.kv_heads, functools.partial(family.rotate, layer=index),
+        block_rows=plan.rows, consumers=gathering.consumers if gathering else (), bias=bias, softcap=softcap,
+        **half_precision(family, index, x),
+    )  # fmt: skip
+    return t, output, gathering.summary(index, divisor, divisor_text) if gathering else None
+
+
+def layer_inputs(family: Family, weights: Weights, index: int, hidden: torch.Tensor) -> tuple[LayerTensors, torch.Tensor, float, str]:
+    """Layer ``index``'s tensors, what its projections read (T, D), and its divisor (the number, the formula)."""
+    t = LayerTensors(weights, family.layer_names(index), index)
+    x = family.attention_input(t, hidden)  # (T, D)
+    return (t, x, *family.divisor(index))
 
 
 def cross_step(family: Family, t: LayerTensors, index: int, hidden: torch.Tensor, memory: torch.Tensor) -> LayerAttention:
@@ -212,7 +250,7 @@ def multi_head(
     layer: int,
     divisor_text: str,
     kv_heads: int | None = None,
-    rotate: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    rotate: Rotate | None = None,
     *,
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
@@ -228,8 +266,41 @@ def multi_head(
     cross-attention, the keys and values projected from it (an encoder's output), so the
     weights are (H, T, S). ``weights_out``: the block the weights are written into.
     ``scale``, ``softmax_in_dtype``: how half precision rounds the softmax (``attend``)."""
+    queries, keys, values = head_vectors(x, projections, heads, kv_heads, rotate, source)  # steps 1-3
+    # 4. the masked softmax every source shares, and each head's context
+    context, weights = attend(
+        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out, scale=scale,
+        softmax_in_dtype=softmax_in_dtype,
+    )  # (H, T, Dv), (H, T, T)
+    context, concat, output = merged_heads(context, projections)  # step 5
+    return LayerAttention(
+        queries=queries, keys=keys, values=values, weights=weights, dropped_weights=None, context=context, concat=concat,
+        output=output, divisor=divisor, mask=mask, projections=projections, layer=layer, x=x, divisor_text=divisor_text,
+        bias=bias, softcap=softcap, cross=source is not None, source=source,
+    )  # fmt: skip
+
+
+def multi_head_in_blocks(
+    x: torch.Tensor, projections: Projections, heads: int, divisor: float, band: Band, kv_heads: int | None, rotate: Rotate | None,
+    *, block_rows: int, consumers: Sequence[BlockConsumer], bias: torch.Tensor | None = None, softcap: float | None = None,
+    scale: float | None = None, softmax_in_dtype: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """``multi_head``'s output (T, D), its weights computed ``block_rows`` query rows at a time and
+    handed to ``consumers`` (``attn_cli.sources.blocks``): no (H, T, T) tensor, and with a
+    ``band`` only the keys each block's rows see."""
+    queries, keys, values = head_vectors(x, projections, heads, kv_heads, rotate, None)  # steps 1-3
+    context = attend_in_blocks(
+        queries, keys, values, divisor=divisor, mask=band, block_rows=block_rows, consumers=consumers, bias=bias,
+        softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
+    )  # 4. (H, T, Dv)
+    return merged_heads(context, projections)[2]  # 5. (T, D)
+
+
+def head_vectors(
+    x: torch.Tensor, projections: Projections, heads: int, kv_heads: int | None, rotate: Rotate | None, source: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 1-3 of a layer's attention: (H, T, Dk) queries, (H, S, Dk) keys, (H, S, Dv) values."""
     assert projections.query and projections.key and projections.value and projections.out
-    n_tokens, lead = x.shape[-2], x.shape[:-2]
     kv_heads = kv_heads or heads
     # 1. project (and norm, where the family norms queries and keys), split into heads
     queries, keys = projections.queries_keys(x, source)  # (T, D) -> (T, H*Dk), (S, Hkv*Dk)
@@ -242,21 +313,19 @@ def multi_head(
     # 3. each query head's key/value head: h // (H / Hkv)
     keys = repeat_kv(keys, heads // kv_heads)  # (Hkv, T, Dk) -> (H, T, Dk)
     values = repeat_kv(values, heads // kv_heads)  # (Hkv, T, Dv) -> (H, T, Dv)
-    # 4. the masked softmax every source shares, and each head's context
-    context, weights = attend(
-        queries, keys, values, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=weights_out, scale=scale,
-        softmax_in_dtype=softmax_in_dtype,
-    )  # (H, T, Dv), (H, T, T)
-    # 5. heads side by side, through W_o; a kept layer holds one copy of the context,
-    # the heads being views into the concat's columns
+    return queries, keys, values
+
+
+def merged_heads(context: torch.Tensor, projections: Projections) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step 5: the heads' (..., H, T, Dv) context side by side, through W_o: (the context as a view
+    into the concat's columns, the (..., T, H*Dv) concat, the (..., T, D) output). A kept layer
+    holds one copy of the context, the heads being views into the concat."""
+    assert projections.out is not None
+    heads, n_tokens = context.shape[-3], context.shape[-2]
+    lead = context.shape[:-3]
     concat = context.transpose(-3, -2).reshape(*lead, n_tokens, -1)  # (H, T, Dv) -> (T, H, Dv) -> (T, H*Dv)
     context = concat.view(*lead, n_tokens, heads, -1).transpose(-3, -2)  # (T, H*Dv) -> (T, H, Dv) -> (H, T, Dv), a view
-    output = projections.out(concat)  # (T, H*Dv) -> (T, D)
-    return LayerAttention(
-        queries=queries, keys=keys, values=values, weights=weights, dropped_weights=None, context=context, concat=concat,
-        output=output, divisor=divisor, mask=mask, projections=projections, layer=layer, x=x, divisor_text=divisor_text,
-        bias=bias, softcap=softcap, cross=source is not None, source=source,
-    )  # fmt: skip
+    return context, concat, projections.out(concat)  # (T, H*Dv) -> (T, D)
 
 
 def repeat_kv(m: torch.Tensor, groups: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from attn_cli.sources.checkpoint.families.decoder import SLIDING, Decoder
 from attn_cli.sources.checkpoint.families.decoder_config import ModernBertConfig
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
+from attn_cli.records.band import Band
 from attn_cli.records.tokens import Tokens
 
 # the config.json model_types this module computes (registry.py reads this): model_type -> (family, class)
@@ -140,11 +141,10 @@ class ModernBert(Decoder):
     def mask(self, n_tokens: int) -> None:
         return None
 
+    def band(self, layer: int) -> Band:
+        half = self.windows[layer]  # |i - j| <= half either way
+        return Band() if half is None else Band(before=half, after=half)
+
     def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
-        half = self.windows[layer]
-        n_tokens = self._tokens
-        if half is None or n_tokens <= half + 1:
-            return None
-        distance = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]  # (T, T) j - i
-        return distance.abs() > half  # (T, T) True = hidden: farther than half the window either way
+        return self.band(layer).table(self._tokens)  # (T, T) True = hidden: farther than half the window either way
 

@@ -1,0 +1,90 @@
+"""`run` at any length: --query's rows (JSON `rows`, the table view's strongest keys), and a run
+whose tables do not fit the memory at hand, which keeps each head's statistics and the chosen
+rows computed in blocks instead of refusing (`tables_omitted`). Against the same run with its
+tables (statistics, rows) and transformers' weights; the memory at hand is made small by
+monkeypatch, so the texts stay short."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import checkpoints
+import pytest
+import torch
+from invoking import invoke
+
+from attn_cli.analysis.stats import attention_stats
+from attn_cli.sources.checkpoint import source as checkpoint_source
+
+TEXT = checkpoints.LONG  # past the window of the Mistral checkpoint
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.one_per_type(tmp_path_factory)("mistral")
+
+
+@pytest.fixture
+def no_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No table fits: every run of `run` computes in blocks."""
+    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+
+
+def run_json(folder: Path, *args: str) -> tuple[dict[str, Any], str]:
+    result = invoke("run", TEXT, "--model", str(folder), "-F", "json", *args)
+    return json.loads(result.stdout), result.stderr
+
+
+def test_query_rows_are_the_weights_rows(mistral: Path) -> None:
+    data, _ = run_json(mistral, "--query", "last:2", "--query", "0:2", "--query", "7")
+    n = len(data["tokens"])
+    assert data["queries"] == [0, 1, 7, n - 2, n - 1] and "tables_omitted" not in data
+    for layer in data["layers"]:
+        for head in layer["heads"]:
+            assert [row["query"] for row in head["rows"]] == data["queries"]
+            assert [row["weights"] for row in head["rows"]] == [head["weights"][q] for q in data["queries"]]
+
+
+def test_without_room_the_statistics_and_rows_come_from_blocks(mistral: Path, no_room: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, stderr = run_json(mistral, "--query", "last", "--query", "3")
+    assert stderr.count("note: the T x T tables of") == 1 and "kept each head's statistics and the 2 --query rows" in stderr
+    assert data["tables_omitted"] in stderr and data["queries"] == [3, len(data["tokens"]) - 1]
+    monkeypatch.undo()
+    whole, _ = run_json(mistral, "--query", "last", "--query", "3")
+    ids = [token["id"] for token in whole["tokens"]]
+    ref = checkpoints.reference(mistral, ids)
+    for got, want, weights in zip(data["layers"], whole["layers"], ref.weights):
+        assert got["input"] is None and set(got["heads"][0]) == {"head", "stats", "rows"}
+        mask = torch.tensor(want["heads"][0]["weights"]) == 0  # the causal window: no key outside it has weight
+        reference = attention_stats(weights.float(), mask=mask)
+        for head, table_head, stats in zip(got["heads"], want["heads"], reference):
+            assert head["stats"]["most_attended"] == table_head["stats"]["most_attended"] == stats.most_attended
+            for field in ("top_weight", "distance_mass"):
+                assert head["stats"][field] == pytest.approx(getattr(stats, field), abs=1e-5)
+            assert head["stats"]["entropy_bits"] == pytest.approx(stats.entropy_bits, abs=5e-5)
+            for field in ("self_mass", "previous_mass", "first_mass", "sink_score"):
+                assert head["stats"][field] == pytest.approx(table_head["stats"][field], abs=1e-6)
+            for row, table_row in zip(head["rows"], table_head["rows"]):
+                assert row["weights"] == pytest.approx(table_row["weights"], abs=1e-6)
+
+
+def test_without_room_the_table_view_lists_the_strongest_keys(mistral: Path, no_room: None) -> None:
+    out = invoke("run", TEXT, "--model", str(mistral), "--query", "last", "--head", "0-1", env={"COLUMNS": "100"}).stdout
+    assert "Not kept: the T x T tables of" in out and "its strongest keys" in out and "peak distance" in out
+    assert "query 0 " not in out  # only the chosen row
+
+
+def test_a_table_view_of_several_rows(mistral: Path) -> None:
+    out = invoke("run", TEXT, "--model", str(mistral), "--query", "0:3", env={"COLUMNS": "100"}).stdout
+    assert [f"query {q} " in out for q in range(4)] == [True, True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("last:0", "last:N takes the last N tokens"), ("9999:", "holds no position"), ("5:2", "holds no position"), ("zebra", "is not a token")],
+)
+def test_bad_queries(mistral: Path, value: str, message: str) -> None:
+    result = invoke("run", TEXT, "--model", str(mistral), "--query", value, "-F", "json", code=2)
+    assert message in result.stderr and "Traceback" not in result.stderr and result.stdout == ""
