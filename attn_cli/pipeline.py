@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.records.selection import Selection
+    from attn_cli.records.trace import Trace
     from attn_cli.sources.base import Source
     from attn_cli.sources.spec import SourceSpec
 
@@ -41,3 +43,16 @@ def open_source(spec: SourceSpec) -> Source:
     if spec.target is not None:
         raise UsageError(f"--target is for encoder-decoder models (BART, T5, Marian); {spec.model} has one stack: drop --target")
     return CheckpointSource(spec, found)
+
+
+def with_queries(trace: Trace, selection: Selection | None) -> Trace:
+    """The trace with --query's positions among its tokens: a checkpoint resolves them before it
+    computes (it keeps those rows whole in blocks); the toy's and a saved trace's are resolved here."""
+    if selection is None or not selection.queries or trace.queries:
+        return trace
+    import dataclasses
+
+    from attn_cli.records.positions import resolve_queries
+
+    tokens = trace.tokens
+    return dataclasses.replace(trace, queries=resolve_queries(selection.queries, tokens.texts, tokens.labels))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.api import views
 from attn_cli.api.views import head_view, model_view
-from attn_cli.pipeline import open_source
+from attn_cli.pipeline import open_source, with_queries
 from attn_cli.records.trace import Trace as Record
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.toy.config import SHARED_FIELDS, config_fields
@@ -76,6 +76,16 @@ class Trace(Record):
         """The heads census (masses, entropy, role) per kept layer and shown head."""
         return views.heads(self)
 
+    def stats(self, layer: int = -1) -> list[dict[str, Any]]:
+        """Each shown head's statistics in layer ``layer`` (-1: the last kept), as the JSON's
+        ``stats``: from the tables, or gathered from blocks where they were not kept."""
+        return views.stats(self, layer)
+
+    def rows(self, layer: int = -1, head: int | None = None) -> Any:
+        """The ``query=`` rows' weights in layer ``layer``: (Q, H, S) for the shown heads, or (Q, S)
+        for ``head``; ``queries`` says which rows, in order."""
+        return views.rows(self, layer, head)
+
     # The first release's names (attn_cli.compat lists them): the toy's one layer, config, input.
     @property
     def result(self) -> Any:
@@ -115,6 +125,7 @@ def trace(
     rollout: bool = False,
     norms: bool = False,
     layers: Any = None,
+    query: str | int | Sequence[str | int] | None = None,
     **options: Any,
 ) -> Trace:
     """``text`` through the seeded toy model (its options as keywords, named as the command
@@ -126,7 +137,11 @@ def trace(
     ``head``: what to keep, as --layer and --head take them (an index, a list, a
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
-    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). Raises the
+    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). ``query``: the
+    query rows to keep whole, as --query ("last:16", "100:200", a position, a token, or a list
+    of them: ``Trace.rows``). Where a checkpoint's tables do not fit the memory at hand, the
+    trace keeps each head's statistics and those rows, computed in blocks, and says why in
+    ``tables_omitted`` (``Trace.stats``, ``Trace.rows``; what needs tables says so). Raises the
     command line's errors. The first release's names still work: ``layers=`` and
     ``num_heads=``, and ``heads=`` for the heads to keep where it cannot be a number of heads
     (``_old_heads``)."""
@@ -152,7 +167,9 @@ def trace(
         **trained,
     )
     source = open_source(spec)
-    made = source.run(text, spec.select(source, everything=True, rollout=rollout, norms=norms))
+    queries = () if query is None else tuple(str(q) for q in ([query] if isinstance(query, (str, int)) else query))
+    selection = spec.select(source, everything=True, rollout=rollout, norms=norms, queries=queries, tables="fit")
+    made = with_queries(source.run(text, selection), selection)
     return notebook_trace(hide(made, spec.hide))
 
 

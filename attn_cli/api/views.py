@@ -93,6 +93,7 @@ def _view(
     if html_action not in ("view", "return"):
         raise UsageError(f"html_action={html_action!r}: give 'view' or 'return'")
     made = attention if isinstance(attention, Trace) else from_attentions(attention, list(tokens or []))
+    needs_tables(made, f"{view}_view()")
     if sentence_b_start is not None:
         n = len(made.tokens)
         if not 0 < sentence_b_start < n:
@@ -115,9 +116,40 @@ def _view(
     return shown.html if html_action == "return" else shown
 
 
+def needs_tables(t: Trace, what: str) -> None:
+    """UsageError where ``t`` kept statistics and rows, not tables (a long text's, ``tables_omitted``)."""
+    if t.tables_omitted is not None:
+        raise UsageError(
+            f"{what} reads the attention tables, which this trace did not keep ({t.tables_omitted}); "
+            f"read Trace.stats() and Trace.rows(), or trace fewer layers (layer=) to keep the tables"
+        )
+
+
+def stats(t: Trace, layer: int = -1) -> list[dict[str, Any]]:
+    """Each shown head's statistics in layer ``layer``, as the JSON's ``stats``."""
+    from attn_cli.render.terminal.rows import stats_of
+
+    return [s.as_dict() for s in stats_of(t.layer(weights_layer(t, layer)), t.shown_heads)]
+
+
+def rows(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
+    """(Q, H, S) the ``query=`` rows' weights of the shown heads, or (Q, S) for ``head``."""
+    import torch
+
+    from attn_cli.render.terminal.rows import row_of
+
+    if not t.queries:
+        raise UsageError("this trace kept no query rows: trace it with query= (\"last\", \"last:16\", \"100:200\", a token)")
+    found = t.layer(weights_layer(t, layer))
+    heads = t.shown_heads if head is None else (head,)
+    made = torch.stack([torch.stack([row_of(found, q, h) for h in heads]) for q in t.queries])  # (Q, H, S)
+    return made if head is None else made[:, 0]
+
+
 def weights(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
     """(H, T, T), or (T, T) for ``head``: layer ``layer``'s weights (a model index; -1:
     the last layer the trace kept)."""
+    needs_tables(t, "weights()")
     found = t.layer(weights_layer(t, layer))
     if head is None:
         return found.weights
@@ -158,6 +190,7 @@ def heatmap(
     from attn_cli.render.picture.heatmap import check_options, heatmap_figure
     from attn_cli.render.picture.kinds import What
 
+    needs_tables(t, "heatmap()")
     if heads is not None:
         if head is not None:
             raise UsageError("heads= and head= both choose the heads to draw: give head= alone")
@@ -196,6 +229,7 @@ def page(t: Trace, *, view: str | None = None, max_size: float | None = None) ->
     from attn_cli.render.page import page as made
     from attn_cli.render.page import reproduce_command
 
+    needs_tables(t, "page()")
     return made([t], command=reproduce_command(t), max_bytes=None if not max_size else round(max_size * 2**20), view=view)
 
 
@@ -205,6 +239,7 @@ def heads(t: Trace) -> list[dict[str, Any]]:
     norms (``trace(..., norms=True)``), and is None otherwise."""
     from attn_cli.analysis.headroles import text_scores
 
+    needs_tables(t, "heads()")
     found: list[dict[str, Any]] = []
     for layer in t.layers:
         scores = text_scores(layer.weights, layer=layer.layer, special=t.tokens.special, mask=layer.mask, norms=layer.norms)

@@ -9,7 +9,6 @@ the command with ``spec`` and ``texts``. Commands declare only what is theirs
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
 import gc
@@ -190,6 +189,7 @@ def shared_options(
 def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Selection | None) -> Iterator[Trace]:
     """Each text's trace, its --hide-tokens tokens marked (a note about them on stderr, once),
     and a note for each text --truncate cut."""
+    from attn_cli.pipeline import with_queries
     from attn_cli.records.hiding import hide
 
     if len(texts) > 1:
@@ -215,16 +215,6 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
             typer.echo(f"note: {where}{trace.tables_omitted}", err=True)
         yield trace
 
-
-def with_queries(trace: Trace, selection: Selection | None) -> Trace:
-    """The trace with --query's positions among its tokens: a checkpoint resolves them before it
-    computes (it keeps those rows whole in blocks); the toy's and a saved trace's are resolved here."""
-    if selection is None or not selection.queries or trace.queries:
-        return trace
-    from attn_cli.records.positions import resolve_queries
-
-    tokens = trace.tokens
-    return dataclasses.replace(trace, queries=resolve_queries(selection.queries, tokens.texts, tokens.labels))
 
 
 def say_truncated(trace: Trace, where: str = "") -> None:
