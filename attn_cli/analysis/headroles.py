@@ -39,6 +39,7 @@ from attn_cli.analysis.stats import attention_stats
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
+    from attn_cli.records.summary import HeadStats, LayerSummary
     from attn_cli.records.trace import Trace
 
 ROLES = ("previous", "first", "self", "duplicate", "induction", "broad", "mixed")
@@ -74,6 +75,8 @@ class HeadScores:
     duplicate_score: float | None = None
     norm_special_mass: float | None = None  # None: no special tokens, or no norms (weights from elsewhere)
     alignment: tuple[int, ...] | None = None  # cross-attention: each query's most attended key (a source token)
+    sink_score: float | None = None  # ``attn_cli.analysis.stats``' first-token score; None for cross-attention
+    distance_mass: tuple[float, ...] | None = None  # the distance profile over ``distance_bins``; None for cross-attention
 
     @property
     def role(self) -> str:
@@ -94,6 +97,7 @@ class HeadScores:
             "duplicate_score": self.duplicate_score,
             "role": self.role,
             **({"alignment": list(self.alignment)} if self.alignment is not None else {}),
+            **({"sink_score": self.sink_score, "distance_mass": list(self.distance_mass)} if self.distance_mass is not None else {}),
         }
 
 
@@ -130,31 +134,40 @@ def text_scores(
     ``norms`` (H, T, T) the value-weighted norms, for ``norm_special_mass``; ``cross``:
     cross-attention's (H, T, S), without masses, with each query's alignment."""
     stats = attention_stats(weights, mask=mask, cross=cross)  # run's own numbers, head by head
+    flags = torch.tensor(list(special), dtype=torch.bool) if any(special) else None  # (T,)
+    special_mass: list[float | None] = [None] * len(stats)
+    norm_special_mass: list[float | None] = [None] * len(stats)
+    if flags is not None:
+        special_mass = [weights[h][:, flags].double().sum(dim=-1).mean().item() for h in range(len(stats))]  # (T, S) -> (T,) -> ()
+        if norms is not None:
+            norm_special_mass = [_share(norms[h].double(), flags) for h in range(len(stats))]
+    return scores_of(stats, layer=layer, special_mass=special_mass, norm_special_mass=norm_special_mass, cross=cross)
+
+
+def summary_scores(summary: LayerSummary) -> list[HeadScores]:
+    """``text_scores`` of a layer whose tables were not kept: from the statistics and the special
+    tokens' mass its blocks left (no norms: ``norm_special_mass`` is None)."""
+    special = list(summary.special_mass) if summary.special_mass is not None else [None] * len(summary.stats)
+    return scores_of(summary.stats, layer=summary.layer, special_mass=special, norm_special_mass=[None] * len(special), cross=summary.cross)
+
+
+def scores_of(
+    stats: Sequence[HeadStats], *, layer: int, special_mass: Sequence[float | None], norm_special_mass: Sequence[float | None],
+    cross: bool,
+) -> list[HeadScores]:  # fmt: skip
+    """One HeadScores per head from its statistics and its special tokens' masses."""
     # the most entropy a row can have: log2 of its visible keys, averaged over the rows
     most = math.fsum(math.log2(n) for n in stats[0].visible_keys) / len(stats[0].visible_keys) if stats else 0.0
-    flags = torch.tensor(list(special), dtype=torch.bool) if any(special) else None  # (T,)
-    result = []
-    for h, st in enumerate(stats):
-        special_mass = norm_special_mass = None
-        if flags is not None:
-            special_mass = weights[h][:, flags].double().sum(dim=-1).mean().item()  # (T, S) -> (T,) -> ()
-            if norms is not None:
-                norm_special_mass = _share(norms[h].double(), flags)
-        result.append(
-            HeadScores(
-                layer=layer,
-                head=h,
-                self_mass=st.self_mass,
-                previous_mass=st.previous_mass,
-                first_mass=st.first_mass,
-                mean_entropy_bits=st.mean_entropy_bits,
-                special_mass=special_mass,
-                spread=st.mean_entropy_bits / most if most > 0 else 0.0,
-                norm_special_mass=norm_special_mass,
-                alignment=tuple(st.most_attended) if cross else None,
-            )
-        )
-    return result
+    return [
+        HeadScores(
+            layer=layer, head=h, self_mass=st.self_mass, previous_mass=st.previous_mass, first_mass=st.first_mass,
+            mean_entropy_bits=st.mean_entropy_bits, special_mass=special_mass[h],
+            spread=st.mean_entropy_bits / most if most > 0 else 0.0, norm_special_mass=norm_special_mass[h],
+            alignment=tuple(st.most_attended) if cross else None, sink_score=st.sink_score,
+            distance_mass=None if st.distance_mass is None else tuple(st.distance_mass),
+        )  # fmt: skip
+        for h, st in enumerate(stats)
+    ]
 
 
 def _share(norms: torch.Tensor, flags: torch.Tensor) -> float | None:

@@ -119,6 +119,24 @@ class RowStats:
         }
 
 
+class SpecialMass:
+    """A block consumer: each row's weight on the special tokens' keys (BOS, [CLS], [SEP]), in
+    float64, for ``headroles``' ``special_mass`` (the mean over the rows)."""
+
+    def __init__(self, heads: int, n_queries: int, special: Sequence[bool]) -> None:
+        self.keys = torch.tensor([i for i, flag in enumerate(special) if flag], dtype=torch.long)  # (F,) the flagged keys
+        self.mass = torch.zeros(heads, n_queries, dtype=torch.float64)  # (H, T)
+
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
+        inside = self.keys[(self.keys >= first) & (self.keys < first + weights.shape[-1])] - first  # (F',) in the block
+        if len(inside):
+            self.mass[:, start : start + weights.shape[-2]] = weights[..., inside.to(weights.device)].double().sum(dim=-1).cpu()  # (H, R)
+
+    def result(self) -> list[float]:
+        """Each head's mean over the rows (``text_scores``' operations: a float64 sum per row, then the mean)."""
+        return self.mass.mean(dim=-1).tolist()
+
+
 class KeptRows:
     """A block consumer that keeps the chosen query rows' weights, every key's, for some heads."""
 

@@ -120,7 +120,8 @@ def heads(
     for note in source.notes:
         typer.echo(note, err=True)
     # the scores read the weights, and norm_special_mass the norms (a saved trace has its own, or none)
-    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate)
+    # at any length: where the tables do not fit, the scores come from statistics gathered in blocks
+    selection = spec.select(source, everything=True, keep="weights", norms=spec.saved is None, generate=generate, tables="fit")
     probe, probe_note = None, "--no-probe" if no_probe else None
     if not no_probe:
         probe, probe_note = _make_probe(source, probe_length, spec.config.seed)
@@ -214,13 +215,13 @@ def _probe_scores(source: Source, probe: Probe, selection: Selection) -> dict[in
 def _report(
     trace: Trace, probe: Probe | None, probe_note: str | None, scored: dict[int, tuple[list[float], list[float]]] | None
 ) -> HeadsReport:
-    from attn_cli.analysis.headroles import text_scores, with_probe
-    from attn_cli.analysis.headroles import HeadsReport
+    from attn_cli.analysis.headroles import HeadsReport, summary_scores, text_scores, with_probe
+    from attn_cli.records.summary import LayerSummary
 
     heads: list[HeadScores] = []
     for layer in trace.layers:
         chosen = list(trace.shown_heads)
-        scores = text_scores(
+        scores = summary_scores(layer) if isinstance(layer, LayerSummary) else text_scores(
             layer.weights, layer=layer.layer, special=trace.own_stack.key_tokens.special, mask=layer.mask, norms=layer.norms, cross=layer.cross
         )  # fmt: skip
         if scored is not None:

@@ -159,7 +159,7 @@ def run(
         typer.echo(note, err=True)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
-        queries=tuple(query or ()), tables="fit",
+        queries=tuple(query or ()), tables="keep" if rollout or norms else "fit",  # rollout and norms read the tables
     )  # fmt: skip
 
     if chosen is Format.table:

@@ -81,6 +81,7 @@ class LayerSummary:
     threads: int = 0  # torch's intra-op threads the layer was computed with (0: not recorded)
     cross: bool = False  # cross-attention: queries from one text, keys from another
     causal: bool = False  # whether some key is hidden from some query (a causal mask, a window), as LayerWeights.causal
+    special_mass: tuple[float, ...] | None = None  # each head's mean weight on the special tokens; None: not asked, or none
 
     def row(self, query: int, head: int) -> torch.Tensor:
         """(S,) query ``query``'s weights in head ``head``."""

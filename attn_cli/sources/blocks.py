@@ -29,7 +29,7 @@ from typing import Protocol
 
 import torch
 
-from attn_cli.analysis.rowstats import KeptRows, RowStats
+from attn_cli.analysis.rowstats import KeptRows, RowStats, SpecialMass
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.attend import attention_weights
@@ -119,13 +119,15 @@ class BlockPlan:
     rows: int  # query rows a block holds
     queries: tuple[int, ...] = ()  # the chosen query rows (--query), kept whole for ``heads``
     heads: tuple[int, ...] | None = None  # the heads whose chosen rows are kept; None: every head
+    special: tuple[bool, ...] | None = None  # the keys that are special tokens, for each head's special_mass; None: not asked
 
     def gathering(self, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
         """The consumers of one kept layer's blocks."""
         row_heads = tuple(range(heads)) if self.heads is None else self.heads
+        special = SpecialMass(heads, n_queries, self.special) if self.special is not None and any(self.special) else None
         return Gathering(
             RowStats(heads, n_queries, n_keys, mask=band, cross=cross), KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
-            band.hides(n_keys),
+            band.hides(n_keys), special,
         )  # fmt: skip
 
 
@@ -138,16 +140,17 @@ class Gathering:
     n_keys: int
     cross: bool
     causal: bool
+    special: SpecialMass | None = None
 
     @property
     def consumers(self) -> tuple[BlockConsumer, ...]:
-        return (self.stats, self.rows)
+        return (self.stats, self.rows) if self.special is None else (self.stats, self.rows, self.special)
 
     def summary(self, layer: int, divisor: float, divisor_text: str) -> LayerSummary:
         return LayerSummary(
             layer=layer, stats=tuple(self.stats.result()), queries=self.rows.queries, rows=self.rows.rows,
             row_heads=self.rows.heads, n_keys=self.n_keys, divisor=divisor, divisor_text=divisor_text, cross=self.cross,
-            causal=self.causal,
+            causal=self.causal, special_mass=None if self.special is None else tuple(self.special.result()),
         )  # fmt: skip
 
 

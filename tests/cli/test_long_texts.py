@@ -88,3 +88,19 @@ def test_a_table_view_of_several_rows(mistral: Path) -> None:
 def test_bad_queries(mistral: Path, value: str, message: str) -> None:
     result = invoke("run", TEXT, "--model", str(mistral), "--query", value, "-F", "json", code=2)
     assert message in result.stderr and "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_heads_without_room_score_from_the_statistics(mistral: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`heads` where the tables do not fit: every score but the norms' equal to the run with tables."""
+    args = ("heads", TEXT, "--model", str(mistral), "-F", "json", "--no-probe")
+    whole = json.loads(invoke(*args).stdout)["heads"]
+    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    result = invoke(*args)
+    assert "note: the T x T tables of" in result.stderr
+    blocked = json.loads(result.stdout)["heads"]
+    assert [h["role"] for h in blocked] == [h["role"] for h in whole]
+    for got, want in zip(blocked, whole):
+        assert got["norm_special_mass"] is None
+        for key in ("self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "sink_score"):
+            assert got[key] == pytest.approx(want[key], abs=1e-6), key
+        assert got["distance_mass"] == pytest.approx(want["distance_mass"], abs=1e-6)

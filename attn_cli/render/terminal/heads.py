@@ -158,21 +158,24 @@ def _ablation_part(report: HeadsReport, top: int, precision: int) -> list[Any]:
 def _sinks_part(heads: Sequence[HeadScores], top: int, precision: int) -> list[Any]:
     f = f"{{:.{precision}f}}"
     sinks = sorted((h for h in heads if h.special_mass is not None), key=lambda h: -(h.special_mass or 0.0))[:top]
-    if not sinks or all(h.norm_special_mass is None for h in sinks):
+    if not sinks or all(h.norm_special_mass is None and h.sink_score is None for h in sinks):
         return []
     table = Table(box=box.SIMPLE_HEAD, title="Special tokens: weight vs what moves", title_justify="left", title_style="bold", pad_edge=False)
     table.add_column("head")
     table.add_column("special_mass", justify="right")
     table.add_column("norm_special_mass", justify="right")
+    table.add_column("sink_score", justify="right")
     for h in sinks:
         norm = "—" if h.norm_special_mass is None else f.format(h.norm_special_mass)
-        table.add_row(f"L{h.layer}H{h.head}", f.format(h.special_mass), norm)
+        sink = "—" if h.sink_score is None else f.format(h.sink_score)
+        table.add_row(f"L{h.layer}H{h.head}", f.format(h.special_mass), norm, sink)
     return [
         Text(""),
         table,
         Text(
             "the heads with the most weight on special tokens; norm_special_mass is the share of the value-weighted "
-            "norms ||a f(x)|| on them: much lower means the weight parks there and moves little (a sink)",
+            "norms ||a f(x)|| on them: much lower means the weight parks there and moves little (a sink; — where the "
+            "tables were not kept); sink_score is the first token's mean weight over the rows that see it (> 0.3: a sink)",
             style="dim",
         ),
     ]  # fmt: skip

@@ -107,8 +107,9 @@ class CheckpointSource(Batches):
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
-        if selection.tables == "fit" and not (selection.rollout or selection.norms) and not _fit(parts, self.spec.device):
-            blocks, omitted, parts = self._blocked(len(tokens), selection, queries, parts["tables"])
+        if selection.tables == "fit" and not selection.rollout and not _fit(parts, self.spec.device):
+            # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
+            blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
             culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
         check_budget(parts, culprits)
         check_device_budget(parts, culprits, self.spec.device)
@@ -118,16 +119,14 @@ class CheckpointSource(Batches):
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
         n_threads = threads.threads_for(per_layer)
         rollout = RolloutAccumulator() if selection.rollout else None
-        predictions = None
+        predictions, norms = None, selection.norms and blocks is None
         with using_threads(n_threads):
             if selection.predict:
                 layers, predictions = self.checkpoint.predict(
-                    tokens, selection.layers, selection.predict, selection.keep, norms=selection.norms, rollout=rollout, blocks=blocks
+                    tokens, selection.layers, selection.predict, selection.keep, norms=norms, rollout=rollout, blocks=blocks
                 )  # fmt: skip
             else:
-                layers = self.checkpoint.trace(
-                    tokens, selection.layers, selection.keep, norms=selection.norms, rollout=rollout, blocks=blocks
-                )  # fmt: skip
+                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=norms, rollout=rollout, blocks=blocks)
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
@@ -135,18 +134,19 @@ class CheckpointSource(Batches):
         )  # fmt: skip
 
     def _blocked(
-        self, n_tokens: int, selection: Selection, queries: tuple[int, ...], tables: int
+        self, tokens: Tokens, selection: Selection, queries: tuple[int, ...], tables: int
     ) -> tuple[BlockPlan, str, dict[str, int]]:
         """A run whose tables (``tables`` bytes) do not fit: its plan of blocks, the sentence that says
         so, and its memory estimate."""
         from attn_cli.runtime import budget
         from attn_cli.sources.blocks import BlockPlan, block_rows_for
 
-        info = self.info
+        info, n_tokens = self.info, len(tokens)
         block_bytes = min(BLOCK_BYTES, (budget.device_available_bytes(self.spec.device) or budget.available_bytes() or BLOCK_BYTES) // 8)
         rows = block_rows_for(info.heads, n_tokens, block_bytes)
         every_head = tuple(selection.heads) == tuple(range(info.heads))
-        plan = BlockPlan(rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads))
+        special = tuple(tokens.special) if tokens.special and any(tokens.special) else None
+        plan = BlockPlan(rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special)
         parts = self.checkpoint.estimate_blocked_bytes(
             n_tokens, selection.layers, block_bytes=block_bytes, rows=len(queries), predict=bool(selection.predict)
         )  # fmt: skip
