@@ -3,12 +3,12 @@ layer's statistics exist at any length without its (H, T, S) weights. Pure torch
 
 Shapes: H heads, T query rows, S keys, R rows in a block.
 
-The numbers are stats.py's to the bit: each row's argmax, top weight and entropy sum are
-computed on that row alone (the same float64 operations, whichever block the row is in); the
-element-wise steps whose result can depend on where an element stands in a tensor (2 ** bits,
-vectorised) and the means over rows (one float64 sum over T values) run at the end, on tensors
-of the shapes stats.py gives them. The distance profile is summed block by block, so its last
-bits follow the block size (1e-15 apart). What is kept is O(H x T): the diagonal, the
+The numbers are stats.py's: each row's argmax and top weight to the bit, the head masses and
+the sink score too (the means over rows run at the end, one float64 sum over T values, on
+tensors of the shapes stats.py gives them). Two are computed for speed, as a long text needs
+them, and agree to 1e-6: a row's entropy is -sum w log w taken in float32 (torch's entr, a
+pairwise sum), not float64 (four times the work on every one of T x S weights); the distance
+profile is summed block by block, its last bits following the block size (1e-15 apart). What is kept is O(H x T): the diagonal, the
 previous-token diagonal and the first column of the weights, and the per-row lists.
 
 A block may hold some keys only (``first`` .. ``first + K - 1``, the band a ``Band`` lets
@@ -18,12 +18,19 @@ through): every other key's weight is 0, as in the whole table.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, distance_bins, distance_sums, effective_tokens, entropy_bits
+from attn_cli.analysis.stats import HeadStats, distance_bins, distance_sums, effective_tokens
 from attn_cli.records.band import Band
+
+
+def block_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
+    """(..., K) probability rows -> (...) entropy in bits, float64, from float32 terms and sums."""
+    nats = torch.special.entr(weights.float()).sum(dim=-1)  # (...,) -w log w, 0 log 0 = 0
+    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # (...,) + 0.0: a one-hot row's -0.0 is 0.0
 
 
 class RowStats:
@@ -55,7 +62,7 @@ class RowStats:
         top_key = weights.argmax(dim=-1)  # (H, R) the first of equal maxima
         self.top_key[:, start:end] = top_key + first
         self.top_weight[:, start:end] = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, R, 1) -> (H, R)
-        self.bits[:, start:end] = entropy_bits(weights)  # (H, R, K) -> (H, R)
+        self.bits[:, start:end] = block_entropy_bits(weights)  # (H, R, K) -> (H, R)
         self._visibility(start, end)
         if self.masses:
             self._masses_of(weights, start, end, first)

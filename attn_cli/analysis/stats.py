@@ -90,23 +90,28 @@ def distance_bins(n_keys: int) -> list[tuple[int, int]]:
 
 def distance_sums(weights: torch.Tensor, start: int, first: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
     """(H, R, K) weights of query rows start .. start + R - 1 against keys first .. first + K - 1 ->
-    (H, bins) float64: each bin's weight, summed over the block's rows. A row's mass in a bin is a
-    difference of its float64 running sums over the keys (keys beyond the block have no weight)."""
-    n_keys = weights.shape[-1]
-    running = torch.zeros(*weights.shape[:-1], n_keys + 1, dtype=torch.float64, device=weights.device)  # (H, R, K + 1)
-    torch.cumsum(weights, dim=-1, dtype=torch.float64, out=running[..., 1:])  # running[..., k]: keys first .. first + k - 1
-    rows = torch.arange(start, start + weights.shape[-2], device=weights.device)[:, None] - first  # (R, 1) i in the block's keys
-    low = torch.tensor([b[0] for b in bins], device=weights.device)  # (bins,)
-    high = torch.tensor([b[1] for b in bins], device=weights.device)  # (bins,)
+    (H, bins) float64: each bin's weight, summed over the block's rows (keys beyond the block
+    have no weight). Each row is shifted so that one column holds one distance for every row
+    (row r's key k lands in column k + R - 1 - r, distance i - j = start - first + R - 1 - column);
+    the columns are summed over the rows, then the bins over their columns, in float64."""
+    *lead, n_rows, n_keys = weights.shape
+    width = n_keys + n_rows - 1
+    skewed = torch.zeros(*lead, n_rows, width, dtype=weights.dtype, device=weights.device)  # (H, R, K + R - 1)
+    view = skewed.as_strided((*lead, n_rows, n_keys), (*skewed.stride()[:-2], width - 1, 1), n_rows - 1)  # (H, R, K)
+    view.copy_(weights)
+    columns = skewed.sum(dim=-2, dtype=torch.float64)  # (H, K + R - 1) each distance's weight over the rows
+    running = torch.nn.functional.pad(columns.cumsum(dim=-1), (1, 0))  # (H, K + R) running[c]: columns 0 .. c - 1
+    top = start - first + n_rows - 1  # the distance of column 0
 
-    def between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # (R, bins) keys a .. b - 1 -> (H, R, bins)
-        a, b = a.clamp(0, n_keys), b.clamp(0, n_keys)
-        size = (*weights.shape[:-1], a.shape[-1])
-        return running.gather(-1, b.expand(size)) - running.gather(-1, a.expand(size))
+    def columns_between(a: int, b: int) -> torch.Tensor:  # columns a .. b, clamped -> (H,)
+        a, b = max(a, 0), min(b, width - 1)
+        return running[..., b + 1] - running[..., a] if a <= b else torch.zeros(columns.shape[:-1], dtype=torch.float64, device=columns.device)
 
-    before = between(rows - high, rows - low + 1)  # j = i - d for d in the bin
-    after = between(rows + low.clamp_min(1), rows + high + 1)  # j = i + d, d >= 1 (d = 0 is counted once, above)
-    return (before + after).sum(dim=-2)  # (H, R, bins) -> (H, bins)
+    sums = [
+        columns_between(top - high, top - low) + columns_between(top + max(low, 1), top + high)  # i - j = d, then j - i = d
+        for low, high in bins
+    ]
+    return torch.stack(sums, dim=-1)  # (H, bins)
 
 
 def sink_scores(weights: torch.Tensor, mask: torch.Tensor | None) -> list[float]:

@@ -36,7 +36,7 @@ from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from attn_cli.sources.base import Source
-    from attn_cli.records.selection import Selection
+    from attn_cli.records.selection import Selection, Tables
     from attn_cli.records.trace import Trace
 
 
@@ -106,6 +106,17 @@ QueriesOption = Annotated[
 ]  # fmt: skip
 
 
+NoTablesOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-tables",
+        help="Keep each head's statistics and the --query rows only, computed a block of query rows at a time, "
+        "whatever the length (a long text's tables give way to them by themselves where they do not fit the memory).",
+        rich_help_panel=DISPLAY,
+    ),
+]
+
+
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
@@ -123,6 +134,7 @@ def run(
     no_clobber: NoClobberOption = False,
     precision: FittingPrecisionOption = None,
     no_color: NoColorOption = False,
+    no_tables: NoTablesOption = False,
 ) -> None:
     """Tokenize, embed and run attention; print scores, weights and context vectors.
 
@@ -138,8 +150,11 @@ def run(
       attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
       attn-cli run "The capital of France is" --model ~/models/gpt2 --predict 5 --layer -1 --head 0
       attn-cli run "Once upon a time" --model ~/models/gpt2 --generate 20 -F json | jq .generated_text
+      attn-cli run --file chapter.txt --model ~/models/qwen3 --query last:16 -F json -o rows.json
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
+    if no_tables and spec.model is None:
+        raise UsageError("--no-tables computes a trained model's layers in blocks (--model); the toy model keeps its tables")
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
     shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
@@ -159,13 +174,20 @@ def run(
         typer.echo(note, err=True)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
-        queries=tuple(query or ()), tables="keep" if rollout or norms else "fit",  # rollout and norms read the tables
+        queries=tuple(query or ()), tables=_tables_kept(no_tables, rollout, norms),
     )  # fmt: skip
 
     if chosen is Format.table:
         _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
         return
     _write_machine(spec, source, selection, texts, chosen, output, clobber=not no_clobber)
+
+
+def _tables_kept(no_tables: bool, rollout: bool, norms: bool) -> Tables:
+    """What a run keeps of its layers: --rollout and --norms read the tables, so they ask for them."""
+    if no_tables and (rollout or norms):
+        raise UsageError(f"--no-tables keeps statistics only, and {'--rollout' if rollout else '--norms'} reads the tables: drop one")
+    return "omit" if no_tables else "keep" if rollout or norms else "fit"
 
 
 def _write_machine(

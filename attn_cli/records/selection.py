@@ -17,7 +17,7 @@ from attn_cli.runtime.errors import UsageError
 # (LayerWeights: weights, mask, divisor; what `heads` and weight pictures read).
 Keep = Literal["all", "weights"]
 KEEP_LEVELS: tuple[Keep, ...] = ("all", "weights")
-Tables = Literal["keep", "fit"]
+Tables = Literal["keep", "fit", "omit"]
 
 
 _ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
@@ -98,7 +98,8 @@ class Selection:
     everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder
     queries: tuple[str, ...] = ()  # --query: the query rows to keep whole (``records.positions.resolve_queries``)
     # "keep": the kept layers' (H, T, T) tables, or a refusal where they do not fit; "fit": the
-    # tables where they fit, else each kept layer's statistics and chosen rows, computed in blocks
+    # tables where they fit, else each kept layer's statistics and chosen rows, computed in blocks;
+    # "omit": statistics and rows in blocks whatever the length (--no-tables)
     tables: Tables = "keep"
 
     @property

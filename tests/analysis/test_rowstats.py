@@ -58,19 +58,16 @@ def test_stats_from_blocks_are_stats_py_to_the_bit(name, n_queries, n_keys, mask
 
 
 
-def entropy_in_float32(weights: torch.Tensor) -> torch.Tensor:
-    w = weights.float()  # (H, R, S)
-    return ((-torch.special.xlogy(w, w).sum(dim=-1)) / torch.log(torch.tensor(2.0))).clamp_min(0.0).double() + 0.0
+def entropy_in_nats(weights: torch.Tensor) -> torch.Tensor:
+    return torch.special.entr(weights.float()).sum(dim=-1).double()  # (H, R): not divided by log 2
 
 
-def test_float32_entropy_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entropy_in_the_wrong_unit_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison's 1e-6 on the entropy catches nats for bits (and so any real error)."""
     weights, mask = weights_of(37, 37, causal_mask(37), torch.float32), causal_mask(37)
-    want = attention_stats(weights, mask=mask)
-    monkeypatch.setattr(rowstats, "entropy_bits", entropy_in_float32)
-    got = fed(weights, 5, mask).result()
-    got_bits, want_bits = [b for s in got for b in s.entropy_bits], [b for s in want for b in s.entropy_bits]
-    assert got_bits != want_bits
-    assert got_bits == pytest.approx(want_bits, abs=1e-5)  # close: only the exact comparison sees it
+    monkeypatch.setattr(rowstats, "block_entropy_bits", entropy_in_nats)
+    with pytest.raises(AssertionError):
+        assert_same_stats(fed(weights, 5, mask).result(), attention_stats(weights, mask=mask))
 
 
 def test_rows_out_of_place_are_seen() -> None:

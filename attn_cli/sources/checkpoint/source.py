@@ -107,7 +107,8 @@ class CheckpointSource(Batches):
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
-        if selection.tables == "fit" and not selection.rollout and not _fit(parts, self.spec.device):
+        omit = selection.tables == "omit" or (selection.tables == "fit" and not _fit(parts, self.spec.device))
+        if omit and not selection.rollout:
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
             blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
             culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
@@ -151,11 +152,13 @@ class CheckpointSource(Batches):
             n_tokens, selection.layers, block_bytes=block_bytes, rows=len(queries), predict=bool(selection.predict)
         )  # fmt: skip
         kept = len(selection.layers)
+        rows_kept = f" and the {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else ""
+        if selection.tables == "omit":
+            return plan, f"--no-tables: kept each head's statistics{rows_kept}, computed in blocks", parts
         omitted = (
             f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads would take "
-            f"{budget.gib(tables)}, more than the memory at hand: kept each head's statistics"
-            + (f" and the {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else "")
-            + "; keep fewer layers (--layer) for the tables, or choose rows to keep whole with --query"
+            f"{budget.gib(tables)}, more than the memory at hand: kept each head's statistics{rows_kept}; "
+            "keep fewer layers (--layer) for the tables, or choose rows to keep whole with --query"
         )
         return plan, omitted, parts
 
@@ -197,8 +200,8 @@ class PairSource(Batches):
     def run(self, text: str, selection: Selection | None = None) -> Trace:
         check_text(text)
         spec, info = self.spec, self.info
-        if spec.pair is not None or spec.truncate:
-            flag = "--pair" if spec.pair is not None else "--truncate"
+        if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
+            flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":
