@@ -42,35 +42,61 @@ def atomic_writer(path: Path, *, clobber: bool = True) -> Iterator[BinaryIO]:
         with _direct_writer(path) as f:
             yield f
         return
-    if not clobber and os.path.lexists(path):
-        raise _exists(path)  # early, before the work of writing; the publish below decides races
-    given, path = path, Path(os.path.realpath(path))
-    folder = path.parent
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {given}: the folder {given.parent} does not exist; create it first")
+    target, fd, tmp = open_temporary(path, clobber=clobber)
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
-    except OSError as err:
-        raise OutputError(f"cannot write {given}: {err.strerror or err} (in {given.parent})") from None
-    _temporaries.add(tmp)
-    try:
-        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; a new file should get the umask's mode
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        if clobber:
-            os.replace(tmp, path)
-        else:
-            _publish_new(tmp, path, given)
+        publish_temporary(tmp, target, path, clobber=clobber)
     except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        discard_temporary(tmp)
         if isinstance(err, OSError):
-            raise OutputError(f"cannot write {given}: {err.strerror or err}") from None
+            raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
         raise
     finally:
         _temporaries.discard(tmp)
+
+
+def open_temporary(path: Path, *, clobber: bool = True) -> tuple[Path, int, str]:
+    """A new empty file beside ``path`` (``.{name}.XXXX.part``) for a write that will replace it:
+    (the file it will replace, a symbolic link followed; an open descriptor; its name). It has the
+    mode the finished file will have and is registered for ``remove_temporaries``; OutputError
+    where it cannot be made, or where ``clobber=False`` and ``path`` exists."""
+    if not clobber and os.path.lexists(path):
+        raise _exists(path)  # early, before the work of writing; the publish decides races
+    target = Path(os.path.realpath(path))
+    if not target.parent.is_dir():
+        raise OutputError(f"cannot write {path}: the folder {path.parent} does not exist; create it first")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {err.strerror or err} (in {path.parent})") from None
+    _temporaries.add(tmp)
+    try:
+        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; a new file should get the umask's mode
+    except OSError as err:
+        os.close(fd)
+        discard_temporary(tmp)
+        raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
+    return target, fd, tmp
+
+
+def publish_temporary(tmp: str, target: Path, given: Path, *, clobber: bool = True) -> None:
+    """Give the finished ``tmp`` (``open_temporary``'s) the name ``target`` in one step; ``given``
+    is the name the user wrote, for messages. ``clobber=False``: OutputError if the name is taken."""
+    if clobber:
+        os.replace(tmp, target)
+    else:
+        _publish_new(tmp, target, given)
+    _temporaries.discard(tmp)
+
+
+def discard_temporary(tmp: str) -> None:
+    """Remove an unfinished ``open_temporary`` file (gone already is fine)."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    _temporaries.discard(tmp)
 
 
 def _publish_new(tmp: str, path: Path, given: Path) -> None:
