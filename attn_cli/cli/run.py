@@ -153,8 +153,6 @@ def run(
       attn-cli run --file chapter.txt --model ~/models/qwen3 --query last:16 -F json -o rows.json
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    if no_tables and spec.model is None:
-        raise UsageError("--no-tables computes a trained model's layers in blocks (--model); the toy model keeps its tables")
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
     shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
@@ -162,19 +160,17 @@ def run(
     # --show norms / rollout asks for them; asked for, they join the default tables
     rollout = rollout or (shown is not None and "rollout" in shown)
     norms = norms or (shown is not None and "norms" in shown)
+    tables = _tables_kept(spec, no_tables, rollout, norms)
     if chosen is not Format.table and shaping:
-        typer.echo(
-            f"note: {', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view; "
-            f"--format {chosen.value} has every number of the chosen layers and heads",
-            err=True,
-        )
+        changes = f"{', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view"
+        typer.echo(f"note: {changes}; --format {chosen.value} has every number of the chosen layers and heads", err=True)
 
     source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
-        queries=tuple(query or ()), tables=_tables_kept(no_tables, rollout, norms),
+        queries=tuple(query or ()), tables=tables,
     )  # fmt: skip
 
     if chosen is Format.table:
@@ -183,8 +179,10 @@ def run(
     _write_machine(spec, source, selection, texts, chosen, output, clobber=not no_clobber)
 
 
-def _tables_kept(no_tables: bool, rollout: bool, norms: bool) -> Tables:
+def _tables_kept(spec: SourceSpec, no_tables: bool, rollout: bool, norms: bool) -> Tables:
     """What a run keeps of its layers: --rollout and --norms read the tables, so they ask for them."""
+    if no_tables and spec.model is None:
+        raise UsageError("--no-tables computes a trained model's layers in blocks (--model); the toy model keeps its tables")
     if no_tables and (rollout or norms):
         raise UsageError(f"--no-tables keeps statistics only, and {'--rollout' if rollout else '--norms'} reads the tables: drop one")
     return "omit" if no_tables else "keep" if rollout or norms else "fit"

@@ -104,3 +104,16 @@ def test_heads_without_room_score_from_the_statistics(mistral: Path, monkeypatch
         for key in ("self_mass", "previous_mass", "first_mass", "mean_entropy_bits", "special_mass", "sink_score"):
             assert got[key] == pytest.approx(want[key], abs=1e-6), key
         assert got["distance_mass"] == pytest.approx(want["distance_mass"], abs=1e-6)
+
+
+def test_no_tables_asks_for_the_blocks(mistral: Path) -> None:
+    data, stderr = run_json(mistral, "--no-tables", "--query", "last")
+    assert data["tables_omitted"].startswith("--no-tables") and "note:" not in stderr  # asked for: no note
+    assert set(data["layers"][0]["heads"][0]) == {"head", "stats", "rows"}
+    for args, message in [
+        (("--no-tables", "--rollout"), "--no-tables keeps statistics only, and --rollout reads the tables"),
+        (("--no-tables", "--show", "norms"), "and --norms reads the tables"),
+    ]:
+        result = invoke("run", TEXT, "--model", str(mistral), *args, code=2)
+        assert message in result.stderr
+    assert "the toy model keeps its tables" in invoke("run", "a b c", "--no-tables", code=2).stderr
