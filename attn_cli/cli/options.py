@@ -211,7 +211,7 @@ def run_texts(spec: SourceSpec, source: Source, texts: list[str], selection: Sel
         say_truncated(trace, where)
         if trace.ended_at_once:
             typer.echo(f"note: {where}{ENDED_AT_ONCE}", err=True)
-        if trace.tables_omitted is not None and (selection is None or selection.tables != "omit"):  # unasked: say so
+        if trace.tables_omitted is not None and (selection is None or (selection.tables != "omit" and selection.sink is None)):
             typer.echo(f"note: {where}{trace.tables_omitted}", err=True)
         yield trace
 

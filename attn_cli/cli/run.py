@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.panels import DISPLAY
+from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import (
     KeyOption,
     NoColorOption,
@@ -29,12 +30,14 @@ from attn_cli.cli.options import (
     run_texts,
     shared_options,
 )
-from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
+from attn_cli.cli.output import binary_output, byte_size, emit_rich, progress, stdout_is_terminal, wrote
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from attn_cli.sources.base import Source
     from attn_cli.records.selection import Selection, Tables
     from attn_cli.records.trace import Trace
@@ -117,6 +120,22 @@ NoTablesOption = Annotated[
 ]
 
 
+TablesFileOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--tables",
+        help="Also stream the chosen layers' and heads' whole T x T weights to FILE, a block of rows at a time, at any "
+        "length: FILE.npy (one layer and head) or FILE.safetensors (several, named layer.L.head.H). The output then has "
+        "the statistics and --query rows.",
+        rich_help_panel=OUTPUT, metavar="FILE", show_default=False,
+    ),
+]  # fmt: skip
+TableDtypeOption = Annotated[
+    str,
+    typer.Option("--table-dtype", help="The number type of --tables: float32 or float16 (half the disk).", rich_help_panel=OUTPUT),
+]
+
+
 @app.command(cls=AttnCommand)
 @shared_options
 def run(
@@ -135,6 +154,8 @@ def run(
     precision: FittingPrecisionOption = None,
     no_color: NoColorOption = False,
     no_tables: NoTablesOption = False,
+    tables_file: TablesFileOption = None,
+    table_dtype: TableDtypeOption = "float32",
 ) -> None:
     """Tokenize, embed and run attention; print scores, weights and context vectors.
 
@@ -153,17 +174,12 @@ def run(
       attn-cli run --file chapter.txt --model ~/models/qwen3 --query last:16 -F json -o rows.json
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
-    shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
-    chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
+    chosen = _format_of(spec, format, output, show, query, key, rollout)
     shown = _parse_show(show)
     # --show norms / rollout asks for them; asked for, they join the default tables
     rollout = rollout or (shown is not None and "rollout" in shown)
     norms = norms or (shown is not None and "norms" in shown)
     tables = _tables_kept(spec, no_tables, rollout, norms)
-    if chosen is not Format.table and shaping:
-        changes = f"{', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view"
-        typer.echo(f"note: {changes}; --format {chosen.value} has every number of the chosen layers and heads", err=True)
 
     source = open_source(spec)
     for note in source.notes:
@@ -174,9 +190,48 @@ def run(
     )  # fmt: skip
 
     if chosen is Format.table:
-        _tables(spec, source, selection, texts, shown, query, key, output, precision, no_color, clobber=not no_clobber)
-        return
-    _write_machine(spec, source, selection, texts, chosen, output, clobber=not no_clobber)
+        write = functools.partial(_tables, spec, source, texts=texts, shown=shown, queries=query, key=key, output=output,
+                                  precision=precision, no_color=no_color, clobber=not no_clobber)  # fmt: skip
+    else:
+        write = functools.partial(_write_machine, spec, source, texts=texts, chosen=chosen, output=output, clobber=not no_clobber)
+    if tables_file is None:
+        write(selection=selection)
+    else:
+        _with_tables_file(write, spec, selection, texts, tables_file, table_dtype, clobber=not no_clobber)
+
+
+def _format_of(
+    spec: SourceSpec, format: Format, output: Path | None, show: list[str] | None, query: list[str] | None, key: str | None,
+    rollout: bool,
+) -> Format:  # fmt: skip
+    """The output format, and a note where options that shape the table view meet JSON or CSV."""
+    stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
+    shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
+    chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
+    if chosen is not Format.table and shaping:
+        changes = f"{', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view"
+        typer.echo(f"note: {changes}; --format {chosen.value} has every number of the chosen layers and heads", err=True)
+    return chosen
+
+
+def _with_tables_file(
+    write: Callable[..., None], spec: SourceSpec, selection: Selection, texts: list[str], path: Path, dtype: str, *,
+    clobber: bool,
+) -> None:  # fmt: skip
+    """--tables FILE: ``write`` the run, one text's chosen layers and heads streamed to the file as
+    the blocks pass; the file published when all went well, and gone otherwise."""
+    from attn_cli.formats.tablefile import TablesSink
+
+    if spec.model is None or len(texts) != 1 or selection.rollout or selection.norms:
+        why = "a trained model's layers (--model)" if spec.model is None else "one text" if len(texts) != 1 else "no --rollout or --norms"
+        raise UsageError(f"--tables writes one text's tables, in blocks: it needs {why}")
+    sink = TablesSink(path, [(layer, head) for layer in selection.layers for head in selection.heads], dtype, clobber=clobber)
+    try:
+        write(selection=dataclasses.replace(selection, sink=sink))
+    except BaseException:
+        sink.abort()
+        raise
+    typer.echo(wrote(sink.path, byte_size(sink.close())), err=True)
 
 
 def _tables_kept(spec: SourceSpec, no_tables: bool, rollout: bool, norms: bool) -> Tables:

@@ -281,3 +281,42 @@ def _write_at(fd: int, data: bytes | np.ndarray, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+class TablesSink:
+    """``--tables FILE``: one run's TableFile, opened when the first kept layer's size is known
+    (``BlockPlan.sink``: called with the layer, T and S, it gives that layer's consumer)."""
+
+    def __init__(self, path: Path, tables: Sequence[tuple[int, int]], dtype: str = "float32", *, clobber: bool = True) -> None:
+        check_tables(path, tables, dtype)
+        self.path, self.tables, self.dtype, self.clobber = Path(path), tuple(tables), dtype, clobber
+        self.file: TableFile | None = None
+
+    def __call__(self, layer: int, n_queries: int, n_keys: int) -> BlockConsumer:
+        if self.file is None:
+            self.file = TableFile(self.path, self.tables, n_queries, n_keys, self.dtype, clobber=self.clobber)
+        return self.file.consumer(layer)
+
+    def close(self) -> int:
+        """Publish the file; its size in bytes."""
+        if self.file is None:
+            raise ValueError("no layer reached the tables' file: nothing to publish")
+        self.file.close()
+        return self.file.size
+
+    def abort(self) -> None:
+        if self.file is not None and not self.file.closed:
+            self.file.abort()
+
+
+def check_tables(path: Path, tables: Sequence[tuple[int, int]], dtype: str) -> None:
+    """The refusals ``TableFile`` would make of these, before anything runs."""
+    _file_dtype(dtype)
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UsageError(f"--tables {path}: name a .npy file (one layer and head) or a .safetensors file (several)")
+    if suffix == ".npy" and len(tables) != 1:
+        raise UsageError(
+            f"--tables {path}: a .npy holds one table, and {len(tables)} are chosen (layers x heads); choose one --layer "
+            f"and one --head, or write a .safetensors"
+        )

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from attn_cli.runtime.errors import UsageError
 
@@ -101,6 +101,9 @@ class Selection:
     # tables where they fit, else each kept layer's statistics and chosen rows, computed in blocks;
     # "omit": statistics and rows in blocks whatever the length (--no-tables)
     tables: Tables = "keep"
+    # --tables FILE: (layer, T, S) -> a consumer that streams each kept layer's blocks to the file
+    # (``attn_cli.formats.tablefile.TablesSink``); the run is then in blocks, whatever the length
+    sink: Callable[[int, int, int], Any] | None = None
 
     @property
     def last_layer(self) -> int:

@@ -24,7 +24,7 @@ computes each row alone) over every key, the weights and the context are the who
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -33,6 +33,9 @@ from attn_cli.analysis.rowstats import KeptRows, RowStats, SpecialMass
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.attend import attention_weights
+
+
+LayerSink = Callable[[int, int, int], "BlockConsumer"]  # (layer, T, S) -> a consumer of that layer's blocks
 
 
 class BlockConsumer(Protocol):
@@ -120,14 +123,15 @@ class BlockPlan:
     queries: tuple[int, ...] = ()  # the chosen query rows (--query), kept whole for ``heads``
     heads: tuple[int, ...] | None = None  # the heads whose chosen rows are kept; None: every head
     special: tuple[bool, ...] | None = None  # the keys that are special tokens, for each head's special_mass; None: not asked
+    sink: LayerSink | None = None  # what else reads each kept layer's blocks (--tables: the file's writer)
 
-    def gathering(self, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
+    def gathering(self, layer: int, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
         """The consumers of one kept layer's blocks."""
         row_heads = tuple(range(heads)) if self.heads is None else self.heads
         special = SpecialMass(heads, n_queries, self.special) if self.special is not None and any(self.special) else None
         return Gathering(
             RowStats(heads, n_queries, n_keys, mask=band, cross=cross), KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
-            band.hides(n_keys), special,
+            band.hides(n_keys), special, None if self.sink is None else self.sink(layer, n_queries, n_keys),
         )  # fmt: skip
 
 
@@ -141,10 +145,11 @@ class Gathering:
     cross: bool
     causal: bool
     special: SpecialMass | None = None
+    sink: BlockConsumer | None = None
 
     @property
     def consumers(self) -> tuple[BlockConsumer, ...]:
-        return (self.stats, self.rows) if self.special is None else (self.stats, self.rows, self.special)
+        return tuple(c for c in (self.stats, self.rows, self.special, self.sink) if c is not None)
 
     def summary(self, layer: int, divisor: float, divisor_text: str) -> LayerSummary:
         return LayerSummary(

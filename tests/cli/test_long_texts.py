@@ -117,3 +117,35 @@ def test_no_tables_asks_for_the_blocks(mistral: Path) -> None:
         result = invoke("run", TEXT, "--model", str(mistral), *args, code=2)
         assert message in result.stderr
     assert "the toy model keeps its tables" in invoke("run", "a b c", "--no-tables", code=2).stderr
+
+
+def test_tables_file_holds_transformers_weights(mistral: Path, tmp_path: Path) -> None:
+    """--tables FILE.safetensors: each chosen layer's and head's T x T weights, equal to transformers'."""
+    import numpy as np
+    from safetensors.torch import load_file
+
+    data, stderr = run_json(mistral, "--layer", "0-1", "--head", "1,3", "--tables", str(tmp_path / "t.safetensors"))
+    assert f"wrote {tmp_path / 't.safetensors'}" in stderr and "note:" not in stderr
+    assert data["tables_omitted"].startswith("--tables")
+    tables = load_file(str(tmp_path / "t.safetensors"))
+    assert list(tables) == ["layer.0.head.1", "layer.0.head.3", "layer.1.head.1", "layer.1.head.3"]
+    ref = checkpoints.reference(mistral, [t["id"] for t in data["tokens"]])
+    for name, table in tables.items():
+        layer, head = int(name.split(".")[1]), int(name.split(".")[3])
+        torch.testing.assert_close(table, ref.weights[layer][head].float(), atol=1e-5, rtol=0)
+    run_json(mistral, "--layer", "1", "--head", "3", "--tables", str(tmp_path / "t.npy"), "--table-dtype", "float16")
+    half = np.load(tmp_path / "t.npy", mmap_mode="r")
+    assert half.dtype == np.float16 and half.shape == tables["layer.1.head.3"].shape
+    torch.testing.assert_close(torch.from_numpy(np.array(half)).float(), tables["layer.1.head.3"], atol=1e-3, rtol=0)
+
+
+def test_tables_file_refusals_leave_nothing(mistral: Path, tmp_path: Path) -> None:
+    for args, message in [
+        (("--tables", str(tmp_path / "t.npy")), "a .npy holds one table"),
+        (("--tables", str(tmp_path / "t.bin")), "name a .npy file"),
+        (("--tables", str(tmp_path / "t.safetensors"), "--query", "zebra"), "is not a token"),
+        (("--tables", str(tmp_path / "t.safetensors"), "--rollout"), "it needs no --rollout or --norms"),
+    ]:
+        result = invoke("run", TEXT, "--model", str(mistral), "-F", "json", *args, code=2)
+        assert message in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -107,7 +107,7 @@ class CheckpointSource(Batches):
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
-        omit = selection.tables == "omit" or (selection.tables == "fit" and not _fit(parts, self.spec.device))
+        omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not _fit(parts, self.spec.device))
         if omit and not selection.rollout:
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
             blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
@@ -147,12 +147,16 @@ class CheckpointSource(Batches):
         rows = block_rows_for(info.heads, n_tokens, block_bytes)
         every_head = tuple(selection.heads) == tuple(range(info.heads))
         special = tuple(tokens.special) if tokens.special and any(tokens.special) else None
-        plan = BlockPlan(rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special)
+        plan = BlockPlan(
+            rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special, sink=selection.sink
+        )  # fmt: skip
         parts = self.checkpoint.estimate_blocked_bytes(
             n_tokens, selection.layers, block_bytes=block_bytes, rows=len(queries), predict=bool(selection.predict)
         )  # fmt: skip
         kept = len(selection.layers)
         rows_kept = f" and the {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else ""
+        if selection.sink is not None:
+            return plan, f"--tables: the tables went to their file; kept here each head's statistics{rows_kept}", parts
         if selection.tables == "omit":
             return plan, f"--no-tables: kept each head's statistics{rows_kept}, computed in blocks", parts
         omitted = (

@@ -182,7 +182,7 @@ def blocked_step(
     n_tokens = hidden.shape[-2]
     bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
     band = family.band(index)
-    gathering = plan.gathering(family.heads, n_tokens, n_tokens, band) if keep else None
+    gathering = plan.gathering(index, family.heads, n_tokens, n_tokens, band) if keep else None
     output = multi_head_in_blocks(
         x, family.projections(t), family.heads, divisor, band, family.kv_heads, functools.partial(family.rotate, layer=index),
         block_rows=plan.rows, consumers=gathering.consumers if gathering else (), bias=bias, softcap=softcap,
