@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import torch
 
 HOWS = ("max", "mean")
+POOL_CELLS = 600  # groups a side of a picture's pooled panel, at most
 
 
 def pool_grid(n: int, cells: int) -> list[int]:

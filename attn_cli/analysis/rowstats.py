@@ -8,7 +8,7 @@ the sink score too (the means over rows run at the end, one float64 sum over T v
 tensors of the shapes stats.py gives them). Two are computed for speed, as a long text needs
 them, and agree to 1e-6: a row's entropy is -sum w log w taken in float32 (torch's entr, a
 pairwise sum), not float64 (four times the work on every one of T x S weights); the distance
-profile is summed block by block, its last bits following the block size (1e-15 apart). What is kept is O(H x T): the diagonal, the
+profile is summed block by block, each block's rows in float32 (1e-7 apart). What is kept is O(H x T): the diagonal, the
 previous-token diagonal and the first column of the weights, and the per-row lists.
 
 A block may hold some keys only (``first`` .. ``first + K - 1``, the band a ``Band`` lets
@@ -20,11 +20,16 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, distance_bins, distance_sums, effective_tokens
+from attn_cli.analysis.stats import HeadStats, attention_stats, distance_bins, distance_sums, effective_tokens
 from attn_cli.records.band import Band
+from attn_cli.records.summary import LayerSummary
+
+if TYPE_CHECKING:
+    from attn_cli.records.layers import LayerWeights
 
 
 def block_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
@@ -163,3 +168,15 @@ class KeptRows:
         for at in range(low, high):
             row = weights[:, self.queries[at] - start]  # (H, K)
             self.rows[at, :, first:stop] = row if self.every_head else row[list(self.heads)]
+
+
+def stats_of(layer: LayerWeights | LayerSummary, heads: Sequence[int]) -> list[HeadStats]:
+    """The heads' statistics: a summary's, gathered from its blocks, or ``attention_stats`` of the tables."""
+    if isinstance(layer, LayerSummary):
+        return [layer.stats[h] for h in heads]
+    return attention_stats(layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
+
+
+def row_of(layer: LayerWeights | LayerSummary, query: int, head: int) -> torch.Tensor:
+    """(S,) query ``query``'s weights in head ``head``."""
+    return layer.row(query, head) if isinstance(layer, LayerSummary) else layer.weights[head, query]

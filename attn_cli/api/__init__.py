@@ -147,6 +147,7 @@ def trace(
     (``_old_heads``)."""
     from attn_cli.records.hiding import HideSpec, hide
     from attn_cli.records.selection import IndexSpec
+    from attn_cli.analysis.pooling import POOL_CELLS
     from attn_cli.sources.spec import SourceSpec
 
     if not isinstance(text, str):
@@ -168,7 +169,7 @@ def trace(
     )
     source = open_source(spec)
     queries = () if query is None else tuple(str(q) for q in ([query] if isinstance(query, (str, int)) else query))
-    selection = spec.select(source, everything=True, rollout=rollout, norms=norms, queries=queries, tables="fit")
+    selection = spec.select(source, everything=True, rollout=rollout, norms=norms, queries=queries, tables="fit", pool=(POOL_CELLS, "max"))
     made = with_queries(source.run(text, selection), selection)
     return notebook_trace(hide(made, spec.hide))
 

@@ -127,7 +127,7 @@ def needs_tables(t: Trace, what: str) -> None:
 
 def stats(t: Trace, layer: int = -1) -> list[dict[str, Any]]:
     """Each shown head's statistics in layer ``layer``, as the JSON's ``stats``."""
-    from attn_cli.render.terminal.rows import stats_of
+    from attn_cli.analysis.rowstats import stats_of
 
     return [s.as_dict() for s in stats_of(t.layer(weights_layer(t, layer)), t.shown_heads)]
 
@@ -136,7 +136,7 @@ def rows(t: Trace, layer: int = -1, head: int | None = None) -> torch.Tensor:
     """(Q, H, S) the ``query=`` rows' weights of the shown heads, or (Q, S) for ``head``."""
     import torch
 
-    from attn_cli.render.terminal.rows import row_of
+    from attn_cli.analysis.rowstats import row_of
 
     if not t.queries:
         raise UsageError("this trace kept no query rows: trace it with query= (\"last\", \"last:16\", \"100:200\", a token)")
@@ -190,6 +190,8 @@ def heatmap(
     from attn_cli.render.picture.heatmap import check_options, heatmap_figure
     from attn_cli.render.picture.kinds import What
 
+    if t.tables_omitted is not None and what == "weights":  # a long text: its pooled maps, or its rows as strips
+        return _long_heatmap(t, layer, head, options)
     needs_tables(t, "heatmap()")
     if heads is not None:
         if head is not None:
@@ -213,6 +215,23 @@ def heatmap(
     shown = dataclasses.replace(t, layers=(t.layer(index),))
     check_options(drawing, list(drawing.heads or shown.shown_heads))
     return heatmap_figure(shown, drawing)
+
+
+def _long_heatmap(t: Trace, layer: Any, head: Any, options: dict[str, Any]) -> Figure:
+    """``heatmap()`` of a trace without tables: ``render.picture.pooled``'s picture of its kept
+    layers (``layer="all"``) or one, the --query rows as strips where the trace has them."""
+    import dataclasses
+
+    from attn_cli.render.picture.panels import HeatmapOptions
+    from attn_cli.render.picture.pooled import LongView, long_figure
+
+    try:
+        drawing = HeatmapOptions(heads=None if head is None else (head,) if isinstance(head, int) else tuple(head), **options)
+    except TypeError as err:
+        raise UsageError(f"heatmap: {err}") from None
+    kept = [k.layer for k in t.layers]
+    chosen = kept if layer == "all" else list(layer) if isinstance(layer, (list, tuple, range)) else [weights_layer(t, -1 if layer is None else int(layer))]
+    return long_figure(dataclasses.replace(t, layers=tuple(t.layer(i) for i in chosen)), drawing, LongView())
 
 
 def weights_layer(t: Trace, layer: int) -> int:

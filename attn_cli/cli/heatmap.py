@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, span
 from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import DpiOption, GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
@@ -146,7 +147,8 @@ def heatmap(
     what: WhatOption = What.weights, split_heads: SplitHeadsOption = False, per_head_scale: PerHeadScaleOption = False,
     log: LogOption = False, annotate: AnnotateOption = None, cmap: CmapOption = None, dpi: DpiOption = 150,
     size: SizeOption = None, open_window: OpenOption = False, show: OldShowOption = False, rollout: RolloutOption = False,
-    generate: GenerateOption = 0,
+    generate: GenerateOption = 0, query: QueriesOption = None, pool: PoolOption = Pool.max, window: WindowOption = None,
+    keys: KeysOption = None,
 ) -> None:  # fmt: skip
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
@@ -169,6 +171,7 @@ def heatmap(
       attn-cli heatmap --from saved.json --layer all -o model.png
       attn-cli heatmap "The cat sat on the mat" --model "$M" --rollout -o rollout.png
       attn-cli heatmap "The cat sat on the mat" --model "$M" --what norms --layer all -o norms.png
+      attn-cli heatmap --file chapter.txt --model ~/models/qwen3 --query last:8 -o strips.png
     """
     # Everything the options alone can tell is checked before any computation.
     picture_size = parse_size(size)
@@ -194,10 +197,39 @@ def heatmap(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
     )
     draw = _drawer(options, len(selection.layers), shown_heads, model_view=model_view, split_heads=split_heads)
+    selection, draw = _at_any_length(selection, draw, kind, query, pool, window, keys)
     pictures = [(h, (h,)) for h in shown_heads] if split_heads else [(None, tuple(shown_heads))]
     files = _Files(folder, fixed_name, suffix, output, clobber=not no_clobber, open_window=open_window)
     _write_pictures(run_texts(spec, source, texts, selection), len(texts), files, draw, options, pictures, split_heads=split_heads,
                     stack=spec.stack, numbered=len(texts) > 1 or lines)  # fmt: skip
+
+
+def _at_any_length(
+    selection: Any, draw: Callable[..., Any], kind: What, query: list[str] | None, pool: Pool, window: str | None, keys: str | None
+) -> tuple[Any, Callable[..., Any]]:  # fmt: skip
+    """The weights of a long text: its tables where they fit, else a pooled map of each head computed
+    in blocks; drawn pooled past POOL_ABOVE tokens, as strips of the --query rows, or a --window."""
+    from attn_cli.render.picture.pooled import POOL_ABOVE, LongView, long_figure
+
+    asked = query is not None or window is not None
+    if keys is not None and window is None:
+        raise UsageError("--keys chooses the columns of a --window: give --window A:B too")
+    if kind is not What.weights:
+        if asked:
+            raise UsageError(f"--query and --window draw the weights; --what {kind.value} draws the whole table: drop one")
+        return selection, draw
+    queries = tuple(query or ()) + ((window.replace(" ", ""),) if window is not None else ())
+    selection = dataclasses.replace(selection, tables="fit", queries=queries, pool=(LongView().cells, pool.value))
+
+    def drawn(trace: Trace, options: Any, new_figure: Any = None) -> Any:
+        summary = bool(trace.layers) and not hasattr(trace.layers[0], "weights")  # its tables were not kept
+        if not (asked or summary or len(trace.tokens) > POOL_ABOVE):
+            return draw(trace, options, new_figure=new_figure)
+        n = len(trace.tokens)
+        view = LongView(how=pool.value, window=span(window, n, "--window"), keys=span(keys, len(trace.own_stack.key_tokens), "--keys"))
+        return long_figure(trace, options, view, new_figure=new_figure)
+
+    return selection, drawn
 
 
 def _kind(what: What, rollout: bool, split_heads: bool, *, saved: bool) -> What:

@@ -7,6 +7,7 @@ stdout and, with --open, hands it to the system's browser.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import shlex
@@ -17,11 +18,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
+from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, span
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
+from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
@@ -46,25 +49,20 @@ MaxSizeOption = Annotated[
 ]
 
 
+PageOutputOption = output_option(
+    "Write the page here (.html). An existing folder gets the default name inside it. "
+    "[default: a name made from the text's first words, .html]"
+)
+
+
 @app.command(cls=AttnCommand)
 @shared_options(emit_python=False, saved=True)
 def html(
-    ctx: typer.Context,
-    spec: SourceSpec,
-    texts: list[str],
-    lines: bool,
-    output: output_option(
-        "Write the page here (.html). An existing folder gets the default name inside it. "
-        "[default: a name made from the text's first words, .html]"
-    ) = None,
-    no_clobber: NoClobberOption = False,
-    open_page: OpenOption = False,
-    max_size: MaxSizeOption = DEFAULT_MAX_MB,
-    rollout: RolloutOption = False,
-    norms: NormsOption = False,
-    predict: PredictOption = 0,
-    generate: GenerateOption = 0,
-) -> None:
+    ctx: typer.Context, spec: SourceSpec, texts: list[str], lines: bool, output: PageOutputOption = None,
+    no_clobber: NoClobberOption = False, open_page: OpenOption = False, max_size: MaxSizeOption = DEFAULT_MAX_MB,
+    rollout: RolloutOption = False, norms: NormsOption = False, predict: PredictOption = 0, generate: GenerateOption = 0,
+    query: QueriesOption = None, pool: PoolOption = Pool.max, window: WindowOption = None, keys: KeysOption = None,
+) -> None:  # fmt: skip
     """Write one HTML page to explore attention: no server, no network, any browser.
 
     Everything is inside the file (data, script, styles), so it can be mailed,
@@ -79,8 +77,7 @@ def html(
       attn-cli html "Life is short, eat dessert first"
       attn-cli html "I saw a saw" --tokenizer words --heads 2 --causal -o saw.html --open
       attn-cli html --file sample_texts/tutorials.txt --lines -o tutorials.html
-      attn-cli html "The cat sat on the mat" --model "$M" -o minilm.html
-      attn-cli html "The cat sat on the mat" --model "$M" --rollout --norms -o analyses.html
+      attn-cli html --file chapter.txt --model ~/models/qwen3 --query last:4 -o chapter.html
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
     path = _target(output, texts[0])
@@ -91,10 +88,14 @@ def html(
     source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
-    traces = list(run_texts(spec, source, texts, spec.select(source, everything=True, rollout=rollout, norms=norms, predict=predict, generate=generate)))
+    analyses = {"rollout": rollout, "norms": norms, "predict": predict, "generate": generate}
+    traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window)))
     if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
-    page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
+    if query is not None or window is not None or any(_long(t) for t in traces):
+        page = _document(traces, command, pool, window, keys, query)
+    else:
+        page = build(traces, command=command, max_bytes=round(max_size * 2**20) if max_size else None, stack=spec.stack)
     data = page.html.encode("utf-8")
     _write_page(path, data, output, clobber=not no_clobber)
     for note in page.left_out:
@@ -103,6 +104,39 @@ def html(
     report_written(path, lambda: f"{len(traces)} text{'s' if len(traces) > 1 else ''}, {tokens} tokens, {byte_size(len(data))}")
     if open_page:
         _open(path)
+
+
+def _selection(spec: SourceSpec, source: Any, analyses: dict[str, Any], query: list[str] | None, pool: Pool, window: str | None) -> Any:
+    """Every layer and head; a long text's statistics, rows and pooled maps where its tables do not fit."""
+    from attn_cli.analysis.pooling import POOL_CELLS
+
+    tables = "keep" if analyses["rollout"] or analyses["norms"] else "fit"  # rollout and norms read the tables
+    queries = tuple(query or ()) + ((window,) if window is not None else ())
+    return spec.select(source, everything=True, **analyses, tables=tables, pool=(POOL_CELLS, pool.value), queries=queries)
+
+
+def _long(trace: Any) -> bool:
+    """A text whose page is a document's: its tables were not kept, or it is past POOL_ABOVE tokens."""
+    from attn_cli.render.picture.pooled import POOL_ABOVE
+
+    return trace.tables_omitted is not None or len(trace.tokens) > POOL_ABOVE
+
+
+def _document(traces: list[Any], command: str, pool: Pool, window: str | None, keys: str | None, query: list[str] | None) -> Any:
+    """A long text's page (``render.page.document``): pooled maps, statistics, the chosen rows, a window."""
+    from attn_cli.render.page import Page
+    from attn_cli.render.page.document import document_page
+    from attn_cli.render.picture.pooled import LongView
+
+    if len(traces) != 1:
+        raise UsageError("a page of a long text (or with --query or --window) holds one text: write each text's page alone")
+    from attn_cli.records.positions import resolve_queries
+
+    # the strips are the --query rows; a --window's rows are drawn as the window
+    trace = dataclasses.replace(traces[0], queries=resolve_queries(query, traces[0].tokens.texts, traces[0].tokens.labels) if query else ())
+    n = len(trace.tokens)
+    view = LongView(how=pool.value, window=span(window, n, "--window"), keys=span(keys, len(trace.own_stack.key_tokens), "--keys"))
+    return Page(document_page(trace, command=command, view=view), ())
 
 
 def _write_page(path: Path, data: bytes, output: Optional[Path], *, clobber: bool) -> None:
@@ -146,6 +180,8 @@ def _flag(param: Any, value: Any) -> list[str]:  # a click Option, from whicheve
     if value is None or plain == default:
         return []
     longest = max(param.opts, key=len)
+    if isinstance(plain, (list, tuple)):  # a repeated option (--query): the flag before each value
+        return [part for item in plain for part in (longest, str(item))]
     if param.is_flag:
         if plain:
             return [longest]

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.panels import DISPLAY, OUTPUT
+from attn_cli.cli.documents import NoTablesOption, QueriesOption, TableDtypeOption, TablesFileOption
+from attn_cli.cli.panels import DISPLAY
 from attn_cli.cli.params import (
     KeyOption,
     NoColorOption,
@@ -84,55 +85,6 @@ ShowOption = Annotated[
         callback=_check_show,
         autocompletion=_complete_show,
     ),
-]
-
-
-def _check_queries(values: Optional[list[str]]) -> Optional[list[str]]:
-    from attn_cli.records.positions import check_query
-
-    try:
-        return [check_query(v) for v in values] if values else None
-    except UsageError as err:
-        raise typer.BadParameter(str(err).removeprefix("--query ")) from None
-
-
-# run's --query: several rows, at any length (``records.positions.resolve_queries``)
-QueriesOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--query", "-q",
-        help="Query rows to follow: a position (0-based, negative from the end), a range A:B (B not included), last, "
-        "last:N (the last N), or a token's text; repeat for several. JSON and CSV keep each chosen row's weights "
-        "whole (rows), at any length; one token focuses the tables on it.",
-        rich_help_panel=DISPLAY, show_default=False, metavar="QUERY", callback=_check_queries,
-    ),
-]  # fmt: skip
-
-
-NoTablesOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-tables",
-        help="Keep each head's statistics and the --query rows only, computed a block of query rows at a time, "
-        "whatever the length (a long text's tables give way to them by themselves where they do not fit the memory).",
-        rich_help_panel=DISPLAY,
-    ),
-]
-
-
-TablesFileOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--tables",
-        help="Also stream the chosen layers' and heads' whole T x T weights to FILE, a block of rows at a time, at any "
-        "length: FILE.npy (one layer and head) or FILE.safetensors (several, named layer.L.head.H). The output then has "
-        "the statistics and --query rows.",
-        rich_help_panel=OUTPUT, metavar="FILE", show_default=False,
-    ),
-]  # fmt: skip
-TableDtypeOption = Annotated[
-    str,
-    typer.Option("--table-dtype", help="The number type of --tables: float32 or float16 (half the disk).", rich_help_panel=OUTPUT),
 ]
 
 

@@ -104,6 +104,7 @@ class Selection:
     # --tables FILE: (layer, T, S) -> a consumer that streams each kept layer's blocks to the file
     # (``attn_cli.formats.tablefile.TablesSink``); the run is then in blocks, whatever the length
     sink: Callable[[int, int, int], Any] | None = None
+    pool: tuple[int, str] | None = None  # heatmap at any length: (cells, "max" or "mean"), a pooled map of each kept layer
 
     @property
     def last_layer(self) -> int:

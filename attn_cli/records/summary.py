@@ -82,6 +82,9 @@ class LayerSummary:
     cross: bool = False  # cross-attention: queries from one text, keys from another
     causal: bool = False  # whether some key is hidden from some query (a causal mask, a window), as LayerWeights.causal
     special_mass: tuple[float, ...] | None = None  # each head's mean weight on the special tokens; None: not asked, or none
+    pooled: torch.Tensor | None = None  # (H', G, C) float32: each pixel the max or mean of a group of weights; None: not asked
+    pooled_heads: tuple[int, ...] = ()  # the heads ``pooled`` holds
+    pool_sizes: tuple[int, int] = (1, 1)  # the query rows and keys a pixel pools (the largest group)
 
     def row(self, query: int, head: int) -> torch.Tensor:
         """(S,) query ``query``'s weights in head ``head``."""

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import torch
 
+from attn_cli.analysis.pooling import PooledMap
 from attn_cli.analysis.rowstats import KeptRows, RowStats, SpecialMass
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
@@ -124,14 +125,16 @@ class BlockPlan:
     heads: tuple[int, ...] | None = None  # the heads whose chosen rows are kept; None: every head
     special: tuple[bool, ...] | None = None  # the keys that are special tokens, for each head's special_mass; None: not asked
     sink: LayerSink | None = None  # what else reads each kept layer's blocks (--tables: the file's writer)
+    pool: tuple[int, str] | None = None  # (cells, "max" or "mean"): a pooled map of the ``heads``, at most cells a side
 
     def gathering(self, layer: int, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
         """The consumers of one kept layer's blocks."""
         row_heads = tuple(range(heads)) if self.heads is None else self.heads
         special = SpecialMass(heads, n_queries, self.special) if self.special is not None and any(self.special) else None
+        pooled = None if self.pool is None else PooledMap(row_heads, n_queries, n_keys, self.pool[0], self.pool[0], self.pool[1])
         return Gathering(
             RowStats(heads, n_queries, n_keys, mask=band, cross=cross), KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
-            band.hides(n_keys), special, None if self.sink is None else self.sink(layer, n_queries, n_keys),
+            band.hides(n_keys), special, None if self.sink is None else self.sink(layer, n_queries, n_keys), pooled,
         )  # fmt: skip
 
 
@@ -146,16 +149,21 @@ class Gathering:
     causal: bool
     special: SpecialMass | None = None
     sink: BlockConsumer | None = None
+    pooled: PooledMap | None = None
 
     @property
     def consumers(self) -> tuple[BlockConsumer, ...]:
-        return tuple(c for c in (self.stats, self.rows, self.special, self.sink) if c is not None)
+        return tuple(c for c in (self.stats, self.rows, self.special, self.sink, self.pooled) if c is not None)
 
     def summary(self, layer: int, divisor: float, divisor_text: str) -> LayerSummary:
         return LayerSummary(
             layer=layer, stats=tuple(self.stats.result()), queries=self.rows.queries, rows=self.rows.rows,
             row_heads=self.rows.heads, n_keys=self.n_keys, divisor=divisor, divisor_text=divisor_text, cross=self.cross,
             causal=self.causal, special_mass=None if self.special is None else tuple(self.special.result()),
+            **({} if self.pooled is None else {
+                "pooled": self.pooled.result(), "pooled_heads": self.pooled.heads,
+                "pool_sizes": (self.pooled.row_size, self.pooled.column_size),
+            }),
         )  # fmt: skip
 
 
@@ -165,6 +173,6 @@ def block_rows_for(heads: int, n_keys: int, budget: int) -> int:
     return max(1, budget // (BYTES_PER_CELL * heads * max(n_keys, 1)))
 
 
-# a block's cell: its float32 weight (4), the statistics' float64 copy and x log x (2 x 8),
-# the distance profile's float64 running sum (8), a mask and a bias cell (1 + 4)
-BYTES_PER_CELL = 4 + 16 + 8 + 5
+# a block's cell: its float32 weight (4), the entropy's float32 w log w (4), the distance
+# profile's shifted float32 copy (4), a pooled mean's float64 sum (8), a mask and a bias cell (1 + 4)
+BYTES_PER_CELL = 4 + 4 + 4 + 8 + 5

@@ -55,6 +55,7 @@ class SourceSpec:
     def select(
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,
         predict: int = 0, generate: int = 0, queries: tuple[str, ...] = (), tables: Tables = "keep",
+        pool: tuple[int, str] | None = None,
     ) -> Selection:  # fmt: skip
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
@@ -62,7 +63,8 @@ class SourceSpec:
         "weights" for a command that reads nothing but the weights (a kept layer then
         holds no per-head vectors, and the memory budget counts none). ``rollout``, ``norms``,
         ``predict``, ``generate``: what to compute beside the weights; ``queries``, ``tables``: the
-        rows to keep whole, and whether the tables may give way to statistics (``Selection``)."""
+        rows to keep whole, and whether the tables may give way to statistics (and a pooled map,
+        ``pool``) (``Selection``)."""
         n_layers, n_heads = source.n_layers, source.n_heads
         few = not everything and (self.trained or bool(getattr(source, "trained", False)))
         # a saved trace offers the layers and heads it holds (--from FILE); a model, all of them
@@ -72,7 +74,7 @@ class SourceSpec:
         heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
         return Selection(
             layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate, everything=everything,
-            queries=queries, tables=tables,
+            queries=queries, tables=tables, pool=pool,
         )  # fmt: skip
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:

@@ -107,7 +107,7 @@ def test_distance_profile_and_sink_score_by_hand(name: str) -> None:
     weights = weights_of(37, 37, mask, torch.float32)
     profile, sinks = profile_by_hand(weights, mask)
     for got in (attention_stats(weights, mask=mask), fed(weights, 5, mask).result()):
-        assert [s.distance_mass for s in got] == [pytest.approx(p, abs=1e-12) for p in profile]
+        assert [s.distance_mass for s in got] == [pytest.approx(p, abs=1e-7) for p in profile]
         assert [s.sink_score for s in got] == pytest.approx(sinks, abs=1e-12)
         assert all(sum(s.distance_mass) == pytest.approx(1.0, abs=1e-6) for s in got)
 

@@ -33,9 +33,11 @@ def test_rows_and_stats_with_and_without_tables(mistral: Path, monkeypatch: pyte
         assert got["most_attended"] == want["most_attended"]
         assert got["sink_score"] == pytest.approx(want["sink_score"], abs=1e-6)
         assert got["distance_mass"] == pytest.approx(want["distance_mass"], abs=1e-6)
-    for call in (blocked.heatmap, blocked.page, blocked.heads, lambda: blocked.weights()):
+    for call in (blocked.page, blocked.heads, lambda: blocked.weights(), lambda: blocked.heatmap(what="scores")):
         with pytest.raises(UsageError, match="did not keep"):
             call()
+    strips = blocked.heatmap()  # the --query rows, as strips over every key, from the blocks
+    assert [ax.get_title() for ax in strips.axes if ax.images] == [f"layer 1 head {h}" for h in range(8)]
 
 
 def test_rows_need_a_query(mistral: Path) -> None:

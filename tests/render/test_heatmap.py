@@ -769,15 +769,16 @@ def test_the_command_refuses_with_exit_4_and_writes_nothing(tmp_path: Path, monk
 
 
 def test_under_an_address_space_limit_a_big_picture_is_exit_4_not_a_memory_error(tmp_path: Path) -> None:
-    """Before the check, 3,000 tokens under this limit died in matplotlib with a MemoryError traceback."""
+    """Before the check, 3,000 tokens under this limit died in matplotlib with a MemoryError traceback
+    (past POOL_ABOVE tokens the picture is pooled now: 2,000 tokens drawn cell by cell, a tighter limit)."""
     picture = tmp_path / "big.png"
     code = f"""
 import resource
 import torch, matplotlib.figure, matplotlib.backends.backend_agg  # mapped before the limit, as in a real run
 from attn_cli.runtime import budget
 from attn_cli.cli import app
-text = " ".join(f"w{{i}}" for i in range(3000))
-limit = budget._mapped_bytes() + 600 * 2**20
+text = " ".join(f"w{{i}}" for i in range(2000))
+limit = budget._mapped_bytes() + 400 * 2**20
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 app(["heatmap", text, "-t", "words", "--max-tokens", "5000", "-o", {str(picture)!r}], prog_name="attn-cli")
 """

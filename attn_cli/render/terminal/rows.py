@@ -16,15 +16,13 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.records.summary import LayerSummary
+from attn_cli.analysis.rowstats import row_of, stats_of
 from attn_cli.render.terminal.cells import printable
 from attn_cli.render.terminal.header import config_header, text_rule
 
 if TYPE_CHECKING:
-    import torch
-
     from attn_cli.records.layers import LayerWeights
-    from attn_cli.records.summary import HeadStats
+    from attn_cli.records.summary import LayerSummary
     from attn_cli.records.trace import Trace
 
 TOP_KEYS = 5  # keys listed for each chosen query and head
@@ -42,20 +40,6 @@ def rows_view(run: Trace, precision: int, index: int | None = None, total: int =
         for query in run.queries:
             parts.append(query_keys(run, layer, query, precision))
     return Group(*parts)
-
-
-def stats_of(layer: LayerWeights | LayerSummary, heads: Sequence[int]) -> list[HeadStats]:
-    """The heads' statistics: a summary's, gathered from its blocks, or ``attention_stats`` of the tables."""
-    if isinstance(layer, LayerSummary):
-        return [layer.stats[h] for h in heads]
-    from attn_cli.analysis.stats import attention_stats
-
-    return attention_stats(layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
-
-
-def row_of(layer: LayerWeights | LayerSummary, query: int, head: int) -> torch.Tensor:
-    """(S,) query ``query``'s weights in head ``head``."""
-    return layer.row(query, head) if isinstance(layer, LayerSummary) else layer.weights[head, query]
 
 
 def head_summary(run: Trace, layer: LayerWeights | LayerSummary, precision: int) -> RenderableType:

@@ -148,7 +148,8 @@ class CheckpointSource(Batches):
         every_head = tuple(selection.heads) == tuple(range(info.heads))
         special = tuple(tokens.special) if tokens.special and any(tokens.special) else None
         plan = BlockPlan(
-            rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special, sink=selection.sink
+            rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special, sink=selection.sink,
+            pool=selection.pool,
         )  # fmt: skip
         parts = self.checkpoint.estimate_blocked_bytes(
             n_tokens, selection.layers, block_bytes=block_bytes, rows=len(queries), predict=bool(selection.predict)
