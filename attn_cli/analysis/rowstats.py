@@ -33,12 +33,15 @@ if TYPE_CHECKING:
 
 
 def block_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
-    """(..., K) probability rows -> (...) entropy in bits, float64, from float32 terms and sums:
-    w log w with log of max(w, smallest float) (0 log 0 = 0 exactly, as entr's, in a third the time)."""
-    terms = weights.float().clamp_min(torch.finfo(torch.float32).tiny)  # (..., K) a copy
-    terms.log_().mul_(weights)  # w log w, in place
-    nats = -terms.sum(dim=-1)  # (...,)
-    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # (...,) + 0.0: a one-hot row's -0.0 is 0.0
+    """(H, R, K) probability rows -> (H, R) entropy in bits, float64, from float32 terms and sums:
+    w log w with log of max(w, smallest float) (0 log 0 = 0 exactly, as entr's, in a third the time).
+    A head at a time: the terms' copy is one (R, K), whatever H (``blocks.block_rows_for``)."""
+    nats = torch.empty(weights.shape[:-1], dtype=torch.float32, device=weights.device)  # (H, R)
+    for h in range(weights.shape[0]):
+        terms = weights[h].float().clamp_min(torch.finfo(torch.float32).tiny)  # (R, K) a copy
+        terms.log_().mul_(weights[h])  # w log w, in place
+        nats[h] = -terms.sum(dim=-1)  # (R,)
+    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # (H, R) + 0.0: a one-hot row's -0.0 is 0.0
 
 
 class RowStats:
@@ -98,7 +101,8 @@ class RowStats:
         previous = rows - 1 - first  # (R,) w[i, i-1]'s column in the block; row 0's unused
         self.previous[:, start:end] = torch.where(previous >= 0, weights[:, local, previous.clamp_min(0)], 0.0)  # (H, R)
         self.first[:, start:end] = weights[:, :, 0] if first == 0 else 0.0  # (H, R)
-        self.distances += distance_sums(weights, start, first, self.bins).cpu()  # (H, bins)
+        for h in range(weights.shape[0]):  # a head at a time: the shifted copy is one (R, K + R - 1)
+            self.distances[h] += distance_sums(weights[h], start, first, self.bins).cpu()  # (bins,)
 
     def result(self) -> list[HeadStats]:
         """One HeadStats per head, as ``attention_stats`` gives them for every row."""

@@ -126,3 +126,9 @@ def visible(text: str) -> str:
         else:
             out.append(c)
     return "".join(out) or "∅"
+
+
+def separator(texts: Sequence[str]) -> str:
+    """What joins tokens into text: nothing where they carry their own spaces (a model's
+    tokenizer), a space where none does (the words tokenizer's words)."""
+    return "" if any(t[:1].isspace() or t[-1:].isspace() for t in texts) else " "

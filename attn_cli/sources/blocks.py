@@ -168,11 +168,16 @@ class Gathering:
 
 
 def block_rows_for(heads: int, n_keys: int, budget: int) -> int:
-    """Query rows a block may hold for its (H, R, S) weights and what the consumers derive from
-    them (BYTES_PER_CELL each) to stay within ``budget`` bytes; at least one."""
-    return max(1, budget // (BYTES_PER_CELL * heads * max(n_keys, 1)))
+    """Query rows a block may hold for its (H, R, S) weights (BYTES_PER_CELL a head's cell) and what
+    is made of one (R, S) at a time (ROW_BYTES_PER_KEY: the mask, and what the consumers derive from
+    one head at a time), to stay within ``budget`` bytes; at least one. The larger the block, the
+    fewer times a layer's keys and values are read: at 32,768 keys that reading bounds the products."""
+    return max(1, budget // ((BYTES_PER_CELL * heads + ROW_BYTES_PER_KEY) * max(n_keys, 1)))
 
 
-# a block's cell: its float32 weight (4), the entropy's float32 w log w (4), the distance
-# profile's shifted float32 copy (4), a pooled mean's float64 sum (8), a mask and a bias cell (1 + 4)
-BYTES_PER_CELL = 4 + 4 + 4 + 8 + 5
+# a head's cell: its float32 weight (4), and a copy of the kept heads where a picture pools some (4)
+BYTES_PER_CELL = 4 + 4
+# a (row, key) of the block once, whatever H: the mask and its -inf (1 + 4), and what consumers make
+# of one head at a time: the entropy's float32 w log w (4), the distance profile's shifted copy (4),
+# the softmax's scratch (4)
+ROW_BYTES_PER_KEY = 1 + 4 + 4 + 4 + 4

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attn_cli.analysis.rowstats import row_of, stats_of
+from attn_cli.records.tokens import separator
 from attn_cli.render.terminal.cells import printable
 from attn_cli.render.terminal.header import config_header, text_rule
 
@@ -75,19 +76,20 @@ def query_keys(run: Trace, layer: LayerWeights | LayerSummary, query: int, preci
                   box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
     for name in ("head", "key", "weight", "around the key"):
         table.add_column(name, justify="right" if name in ("head", "key", "weight") else "left")
+    sep = separator(keys.texts)
     for h in run.shown_heads:
         weights = row_of(layer, query, h)  # (S,)
         top = weights.topk(min(TOP_KEYS, weights.shape[-1]))
         for rank, (weight, key) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", snippet(keys.texts, key))
+            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", snippet(keys.texts, key, sep))
         table.add_section()
     return table
 
 
-def snippet(texts: Sequence[str], key: int) -> Text:
+def snippet(texts: Sequence[str], key: int, sep: str = "") -> Text:
     """The key's token in brackets, with AROUND tokens of text on each side."""
-    before = printable("".join(texts[max(0, key - AROUND) : key]))
-    after = printable("".join(texts[key + 1 : key + 1 + AROUND]))
+    before = printable(sep.join(texts[max(0, key - AROUND) : key]) + (sep if key else ""))
+    after = printable((sep if key + 1 < len(texts) else "") + sep.join(texts[key + 1 : key + 1 + AROUND]))
     made = Text("…" if key > AROUND else "")
     made.append(before)
     made.append(f"[{printable(texts[key])}]", style="bold")
