@@ -49,21 +49,22 @@ def head_summary(run: Trace, layer: LayerWeights | LayerSummary, precision: int)
     from attn_cli.analysis.stats import distance_bins
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("head", "entropy bits", "eff. keys", "self", "previous", "first", "sink", "peak distance"):
-        table.add_column(name, justify="right" if name != "peak distance" else "left")
+    for name in ("head", "entropy", "eff. keys", "self", "prev", "first", "sink"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("peak distance", justify="left", no_wrap=True)
     bins = distance_bins(len(run.own_stack.key_tokens))
 
-    def number(value: float | None) -> str:
-        return "–" if value is None else f"{value:.{precision}f}"
+    def number(value: float | None, digits: int = min(precision, 3)) -> str:
+        return "–" if value is None else f"{value:.{digits}f}"
 
     for h, stats in zip(run.shown_heads, stats_of(layer, run.shown_heads)):
         where = "–"
         if stats.distance_mass is not None:
             peak = max(range(len(stats.distance_mass)), key=stats.distance_mass.__getitem__)
             low, high = bins[peak]
-            where = f"{low if low == high else f'{low}-{high}'} ({stats.distance_mass[peak]:.{precision}f})"
+            where = f"{low if low == high else f'{low}-{high}'}: {stats.distance_mass[peak]:.3f}"
         table.add_row(
-            str(h), number(stats.mean_entropy_bits), number(stats.mean_effective_tokens), number(stats.self_mass),
+            str(h), number(stats.mean_entropy_bits, 2), number(stats.mean_effective_tokens, 1), number(stats.self_mass),
             number(stats.previous_mass), number(stats.first_mass), number(stats.sink_score), where,
         )  # fmt: skip
     return table
