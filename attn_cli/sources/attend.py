@@ -52,6 +52,7 @@ def attention_weights(
     out: torch.Tensor | None = None,
     scale: float | None = None,
     softmax_in_dtype: bool = False,
+    mask_from: int = 0,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
@@ -81,7 +82,8 @@ def attention_weights(
     if softcap is not None:
         weights.div_(softcap).tanh_().mul_(softcap)
     if mask is not None:
-        weights.add_(hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
+        masked = weights if mask_from == 0 and mask.shape[-1] == weights.shape[-1] else weights[..., mask_from : mask_from + mask.shape[-1]]
+        masked.add_(hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
     # masked cell is exp(-inf) = exactly 0.
     _softmax_(weights, in_dtype=softmax_in_dtype)

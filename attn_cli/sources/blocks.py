@@ -79,14 +79,14 @@ def attend_in_blocks(
     context = torch.empty(*lead, n_queries, values.shape[-1], dtype=values.dtype, device=values.device)  # (..., H, T, Dv)
     for (start, end), (first, stop) in zip(bounds, spans):
         block = scratch[: lead.numel() * (end - start) * (stop - first)].view(*lead, end - start, stop - first)  # (..., H, R, K)
-        if isinstance(mask, Band):
-            hidden = mask.hidden(start, end, first, stop)  # (R, K) or None
-            hidden = hidden.to(queries.device) if hidden is not None else None
-        else:
-            hidden = None if mask is None else mask[start:end]  # (R, S)
+        mask_from, hidden = 0, None if mask is None or isinstance(mask, Band) else mask[start:end]  # (R, S)
+        span = mask.hidden_span(start, end, first, stop) if isinstance(mask, Band) else None
+        if span is not None:
+            mask_from, hidden = span[0], span[1].to(queries.device)  # (R, K') the keys some row may not see
         context[..., start:end, :] = _attend_block(
             queries, keys[..., first:stop, :], values[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
             bias=None if bias is None else bias[..., first:stop], softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
+            mask_from=mask_from,
         )  # fmt: skip
         for consumer in consumers:
             consumer(start, block, first)
@@ -103,14 +103,14 @@ def block_bounds(n_queries: int, block_rows: int) -> list[tuple[int, int]]:
 def _attend_block(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, end: int, block: torch.Tensor, *,
     divisor: float, mask: torch.Tensor | None, bias: torch.Tensor | None, softcap: float | None, scale: float | None,
-    softmax_in_dtype: bool,
+    softmax_in_dtype: bool, mask_from: int = 0,
 ) -> torch.Tensor:  # fmt: skip
     """Query rows start .. end - 1 against ``keys`` (..., H, K, Dk): their weights written into
-    ``block`` (..., H, R, K), their context returned. ``mask`` (R, K), ``bias`` (..., T, K): the
-    block's keys, ``mask`` its rows already."""
+    ``block`` (..., H, R, K), their context returned. ``bias`` (..., T, K): the block's keys;
+    ``mask`` (R, K') its rows already, keys mask_from .. mask_from + K' - 1 of the block's."""
     attention_weights(
         queries[..., start:end, :], keys, divisor=divisor, mask=mask, bias=None if bias is None else bias[..., start:end, :],
-        softcap=softcap, out=block, scale=scale, softmax_in_dtype=softmax_in_dtype,
+        softcap=softcap, out=block, scale=scale, softmax_in_dtype=softmax_in_dtype, mask_from=mask_from,
     )  # fmt: skip
     return block @ values  # (..., H, R, K) @ (..., H, K, Dv) -> (..., H, R, Dv)
 

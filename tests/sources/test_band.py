@@ -126,3 +126,22 @@ def test_a_block_placed_at_the_wrong_keys_is_seen() -> None:
     attend_in_blocks(**inputs(), mask=band, block_rows=7, consumers=[shifted])
     assert not torch.allclose(placed.table, want, atol=1e-3)
     assert [s.most_attended for s in stats.result()] != [s.most_attended for s in attention_stats(want, mask=band.table(TOKENS))]
+
+
+@pytest.mark.parametrize("name", list(BANDS))
+def test_the_hidden_span_holds_every_hidden_key(name: str) -> None:
+    """hidden_span's run of keys, put back in the block, is the block's whole mask: nothing hidden outside it."""
+    band = BANDS[name]
+    for start, end in [(0, 7), (7, 14), (35, 41), (0, TOKENS)]:
+        first, stop = band.keys(start, end, TOKENS)
+        whole = band.hidden(start, end, first, stop)
+        span = band.hidden_span(start, end, first, stop)
+        if whole is None:
+            assert span is None
+            continue
+        assert span is not None
+        placed = torch.zeros_like(whole)
+        placed[:, span[0] : span[0] + span[1].shape[-1]] = span[1]
+        assert torch.equal(placed, whole), (start, end)
+        if name == "causal" and end - start > 1:
+            assert span[1].shape[-1] == end - start - 1  # a causal block: its last R - 1 keys only
