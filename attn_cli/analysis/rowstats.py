@@ -6,10 +6,11 @@ Shapes: H heads, T query rows, S keys, R rows in a block.
 The numbers are stats.py's: each row's argmax and top weight to the bit, the head masses and
 the sink score too (the means over rows run at the end, one float64 sum over T values, on
 tensors of the shapes stats.py gives them). Two are computed for speed, as a long text needs
-them, and agree to 1e-6: a row's entropy is -sum w log w taken in float32 (torch's entr, a
-pairwise sum), not float64 (four times the work on every one of T x S weights); the distance
-profile is summed block by block, each block's rows in float32 (1e-7 apart). What is kept is O(H x T): the diagonal, the
-previous-token diagonal and the first column of the weights, and the per-row lists.
+them: a row's entropy is -sum w log w from float32 terms and a pairwise float32 sum, not
+float64 (four times the work on every one of T x S weights), 1e-6 bits apart; the distance
+profile is summed block by block, each block's rows in float32, 1e-7 apart. What is kept is
+O(H x T): the diagonal, the previous-token diagonal and the first column of the weights, and
+the per-row lists.
 
 A block may hold some keys only (``first`` .. ``first + K - 1``, the band a ``Band`` lets
 through): every other key's weight is 0, as in the whole table.
@@ -175,10 +176,14 @@ class KeptRows:
 
 
 def stats_of(layer: LayerWeights | LayerSummary, heads: Sequence[int]) -> list[HeadStats]:
-    """The heads' statistics: a summary's, gathered from its blocks, or ``attention_stats`` of the tables."""
+    """The heads' statistics, the one place every view takes them from: a summary's, gathered from
+    its blocks, or ``attention_stats`` of the tables, every chosen head at once (torch's exp2 can
+    round a number differently by where it falls in the tensor, a vectorized stretch or the tail,
+    so one head at a time would change last digits; a subset of the heads is a copy)."""
     if isinstance(layer, LayerSummary):
         return [layer.stats[h] for h in heads]
-    return attention_stats(layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
+    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
+    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
 
 
 def row_of(layer: LayerWeights | LayerSummary, query: int, head: int) -> torch.Tensor:

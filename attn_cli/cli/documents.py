@@ -5,15 +5,19 @@ long text's picture pools its weights.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.runtime.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.records.selection import Selection, Tables
 
 
 def _check_queries(values: Optional[list[str]]) -> Optional[list[str]]:
@@ -70,6 +74,19 @@ def _check_span(value: Optional[str]) -> Optional[str]:
     if value is not None and (found is None or int(found[1]) >= int(found[2])):
         raise typer.BadParameter(f"{value!r}: give A:B, token positions A to B - 1, B after A (e.g. 100:160)")
     return value
+
+
+def long_selection(
+    selection: Selection, query: list[str] | None, pool: Pool, window: str | None, keys: str | None, *, tables: Tables = "fit"
+) -> Selection:  # fmt: skip
+    """A picture's or page's selection at any length: its tables where they fit (``tables``), else each
+    kept layer's statistics, pooled maps and the --query and --window rows, computed in blocks."""
+    from attn_cli.analysis.pooling import POOL_CELLS  # torch: only once a command runs
+
+    if keys is not None and window is None:
+        raise UsageError("--keys chooses the columns of a --window: give --window A:B too")
+    queries = tuple(query or ()) + ((window.replace(" ", ""),) if window is not None else ())
+    return dataclasses.replace(selection, tables=tables, queries=queries, pool=(POOL_CELLS, pool.value))
 
 
 def span(value: str | None, n: int, flag: str) -> tuple[int, int] | None:

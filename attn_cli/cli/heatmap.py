@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, span
+from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, long_selection, span
 from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import DpiOption, GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
@@ -212,14 +212,13 @@ def _at_any_length(
     from attn_cli.render.picture.pooled import POOL_ABOVE, LongView, long_figure
 
     asked = query is not None or window is not None
-    if keys is not None and window is None:
-        raise UsageError("--keys chooses the columns of a --window: give --window A:B too")
     if kind is not What.weights:
         if asked:
             raise UsageError(f"--query and --window draw the weights; --what {kind.value} draws the whole table: drop one")
+        if keys is not None:
+            raise UsageError("--keys chooses the columns of a --window: give --window A:B too")
         return selection, draw
-    queries = tuple(query or ()) + ((window.replace(" ", ""),) if window is not None else ())
-    selection = dataclasses.replace(selection, tables="fit", queries=queries, pool=(LongView().cells, pool.value))
+    selection = long_selection(selection, query, pool, window, keys)
 
     def drawn(trace: Trace, options: Any, new_figure: Any = None) -> Any:
         summary = bool(trace.layers) and not hasattr(trace.layers[0], "weights")  # its tables were not kept

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from attn_cli.cli.app import AttnCommand, app
-from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, span
+from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, long_selection, span
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
@@ -89,7 +89,7 @@ def html(
     for note in source.notes:
         typer.echo(note, err=True)
     analyses = {"rollout": rollout, "norms": norms, "predict": predict, "generate": generate}
-    traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window)))
+    traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window, keys)))
     if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
     if query is not None or window is not None or any(_long(t) for t in traces):
@@ -106,13 +106,12 @@ def html(
         _open(path)
 
 
-def _selection(spec: SourceSpec, source: Any, analyses: dict[str, Any], query: list[str] | None, pool: Pool, window: str | None) -> Any:
+def _selection(
+    spec: SourceSpec, source: Any, analyses: dict[str, Any], query: list[str] | None, pool: Pool, window: str | None, keys: str | None
+) -> Any:  # fmt: skip
     """Every layer and head; a long text's statistics, rows and pooled maps where its tables do not fit."""
-    from attn_cli.analysis.pooling import POOL_CELLS
-
     tables = "keep" if analyses["rollout"] or analyses["norms"] else "fit"  # rollout and norms read the tables
-    queries = tuple(query or ()) + ((window,) if window is not None else ())
-    return spec.select(source, everything=True, **analyses, tables=tables, pool=(POOL_CELLS, pool.value), queries=queries)
+    return long_selection(spec.select(source, everything=True, **analyses), query, pool, window, keys, tables=tables)
 
 
 def _long(trace: Any) -> bool:

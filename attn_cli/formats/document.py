@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attn_cli.analysis.stats import attention_stats, distance_bins
+from attn_cli.analysis.rowstats import stats_of
+from attn_cli.analysis.stats import distance_bins
 from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.summary import LayerSummary
@@ -43,7 +44,7 @@ def layer_dict(
     if not isinstance(layer, LayerAttention):
         return with_rows(_weights_layer_dict(layer, heads, kept, table, kept_rows), layer, queries, table)
     scores = _raw_scores(layer)  # (H, T, T)
-    stats = _head_stats(layer, heads)
+    stats = stats_of(layer, heads)
     entries = []
     for h, head_stats in zip(heads, stats):
         entry: dict[str, Any] = {
@@ -107,19 +108,10 @@ def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -
     return made
 
 
-def _head_stats(layer: LayerWeights, heads: Sequence[int]) -> list[Any]:
-    """The chosen heads' statistics, every chosen head at once, as before streaming:
-    torch's exp2 can round a number differently by where it falls in the tensor (a
-    vectorized stretch or the tail), so one head at a time would change last digits.
-    A subset of the heads is a copy."""
-    every_head = list(heads) == list(range(layer.weights.shape[0])) and layer.weights.is_contiguous()
-    return attention_stats(layer.weights if every_head else layer.weights[list(heads)], mask=layer.mask, cross=layer.cross)
-
-
 def _weights_layer_dict(
     layer: LayerWeights, heads: Sequence[int], kept: Sequence[int] | None, table: Table, kept_rows: Sequence[int] | None = None
 ) -> dict[str, Any]:
-    stats = _head_stats(layer, heads)
+    stats = stats_of(layer, heads)
     entries = []
     for h, head_stats in zip(heads, stats):
         entry: dict[str, Any] = {"head": h, "weights": table(layer.weights[h])}

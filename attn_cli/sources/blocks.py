@@ -79,10 +79,8 @@ def attend_in_blocks(
     context = torch.empty(*lead, n_queries, values.shape[-1], dtype=values.dtype, device=values.device)  # (..., H, T, Dv)
     for (start, end), (first, stop) in zip(bounds, spans):
         block = scratch[: lead.numel() * (end - start) * (stop - first)].view(*lead, end - start, stop - first)  # (..., H, R, K)
-        mask_from, hidden = 0, None if mask is None or isinstance(mask, Band) else mask[start:end]  # (R, S)
-        span = mask.hidden_span(start, end, first, stop) if isinstance(mask, Band) else None
-        if span is not None:
-            mask_from, hidden = span[0], span[1].to(queries.device)  # (R, K') the keys some row may not see
+        mask_from, hidden = _block_mask(mask, start, end, first, stop)
+        hidden = hidden.to(queries.device) if hidden is not None else None
         context[..., start:end, :] = _attend_block(
             queries, keys[..., first:stop, :], values[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
             bias=None if bias is None else bias[..., first:stop], softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
@@ -91,6 +89,15 @@ def attend_in_blocks(
         for consumer in consumers:
             consumer(start, block, first)
     return context
+
+
+def _block_mask(mask: torch.Tensor | Band | None, start: int, end: int, first: int, stop: int) -> tuple[int, torch.Tensor | None]:
+    """Rows start .. end - 1's mask over the block's keys first .. stop - 1: (the first key it covers,
+    less ``first``; (R, K') True = hidden) — a band's narrowest span of hidden keys, a table's rows."""
+    if isinstance(mask, Band):
+        span = mask.hidden_span(start, end, first, stop)
+        return (0, None) if span is None else span
+    return 0, None if mask is None else mask[start:end]  # (R, S)
 
 
 def block_bounds(n_queries: int, block_rows: int) -> list[tuple[int, int]]:

@@ -30,7 +30,7 @@ from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weig
 
 @dataclasses.dataclass
 class Forward:
-    layers: list[LayerWeights]  # one record per requested layer, in the order asked
+    layers: list[LayerWeights] | list[LayerSummary]  # one record per requested layer, in the order asked (summaries: in blocks)
     hidden: torch.Tensor | None  # (T, D) the last layer's output (``whole``), before the final norm; else None
     cross: list[LayerWeights] = dataclasses.field(default_factory=list)  # with ``memory``: the requested layers' cross-attention
 
