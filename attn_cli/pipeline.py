@@ -55,4 +55,5 @@ def with_queries(trace: Trace, selection: Selection | None) -> Trace:
     from attn_cli.records.positions import resolve_queries
 
     tokens = trace.tokens
-    return dataclasses.replace(trace, queries=resolve_queries(selection.queries, tokens.texts, tokens.labels))
+    queries = resolve_queries(selection.queries, tokens.texts, tokens.labels)
+    return dataclasses.replace(trace, queries=queries, row_scores=selection.row_scores)

@@ -61,9 +61,8 @@ class PooledMap:
         self.n_queries, self.n_keys = n_queries, n_keys
         self.row_bounds = pool_grid(n_queries, rows)  # (G' + 1,) query rows a group starts at, and T
         self.column_bounds = pool_grid(n_keys, columns)  # (C' + 1,) keys a group starts at, and S
-        self.seen = 0  # rows gathered so far: the blocks come in order
+        self.seen = [0] * len(self.heads)  # each kept head's rows pooled so far: a head's blocks come in order
         self._pooled: torch.Tensor | None = None  # (H', G', C') made on the first block's device
-        self._index: torch.Tensor | None = None  # (H',) the kept heads, on that device
 
     @property
     def row_size(self) -> int:
@@ -80,44 +79,47 @@ class PooledMap:
         """(H', G', C'): the map ``result`` returns."""
         return len(self.heads), len(self.row_bounds) - 1, len(self.column_bounds) - 1
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
-        """Pool query rows start .. start + R - 1 of (H, R, K) weights over keys first .. first + K - 1."""
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0, head: int = 0) -> None:
+        """Pool query rows start .. start + R - 1 of (H, R, K) weights of heads head .. head + H - 1
+        over keys first .. first + K - 1."""
         n_rows, n_cols = weights.shape[-2:]
-        if start != self.seen:
-            raise ValueError(f"rows from {start} after {self.seen} rows: the blocks must come in order")
+        if self._pooled is None:
+            dtype = torch.float32 if self.how == "max" else torch.float64
+            self._pooled = torch.zeros(self.shape, dtype=dtype, device=weights.device)  # (H', G', C'): 0, a hidden key's weight
+        kept = [(i, h - head) for i, h in enumerate(self.heads) if head <= h < head + weights.shape[0]]  # (in the map, in the block)
+        if any(self.seen[i] != start for i, _ in kept):
+            raise ValueError(f"rows from {start} after {min(self.seen)} rows: a head's blocks must come in order")
         if start + n_rows > self.n_queries or first < 0 or first + n_cols > self.n_keys:
             raise ValueError(
                 f"a block of rows {start} .. {start + n_rows - 1} and keys {first} .. {first + n_cols - 1} "
                 f"lies outside the {self.n_queries} x {self.n_keys} table this map was opened for"
             )
-        kept = self._kept(weights)  # (H', R, K)
-        if n_rows and n_cols:
+        if kept and n_rows and n_cols:
+            where, block = self._kept(weights, kept)  # (H'',) the map's heads, (H'', R, K)
             # rows first: an element-wise max (or sum) of whole rows, several times faster on the CPU
             # than reducing short runs of keys first, and it leaves the keys a g-row tensor to group
-            by_rows = _grouped(kept, -2, start, self.row_size, self.how)  # (H', R, K) -> (H', g, K)
-            pooled = _grouped(by_rows, -1, first, self.column_size, self.how)  # (H', g, K) -> (H', g, c)
+            by_rows = _grouped(block, -2, start, self.row_size, self.how)  # (H'', R, K) -> (H'', g, K)
+            pooled = _grouped(by_rows, -1, first, self.column_size, self.how)  # (H'', g, K) -> (H'', g, c)
             row_group, col_group = start // self.row_size, first // self.column_size
-            target = self._pooled[:, row_group : row_group + pooled.shape[1], col_group : col_group + pooled.shape[2]]  # (H', g, c)
-            if self.how == "max":
-                torch.maximum(target, pooled, out=target)  # (H', g, c), in place in the map
-            else:
-                target += pooled  # (H', g, c)
-        self.seen = start + n_rows
+            cells = (where, slice(row_group, row_group + pooled.shape[1]), slice(col_group, col_group + pooled.shape[2]))
+            target = self._pooled[cells]  # (H'', g, c), a copy
+            self._pooled[cells] = torch.maximum(target, pooled) if self.how == "max" else target + pooled
+        for i, _ in kept:
+            self.seen[i] = start + n_rows
 
-    def _kept(self, weights: torch.Tensor) -> torch.Tensor:
-        """The kept heads of (H, R, K) weights, in their order: the block itself where every head is kept."""
-        if self._pooled is None:
-            dtype = torch.float32 if self.how == "max" else torch.float64
-            self._pooled = torch.zeros(self.shape, dtype=dtype, device=weights.device)  # (H', G', C'): 0, a hidden key's weight
-            self._index = torch.tensor(self.heads, dtype=torch.long, device=weights.device)  # (H',)
-        if self.heads == tuple(range(weights.shape[0])):
-            return weights  # (H, R, K)
-        return weights.index_select(0, self._index)  # (H, R, K) -> (H', R, K)
+    def _kept(self, weights: torch.Tensor, kept: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The map's heads a block holds, (H'',) their places in the map, and their (H'', R, K)
+        weights: the block itself where it holds just those heads, in the map's order."""
+        where = torch.tensor([i for i, _ in kept], device=self._pooled.device)  # (H'',)
+        inside = [h for _, h in kept]
+        if inside == list(range(weights.shape[0])):
+            return where, weights  # (H, R, K)
+        return where, weights[inside]  # (H, R, K) -> (H'', R, K)
 
     def result(self) -> torch.Tensor:
         """(H', G', C') float32 on the CPU: each kept head's pooled map."""
-        if self.seen != self.n_queries:
-            raise ValueError(f"{self.seen} of {self.n_queries} query rows were pooled: every block must pass")
+        if any(seen != self.n_queries for seen in self.seen):
+            raise ValueError(f"{min(self.seen)} of {self.n_queries} query rows were pooled: every block must pass")
         if self._pooled is None:  # no rows at all
             return torch.zeros(self.shape)  # (H', 0, C')
         pooled = self._pooled.cpu()  # (H', G', C')

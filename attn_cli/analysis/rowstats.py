@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, attention_stats, distance_bins, distance_sums, effective_tokens
+from attn_cli.analysis.stats import HeadStats, attention_stats, distance_bins, effective_tokens
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 
@@ -33,16 +33,59 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerWeights
 
 
-def block_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
-    """(H, R, K) probability rows -> (H, R) entropy in bits, float64, from float32 terms and sums:
+def block_entropy_bits(weights: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., R, K) probability rows -> (..., R) entropy in bits, float64, from float32 terms and sums:
     w log w with log of max(w, smallest float) (0 log 0 = 0 exactly, as entr's, in a third the time).
-    A head at a time: the terms' copy is one (R, K), whatever H (``blocks.block_rows_for``)."""
-    nats = torch.empty(weights.shape[:-1], dtype=torch.float32, device=weights.device)  # (H, R)
-    for h in range(weights.shape[0]):
-        terms = weights[h].float().clamp_min(torch.finfo(torch.float32).tiny)  # (R, K) a copy
-        terms.log_().mul_(weights[h])  # w log w, in place
-        nats[h] = -terms.sum(dim=-1)  # (R,)
-    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # (H, R) + 0.0: a one-hot row's -0.0 is 0.0
+    ``scratch``: a float32 tensor of at least R x K numbers the terms are written into (else a new one)."""
+    terms = torch.empty(weights.shape, dtype=torch.float32, device=weights.device) if scratch is None else (
+        scratch.view(-1)[: weights.numel()].view(weights.shape))  # fmt: skip
+    tiny = torch.finfo(torch.float32).tiny
+    if weights.dtype == torch.float32:
+        torch.clamp_min(weights, tiny, out=terms)
+    else:  # half precision: its terms in float32
+        terms.copy_(weights).clamp_min_(tiny)
+    terms.log_().mul_(weights)  # w log w
+    nats = -terms.sum(dim=-1)  # (..., R)
+    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
+
+
+# the numbers one head's rows of a block are read in at a time, so that the statistics' several
+# passes over them (the entropy's terms and sum, the distance profile's shifted copy and sums) find
+# them in a core's cache: each pass about twice as fast as over the whole block
+CHUNK_NUMBERS = 1 << 19
+
+
+def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """(R, K) rows -> (K + R - 1,) float32 column sums of the rows shifted so that one column holds
+    one offset j - i for every row: row r's key k lands in column k + R - 1 - r. ``scratch``: at
+    least R x (K + R - 1) float32 numbers."""
+    n_rows, n_keys = rows.shape
+    width = n_keys + n_rows - 1
+    skewed = scratch[: n_rows * width].view(n_rows, width).zero_()  # (R, K + R - 1)
+    skewed.as_strided((n_rows, n_keys), (width - 1, 1), skewed.storage_offset() + n_rows - 1).copy_(rows)  # (R, K)
+    return skewed.sum(dim=0)  # (K + R - 1,) R float32 terms a column
+
+
+def binned(by_offset: torch.Tensor, zero: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """(..., N) float64 weights at each offset j - i (offset 0 at index ``zero``) -> (..., bins): each
+    bin's weight at distances |i - j| in (lowest, highest), both sides."""
+    running = torch.nn.functional.pad(by_offset.cumsum(dim=-1), (1, 0))  # (..., N + 1) running[c]: indices 0 .. c - 1
+    last = by_offset.shape[-1] - 1
+
+    def between(a: int, b: int) -> torch.Tensor:  # indices a .. b, clamped -> (...,)
+        a, b = max(a, 0), min(b, last)
+        return running[..., b + 1] - running[..., a] if a <= b else torch.zeros(by_offset.shape[:-1], dtype=torch.float64)
+
+    return torch.stack([between(zero - high, zero - low) + between(zero + max(low, 1), zero + high) for low, high in bins], dim=-1)
+
+
+def _visibility(mask: torch.Tensor | Band | None, n_queries: int, n_keys: int) -> tuple[list[int], list[bool]]:
+    """How many keys each query row sees, and whether it sees key 0: (T,) each."""
+    if isinstance(mask, Band):
+        return mask.visible(0, n_queries, n_keys), [mask.before is None or i <= mask.before for i in range(n_queries)]
+    if mask is None:
+        return [n_keys] * n_queries, [True] * n_queries
+    return (~mask).sum(dim=-1).tolist(), (~mask[:, 0]).tolist()
 
 
 class RowStats:
@@ -51,65 +94,68 @@ class RowStats:
     def __init__(
         self, heads: int, n_queries: int, n_keys: int, *, mask: torch.Tensor | Band | None = None, cross: bool = False
     ) -> None:
-        self.mask = mask  # (T, S) True = hidden, read a block of rows at a time; or the Band of keys each row sees
         self.masses = not cross and n_queries == n_keys  # stats.py's head masses: self-attention only
         self.bins = distance_bins(n_keys)
-        self.distances = torch.zeros(heads, len(self.bins), dtype=torch.float64)  # (H, bins) summed over rows
-        self.sees_first: list[bool] = []  # (T,) whether each row may see key 0
+        self.n_queries = n_queries
+        # (H, T + S - 1) the weight at each offset j - i (-(T - 1) .. S - 1), summed over the rows
+        self.by_offset = torch.zeros(heads, n_queries + n_keys - 1 if self.masses else 0, dtype=torch.float64)
         self.n_keys = n_keys
-        self.seen = 0  # rows gathered so far: the blocks come in order
+        self.visible, self.sees_first = _visibility(mask, n_queries, n_keys)  # (T,) keys each row sees, whether key 0
+        self.seen = [0] * heads  # each head's rows gathered so far: a head's blocks come in order
         self.top_key = torch.empty(heads, n_queries, dtype=torch.long)  # (H, T)
         self.top_weight = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) exact copies of the weights
         self.bits = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T)
-        self.visible: list[int] = []  # (T,)
         self.diagonal = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, i]
         self.previous = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, i-1], row 0 unused
         self.first = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, 0], row 0 unused
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
-        """Gather query rows start .. start + R - 1 of (H, R, K) weights over keys first .. first + K - 1."""
-        if start != self.seen:
-            raise ValueError(f"rows from {start} after {self.seen} rows: the blocks must come in order")
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0, head: int = 0) -> None:
+        """Gather query rows start .. start + R - 1 of (H', R, K) weights of heads head .. head + H' - 1
+        over keys first .. first + K - 1."""
+        heads = range(head, head + weights.shape[0])
+        if any(self.seen[h] != start for h in heads):
+            raise ValueError(f"rows from {start} after {self.seen[head]} rows: a head's blocks must come in order")
         end = start + weights.shape[-2]
-        top = weights.max(dim=-1)  # (H, R) each row's largest weight and its key, the first of equal maxima (as argmax)
-        self.top_key[:, start:end] = top.indices + first
-        self.top_weight[:, start:end] = top.values
-        self.bits[:, start:end] = block_entropy_bits(weights)  # (H, R, K) -> (H, R)
-        self._visibility(start, end)
+        top = weights.max(dim=-1)  # (H', R) each row's largest weight and its key, the first of equal maxima (as argmax)
+        self.top_key[heads.start : heads.stop, start:end] = top.indices + first
+        self.top_weight[heads.start : heads.stop, start:end] = top.values
+        chunk = max(1, min(weights.shape[-2], CHUNK_NUMBERS // max(weights.shape[-1], 1)))  # rows read at a time
+        scratch = torch.empty(chunk * (weights.shape[-1] + chunk), dtype=torch.float32, device=weights.device)
+        for h in heads:
+            for r in range(0, weights.shape[-2], chunk):
+                self._rows_of(h, weights[h - head, r : r + chunk], start + r, first, scratch)
         if self.masses:
-            self._masses_of(weights, start, end, first)
-        self.seen = end
+            self._masses_of(weights, start, end, first, heads)
+        for h in heads:
+            self.seen[h] = end
 
-    def _visibility(self, start: int, end: int) -> None:
-        """How many keys rows start .. end - 1 see, and whether each sees key 0."""
-        if isinstance(self.mask, Band):
-            self.visible += self.mask.visible(start, end, self.n_keys)
-            self.sees_first += [self.mask.before is None or i <= self.mask.before for i in range(start, end)]
-        elif self.mask is None:
-            self.visible += [self.n_keys] * (end - start)
-            self.sees_first += [True] * (end - start)
-        else:
-            block_mask = self.mask[start:end]  # (R, S)
-            self.visible += (~block_mask).sum(dim=-1).tolist()
-            self.sees_first += (~block_mask[:, 0]).tolist()
+    def _rows_of(self, head: int, rows: torch.Tensor, start: int, first: int, scratch: torch.Tensor) -> None:
+        """One head's (R', K) rows start .. start + R' - 1: their entropy and, for self-attention,
+        distance sums (torch's max with its indices is as fast over the whole block)."""
+        end = start + rows.shape[0]
+        self.bits[head, start:end] = block_entropy_bits(rows, scratch)  # (R',)
+        if self.masses:
+            # column c of the shifted rows holds key j - query i = c - (R' - 1) + first - start for every row
+            columns = skewed_columns(rows, scratch)  # (K + R' - 1,)
+            lowest = first - start - (rows.shape[0] - 1) + self.n_queries - 1  # where column 0 lands in ``by_offset``
+            self.by_offset[head, lowest : lowest + columns.shape[0]] += columns.to(self.by_offset.device, torch.float64)
 
-    def _masses_of(self, weights: torch.Tensor, start: int, end: int, first: int) -> None:
+    def _masses_of(self, weights: torch.Tensor, start: int, end: int, first: int, heads: range) -> None:
         """Rows start .. end - 1's diagonal, previous-token and first-token weights (0 where the block
-        holds no such key: hidden), and their distance sums."""
+        holds no such key: hidden) in (H', R, K) ``weights`` of ``heads``."""
         rows = torch.arange(start, end, device=weights.device)  # (R,) positions in the text
         local = torch.arange(end - start, device=weights.device)  # (R,) positions in the block
-        self.diagonal[:, start:end] = weights[:, local, rows - first]  # (H, R): a row always sees itself
+        at = slice(heads.start, heads.stop)
+        self.diagonal[at, start:end] = weights[:, local, rows - first]  # (H', R): a row always sees itself
         previous = rows - 1 - first  # (R,) w[i, i-1]'s column in the block; row 0's unused
-        self.previous[:, start:end] = torch.where(previous >= 0, weights[:, local, previous.clamp_min(0)], 0.0)  # (H, R)
-        self.first[:, start:end] = weights[:, :, 0] if first == 0 else 0.0  # (H, R)
-        for h in range(weights.shape[0]):  # a head at a time: the shifted copy is one (R, K + R - 1)
-            self.distances[h] += distance_sums(weights[h], start, first, self.bins).cpu()  # (bins,)
+        self.previous[at, start:end] = torch.where(previous >= 0, weights[:, local, previous.clamp_min(0)], 0.0)  # (H', R)
+        self.first[at, start:end] = weights[:, :, 0] if first == 0 else 0.0  # (H', R)
 
     def result(self) -> list[HeadStats]:
         """One HeadStats per head, as ``attention_stats`` gives them for every row."""
         n_queries = self.top_key.shape[-1]
-        if self.seen != n_queries:
-            raise ValueError(f"{self.seen} of {n_queries} query rows were gathered: every block must pass")
+        if any(seen != n_queries for seen in self.seen):
+            raise ValueError(f"{min(self.seen)} of {n_queries} query rows were gathered: every block must pass")
         effective = effective_tokens(self.bits)  # (H, T), the shape stats.py exponentiates
         return [
             HeadStats(
@@ -126,7 +172,7 @@ class RowStats:
             return {"self_mass": None, "previous_mass": None, "first_mass": None}
         self_mass = self.diagonal[head].mean().item()
         profile = {
-            "distance_mass": (self.distances[head] / self.seen).tolist(),
+            "distance_mass": (binned(self.by_offset[head], self.n_queries - 1, self.bins) / self.n_queries).tolist(),
             "sink_score": self.first[head, torch.tensor(self.sees_first)].mean().item(),  # stats.sink_scores's float64 mean
         }
         if self.n_keys < 2:
@@ -147,10 +193,12 @@ class SpecialMass:
         self.keys = torch.tensor([i for i, flag in enumerate(special) if flag], dtype=torch.long)  # (F,) the flagged keys
         self.mass = torch.zeros(heads, n_queries, dtype=torch.float64)  # (H, T)
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0, head: int = 0) -> None:
+        """Rows start .. start + R - 1 of (H', R, K) weights of heads head .. head + H' - 1, keys first .. first + K - 1."""
         inside = self.keys[(self.keys >= first) & (self.keys < first + weights.shape[-1])] - first  # (F',) in the block
         if len(inside):
-            self.mass[:, start : start + weights.shape[-2]] = weights[..., inside.to(weights.device)].double().sum(dim=-1).cpu()  # (H, R)
+            mass = weights[..., inside.to(weights.device)].double().sum(dim=-1).cpu()  # (H', R)
+            self.mass[head : head + weights.shape[0], start : start + weights.shape[-2]] = mass
 
     def result(self) -> list[float]:
         """Each head's mean over the rows (``text_scores``' operations: a float64 sum per row, then the mean)."""
@@ -163,16 +211,30 @@ class KeptRows:
     def __init__(self, queries: Sequence[int], heads: Sequence[int], n_heads: int, n_keys: int) -> None:
         self.queries = tuple(sorted(set(queries)))
         self.heads = tuple(heads)
-        self.every_head = self.heads == tuple(range(n_heads))
         self.rows = torch.zeros(len(self.queries), len(self.heads), n_keys)  # (Q, H', S) a key outside a block: weight 0
+        self.scores: torch.Tensor | None = None  # (Q, H', S) the rows' raw scores, where ``raw_scores`` made them
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int = 0) -> None:
-        """Copy the chosen rows among start .. start + R - 1 of (H, R, K) weights over keys first .. first + K - 1."""
+    def raw_scores(self, queries: torch.Tensor, keys: torch.Tensor) -> None:
+        """Keep the chosen rows' raw scores Q K^T of the kept heads, from a layer's (H, T, Dk) queries
+        and (H, S, Dk) keys (as the layer's ``scores`` table computes them, of those rows only)."""
+        heads, rows = list(self.heads), list(self.queries)
+        made = queries[heads][:, rows] @ keys[heads].transpose(-2, -1)  # (H', Q, Dk) @ (H', Dk, S) -> (H', Q, S)
+        self.scores = made.transpose(0, 1).to("cpu", torch.float32)  # (Q, H', S)
+
+    def __call__(self, start: int, weights: torch.Tensor, first: int = 0, head: int = 0) -> None:
+        """Copy the chosen rows among start .. start + R - 1 of (H', R, K) weights of heads head ..
+        head + H' - 1 over keys first .. first + K - 1."""
         end, stop = start + weights.shape[-2], first + weights.shape[-1]
         low, high = bisect.bisect_left(self.queries, start), bisect.bisect_left(self.queries, end)
+        if low == high:
+            return
+        kept = [(i, h - head) for i, h in enumerate(self.heads) if head <= h < head + weights.shape[0]]  # (where, in the block)
+        if not kept:
+            return
+        where, inside = [i for i, _ in kept], [h for _, h in kept]
         for at in range(low, high):
-            row = weights[:, self.queries[at] - start]  # (H, K)
-            self.rows[at, :, first:stop] = row if self.every_head else row[list(self.heads)]
+            row = weights[:, self.queries[at] - start]  # (H', K)
+            self.rows[at, where, first:stop] = row[inside].to(self.rows.device, self.rows.dtype)
 
 
 def stats_of(layer: LayerWeights | LayerSummary, heads: Sequence[int]) -> list[HeadStats]:
@@ -189,3 +251,13 @@ def stats_of(layer: LayerWeights | LayerSummary, heads: Sequence[int]) -> list[H
 def row_of(layer: LayerWeights | LayerSummary, query: int, head: int) -> torch.Tensor:
     """(S,) query ``query``'s weights in head ``head``."""
     return layer.row(query, head) if isinstance(layer, LayerSummary) else layer.weights[head, query]
+
+
+def row_score_of(layer: LayerWeights | LayerSummary, query: int, head: int) -> torch.Tensor | None:
+    """(S,) query ``query``'s raw scores Q K^T in head ``head``: a summary's kept row, or the row of
+    the layer's ``scores`` table; None where the layer has neither (weights alone)."""
+    from attn_cli.records.layers import LayerAttention
+
+    if isinstance(layer, LayerSummary):
+        return layer.row_score(query, head)
+    return layer.scores[head, query] if isinstance(layer, LayerAttention) else None

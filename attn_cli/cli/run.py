@@ -138,7 +138,7 @@ def run(
         typer.echo(note, err=True)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
-        queries=tuple(query or ()), tables=tables,
+        queries=tuple(query or ()), tables=tables, row_scores=shown is not None and "scores" in shown,
     )  # fmt: skip
 
     if chosen is Format.table:
@@ -158,7 +158,9 @@ def _format_of(
 ) -> Format:  # fmt: skip
     """The output format, and a note where options that shape the table view meet JSON or CSV."""
     stack_shapes = None if rollout else spec.stack  # with --rollout, --stack also chooses the stack rolled out
-    shaping = [flag for flag, value in (("--show", show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
+    # --show scores with --query also gives JSON and CSV those rows' raw scores
+    row_scores = query is not None and show is not None and set(_parse_show(show) or ()) == {"scores"}
+    shaping = [flag for flag, value in (("--show", None if row_scores else show), ("--key", key), ("--stack", stack_shapes)) if value is not None]
     chosen = choose_format(format, output, table_asked=bool(shaping) or query is not None or spec.heads.given)
     if chosen is not Format.table and shaping:
         changes = f"{', '.join(shaping)} only change{'s' if len(shaping) == 1 else ''} the table view"

@@ -30,7 +30,7 @@ SCHEMA_VERSION = 2  # 2: heads moved into layers[], a model object, tokens[].spe
 
 def layer_dict(
     layer: LayerAttention | LayerWeights | LayerSummary, heads: Sequence[int], kept: Sequence[int] | None = None, *,
-    table: Table = as_lists, kept_rows: Sequence[int] | None = None, queries: Sequence[int] = (),
+    table: Table = as_lists, kept_rows: Sequence[int] | None = None, queries: Sequence[int] = (), row_scores: bool = False,
 ) -> dict[str, Any]:
     """One ``layers[]`` object: its input, the chosen heads' tables and statistics, concat, output.
     ``kept``: the tokens --hide-tokens leaves (None: nothing hidden), for ``weights_shown``.
@@ -38,7 +38,8 @@ def layer_dict(
     of weights alone (a saved trace, attention from elsewhere) has its weights, what is
     shown of them and their statistics, and none of the vectors or scores; a layer whose
     tables were not kept (``LayerSummary``) its statistics. ``queries``: each head's ``rows``,
-    those query rows' weights (--query)."""
+    those query rows' weights (--query), and with ``row_scores`` their raw scores (--show scores)
+    where the layer has them."""
     if isinstance(layer, LayerSummary):
         return _summary_dict(layer, heads, table)
     if not isinstance(layer, LayerAttention):
@@ -73,13 +74,20 @@ def layer_dict(
         "concat": table(layer.concat),
         "output": table(layer.output),
     }
-    return with_rows(_with_layer_norms(made, layer, table), layer, queries, table)
+    return with_rows(_with_layer_norms(made, layer, table), layer, queries, table, scores if row_scores else None)
 
 
-def with_rows(made: dict[str, Any], layer: LayerWeights, queries: Sequence[int], table: Table) -> dict[str, Any]:
-    """Each head's ``rows`` (--query): the chosen query rows of its weights, as a summary keeps them."""
+def with_rows(
+    made: dict[str, Any], layer: LayerWeights, queries: Sequence[int], table: Table, scores: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """Each head's ``rows`` (--query): the chosen query rows of its weights, as a summary keeps them,
+    and of ``scores`` (the layer's (H, T, S) raw scores, for --show scores) where given."""
     for entry in made["heads"] if queries else ():
-        entry["rows"] = [{"query": q, "weights": _vector(table, layer.weights[entry["head"], q])} for q in queries]
+        h = entry["head"]
+        entry["rows"] = [
+            {"query": q, "weights": _vector(table, layer.weights[h, q]), **({} if scores is None else {"scores": _vector(table, scores[h, q])})}
+            for q in queries
+        ]  # fmt: skip
     return made
 
 
@@ -96,9 +104,18 @@ def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> di
         stats["top_weight"] = [float32_value(w) for w in layer.stats[h].top_weight]
         entry: dict[str, Any] = {"head": h, "stats": stats}
         if layer.queries:
-            entry["rows"] = [{"query": q, "weights": _vector(table, layer.row(q, h))} for q in layer.queries]
+            entry["rows"] = [_summary_row(layer, q, h, table) for q in layer.queries]
         entries.append(entry)
     return {"layer": layer.layer, "input": None, "heads": entries}
+
+
+def _summary_row(layer: LayerSummary, query: int, head: int, table: Table) -> dict[str, Any]:
+    """One chosen row of a summary: its weights, and its raw scores where they were kept."""
+    made = {"query": query, "weights": _vector(table, layer.row(query, head))}
+    scores = layer.row_score(query, head)
+    if scores is not None:
+        made["scores"] = _vector(table, scores)
+    return made
 
 
 def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
@@ -258,7 +275,7 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     """The documented JSON object (README, "JSON schema"); ``table``: what each float32 table
     becomes (nested lists of floats, or ``StreamedTable``)."""
     check_export_size(run)
-    made = {**_header(run), "layers": _layer_list(run.own_stack, table, run.queries)}
+    made = {**_header(run), "layers": _layer_list(run.own_stack, table, run.queries, run.row_scores)}
     for key, stack in decoder_stacks(run):
         made[key] = _layer_list(stack, table)
     if run.rolled_out is not None:
@@ -268,9 +285,9 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     return made
 
 
-def _layer_list(stack: Stack, table: Table, queries: Sequence[int] = ()) -> list[dict[str, Any]]:
+def _layer_list(stack: Stack, table: Table, queries: Sequence[int] = (), row_scores: bool = False) -> list[dict[str, Any]]:
     return [
-        layer_dict(layer, stack.shown_heads, kept_of(stack), table=table, kept_rows=kept_rows_of(stack), queries=queries)
+        layer_dict(layer, stack.shown_heads, kept_of(stack), table=table, kept_rows=kept_rows_of(stack), queries=queries, row_scores=row_scores)
         for layer in stack.layers
     ]
 
@@ -282,7 +299,7 @@ def json_pieces(run: Trace) -> Iterator[str]:
     """The run as one line of JSON (the schema of ``run_dict``, no newline), in pieces:
     each layer's dict is made as it is reached and let go before the next."""
     yield _dumps(_header(run))[:-1] + ', "layers": '  # the rest (tokens, model) has no tables: json writes it
-    yield from _layer_array(run.own_stack, run.queries)
+    yield from _layer_array(run.own_stack, run.queries, run.row_scores)
     for key, stack in decoder_stacks(run):
         yield f', "{key}": '
         yield from _layer_array(stack)
@@ -296,12 +313,15 @@ def json_pieces(run: Trace) -> Iterator[str]:
     yield "}"
 
 
-def _layer_array(stack: Stack, queries: Sequence[int] = ()) -> Iterator[str]:
+def _layer_array(stack: Stack, queries: Sequence[int] = (), row_scores: bool = False) -> Iterator[str]:
     """A stack's layers as a JSON array, each layer's object made as it is reached."""
     yield "["
     for i, layer in enumerate(stack.layers):
         yield "{" if i == 0 else ", {"
-        made = layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack), queries=queries)
+        made = layer_dict(
+            layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack), queries=queries,
+            row_scores=row_scores,
+        )  # fmt: skip
         yield from _members(made)
         yield "}"
     yield "]"

@@ -35,7 +35,8 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     rows = _Rows(run, index)
     yield from rows.token_rows()
     for layer in run.layers:  # each layer's dict (and its derived tables) goes before the next is made
-        yield from rows.layer_rows(layer_dict(layer, run.shown_heads, kept_of(run.own_stack), table=StreamedTable, queries=run.queries))
+        made = layer_dict(layer, run.shown_heads, kept_of(run.own_stack), table=StreamedTable, queries=run.queries, row_scores=run.row_scores)
+        yield from rows.layer_rows(made)
     for key, stack in decoder_stacks(run):  # an encoder-decoder's decoder (T x T) and cross-attention (T x S)
         yield from rows.stack_rows(key, stack)
     predictions = predictions_list(run)
@@ -136,10 +137,12 @@ class _Rows:
         yield [(index, tokenizer, p + table, h, n, "", "", "", "", stats[table]) for table in HEAD_STATS if stats.get(table) is not None]
         if stats.get("distance_mass") is not None:  # col: the bin's index in distance_bins
             yield [(index, tokenizer, p + "distance_mass", h, n, "", b, "", "", v) for b, v in enumerate(stats["distance_mass"])]
-        for row in head.get("rows", ()):  # --query: each chosen row's weights, every key
-            i, weights = row["query"], row["weights"]
-            values = as_lists(weights.source[None])[0] if isinstance(weights, StreamedTable) else weights
-            yield [(index, tokenizer, p + "rows", h, n, i, j, rl[i], cl[j], v) for j, v in enumerate(values)]
+        for row in head.get("rows", ()):  # --query: each chosen row's weights, every key (and --show scores: its raw scores)
+            i = row["query"]
+            for table, name in (("weights", "rows"), ("scores", "row_scores")):
+                if table in row:
+                    values = as_lists(row[table].source[None])[0] if isinstance(row[table], StreamedTable) else row[table]
+                    yield [(index, tokenizer, p + name, h, n, i, j, rl[i], cl[j], v) for j, v in enumerate(values)]
 
     def stack_rows(self, key: str, stack: Stack) -> Iterator[list[tuple[Any, ...]]]:
         target = [t["label"] for t in token_dicts(stack.tokens)]

@@ -93,7 +93,8 @@ class TableFile:
         self._heads: dict[int, list[tuple[int, int]]] = {}  # layer -> its (head, table's byte offset), in file order
         for (layer, head), offset in zip(self.tables, offsets):
             self._heads.setdefault(layer, []).append((head, offset))
-        self._written = {layer: np.zeros(n_queries, dtype=bool) for layer in self._heads}  # layer -> (T,) rows written
+        # layer -> (its tables, T): each table's rows written
+        self._written = {layer: np.zeros((len(heads), n_queries), dtype=bool) for layer, heads in self._heads.items()}
         try:
             os.ftruncate(fd, self.size)  # the whole file: zeros, sparse where the file system can
             _write_at(fd, header, 0)
@@ -118,14 +119,14 @@ class TableFile:
         if layer not in self._heads:
             raise ValueError(f"layer {layer} has no table in {self.path} (its layers: {list(self._heads)})")
 
-        def write(start: int, weights: torch.Tensor, first: int = 0) -> None:
-            self._write_block(layer, start, weights, first)
+        def write(start: int, weights: torch.Tensor, first: int = 0, head: int = 0) -> None:
+            self._write_block(layer, start, weights, first, head)
 
         return write
 
-    def _write_block(self, layer: int, start: int, weights: torch.Tensor, first: int) -> None:
-        """Rows start .. start + R - 1 of ``weights`` (H, R, K), keys first .. first + K - 1, into
-        each of ``layer``'s tables."""
+    def _write_block(self, layer: int, start: int, weights: torch.Tensor, first: int, head: int = 0) -> None:
+        """Rows start .. start + R - 1 of ``weights`` (H', R, K) of heads head .. head + H' - 1, keys
+        first .. first + K - 1, into each of ``layer``'s tables of those heads."""
         if self._fd is None:
             raise ValueError(f"{self.path} is closed: no block may come after close or abort")
         if weights.dim() != 3:
@@ -133,24 +134,24 @@ class TableFile:
         heads, rows, keys = weights.shape
         if start < 0 or start + rows > self.n_queries or first < 0 or first + keys > self.n_keys:
             raise ValueError(f"rows {start}+{rows}, keys {first}+{keys} outside a {self.n_queries} x {self.n_keys} table")
-        if any(head >= heads for head, _ in self._heads[layer]):
-            raise ValueError(f"layer {layer}'s tables name heads {[h for h, _ in self._heads[layer]]}; the block has {heads}")
         try:
-            for head, offset in self._heads[layer]:
-                block = weights[head].detach().to(device="cpu", dtype=self.dtype.torch)  # (H, R, K) -> (R, K) on the CPU
+            for at, (table_head, offset) in enumerate(self._heads[layer]):
+                if not head <= table_head < head + heads:
+                    continue
+                block = weights[table_head - head].detach().to(device="cpu", dtype=self.dtype.torch)  # (R, K) on the CPU
                 cells = np.ascontiguousarray(block.numpy()).astype(self.dtype.numpy, copy=False)  # (R, K) little-endian
                 _write_rows(self._fd, cells, offset, start, first, self.n_keys)
+                self._written[layer][at, start : start + rows] = True
         except OSError as err:
             self.abort()
             raise OutputError(f"cannot write {self.path}: {err.strerror or err}; free some space or write it elsewhere") from None
-        self._written[layer][start : start + rows] = True
 
     def close(self) -> None:
         """Publish the file at ``path`` in one step. ValueError (a bug in the caller) where some
         table's rows never came; the temporary file is removed then, and on any failure."""
         if self.closed:
             return
-        missing = [(layer, np.flatnonzero(~written)) for layer, written in self._written.items() if not written.all()]
+        missing = [(layer, np.flatnonzero(~written.all(axis=0))) for layer, written in self._written.items() if not written.all()]
         if missing:
             self.abort()
             layer, rows = missing[0]

@@ -97,6 +97,7 @@ class Selection:
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
     everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder
     queries: tuple[str, ...] = ()  # --query: the query rows to keep whole (``records.positions.resolve_queries``)
+    row_scores: bool = False  # --query with --show scores: each chosen row's raw scores Q K^T beside its weights
     # "keep": the kept layers' (H, T, T) tables, or a refusal where they do not fit; "fit": the
     # tables where they fit, else each kept layer's statistics and chosen rows, computed in blocks;
     # "omit": statistics and rows in blocks whatever the length (--no-tables)

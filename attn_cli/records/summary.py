@@ -85,7 +85,14 @@ class LayerSummary:
     pooled: torch.Tensor | None = None  # (H', G, C) float32: each pixel the max or mean of a group of weights; None: not asked
     pooled_heads: tuple[int, ...] = ()  # the heads ``pooled`` holds
     pool_sizes: tuple[int, int] = (1, 1)  # the query rows and keys a pixel pools (the largest group)
+    row_scores: torch.Tensor | None = None  # (Q, H, S) float32: those rows' raw scores Q K^T (--show scores); None: not asked
 
     def row(self, query: int, head: int) -> torch.Tensor:
         """(S,) query ``query``'s weights in head ``head``."""
         return self.rows[self.queries.index(query), self.row_heads.index(head)]
+
+    def row_score(self, query: int, head: int) -> torch.Tensor | None:
+        """(S,) query ``query``'s raw scores in head ``head``; None where they were not asked for."""
+        if self.row_scores is None:
+            return None
+        return self.row_scores[self.queries.index(query), self.row_heads.index(head)]

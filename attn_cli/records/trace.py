@@ -220,6 +220,7 @@ class Trace(Generic[LayerT]):
     others: tuple[Stack[LayerT], ...] = ()
     view: StackView | None = None
     queries: tuple[int, ...] = ()  # --query: the query rows kept whole, in order
+    row_scores: bool = False  # --show scores with --query: those rows' raw scores Q K^T beside their weights
     # Why the kept layers are ``LayerSummary`` records (statistics and chosen rows) and not their
     # tables, in a sentence for the user (the size they would take, how to get them); None: tables
     tables_omitted: str | None = None

@@ -53,6 +53,7 @@ def attention_weights(
     scale: float | None = None,
     softmax_in_dtype: bool = False,
     mask_from: int = 0,
+    check: bool = True,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
@@ -69,7 +70,8 @@ def attention_weights(
     the two can round a score to different bits). ``softmax_in_dtype``: half-precision scores'
     softmax worked out by torch in their dtype (GPT-2, BERT, BART call nn.functional.softmax on
     them), not in float32 and rounded back (Llama's softmax(dtype=float32)): the two can differ
-    in the last bit.
+    in the last bit. ``check``: whether to read every weight for an overflow's NaN (``attend_in_blocks``
+    reads each block's context instead, R x Dv numbers, not R x S).
     """
     transposed = keys.transpose(-2, -1)  # (H, Dk, T)
     weights = queries @ transposed if out is None else torch.matmul(queries, transposed, out=out)  # (H, T, T) raw scores
@@ -87,18 +89,22 @@ def attention_weights(
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
     # masked cell is exp(-inf) = exactly 0.
     _softmax_(weights, in_dtype=softmax_in_dtype)
-    if not math.isfinite(float(weights.sum())):
-        _explain_overflow(queries, keys, divisor)
+    if check and not math.isfinite(float(weights.sum())):
+        explain_overflow(queries, keys, divisor)
     return weights
 
 
 def _softmax_(x: torch.Tensor, in_dtype: bool = False) -> None:
-    """Softmax over the last dimension, written back into x one (T, T) block at a
-    time: torch.softmax's own numbers (public API) with one block of extra memory,
-    not a second (H, T, T), and that block allocated once for every head. A masked
-    cell (-inf) becomes exactly 0. Half-precision scores are exponentiated in
-    float32 and rounded back, as transformers' eager attention does for most
-    families; with ``in_dtype``, torch's softmax of the half-precision block itself."""
+    """Softmax over the last dimension, written back into x: torch.softmax's own numbers
+    (public API). Contiguous float32 scores on the CPU in place (its kernel reads a row's inputs
+    before it writes them: the same numbers as into a new tensor, with no copy); elsewhere one
+    (T, T) block at a time through one block allocated once for every head: half-precision
+    scores exponentiated in float32 and rounded back, as transformers' eager attention does for
+    most families; with ``in_dtype``, torch's softmax of the half-precision block itself. A
+    masked cell (-inf) becomes exactly 0."""
+    if x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous():
+        torch.softmax(x, dim=-1, out=x)
+        return
     blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
     dtype = x.dtype if in_dtype else torch.float32
     scratch = torch.empty(blocks.shape[-2:], dtype=dtype, device=x.device)  # (T, T)
@@ -107,7 +113,7 @@ def _softmax_(x: torch.Tensor, in_dtype: bool = False) -> None:
         block.copy_(scratch)  # cast back to x's dtype
 
 
-def _explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:
+def explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:
     """Raise the error that says which step overflowed float32 (weights came out NaN or inf)."""
     scores = queries @ keys.transpose(-2, -1)  # (H, T, T)
     check_finite((scores,), "the attention scores Q K^T", "use smaller embeddings")

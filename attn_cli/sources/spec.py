@@ -55,7 +55,7 @@ class SourceSpec:
     def select(
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,
         predict: int = 0, generate: int = 0, queries: tuple[str, ...] = (), tables: Tables = "keep",
-        pool: tuple[int, str] | None = None,
+        pool: tuple[int, str] | None = None, row_scores: bool = False,
     ) -> Selection:  # fmt: skip
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
@@ -63,8 +63,8 @@ class SourceSpec:
         "weights" for a command that reads nothing but the weights (a kept layer then
         holds no per-head vectors, and the memory budget counts none). ``rollout``, ``norms``,
         ``predict``, ``generate``: what to compute beside the weights; ``queries``, ``tables``: the
-        rows to keep whole, and whether the tables may give way to statistics (and a pooled map,
-        ``pool``) (``Selection``)."""
+        rows to keep whole (with their raw scores: ``row_scores``), and whether the tables may give
+        way to statistics (and a pooled map, ``pool``) (``Selection``)."""
         n_layers, n_heads = source.n_layers, source.n_heads
         few = not everything and (self.trained or bool(getattr(source, "trained", False)))
         # a saved trace offers the layers and heads it holds (--from FILE); a model, all of them
@@ -74,7 +74,7 @@ class SourceSpec:
         heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
         return Selection(
             layers, heads, keep, rollout=rollout, norms=norms, predict=predict, generate=generate, everything=everything,
-            queries=queries, tables=tables, pool=pool,
+            queries=queries, tables=tables, pool=pool, row_scores=row_scores and bool(queries),
         )  # fmt: skip
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:

@@ -66,8 +66,8 @@ class Placed:
     def __init__(self, n_queries: int, n_keys: int) -> None:
         self.table = torch.zeros(HEADS, n_queries, n_keys)
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int) -> None:
-        self.table[:, start : start + weights.shape[-2], first : first + weights.shape[-1]] = weights
+    def __call__(self, start: int, weights: torch.Tensor, first: int, head: int = 0) -> None:
+        self.table[head : head + weights.shape[0], start : start + weights.shape[-2], first : first + weights.shape[-1]] = weights
 
 
 def pooled_by_hand(table: torch.Tensor, rows: list[int], columns: list[int], how: str) -> torch.Tensor:
@@ -142,9 +142,10 @@ def test_what_a_title_states() -> None:
 def test_kept_heads_in_their_order(how: str) -> None:
     band, grid = BANDS["window 6"], (10, 10)
     every, _ = blocked(band, 101, 101, 7, grid, how)
-    some = PooledMap([2, 0], 101, 101, *grid, how=how)
-    attend_in_blocks(**inputs(101, 101), mask=band, block_rows=7, consumers=[some])
-    assert torch.equal(some.result(), every.result()[[2, 0]])
+    for heads_at_once in (None, 1, 2):
+        some = PooledMap([2, 0], 101, 101, *grid, how=how)
+        attend_in_blocks(**inputs(101, 101), mask=band, block_rows=7, consumers=[some], heads_at_once=heads_at_once)
+        assert torch.equal(some.result(), every.result()[[2, 0]]), heads_at_once
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -177,19 +178,19 @@ def test_cuda_blocks(how: str) -> None:
     torch.testing.assert_close(on_cuda.result(), pooled.result(), atol=1e-6, rtol=0)
 
 
-def one_row_later(pooled: PooledMap, start: int, weights: torch.Tensor, first: int) -> None:
+def one_row_later(pooled: PooledMap, start: int, weights: torch.Tensor, first: int, head: int) -> None:
     """The block of rows 7 .. 13 handed over as if it began at row 8."""
-    pooled(start + 1 if start == 7 else start, weights, first)
+    pooled(start + 1 if start == 7 else start, weights, first, head)
 
 
-def rows_moved_down(pooled: PooledMap, start: int, weights: torch.Tensor, first: int) -> None:
+def rows_moved_down(pooled: PooledMap, start: int, weights: torch.Tensor, first: int, head: int) -> None:
     """Every block's rows one row down (its last row on top): each weight one row later than it is."""
-    pooled(start, weights.roll(1, dims=-2).contiguous(), first)
+    pooled(start, weights.roll(1, dims=-2).contiguous(), first, head)
 
 
-def first_key_later(pooled: PooledMap, start: int, weights: torch.Tensor, first: int) -> None:
+def first_key_later(pooled: PooledMap, start: int, weights: torch.Tensor, first: int, head: int) -> None:
     """The first key told one later than it is (where the block's keys leave room)."""
-    pooled(start, weights, min(first + 1, pooled.n_keys - weights.shape[-1]))
+    pooled(start, weights, min(first + 1, pooled.n_keys - weights.shape[-1]), head)
 
 
 def test_a_block_one_row_later_is_refused() -> None:

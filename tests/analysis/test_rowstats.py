@@ -58,7 +58,7 @@ def test_stats_from_blocks_are_stats_py_to_the_bit(name, n_queries, n_keys, mask
 
 
 
-def entropy_in_nats(weights: torch.Tensor) -> torch.Tensor:
+def entropy_in_nats(weights: torch.Tensor, *_: object) -> torch.Tensor:
     return torch.special.entr(weights.float()).sum(dim=-1).double()  # (H, R): not divided by log 2
 
 

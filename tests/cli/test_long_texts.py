@@ -106,6 +106,27 @@ def test_heads_without_room_score_from_the_statistics(mistral: Path, monkeypatch
         assert got["distance_mass"] == pytest.approx(want["distance_mass"], abs=1e-6)
 
 
+def test_show_scores_adds_each_rows_raw_scores(mistral: Path, tmp_path: Path) -> None:
+    """--query with --show scores: each row's raw scores beside its weights, in blocks equal to the
+    scores table of the run that keeps its tables; CSV's row_scores; the table view's score column."""
+    whole, stderr = run_json(mistral, "--query", "last", "--query", "2", "--show", "scores")
+    assert "only change" not in stderr  # --show scores shapes the JSON's rows: no note that says otherwise
+    blocked, _ = run_json(mistral, "--no-tables", "--query", "last", "--query", "2", "--show", "scores")
+    plain, _ = run_json(mistral, "--no-tables", "--query", "last")
+    assert set(plain["layers"][0]["heads"][0]["rows"][0]) == {"query", "weights"}  # not asked: no scores
+    for got, want in zip(blocked["layers"], whole["layers"]):
+        for head, table_head in zip(got["heads"], want["heads"]):
+            for row, table_row in zip(head["rows"], table_head["rows"]):
+                assert table_row["scores"] == table_head["scores"][row["query"]]
+                assert row["scores"] == pytest.approx(table_row["scores"], rel=1e-5, abs=1e-5)
+            control = head["rows"][0]["scores"]  # row 2's against the last row's: the rows differ
+            assert control != pytest.approx(table_head["scores"][blocked["queries"][-1]], rel=1e-5, abs=1e-5)
+    csv = invoke("run", TEXT, "--model", str(mistral), "--no-tables", "--query", "2", "--show", "scores", "-F", "csv").stdout
+    assert ",row_scores," in csv and ",rows," in csv
+    out = invoke("run", TEXT, "--model", str(mistral), "--no-tables", "--query", "2", "--show", "scores", env={"COLUMNS": "120"}).stdout
+    assert " score " in out and "its strongest keys" in out
+
+
 def test_no_tables_asks_for_the_blocks(mistral: Path) -> None:
     data, stderr = run_json(mistral, "--no-tables", "--query", "last")
     assert data["tables_omitted"].startswith("--no-tables") and "note:" not in stderr  # asked for: no note

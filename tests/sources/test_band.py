@@ -63,24 +63,24 @@ class Placed:
     def __init__(self) -> None:
         self.table = torch.zeros(HEADS, TOKENS, TOKENS)
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int) -> None:
-        self.table[:, start : start + weights.shape[-2], first : first + weights.shape[-1]] = weights
+    def __call__(self, start: int, weights: torch.Tensor, first: int, head: int = 0) -> None:
+        self.table[head : head + weights.shape[0], start : start + weights.shape[-2], first : first + weights.shape[-1]] = weights
 
 
-def banded(band: Band, block_rows: int) -> tuple[torch.Tensor, Placed, RowStats]:
+def banded(band: Band, block_rows: int, heads_at_once: int | None = None) -> tuple[torch.Tensor, Placed, RowStats]:
     placed, stats = Placed(), RowStats(HEADS, TOKENS, TOKENS, mask=band)
-    context = attend_in_blocks(**inputs(), mask=band, block_rows=block_rows, consumers=[placed, stats])
+    context = attend_in_blocks(**inputs(), mask=band, block_rows=block_rows, consumers=[placed, stats], heads_at_once=heads_at_once)
     return context, placed, stats
 
 
-@pytest.mark.parametrize("block_rows", [1, 4, 7, 41, 50])
+@pytest.mark.parametrize(("block_rows", "heads_at_once"), [(1, None), (4, None), (7, None), (41, None), (50, None), (7, 1), (4, 2)])
 @pytest.mark.parametrize("name", list(BANDS))
-def test_banded_blocks_are_the_whole_table(name: str, block_rows: int) -> None:
+def test_banded_blocks_are_the_whole_table(name: str, block_rows: int, heads_at_once: int | None) -> None:
     """The keys a band leaves out have weight 0 and the rest the whole table's (to float32's last
-    bits: a row's softmax sums fewer zeros); the statistics likewise."""
+    bits: a row's softmax sums fewer zeros); the statistics likewise, a group of heads at a time too."""
     band = BANDS[name]
     context, weights = attend(**inputs(), mask=band.table(TOKENS))
-    got, placed, stats = banded(band, block_rows)
+    got, placed, stats = banded(band, block_rows, heads_at_once)
     torch.testing.assert_close(placed.table, weights, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(got, context, atol=1e-6, rtol=1e-5)
     want = attention_stats(weights, mask=band.table(TOKENS))
@@ -97,7 +97,7 @@ def test_banded_blocks_are_the_whole_table(name: str, block_rows: int) -> None:
 def test_a_band_reads_only_its_keys() -> None:
     """A window of 6 at 7 rows a block: each block is (H, 7, at most 12) keys, never (H, 7, T)."""
     shapes: list[tuple[int, tuple[int, ...]]] = []
-    attend_in_blocks(**inputs(), mask=Band(before=5, after=0), block_rows=7, consumers=[lambda s, w, f: shapes.append((f, tuple(w.shape)))])
+    attend_in_blocks(**inputs(), mask=Band(before=5, after=0), block_rows=7, consumers=[lambda s, w, f, h: shapes.append((f, tuple(w.shape)))])
     assert max(shape[-1] for _, shape in shapes) == 7 + 5
     assert [first for first, _ in shapes] == [max(0, s - 5) for s in range(0, TOKENS, 7)]
 
@@ -118,10 +118,10 @@ def test_a_block_placed_at_the_wrong_keys_is_seen() -> None:
     want = attend(**inputs(), mask=band.table(TOKENS))[1]
     placed, stats = Placed(), RowStats(HEADS, TOKENS, TOKENS, mask=band)
 
-    def shifted(start: int, weights: torch.Tensor, first: int) -> None:
+    def shifted(start: int, weights: torch.Tensor, first: int, head: int) -> None:
         moved = min(first + 1, TOKENS - weights.shape[-1])
-        placed(start, weights, moved)
-        stats(start, weights, moved)
+        placed(start, weights, moved, head)
+        stats(start, weights, moved, head)
 
     attend_in_blocks(**inputs(), mask=band, block_rows=7, consumers=[shifted])
     assert not torch.allclose(placed.table, want, atol=1e-3)

@@ -60,17 +60,19 @@ class Stitch:
     def __init__(self) -> None:
         self.blocks: list[tuple[int, torch.Tensor]] = []
 
-    def __call__(self, start: int, weights: torch.Tensor, first: int) -> None:
+    def __call__(self, start: int, weights: torch.Tensor, first: int, head: int = 0) -> None:
         assert first == 0, "a (T, S) mask: every block reads every key"
-        self.blocks.append((start, weights.clone()))
+        self.blocks.append((start, weights.clone(), head))
 
     def table(self) -> torch.Tensor:
-        return torch.cat([w for _, w in self.blocks], dim=-2)  # (H, T, S)
+        groups = sorted({head for _, _, head in self.blocks})
+        rows = [torch.cat([w for _, w, h in self.blocks if h == group], dim=-2) for group in groups]  # (H', T, S) each
+        return torch.cat(rows, dim=-3)  # (H, T, S)
 
 
-def blocked(args: dict, block_rows: int) -> tuple[torch.Tensor, Stitch]:
+def blocked(args: dict, block_rows: int, heads_at_once: int | None = None) -> tuple[torch.Tensor, Stitch]:
     stitch = Stitch()
-    return attend_in_blocks(**args, block_rows=block_rows, consumers=[stitch]), stitch
+    return attend_in_blocks(**args, block_rows=block_rows, consumers=[stitch], heads_at_once=heads_at_once), stitch
 
 
 @pytest.fixture
@@ -92,10 +94,10 @@ def row_by_row(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def check_same(args: dict, block_rows: int) -> None:
+def check_same(args: dict, block_rows: int, heads_at_once: int | None = None) -> None:
     """The blocked context and stitched weights equal the whole table's, bit for bit."""
     context, weights = attend(**args)
-    got, stitch = blocked(args, block_rows)
+    got, stitch = blocked(args, block_rows, heads_at_once)
     assert torch.equal(stitch.table(), weights), "the stitched blocks differ from attention_weights"
     assert torch.equal(got, context), "the blocked context differs from attend's"
 
@@ -105,6 +107,20 @@ def check_same(args: dict, block_rows: int) -> None:
 @pytest.mark.parametrize("name", CASES)
 def test_blocks_are_the_whole_table_to_the_bit(row_by_row: None, name: str, block_rows: int, dtype: torch.dtype) -> None:
     check_same(case(name, dtype), block_rows)
+
+
+@pytest.mark.parametrize("heads_at_once", [1, 3])
+@pytest.mark.parametrize("name", CASES)
+def test_heads_a_group_at_a_time_are_the_whole_table_to_the_bit(row_by_row: None, name: str, heads_at_once: int) -> None:
+    """A group of heads through all its rows, then the next (the last group what is left)."""
+    check_same(case(name, torch.float32), 5, heads_at_once)
+
+
+def test_a_group_of_heads_runs_through_its_rows_before_the_next() -> None:
+    _, stitch = blocked(case("causal", torch.float32), 16, heads_at_once=3)
+    assert [(head, start, w.shape[0]) for start, w, head in stitch.blocks] == [
+        (head, start, min(3, HEADS - head)) for head in range(0, HEADS, 3) for start in range(0, TOKENS, 16)
+    ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -125,7 +141,7 @@ def test_blocks_with_this_machines_matmul(name: str, block_rows: int, dtype: tor
 
 def test_blocks_come_in_order() -> None:
     _, stitch = blocked(case("causal", torch.float32), 5)
-    assert [(start, w.shape) for start, w in stitch.blocks] == [
+    assert [(start, w.shape) for start, w, _ in stitch.blocks] == [
         (start, (HEADS, min(5, TOKENS - start), TOKENS)) for start in range(0, TOKENS, 5)
     ]
     with pytest.raises(ValueError, match="at least 1"):
@@ -218,5 +234,5 @@ def test_no_whole_table_is_allocated() -> None:
     queries, keys, values = (torch.randn(heads, n_tokens, 16, generator=gen) for _ in range(3))  # (H, T, 16)
     args = {"queries": queries, "keys": keys, "values": values, "divisor": 4.0, "mask": causal_mask(n_tokens)}
     table, block = heads * n_tokens * n_tokens * 4, heads * rows * n_tokens * 4
-    assert largest_allocation(lambda: attend_in_blocks(**args, block_rows=rows, consumers=[lambda s, w, f: None])) <= block
+    assert largest_allocation(lambda: attend_in_blocks(**args, block_rows=rows, consumers=[lambda s, w, f, h: None])) <= block
     assert largest_allocation(lambda: attend(**args)) >= table

@@ -16,7 +16,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.analysis.rowstats import row_of, stats_of
+from attn_cli.analysis.rowstats import row_of, row_score_of, stats_of
 from attn_cli.records.tokens import separator
 from attn_cli.render.terminal.cells import printable
 from attn_cli.render.terminal.header import config_header, text_rule
@@ -75,14 +75,17 @@ def query_keys(run: Trace, layer: LayerWeights | LayerSummary, query: int, preci
     rows, keys = run.tokens, run.own_stack.key_tokens
     table = Table(title=Text(f"query {query} {rows.labels[query]!r}: its strongest keys", style="bold"), title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
-    for name in ("head", "key", "weight", "around the key"):
-        table.add_column(name, justify="right" if name in ("head", "key", "weight") else "left")
+    names = ("head", "key", "weight", *(("score",) if run.row_scores else ()), "around the key")
+    for name in names:
+        table.add_column(name, justify="left" if name == "around the key" else "right")
     sep = separator(keys.texts)
     for h in run.shown_heads:
         weights = row_of(layer, query, h)  # (S,)
+        scores = row_score_of(layer, query, h) if run.row_scores else None  # (S,) raw Q K^T, or None
         top = weights.topk(min(TOP_KEYS, weights.shape[-1]))
         for rank, (weight, key) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", snippet(keys.texts, key, sep))
+            score = () if scores is None else (f"{float(scores[key]):.{precision}f}",)
+            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", *score, snippet(keys.texts, key, sep))
         table.add_section()
     return table
 

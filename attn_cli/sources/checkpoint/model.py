@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from attn_cli.analysis.effects import Ablation
     from attn_cli.analysis.rollout import RolloutAccumulator
+    from attn_cli.records.band import Band
     from attn_cli.records.layers import LayerAttention, LayerWeights
     from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
@@ -105,6 +106,18 @@ class Checkpoint:
             in_flight += self._head_bytes(size, t)
         stats = family.heads * t * STATS_BYTES_PER_ROW  # RowStats: argmax, top weight, entropy, three masses
         return {"weights": parts["weights"], "tables": len(kept) * (stats + rows * family.heads * t * FLOAT32), "activations": in_flight}
+
+    def band(self, layer: int) -> Band:
+        """Which keys each query of layer ``layer`` sees (``Family.band``)."""
+        return self._family.band(layer)
+
+    def block_shape(self, n_tokens: int, block_bytes: int) -> tuple[int, int]:
+        """(query rows, heads) a block of a run in blocks holds within ``block_bytes``."""
+        from attn_cli.sources.blocks import block_rows_for, heads_at_once_for
+
+        family = self._family
+        group = heads_at_once_for(family.heads, n_tokens, 2 * family.head_dim)
+        return block_rows_for(group, n_tokens, block_bytes), group
 
     def _head_bytes(self, size: int, n_tokens: int) -> int:
         """The head's (V, D) matrix, read whole for the logits (a tied one too: the embedding

@@ -131,7 +131,7 @@ class CheckpointSource(Batches):
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
-            predictions=predictions, queries=queries, tables_omitted=omitted,
+            predictions=predictions, queries=queries, row_scores=selection.row_scores, tables_omitted=omitted,
         )  # fmt: skip
 
     def _blocked(
@@ -140,15 +140,15 @@ class CheckpointSource(Batches):
         """A run whose tables (``tables`` bytes) do not fit: its plan of blocks, the sentence that says
         so, and its memory estimate."""
         from attn_cli.runtime import budget
-        from attn_cli.sources.blocks import BlockPlan, block_rows_for
+        from attn_cli.sources.blocks import BlockPlan
 
         info, n_tokens = self.info, len(tokens)
         block_bytes = min(BLOCK_BYTES, (budget.device_available_bytes(self.spec.device) or budget.available_bytes() or BLOCK_BYTES) // 8)
-        rows = block_rows_for(info.heads, n_tokens, block_bytes)
+        rows, group = self.checkpoint.block_shape(n_tokens, block_bytes)
         every_head = tuple(selection.heads) == tuple(range(info.heads))
         special = tuple(tokens.special) if tokens.special and any(tokens.special) else None
         plan = BlockPlan(
-            rows=rows, queries=queries, heads=None if every_head else tuple(selection.heads), special=special, sink=selection.sink,
+            rows=rows, heads_at_once=group, queries=queries, scores=selection.row_scores, heads=None if every_head else tuple(selection.heads), special=special, sink=selection.sink,
             pool=selection.pool,
         )  # fmt: skip
         parts = self.checkpoint.estimate_blocked_bytes(

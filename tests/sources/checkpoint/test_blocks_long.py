@@ -29,9 +29,10 @@ def long_mistral(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
 
 
-def reference_rows(folder: Path, ids: list[int], layer: int) -> torch.Tensor:
+def reference_rows(folder: Path, ids: list[int], layer: int, raw: bool = False) -> torch.Tensor:
     """(Q, H, T): softmax(q_i K^T * scaling + mask_i) of transformers' own post-RoPE queries and keys
-    and its own mask, for the chosen rows of ``layer``; the forward itself through SDPA."""
+    and its own mask, for the chosen rows of ``layer`` (``raw``: q_i K^T itself); the forward itself
+    through SDPA."""
     import transformers
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -42,7 +43,9 @@ def reference_rows(folder: Path, ids: list[int], layer: int) -> torch.Tensor:
         if module.layer_idx == layer:
             groups = query.shape[1] // key.shape[1]
             keys = key.repeat_interleave(groups, dim=1)  # (1, H, T, D)
-            scores = query[0, :, list(QUERIES)].float() @ keys[0].float().transpose(-1, -2) * scaling  # (H, Q, T)
+            scores = query[0, :, list(QUERIES)].float() @ keys[0].float().transpose(-1, -2)  # (H, Q, T)
+            caught[-1] = scores.transpose(0, 1).clone()  # (Q, H, T) raw
+            scores = scores * scaling
             rows = mask[0, 0, list(QUERIES)]  # (Q, T): True (or 0) where a key is seen
             scores = scores.masked_fill(~rows, float("-inf")) if rows.dtype == torch.bool else scores + rows
             caught[layer] = scores.softmax(dim=-1).transpose(0, 1)  # (Q, H, T)
@@ -54,14 +57,14 @@ def reference_rows(folder: Path, ids: list[int], layer: int) -> torch.Tensor:
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="attn_cli_capture").eval()
     with torch.no_grad():
         model.model(torch.tensor([ids]))
-    return caught[layer]
+    return caught[-1 if raw else layer]
 
 
-def rows_of(folder: Path, ids: list[int], layer: int) -> torch.Tensor:
+def rows_of(folder: Path, ids: list[int], layer: int, raw: bool = False) -> torch.Tensor:
     ckpt = open_checkpoint(str(folder))
     tokens = ckpt.tokenizer.tokens_from_ids(tuple(ids), (True,) + (False,) * (len(ids) - 1))
-    (summary,) = ckpt.trace(tokens, [layer], "weights", blocks=BlockPlan(rows=512, queries=QUERIES))
-    return summary.rows  # (Q, H, T)
+    (summary,) = ckpt.trace(tokens, [layer], "weights", blocks=BlockPlan(rows=512, queries=QUERIES, scores=raw, heads_at_once=1))
+    return summary.row_scores if raw else summary.rows  # (Q, H, T)
 
 
 def ids_for(folder: Path) -> list[int]:
@@ -79,6 +82,16 @@ def test_rows_at_16k_tokens_equal_transformers_own_queries_and_keys(long_mistral
     assert got.shape == want.shape == (len(QUERIES), 4, N_TOKENS)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     assert bool((got[-1, :, : N_TOKENS - WINDOW] == 0).all()) and bool((got[-1, :, N_TOKENS - WINDOW :] > 0).all())
+
+
+def test_raw_scores_at_16k_tokens_equal_transformers_own(long_mistral: Path) -> None:
+    """--show scores: the chosen rows' q_i K^T, every key's (a hidden key's too, as the scores table)."""
+    ids = ids_for(long_mistral)
+    want, got = reference_rows(long_mistral, ids, layer=1, raw=True), rows_of(long_mistral, ids, layer=1, raw=True)
+    assert got.shape == want.shape == (len(QUERIES), 4, N_TOKENS)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    with pytest.raises(AssertionError):  # control: each row against the next chosen row's reference
+        torch.testing.assert_close(got[:-1], want[1:], atol=1e-4, rtol=1e-5)
 
 
 def test_a_wider_window_is_seen_at_16k(long_mistral: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,10 +21,9 @@ from attn_cli.records.layers import LayerAttention, LayerWeights, Linear, Projec
 from attn_cli.records.selection import Keep
 from attn_cli.records.tokens import Tokens
 from attn_cli.runtime.allocator import LayerHeap
-from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.attend import attend, split_heads
-from attn_cli.sources.blocks import BlockConsumer, BlockPlan, attend_in_blocks
+from attn_cli.sources.blocks import BlockPlan, attend_in_blocks
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights
 
 
@@ -183,11 +182,16 @@ def blocked_step(
     bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
     band = family.band(index)
     gathering = plan.gathering(index, family.heads, n_tokens, n_tokens, band) if keep else None
-    output = multi_head_in_blocks(
-        x, family.projections(t), family.heads, divisor, band, family.kv_heads, functools.partial(family.rotate, layer=index),
-        block_rows=plan.rows, consumers=gathering.consumers if gathering else (), bias=bias, softcap=softcap,
-        **half_precision(family, index, x),
-    )  # fmt: skip
+    projections = family.projections(t)
+    rotate = functools.partial(family.rotate, layer=index)
+    queries, keys, values = head_vectors(x, projections, family.heads, family.kv_heads, rotate, None)  # steps 1-3
+    if gathering is not None and plan.scores:
+        gathering.rows.raw_scores(queries, keys)
+    context = attend_in_blocks(
+        queries, keys, values, divisor=divisor, mask=band, block_rows=plan.rows, heads_at_once=plan.heads_at_once,
+        consumers=gathering.consumers if gathering else (), bias=bias, softcap=softcap, **half_precision(family, index, x),
+    )  # 4. (H, T, Dv), no (H, T, T) tensor: with a band, only the keys each block's rows see
+    output = merged_heads(context, projections)[2]  # 5. (T, D)
     return t, output, gathering.summary(index, divisor, divisor_text) if gathering else None
 
 
@@ -278,22 +282,6 @@ def multi_head(
         output=output, divisor=divisor, mask=mask, projections=projections, layer=layer, x=x, divisor_text=divisor_text,
         bias=bias, softcap=softcap, cross=source is not None, source=source,
     )  # fmt: skip
-
-
-def multi_head_in_blocks(
-    x: torch.Tensor, projections: Projections, heads: int, divisor: float, band: Band, kv_heads: int | None, rotate: Rotate | None,
-    *, block_rows: int, consumers: Sequence[BlockConsumer], bias: torch.Tensor | None = None, softcap: float | None = None,
-    scale: float | None = None, softmax_in_dtype: bool = False,
-) -> torch.Tensor:  # fmt: skip
-    """``multi_head``'s output (T, D), its weights computed ``block_rows`` query rows at a time and
-    handed to ``consumers`` (``attn_cli.sources.blocks``): no (H, T, T) tensor, and with a
-    ``band`` only the keys each block's rows see."""
-    queries, keys, values = head_vectors(x, projections, heads, kv_heads, rotate, None)  # steps 1-3
-    context = attend_in_blocks(
-        queries, keys, values, divisor=divisor, mask=band, block_rows=block_rows, consumers=consumers, bias=bias,
-        softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
-    )  # 4. (H, T, Dv)
-    return merged_heads(context, projections)[2]  # 5. (T, D)
 
 
 def head_vectors(
