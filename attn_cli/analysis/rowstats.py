@@ -71,12 +71,15 @@ def binned(by_offset: torch.Tensor, zero: int, bins: Sequence[tuple[int, int]]) 
     bin's weight at distances |i - j| in (lowest, highest), both sides."""
     running = torch.nn.functional.pad(by_offset.cumsum(dim=-1), (1, 0))  # (..., N + 1) running[c]: indices 0 .. c - 1
     last = by_offset.shape[-1] - 1
+    low = torch.tensor([lo for lo, _ in bins])  # (bins,)
+    high = torch.tensor([hi for _, hi in bins])  # (bins,)
 
-    def between(a: int, b: int) -> torch.Tensor:  # indices a .. b, clamped -> (...,)
-        a, b = max(a, 0), min(b, last)
-        return running[..., b + 1] - running[..., a] if a <= b else torch.zeros(by_offset.shape[:-1], dtype=torch.float64)
+    def between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # indices a .. b, clamped, bin by bin -> (..., bins)
+        a, b = a.clamp(0, last + 1), b.clamp(-1, last)
+        sums = running[..., b + 1] - running[..., a.clamp_max(last)]
+        return torch.where(a <= b, sums, 0.0)
 
-    return torch.stack([between(zero - high, zero - low) + between(zero + max(low, 1), zero + high) for low, high in bins], dim=-1)
+    return between(zero - high, zero - low) + between(zero + low.clamp_min(1), zero + high)  # i - j = d, then j - i = d
 
 
 def _visibility(mask: torch.Tensor | Band | None, n_queries: int, n_keys: int) -> tuple[list[int], list[bool]]:

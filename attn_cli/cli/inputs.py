@@ -16,6 +16,7 @@ import typer
 
 from attn_cli.records.positions import resolve_position
 from attn_cli.runtime.errors import AttnCliError, InputError, TooLargeError, UsageError
+from attn_cli.text.corpus import drop_final_newline
 
 __all__ = ["read_texts", "resolve_position"]
 
@@ -56,15 +57,6 @@ def read_texts(ctx: typer.Context, text: str | None, file: Path | None, *, lines
     if not decoded.strip():
         raise InputError("the text is empty; give some words, as an argument, with --file, or on stdin")
     return [decoded]
-
-
-def drop_final_newline(text: str) -> str:
-    """``text`` without the one line terminator that echo and text files end with (a
-    second one, or a blank line, is part of the text)."""
-    for ending in ("\r\n", "\n", "\r"):
-        if text.endswith(ending):
-            return text[: -len(ending)]
-    return text
 
 
 def decode(raw: bytes, where: str) -> str:

@@ -127,7 +127,8 @@ def saved_spec(ctx: typer.Context, shared: dict[str, Any]) -> SourceSpec:
 
 
 def shared_options(
-    command: Callable[..., Any] | None = None, *, emit_python: bool = True, hide_tokens: bool = True, saved: bool = False
+    command: Callable[..., Any] | None = None, *, emit_python: bool = True, hide_tokens: bool = True, saved: bool = False,
+    corpus: bool = False,
 ) -> Any:
     """Give ``command(spec=..., texts=..., **own)`` the shared options.
 
@@ -136,13 +137,14 @@ def shared_options(
     emit_python=False)`` leaves --emit-python off a command that has no script to
     emit (heads, html); ``hide_tokens=False`` leaves --hide-tokens off one that
     cannot honour it (explain): an option a command lists, it takes. ``saved=True``
-    adds --from FILE (heatmap, html, heads: the commands that draw saved weights).
+    adds --from FILE (heatmap, html, heads: the commands that draw saved weights). ``corpus=True``:
+    a command that reads its own texts (census): no TEXT, --file or --lines, and no ``texts``.
     """
     if command is None:
-        return functools.partial(shared_options, emit_python=emit_python, hide_tokens=hide_tokens, saved=saved)
+        return functools.partial(shared_options, emit_python=emit_python, hide_tokens=hide_tokens, saved=saved, corpus=corpus)
     left_out = ({"emit_python"} if not emit_python else set()) | ({"hide_tokens"} if not hide_tokens else set())
-    left_out |= set() if saved else {"saved"}
-    defaults = {"emit_python": False, "hide_tokens": None, "saved": None}
+    left_out |= (set() if saved else {"saved"}) | ({"text", "file", "lines"} if corpus else set())
+    defaults = {"emit_python": False, "hide_tokens": None, "saved": None, "text": None, "file": None, "lines": False}
     signature = inspect.signature(command, eval_str=True)
     given = {"spec", "texts", "lines", "ctx"}
     own = [p for name, p in signature.parameters.items() if name not in given]
@@ -164,6 +166,8 @@ def shared_options(
 
             return command(spec=spec, texts=[load_json(spec.saved).text], **kwargs)  # the file's text (default names)
         spec = build_spec(ctx, shared)
+        if corpus:
+            return command(spec=spec, **kwargs)
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
             return _print_script(spec.config, texts, kwargs.get("output"))
@@ -176,11 +180,16 @@ def shared_options(
             kwargs["ctx"] = ctx
         return command(spec=spec, texts=texts, **kwargs)
 
+    return _with_shared_signature(wrapper, own, left_out)
+
+
+def _with_shared_signature(wrapper: Any, own: list[inspect.Parameter], left_out: set[str]) -> Any:
+    """``wrapper`` with the signature typer reads: the context, the shared options but ``left_out``, the command's ``own``."""
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     params = [ctx_param, *INPUT_PARAMS, *SAVED_PARAMS, *own, *CONFIG_PARAMS, *TRAINED_PARAMS, *HIDE_PARAMS]
     params = [p for p in params if p.name not in left_out]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p is not ctx_param else p for p in params]
-    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__signature__ = inspect.Signature(params)
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__  # typer must see the new signature, not the command's
     return wrapper

@@ -150,6 +150,7 @@ class BlockPlan:
     sink: LayerSink | None = None  # what else reads each kept layer's blocks (--tables: the file's writer)
     pool: tuple[int, str] | None = None  # (cells, "max" or "mean"): a pooled map of the ``heads``, at most cells a side
     scores: bool = False  # the chosen rows' raw scores Q K^T too (--show scores)
+    stats: bool = True  # every head's statistics (RowStats); a census reads its own measures from the ``sink``
 
     def gathering(self, layer: int, heads: int, n_queries: int, n_keys: int, band: Band, *, cross: bool = False) -> Gathering:
         """The consumers of one kept layer's blocks."""
@@ -157,7 +158,7 @@ class BlockPlan:
         special = SpecialMass(heads, n_queries, self.special) if self.special is not None and any(self.special) else None
         pooled = None if self.pool is None else PooledMap(row_heads, n_queries, n_keys, self.pool[0], self.pool[0], self.pool[1])
         return Gathering(
-            RowStats(heads, n_queries, n_keys, mask=band, cross=cross), KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
+            RowStats(heads, n_queries, n_keys, mask=band, cross=cross) if self.stats else None, KeptRows(self.queries, row_heads, heads, n_keys), n_keys, cross,
             band.hides(n_keys), special, None if self.sink is None else self.sink(layer, n_queries, n_keys), pooled,
         )  # fmt: skip
 
@@ -166,7 +167,7 @@ class BlockPlan:
 class Gathering:
     """One kept layer's consumers, and the ``LayerSummary`` they leave."""
 
-    stats: RowStats
+    stats: RowStats | None
     rows: KeptRows
     n_keys: int
     cross: bool
@@ -181,7 +182,7 @@ class Gathering:
 
     def summary(self, layer: int, divisor: float, divisor_text: str) -> LayerSummary:
         return LayerSummary(
-            layer=layer, stats=tuple(self.stats.result()), queries=self.rows.queries, rows=self.rows.rows,
+            layer=layer, stats=() if self.stats is None else tuple(self.stats.result()), queries=self.rows.queries, rows=self.rows.rows,
             row_heads=self.rows.heads, n_keys=self.n_keys, divisor=divisor, divisor_text=divisor_text, cross=self.cross,
             causal=self.causal, special_mass=None if self.special is None else tuple(self.special.result()),
             row_scores=self.rows.scores,

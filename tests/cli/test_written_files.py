@@ -39,6 +39,9 @@ CASES = [
     (("explain", *SAW, "-F", "rich"), "txt", "stderr"),
     (("heatmap", *SAW), "png", "stdout"),
     (("html", *SAW), "html", "stdout"),
+    (("census", "-", "-t", "words"), "json", "stderr"),
+    (("census", "-", "-t", "words"), "csv", "stderr"),
+    (("census", "-", "-t", "words"), "txt", "stderr"),
 ]
 BATCH = "I saw a saw\nHello shiny sun\n"
 FIRST_OF_EACH = {args[0]: (args, ext) for args, ext, where in reversed(CASES) if where == "stderr"}  # run, heads, compare, explain

@@ -81,10 +81,29 @@ class CheckpointTokenizer:
             truncated = Truncation(original, len(encoding.ids))
         if self.max_positions is not None and len(encoding.ids) > self.max_positions:
             raise TooLargeError(too_long(len(encoding.ids), self.max_positions))
+        return self._tokens_of(encoding, (text, pair or ""), truncated)
+
+    def windows(self, text: str, size: int, stride: int) -> list[Tokens]:
+        """A long text as windows of ``size`` tokens starting every ``stride`` tokens (the last what is
+        left), each wrapped in the special tokens a text of its own gets (the library's truncation with
+        overflow); one window where the text fits."""
+        if not 1 <= stride <= size:
+            raise UsageError(f"--stride takes 1 to --window's {size} tokens (more would skip text), not {stride}")
+        self._tokenizer.enable_truncation(size + self._tokenizer.num_special_tokens_to_add(False), stride=size - stride)
+        try:
+            encoding = self._tokenizer.encode(text)
+        finally:
+            self._tokenizer.no_truncation()
+        if not encoding.ids:
+            raise InputError("the text gives no tokens; give some text")
+        return [self._tokens_of(part, (text, ""), None) for part in (encoding, *encoding.overflowing)]
+
+    def _tokens_of(self, encoding: Any, text: tuple[str, str], truncated: Truncation | None) -> Tokens:
+        """The library's encoding of ``text`` (a text and its pair, "" for none) as Tokens."""
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
         texts, partial = self._texts(encoding.tokens, special)
         if not self._byte_level:
-            texts = covered(encoding, (text, pair or ""), special, partial, texts)
+            texts = covered(encoding, text, special, partial, texts)
         unknown = tuple(piece if piece == self._unknown and not s else "" for piece, s in zip(encoding.tokens, special))
         return Tokens(
             ids=tuple(encoding.ids),
@@ -112,6 +131,16 @@ class CheckpointTokenizer:
                 break
             leading.append(tid)
         return tuple(leading)
+
+    def trailing_special_ids(self) -> tuple[int, ...]:
+        """The special tokens the tokenizer puts after a text ([SEP], </s>); () for none."""
+        encoding = self._tokenizer.encode("a")
+        trailing = []
+        for tid, special in zip(reversed(encoding.ids), reversed(encoding.special_tokens_mask)):
+            if not special:
+                break
+            trailing.append(tid)
+        return tuple(reversed(trailing))
 
     def ordinary_ids(self) -> list[int]:
         """Every id of the vocabulary but the special tokens."""

@@ -1,0 +1,235 @@
+"""A corpus's census of every layer and head: numbers that merge exactly (float64 counts and sums,
+the per-text values' means and sums of squared deviations merged as Chan et al. 1979 do, fixed-bin
+histograms, top-K lists), so that shards combine into the same numbers, to float64's last bits,
+in any order and any split. Pure torch, no I/O (``formats.census`` writes it).
+
+Shapes: L layers, H heads, M row measures (``headcensus.ROW_MEASURES``), B distance bins, E
+entropy bins.
+
+Averaging, stated once: a row measure is averaged over every query row of every text
+(token-weighted: its sum over rows over its number of rows); a text measure (``sink_score``,
+``first_row_entropy_nats``) over texts; a rate (``sink_rate``) is the share of texts. ``se``: the
+standard deviation of the per-text values (ddof 1) over the square root of the number of texts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Any
+
+import torch
+
+from attn_cli.analysis.headcensus import EXAMPLE_MEASURES, ROW_MEASURES, TOP_ROWS
+
+TEXT_MEASURES = ("sink_score", "first_row_entropy_nats", "sink_rate")
+# the flags, with the papers' thresholds: (name, measure, threshold, strict)
+FLAGS = (
+    ("broad", "entropy_nats", 3.8, True),  # Clark et al. 2019
+    ("previous", "previous", 0.5, True),
+    ("next", "next", 0.5, True),
+    ("special", "cls", 0.6, True),
+    ("special", "sep", 0.6, True),
+    ("positional", "positional", 0.9, False),  # Voita et al. 2019
+    ("sink", "sink_rate", 0.5, True),
+)
+EXAMPLE_OF = {"entropy_nats": "entropy_nats", "previous": "previous", "next": "next", "cls": "cls", "sep": "sep",
+              "positional": "confidence", "sink_rate": "cls"}  # fmt: skip  a flag's measure -> the row value its examples rank by
+EXAMPLES = 5  # texts a head's examples list
+DISTANCES = ("distance", "distance_means", "distance_m2")
+
+
+@dataclasses.dataclass
+class Tally:
+    """Every (layer, head)'s sums over the texts seen so far."""
+
+    layers: int
+    heads: int
+    epsilon: float = 0.3  # a text's sink score above it counts toward the sink rate (strict, as Gu et al.'s code)
+    texts: int = 0
+    tokens: int = 0
+    longest: int = 0  # the most tokens a text had: the distance bins reach its longest distance
+    row_sums: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, M)
+    row_counts: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (M,) rows each measure is over
+    text_means: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, M + 3) per-text values' mean
+    text_m2: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, M + 3) their squared deviations summed
+    distance: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, B) summed over rows
+    distance_means: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, B) per-text profiles' mean
+    distance_m2: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, B) their squared deviations
+    histogram: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, E)
+    examples: dict[tuple[int, int, str], list[tuple[float, int, int, int]]] = dataclasses.field(default_factory=dict)
+    # (layer, head, measure) -> the strongest (value, -text, -window, -query) rows, a min-heap of EXAMPLES: the
+    # largest values, and of equal values the earliest text, window and query
+
+    def __post_init__(self) -> None:
+        from attn_cli.analysis.headcensus import ENTROPY_BINS
+
+        shape = (self.layers, self.heads)
+        n = len(ROW_MEASURES) + len(TEXT_MEASURES)
+        for name, size in (("row_sums", len(ROW_MEASURES)), ("text_means", n), ("text_m2", n), ("histogram", ENTROPY_BINS)):
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros(*shape, size, dtype=torch.float64))
+        if self.row_counts is None:
+            self.row_counts = torch.zeros(len(ROW_MEASURES), dtype=torch.float64)
+        for name in DISTANCES:
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros(*shape, 0, dtype=torch.float64))
+
+    def add(self, layer: int, text: int, window: int, n_tokens: int, made: dict[str, Any]) -> None:
+        """Fold one text's (or one window of a long text's) ``TextLayer.result()`` of ``layer`` in
+        (and call ``count_text`` once per text or window)."""
+        sums, counts = made["sums"], made["counts"]  # (H, M), (M,)
+        if layer == 0:
+            self.row_counts += counts
+        per_text = torch.cat([sums / counts.clamp_min(1), _text_values(made, self.epsilon)], dim=-1)  # (H, M + 3)
+        self.row_sums[layer] += sums
+        n = self.texts + 1  # this text among the texts (count_text counts it once its layers are in)
+        _welford(self.text_means[layer], self.text_m2[layer], per_text, n)
+        distance = made["distance"]  # (H, B')
+        self._widen(distance.shape[-1])
+        profile = _pad(distance / n_tokens, self.distance.shape[-1])  # (H, B) a shorter text's far bins hold 0
+        self.distance[layer, :, : distance.shape[-1]] += distance
+        _welford(self.distance_means[layer], self.distance_m2[layer], profile, n)
+        self.histogram[layer] += made["histogram"]
+        for m in EXAMPLE_MEASURES:
+            rows = made["rows"][m]  # (H, T)
+            top = rows.topk(min(TOP_ROWS, rows.shape[-1]), dim=-1)  # (H, k)
+            for h, (values, queries) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+                for value, query in zip(values, queries):
+                    self._offer((layer, h, m), (value, -text, -window, -query))
+
+    def count_text(self, n_tokens: int) -> None:
+        self.texts += 1
+        self.tokens += n_tokens
+        self.longest = max(self.longest, n_tokens)
+
+    def _widen(self, bins: int) -> None:
+        """Room for ``bins`` distance bins (a longer text reaches farther; the shorter ones put 0 there)."""
+        have = self.distance.shape[-1]
+        if bins > have:
+            for name in DISTANCES:
+                setattr(self, name, torch.nn.functional.pad(getattr(self, name), (0, bins - have)))
+
+    def _offer(self, key: tuple[int, int, str], item: tuple[float, int, int, int]) -> None:
+        kept = self.examples.setdefault(key, [])
+        if len(kept) == EXAMPLES and item[0] < kept[0][0]:
+            return
+        if len(kept) < EXAMPLES:
+            heapq.heappush(kept, item)
+        elif item > kept[0]:
+            heapq.heapreplace(kept, item)
+
+    def merge(self, other: Tally) -> Tally:
+        """The tally of both corpora (the same model's layers and heads, the same epsilon)."""
+        if (self.layers, self.heads, self.epsilon) != (other.layers, other.heads, other.epsilon):
+            raise ValueError("tallies of different models or epsilons cannot be merged")
+        made = Tally(self.layers, self.heads, self.epsilon, self.texts + other.texts, self.tokens + other.tokens, max(self.longest, other.longest))
+        for name in ("row_sums", "row_counts", "histogram"):
+            setattr(made, name, getattr(self, name) + getattr(other, name))
+        bins = max(self.distance.shape[-1], other.distance.shape[-1])
+        made.distance = _pad(self.distance, bins) + _pad(other.distance, bins)
+        for means, m2, width in (("text_means", "text_m2", None), ("distance_means", "distance_m2", bins)):
+            pad = (lambda x: x) if width is None else (lambda x: _pad(x, bins))
+            mean, deviations = _chan(
+                (pad(getattr(self, means)), pad(getattr(self, m2)), self.texts), (pad(getattr(other, means)), pad(getattr(other, m2)), other.texts)
+            )  # fmt: skip
+            setattr(made, means, mean)
+            setattr(made, m2, deviations)
+        for source in (self, other):
+            for key, items in source.examples.items():
+                for item in items:
+                    made._offer(key, item)
+        return made
+
+
+def _welford(mean: torch.Tensor, m2: torch.Tensor, value: torch.Tensor, n: int) -> None:
+    """The running mean and sum of squared deviations, in place, with the n-th value (Welford 1962)."""
+    delta = value - mean
+    mean += delta / n
+    m2 += delta * (value - mean)
+
+
+def _chan(a: tuple[torch.Tensor, torch.Tensor, int], b: tuple[torch.Tensor, torch.Tensor, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two groups' (mean, squared deviations, count) as one group's (Chan, Golub and LeVeque 1979)."""
+    (mean_a, m2_a, n_a), (mean_b, m2_b, n_b) = a, b
+    n = n_a + n_b
+    if n == 0:
+        return mean_a.clone(), m2_a.clone()
+    delta = mean_b - mean_a
+    return mean_a + delta * (n_b / n), m2_a + m2_b + delta**2 * (n_a * n_b / n)
+
+
+def _text_values(made: dict[str, Any], epsilon: float) -> torch.Tensor:
+    """(H, 3) one text's sink score, first-row entropy and whether its sink score is over epsilon."""
+    sink = made["sink"]  # (H,)
+    return torch.stack([sink, made["first_row_entropy"], (sink > epsilon).double()], dim=-1)
+
+
+def _pad(x: torch.Tensor, bins: int) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, bins - x.shape[-1]))
+
+
+def se_of(m2: torch.Tensor, n: int) -> torch.Tensor:
+    """The standard error of per-text values from their sum of squared deviations: the standard
+    deviation (ddof 1) over sqrt(n); NaN for fewer than two texts."""
+    if n < 2:
+        return torch.full_like(m2, float("nan"))
+    return (m2.clamp_min(0.0) / (n - 1) / n).sqrt()
+
+
+def head_results(tally: Tally) -> list[dict[str, Any]]:
+    """One object per layer and head, in model order: measures, their se, flags, examples, the entropy histogram."""
+    from attn_cli.analysis.headcensus import entropy_edges
+
+    n, m = tally.texts, len(ROW_MEASURES)
+    means = torch.cat([tally.row_sums / tally.row_counts.clamp_min(1), tally.text_means[..., m:]], dim=-1)  # (L, H, M + 3)
+    errors = se_of(tally.text_m2, n)  # (L, H, M + 3)
+    names = ROW_MEASURES + TEXT_MEASURES
+    distance = tally.distance / tally.row_counts[ROW_MEASURES.index("self")].clamp_min(1)  # (L, H, B)
+    distance_se = se_of(tally.distance_m2, n)
+    made = []
+    for layer in range(tally.layers):
+        for head in range(tally.heads):
+            values = dict(zip(names, means[layer, head].tolist()))
+            se = dict(zip(names, errors[layer, head].tolist()))
+            larger = "top_previous" if values["top_previous"] >= values["top_next"] else "top_next"
+            values["positional"], se["positional"] = values[larger], se[larger]
+            for name in ("top_previous", "top_next"):
+                values.pop(name), se.pop(name)
+            values["distance_mass"], se["distance_mass"] = distance[layer, head].tolist(), distance_se[layer, head].tolist()
+            flags, strongest = _flags(values)
+            made.append({
+                "layer": layer, "head": head, "measures": values, "se": se, "flags": flags,
+                "examples": _examples(tally, layer, head, strongest),
+                "entropy_histogram": {"edges_nats": entropy_edges()[:-1], "counts": [int(c) for c in tally.histogram[layer, head].tolist()]},
+            })  # fmt: skip
+    return made
+
+
+def _flags(values: dict[str, Any]) -> tuple[list[str], str]:
+    """The head's flags (each once) and the measure of its strongest: the flagged measure furthest
+    over its threshold (by ratio); where nothing is flagged, the measure nearest to its threshold."""
+    flags: list[str] = []
+    ratios = {}
+    for flag, measure, threshold, strict in FLAGS:
+        value = values[measure]
+        ratios[measure] = value / threshold
+        if (value > threshold if strict else value >= threshold) and flag not in flags:
+            flags.append(flag)
+    flagged = [measure for flag, measure, threshold, strict in FLAGS if flag in flags and ratios[measure] >= 1]
+    return flags, max(flagged or list(ratios), key=ratios.__getitem__)
+
+
+def _examples(tally: Tally, layer: int, head: int, measure: str) -> list[dict[str, Any]]:
+    """The texts (and query rows) where the row value of ``measure``'s examples is highest, highest first."""
+    ranked = EXAMPLE_OF[measure]
+    items = sorted(tally.examples.get((layer, head, ranked), []), reverse=True)
+    return [{"text": -t, "window": -w, "query": -q, "measure": ranked, "value": v} for v, t, w, q in items]
+
+
+def model_sink_rate(tally: Tally) -> float | None:
+    """Gu et al.'s Sink_1^epsilon: the share of (text, layer, head) whose sink score is over epsilon."""
+    if not tally.texts:
+        return None
+    index = len(ROW_MEASURES) + TEXT_MEASURES.index("sink_rate")
+    return float(tally.text_means[..., index].mean())  # each (layer, head)'s share over the same texts

@@ -1,0 +1,160 @@
+"""`attn-cli census`: every layer and head of a model over a corpus, as ``analysis.tally.Tally``.
+
+Each text (a long one cut into token windows, each window a text of its own) runs through the
+model once; each layer's attention goes, a block of query rows at a time (``sources.blocks``), to
+a ``headcensus.TextLayer`` that keeps the text's sums and nothing of size T x T; the sums are
+folded into the tally. The toy model keeps its tables: each layer's is given as one block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.runtime.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.analysis.tally import Tally
+    from attn_cli.records.tokens import Tokens
+    from attn_cli.sources.base import Source
+    from attn_cli.text.corpus import Corpus
+
+BLOCK_BYTES = 64 * 2**20  # one block of a layer's weights and what the census derives from it
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """How a text longer than the model's positions is cut: ``size`` tokens (without the special
+    tokens), one window every ``stride`` tokens."""
+
+    size: int
+    stride: int
+
+
+@dataclasses.dataclass
+class Census:
+    """A corpus's census: the tally, and what was read and skipped."""
+
+    tally: Tally
+    corpus: Corpus
+    model: Any  # ModelInfo
+    windows: Windows | None
+    cut: int = 0  # texts longer than the positions, cut into windows
+
+    @property
+    def where(self) -> list[str]:
+        """Each text's place in the corpus (a line, a file), by index."""
+        return [entry.where for entry in self.corpus.entries]
+
+
+def windows_for(source: Source, size: int | None, stride: int | None) -> Windows | None:
+    """--window/--stride for a trained model: the model's positions less its special tokens by
+    default; None for the toy (its texts are not cut)."""
+    checkpoint = getattr(source, "checkpoint", None)
+    if checkpoint is None:
+        if size is not None or stride is not None:
+            raise UsageError("--window and --stride cut a trained model's long texts (--model); the toy model's are not cut")
+        return None
+    positions = checkpoint.info.max_positions
+    specials = len(checkpoint.tokenizer.leading_special_ids()) + len(checkpoint.tokenizer.trailing_special_ids())
+    if size is None:
+        if positions is None:
+            raise UsageError(f"{checkpoint.info.name} names no maximum length: give --window N, the tokens a window holds")
+        size = positions - specials
+    if size < 1 or (positions is not None and size + specials > positions):
+        room = "" if positions is None else f" (at most {positions - specials}: its {positions} positions less {specials} special tokens)"
+        raise UsageError(f"--window takes the tokens a window holds, 1 or more{room}, not {size}")
+    return Windows(size, size if stride is None else stride)
+
+
+def run_census(
+    source: Source, corpus: Corpus, *, windows: Windows | None, epsilon: float = 0.3,
+    texts: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None,
+) -> Census:  # fmt: skip
+    """The census of ``corpus`` (its ``texts`` by index only, for a shard), ``progress(texts, tokens)``
+    called after each text."""
+    from attn_cli.analysis.tally import Tally
+
+    from attn_cli.sources.checkpoint.source import PairSource
+
+    if isinstance(source, PairSource):
+        raise UsageError("census reads a model's one stack of self-attention; an encoder-decoder's (BART, T5, Marian) is not read yet")
+    tally = Tally(source.n_layers, source.n_heads, epsilon)
+    cut, model = 0, None
+    chosen = range(len(corpus.entries)) if texts is None else texts
+    for index in chosen:
+        parts = list(_parts(source, corpus.entries[index].text, windows))
+        cut += len(parts) > 1
+        for window, (tokens, made, model) in enumerate(parts):
+            for layer, result in enumerate(made):
+                tally.add(layer, index, window, len(tokens), result)
+            tally.count_text(len(tokens))
+        if progress is not None:
+            progress(1, sum(len(part[0]) for part in parts))
+    checkpoint = getattr(source, "checkpoint", None)
+    return Census(tally, corpus, checkpoint.info if checkpoint is not None else model, windows, cut)
+
+
+def _parts(source: Source, text: str, windows: Windows | None) -> Iterator[tuple[Tokens, list[dict[str, Any]], Any]]:
+    """Each window of the text (the whole text where it fits): its tokens, its layers' ``TextLayer``
+    results, and the model's ModelInfo."""
+    checkpoint = getattr(source, "checkpoint", None)
+    if checkpoint is None:
+        yield _toy(source, text)
+        return
+    assert windows is not None
+    for tokens in checkpoint.tokenizer.windows(text, windows.size, windows.stride):
+        yield tokens, _checkpoint_layers(checkpoint, tokens), checkpoint.info
+
+
+def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
+    """Every layer's census sums of one text, computed in blocks."""
+    from attn_cli.analysis.headcensus import TextLayer
+    from attn_cli.runtime import threads
+    from attn_cli.sources.blocks import BlockPlan
+
+    info, n = checkpoint.info, len(tokens)
+    sep, punct = _keys(tokens, separator_ids(checkpoint))
+    layers: dict[int, TextLayer] = {}
+
+    def sink(layer: int, n_queries: int, n_keys: int) -> TextLayer:
+        layers[layer] = TextLayer(info.heads, n_queries, band=checkpoint.band(layer), sep=sep, punct=punct)
+        return layers[layer]
+
+    rows, group = checkpoint.block_shape(n, BLOCK_BYTES)
+    with threads.using_threads(threads.threads_for(16 * n * info.d_model**2 + 4 * n * n * info.d_model)):
+        checkpoint.trace(tokens, list(range(info.layers)), "weights", blocks=BlockPlan(rows=rows, heads_at_once=group, sink=sink, stats=False))
+    return [layers[layer].result() for layer in range(info.layers)]
+
+
+def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:
+    """The toy's every layer, its tables given as one block each."""
+    from attn_cli.analysis.headcensus import TextLayer
+    from attn_cli.records.band import Band
+    from attn_cli.records.selection import Selection
+    from attn_cli.sources.attend import causal_mask
+
+    trace = source.run(text, Selection(tuple(range(source.n_layers)), tuple(range(source.n_heads)), keep="weights"))
+    sep, punct = _keys(trace.tokens, frozenset())
+    made = []
+    for layer in trace.layers:
+        n = layer.weights.shape[-1]
+        if layer.mask is not None and not bool((layer.mask == causal_mask(n)).all()):
+            raise UsageError("census reads a causal mask or none; this mask is neither")
+        gathered = TextLayer(layer.weights.shape[0], n, band=Band() if layer.mask is None else Band(after=0), sep=sep, punct=punct)
+        gathered(0, layer.weights, 0, 0)
+        made.append(gathered.result())
+    return trace.tokens, made, trace.model
+
+
+def separator_ids(checkpoint: Any) -> frozenset[int]:
+    """The separator and end-of-sequence ids: the special tokens the tokenizer puts after a text, and the model's EOS."""
+    return frozenset(checkpoint.tokenizer.trailing_special_ids()) | frozenset(checkpoint.eos_ids)
+
+
+def _keys(tokens: Tokens, separators: frozenset[int]) -> tuple[list[int], list[int]]:
+    """(positions > 0 whose id is a separator, positions of "." and "," tokens)."""
+    from attn_cli.analysis.headcensus import punctuation_keys
+
+    return [i for i, tid in enumerate(tokens.ids) if i > 0 and tid in separators], punctuation_keys(tokens.texts)

@@ -1,0 +1,144 @@
+"""`census` against the measures recomputed here from transformers' output_attentions, text by
+text in float64 with plain loops (not attn-cli's code), over 300 texts of mixed lengths: on the
+real all-MiniLM-L6-v2 (BERT) and a tiny sharpened GPT-2. Negative controls: the same reference
+with a measure averaged over texts instead of rows, the sink score over rows 1 .. T-1, and the
+previous token off by one, each of which the comparison tells apart."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import checkpoints
+import pytest
+import torch
+from invoking import invoke
+
+WORDS = ("the cat sat on mat dog ran far away , . and then it was warm because sun shone over hills where "
+         "birds sang songs of old ; children played games").split()  # fmt: skip
+TOL = 1e-6
+
+
+def corpus(n: int = 300, seed: int = 0) -> list[str]:
+    """n texts of 1 to 40 words, punctuation among them, deterministic."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def texts_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    texts = corpus()
+    path = tmp_path_factory.mktemp("census") / "corpus.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    return path, texts
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoints.built(tmp_path_factory, "gpt2-census", checkpoints.build_gpt2, n_positions=512)  # every text fits
+
+
+@functools.lru_cache(maxsize=4)
+def eager(folder: Path, texts: tuple[str, ...]) -> tuple[set[int], list[tuple[list[int], list[str], Any]]]:
+    """transformers' eager attentions of each text (its ids, its pieces), and the separator ids."""
+    import transformers
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    eos = {model.config.eos_token_id} if getattr(model.config, "eos_token_id", None) is not None else set()
+    made = []
+    for text in texts:
+        encoding = tokenizer.encode(text)
+        with torch.no_grad():
+            attentions = model(torch.tensor([encoding.ids]), output_attentions=True).attentions
+        made.append((encoding.ids, encoding.tokens, [a[0].double() for a in attentions]))
+    return _trailing(tokenizer) | eos, made
+
+
+def reference(folder: Path, texts: list[str], *, bug: str | None = None) -> dict[tuple[int, int], dict[str, float]]:
+    """Each (layer, head)'s measures from transformers' eager attentions, as docs/census.md defines them."""
+    separators, eagerly = eager(folder, tuple(texts))
+    rows: dict[tuple[int, int], dict[str, list[float]]] = {}
+    per_text: dict[tuple[int, int], dict[str, list[float]]] = {}
+    for ids, pieces, attentions in eagerly:
+        for layer, a in enumerate(attentions):
+            for head in range(a.shape[0]):
+                values = _text_rows(a[head], ids, pieces, separators, bug)
+                mine = rows.setdefault((layer, head), {})
+                texts_of = per_text.setdefault((layer, head), {})
+                for name, got in values.items():
+                    mine.setdefault(name, []).extend(got)
+                    texts_of.setdefault(name, []).append(sum(got) / len(got))
+    made = {}
+    for key, mine in rows.items():
+        means = {name: (sum(v) / len(v) if bug != "per text" else sum(per_text[key][name]) / len(per_text[key][name])) for name, v in mine.items()}
+        means["positional"] = max(means.pop("top_previous"), means.pop("top_next"))
+        means["sink_score"] = sum(per_text[key]["sink"]) / len(texts)
+        means.pop("sink")
+        means["sink_rate"] = sum(s > 0.3 for s in per_text[key]["sink"]) / len(texts)
+        for name in ("cls", "entropy_nats", "sink"):  # se: the per-text values' standard deviation (ddof 1) over sqrt(n)
+            values = per_text[key][name]
+            mean = sum(values) / len(values)
+            se = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+            means[f"se:{'sink_score' if name == 'sink' else name}"] = se
+        made[key] = means
+    return made
+
+
+def _trailing(tokenizer: Any) -> set[int]:
+    encoding = tokenizer.encode("a")
+    out = set()
+    for tid, special in zip(reversed(encoding.ids), reversed(encoding.special_tokens_mask)):
+        if not special:
+            break
+        out.add(tid)
+    return out
+
+
+def _text_rows(w: torch.Tensor, ids: list[int], pieces: list[str], separators: set[int], bug: str | None) -> dict[str, list[float]]:
+    """(T, T) one head's float64 weights -> each measure's row values (torch, row by row in meaning)."""
+    n = len(ids)
+    sep = [j for j in range(1, n) if ids[j] in separators]
+    punct = [j for j, p in enumerate(pieces) if p.strip().strip("\u2581\u0120#").strip() in (".", ",")]
+    shift = 2 if bug == "previous" else 1
+    top = w.argmax(dim=-1)  # the first of equal maxima
+    positions = torch.arange(n)
+    made = {
+        "cls": w[:, 0], "sep": w[:, sep].sum(dim=-1), "punct": w[:, punct].sum(dim=-1), "self": w.diagonal(),
+        "entropy_nats": -torch.where(w > 0, w * w.clamp_min(1e-300).log(), 0.0).sum(dim=-1),
+        "confidence": w.max(dim=-1).values, "top_previous": (top == positions - 1).double(), "top_next": (top == positions + 1).double(),
+        "sink": w[1:, 0] if bug == "sink" else w[:, 0], "previous": w.diagonal(offset=-shift), "next": w.diagonal(offset=1),
+        "first_mass": w[1:, 0],
+    }  # fmt: skip
+    return {k: v.tolist() for k, v in made.items() if v.numel()}
+
+
+def census_json(folder: Path, corpus_path: Path) -> dict[str, Any]:
+    return json.loads(invoke("census", str(corpus_path), "--model", str(folder), "-F", "json").stdout)
+
+
+def assert_census(got: dict[str, Any], want: dict[tuple[int, int], dict[str, float]]) -> None:
+    for head in got["heads"]:
+        expected = want[(head["layer"], head["head"])]
+        for name, value in expected.items():
+            part, name = ("se", name[3:]) if name.startswith("se:") else ("measures", name)
+            assert head[part][name] == pytest.approx(value, abs=TOL), (head["layer"], head["head"], part, name)
+
+
+@pytest.mark.parametrize("model", ["minilm", "gpt2"])
+def test_every_measure_is_transformers_recomputed(model: str, texts_file: tuple[Path, list[str]], request: pytest.FixtureRequest) -> None:
+    folder = request.getfixturevalue("minilm_path" if model == "minilm" else "gpt2")
+    path, texts = texts_file
+    got = census_json(folder, path)
+    assert got["texts"] == len(texts) == 300 and got["skipped"] == [] and got["empty"] == 0
+    assert_census(got, reference(folder, texts))
+    for bug in ("per text", "previous", "sink"):  # controls: each reference bug is told apart
+        with pytest.raises(AssertionError):
+            assert_census(got, reference(folder, texts, bug=bug))
