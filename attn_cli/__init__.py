@@ -8,6 +8,7 @@ The public API (imported lazily: ``import attn_cli`` loads no torch)::
     t = attn_cli.trace("The cat sat on the mat", model=path_or_org_name)
     t.heatmap(layer="all")                   # a matplotlib Figure
     t.to_json(); t.page(); t.heads()         # schema 2, the HTML page, the heads census
+    c = attn_cli.census(texts, model=path)   # every head over a corpus: c.heads, c.figure(), c.page()
     attn_cli.head_view(attentions, tokens)   # bertviz's call, on attention from anywhere
 
 docs/python.md has the whole API with examples.
@@ -23,6 +24,7 @@ __all__ = [
     "Config",
     "Trace",
     "Tokens",
+    "census",
     "from_attentions",
     "head_view",
     "load",
@@ -32,6 +34,7 @@ __all__ = [
 
 _HOMES = {
     "trace": "attn_cli.api",
+    "census": "attn_cli.api.census",
     "from_attentions": "attn_cli.api",
     "head_view": "attn_cli.api",
     "model_view": "attn_cli.api",

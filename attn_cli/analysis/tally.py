@@ -57,6 +57,12 @@ class Tally:
     distance_means: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, B) per-text profiles' mean
     distance_m2: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, B) their squared deviations
     histogram: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]  # (L, H, E)
+    # --against M2: each row's total variation from the other model's, summed (L, H); the per-text
+    # cosine and mean total variation's mean and squared deviations (L, H, 2)
+    against_sums: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]
+    against_means: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]
+    against_m2: torch.Tensor = dataclasses.field(default=None)  # type: ignore[assignment]
+    against: bool = False  # whether the texts were compared with another model's
     examples: dict[tuple[int, int, str], list[tuple[float, int, int, int]]] = dataclasses.field(default_factory=dict)
     # (layer, head, measure) -> the strongest (value, -text, -window, -query) rows, a min-heap of EXAMPLES: the
     # largest values, and of equal values the earliest text, window and query
@@ -74,6 +80,9 @@ class Tally:
         for name in DISTANCES:
             if getattr(self, name) is None:
                 setattr(self, name, torch.zeros(*shape, 0, dtype=torch.float64))
+        for name, size in (("against_sums", ()), ("against_means", (2,)), ("against_m2", (2,))):
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros(*shape, *size, dtype=torch.float64))
 
     def add(self, layer: int, text: int, window: int, n_tokens: int, made: dict[str, Any]) -> None:
         """Fold one text's (or one window of a long text's) ``TextLayer.result()`` of ``layer`` in
@@ -91,6 +100,11 @@ class Tally:
         self.distance[layer, :, : distance.shape[-1]] += distance
         _welford(self.distance_means[layer], self.distance_m2[layer], profile, n)
         self.histogram[layer] += made["histogram"]
+        if "against" in made:  # {"cosine": (H,), "tv": (H,) summed over rows}
+            self.against = True
+            self.against_sums[layer] += made["against"]["tv"]
+            per_text = torch.stack([made["against"]["cosine"], made["against"]["tv"] / n_tokens], dim=-1)  # (H, 2)
+            _welford(self.against_means[layer], self.against_m2[layer], per_text, n)
         for m in EXAMPLE_MEASURES:
             rows = made["rows"][m]  # (H, T)
             top = rows.topk(min(TOP_ROWS, rows.shape[-1]), dim=-1)  # (H, k)
@@ -124,11 +138,12 @@ class Tally:
         if (self.layers, self.heads, self.epsilon) != (other.layers, other.heads, other.epsilon):
             raise ValueError("tallies of different models or epsilons cannot be merged")
         made = Tally(self.layers, self.heads, self.epsilon, self.texts + other.texts, self.tokens + other.tokens, max(self.longest, other.longest))
-        for name in ("row_sums", "row_counts", "histogram"):
+        for name in ("row_sums", "row_counts", "histogram", "against_sums"):
             setattr(made, name, getattr(self, name) + getattr(other, name))
+        made.against = self.against or other.against
         bins = max(self.distance.shape[-1], other.distance.shape[-1])
         made.distance = _pad(self.distance, bins) + _pad(other.distance, bins)
-        for means, m2, width in (("text_means", "text_m2", None), ("distance_means", "distance_m2", bins)):
+        for means, m2, width in (("text_means", "text_m2", None), ("distance_means", "distance_m2", bins), ("against_means", "against_m2", None)):
             pad = (lambda x: x) if width is None else (lambda x: _pad(x, bins))
             mean, deviations = _chan(
                 (pad(getattr(self, means)), pad(getattr(self, m2)), self.texts), (pad(getattr(other, means)), pad(getattr(other, m2)), other.texts)
@@ -197,6 +212,10 @@ def head_results(tally: Tally) -> list[dict[str, Any]]:
             for name in ("top_previous", "top_next"):
                 values.pop(name), se.pop(name)
             values["distance_mass"], se["distance_mass"] = distance[layer, head].tolist(), distance_se[layer, head].tolist()
+            if tally.against:  # Kovaleva et al.'s cosine of the flattened maps, over texts; the rows' total variation
+                rows = float(tally.row_counts[ROW_MEASURES.index("self")].clamp_min(1))
+                values["cosine"], values["tv"] = float(tally.against_means[layer, head, 0]), float(tally.against_sums[layer, head]) / rows
+                se["cosine"], se["tv"] = se_of(tally.against_m2[layer, head], n).tolist()
             flags, strongest = _flags(values)
             made.append({
                 "layer": layer, "head": head, "measures": values, "se": se, "flags": flags,
@@ -225,6 +244,16 @@ def _examples(tally: Tally, layer: int, head: int, measure: str) -> list[dict[st
     ranked = EXAMPLE_OF[measure]
     items = sorted(tally.examples.get((layer, head, ranked), []), reverse=True)
     return [{"text": -t, "window": -w, "query": -q, "measure": ranked, "value": v} for v, t, w, q in items]
+
+
+def changed_heads(tally: Tally) -> list[dict[str, Any]]:
+    """--against: every head by its rows' mean total variation from the other model's, largest first."""
+    if not tally.against:
+        return []
+    rows = float(tally.row_counts[ROW_MEASURES.index("self")].clamp_min(1))
+    tv = (tally.against_sums / rows).tolist()  # (L, H)
+    made = [{"layer": l, "head": h, "tv": tv[l][h]} for l in range(tally.layers) for h in range(tally.heads)]
+    return sorted(made, key=lambda entry: (-entry["tv"], entry["layer"], entry["head"]))
 
 
 def model_sink_rate(tally: Tally) -> float | None:

@@ -13,6 +13,7 @@ from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.options import Format, FormatOption, NoClobberOption, OutputOption, choose_format, shared_options
 from attn_cli.cli.panels import ANALYSIS, INPUT, OUTPUT
 from attn_cli.cli.params import NoColorOption, PrecisionOption
+from attn_cli.render.picture.kinds import FORMATS
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
 
@@ -66,6 +67,12 @@ WorkersOption = Annotated[
     typer.Option("--workers", help="Local processes that run the shards, each opening the model once (default: the CPUs this "
                  "process may use, cgroup limits included; 1 runs them here).", min=1, show_default=False, rich_help_panel=ANALYSIS),
 ]  # fmt: skip
+AgainstOption = Annotated[
+    Optional[str],
+    typer.Option("--against", help="A second checkpoint of the same tokenizer, layers and heads (a base and its fine-tune): each "
+                 "head's cosine of the flattened maps and its rows' total variation from it, and the heads that changed most.",
+                 show_default=False, rich_help_panel=ANALYSIS),
+]  # fmt: skip
 EpsilonOption = Annotated[
     float,
     typer.Option("--epsilon", help="A text's sink score above it counts toward the sink rate (Gu et al. 2024).", min=0.0, max=1.0, rich_help_panel=ANALYSIS),
@@ -77,6 +84,7 @@ TRAINED_ONLY = ("pair", "target", "stack", "truncate", "hide_tokens")
 @app.command(cls=AttnCommand)
 @shared_options(emit_python=False, hide_tokens=False, corpus=True)
 def census(
+    ctx: typer.Context,
     spec: SourceSpec,
     corpus: CorpusArgument,
     merge_folder: MergeFolderArgument = None,
@@ -86,6 +94,7 @@ def census(
     window: WindowTokensOption = None,
     stride: StrideOption = None,
     epsilon: EpsilonOption = 0.3,
+    against: AgainstOption = None,
     workers: WorkersOption = None,
     shards: ShardsOption = None,
     resume: ResumeOption = None,
@@ -109,15 +118,16 @@ def census(
     """
     from attn_cli.cli.census_shards import merged
 
-    chosen = choose_format(format, output, table_asked=False)
+    drawn = output is not None and output.suffix.lower().lstrip(".") in (*FORMATS, "html")
+    chosen = Format.json if drawn else choose_format(format, output, table_asked=False)
     if corpus == "merge" or merge_folder is not None:
         if corpus != "merge" or merge_folder is None:
             raise UsageError("census takes one CORPUS; `census merge DIR` merges a folder of shards")
-        _write(merged(Path(merge_folder)), chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber)
+        _write(merged(Path(merge_folder)), chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber, ctx=ctx)
         return
     _check_spec(spec)
-    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon), workers, shards, resume, output)
-    _write(made, chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber)
+    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon, against), workers, shards, resume, output)
+    _write(made, chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber, ctx=ctx)
 
 
 def _check_spec(spec: SourceSpec) -> None:
@@ -140,23 +150,25 @@ def _run(
     from attn_cli.sources.census import windows_for
     from attn_cli.text.corpus import read_corpus
 
-    field, limit, sample, window, stride, epsilon = options
+    field, limit, sample, window, stride, epsilon, against = options
     read = read_corpus(corpus, field=field, limit=limit, sample=sample, seed=spec.config.seed)
     source = open_source(spec)
+    other = _against(spec, source, against)
     windows = windows_for(source, window, stride)
     if read.skipped or read.empty:
         typer.echo(f"note: {len(read.entries)} texts kept; skipped {read.empty} empty and {len(read.skipped)} unreadable "
                    f"(listed in the JSON's skipped)", err=True)  # fmt: skip
     folder, keep = (resume, True) if resume is not None else census_shards.shard_folder_for(output, shards)
     made = {"field": field, "limit": limit, "sample": sample, "seed": spec.config.seed, "epsilon": epsilon, "model": spec.model,
-            "dtype": spec.dtype, "window": None if windows is None else [windows.size, windows.stride]}  # fmt: skip
+            "dtype": spec.dtype, "window": None if windows is None else [windows.size, windows.stride], "against": against}  # fmt: skip
     manifest = census_shards.manifest_of(read, made, windows)
     folder_of = census_shards.prepare(folder, manifest, resume=resume is not None, fresh=shards is None and resume is None)
     again = f"census: the shards done are in {folder}; run the same command with --resume {folder} to finish\n".encode()
     count = census_workers.cpu_count() if workers is None else workers
     with interrupts.undo_on_exit(again), Progress(len(read.entries), done=len(read.entries) - len(list(
             census_shards.texts_of(folder_of, folder_of.missing())))) as bar:  # fmt: skip
-        census_shards.run_shards(spec, source, read, folder_of, windows=windows, epsilon=epsilon, workers=count, progress=bar.update)
+        census_shards.run_shards(spec, source, read, folder_of, windows=windows, epsilon=epsilon, workers=count, progress=bar.update,
+                                   against=other)
     result = census_shards.merged(folder)
     census_shards.finish(folder, keep)
     if result.cut:
@@ -164,12 +176,15 @@ def _run(
     return result
 
 
-def _write(made: Census, chosen: Format, output: Path | None, *, precision: int, no_color: bool, clobber: bool) -> None:
+def _write(made: Census, chosen: Format, output: Path | None, *, precision: int, no_color: bool, clobber: bool, ctx: Any = None) -> None:
     import json
 
     from attn_cli.cli.output import binary_output, emit_rich
     from attn_cli.formats.census import census_csv, census_dict
 
+    if output is not None and output.suffix.lower().lstrip(".") in (*FORMATS, "html"):
+        _draw(made, output, clobber=clobber, command=_command_line(ctx))
+        return
     if chosen is Format.table:
         from attn_cli.render.terminal.census import census_view
 
@@ -178,6 +193,64 @@ def _write(made: Census, chosen: Format, output: Path | None, *, precision: int,
     text = json.dumps(census_dict(made), ensure_ascii=False) + "\n" if chosen is Format.json else census_csv(made)
     with binary_output(output, clobber=clobber) as out:
         out.write(text.encode("utf-8"))
+
+
+def _against(spec: SourceSpec, source: Any, against: str | None) -> tuple[SourceSpec, Any] | None:
+    """--against M2: its spec (for the workers) and its source, checked against the model's shape."""
+    import dataclasses
+
+    from attn_cli.pipeline import open_source
+    from attn_cli.sources.census import check_against
+
+    if against is None:
+        return None
+    if spec.model is None:
+        raise UsageError("--against compares two trained models: give --model too")
+    other_spec = dataclasses.replace(spec, model=against, revision=None)
+    other = open_source(other_spec)
+    check_against(source, other)
+    return other_spec, other
+
+
+def _command_line(ctx: Any) -> str:
+    """The command that makes this census again: its arguments and every option not at its default."""
+    import shlex
+
+    from attn_cli.cli.html import option_words
+
+    params = ctx.params
+    args = ["attn-cli", "census", params["corpus"], *([params["merge_folder"]] if params.get("merge_folder") else [])]
+    for param in ctx.command.params:
+        if param.param_type_name == "option" and param.name not in ("no_clobber", "debug"):
+            args += option_words(param, params.get(param.name))
+    return shlex.join(args)
+
+
+def _draw(made: Census, output: Path, *, clobber: bool, command: str) -> None:
+    """-o NAME.png|svg|pdf: the census's pictures; -o NAME.html: its page."""
+    import functools
+
+    from attn_cli.cli.output import byte_size, picture_detail, report_written
+    from attn_cli.formats.census import census_dict
+    from attn_cli.render.picture.canvas import write_figure
+    from attn_cli.render.picture.census import census_figure
+    from attn_cli.runtime.files import atomic_writer, write_atomic
+
+    data, name = census_dict(made), getattr(made.model, "name", "the model")
+    fig = census_figure(data, name)
+    fmt = output.suffix.lower().lstrip(".")
+    if fmt == "html":
+        from attn_cli.render.page.census import census_page
+
+        page = census_page(data, name, fig, command=command).encode("utf-8")
+        write_atomic(output, page, clobber=clobber)
+        report_written(output, lambda: byte_size(len(page)))
+        return
+    with atomic_writer(output, clobber=clobber) as f:
+        notes = write_figure(fig, f, fmt)
+    for note in dict.fromkeys(notes):
+        typer.echo(note, err=True)
+    report_written(output, functools.partial(picture_detail, fig, fmt))
 
 
 class Progress:

@@ -96,17 +96,19 @@ def prepare(folder: Path, manifest: dict[str, Any], *, resume: bool, fresh: bool
 
 def run_shards(
     spec: SourceSpec, source: Any, corpus: Corpus, shards: ShardFolder, *, windows: Windows | None, epsilon: float, workers: int,
-    progress: Callable[[int, int], None],
+    progress: Callable[[int, int], None], against: tuple[SourceSpec, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Every missing shard, each written when done: in this process, or in ``workers`` processes."""
+    """Every missing shard, each written when done: in this process, or in ``workers`` processes.
+    ``against``: the other model's (spec, source) for --against."""
     from attn_cli.cli.census_workers import in_workers, one_shard, write_shard
 
     missing = shards.missing()
+    other_spec, other = (None, None) if against is None else against
     if workers <= 1 or len(missing) <= 1:
         for k in missing:
-            write_shard(shards, k, one_shard(source, corpus, shards.shards[k], windows, epsilon, progress))
+            write_shard(shards, k, one_shard(source, corpus, shards.shards[k], windows, epsilon, progress, other))
         return
-    in_workers(spec, corpus, shards, missing, windows=windows, epsilon=epsilon, workers=workers, progress=progress)
+    in_workers(spec, corpus, shards, missing, windows=windows, epsilon=epsilon, workers=workers, progress=progress, against=other_spec)
 
 
 def merged(folder: Path) -> Census:
@@ -136,7 +138,7 @@ def merged(folder: Path) -> Census:
     corpus = Corpus(tuple(Entry("", w) for w in manifest["where"]), tuple(Skipped(**s) for s in manifest["skipped"]),
                     manifest["empty"], manifest["corpus"])  # fmt: skip
     window = manifest["window"]
-    return Census(tally, corpus, model, None if window is None else Windows(**window), cut=cut)
+    return Census(tally, corpus, model, None if window is None else Windows(**window), cut=cut, against=manifest["options"].get("against"))
 
 
 class SavedModel:

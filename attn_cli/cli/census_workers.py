@@ -30,14 +30,14 @@ _state: dict[str, Any] = {}  # a worker's own: its source, the corpus, the shard
 
 def in_workers(
     spec: SourceSpec, corpus: Corpus, shards: Any, missing: Sequence[int], *, windows: Windows | None, epsilon: float,
-    workers: int, progress: Callable[[int, int], None],
+    workers: int, progress: Callable[[int, int], None], against: SourceSpec | None = None,
 ) -> None:  # fmt: skip
     """Run the ``missing`` shards in ``workers`` spawned processes; ``progress(texts, tokens)`` per shard done."""
     context = multiprocessing.get_context("spawn")
     saved = dict(os.environ)
     os.environ.update(environ_threads(workers))  # the children's torch threads: the CPUs shared out
     try:
-        with context.Pool(workers, initializer=_start, initargs=(spec, corpus, shards, windows, epsilon, os.getpid())) as pool:
+        with context.Pool(workers, initializer=_start, initargs=(spec, corpus, shards, windows, epsilon, os.getpid(), against)) as pool:
             for texts, tokens in pool.imap_unordered(_run, missing):
                 progress(texts, tokens)
     finally:
@@ -45,14 +45,17 @@ def in_workers(
         os.environ.update(saved)
 
 
-def _start(spec: SourceSpec, corpus: Corpus, shards: Any, windows: Windows | None, epsilon: float, parent: int) -> None:
+def _start(
+    spec: SourceSpec, corpus: Corpus, shards: Any, windows: Windows | None, epsilon: float, parent: int, against: SourceSpec | None
+) -> None:
     """A worker's start: Ctrl-C ends it without a word; the model opened once."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     from attn_cli.pipeline import open_source
 
-    _state.update(source=open_source(spec), corpus=corpus, shards=shards, windows=windows, epsilon=epsilon, parent=parent)
+    _state.update(source=open_source(spec), corpus=corpus, shards=shards, windows=windows, epsilon=epsilon, parent=parent,
+                  against=None if against is None else open_source(against))  # fmt: skip
 
 
 def _watch_parent(parent: int) -> None:
@@ -72,15 +75,19 @@ def _run(k: int) -> tuple[int, int]:
         if os.getppid() != parent:  # the census is gone: stop after this text
             os._exit(0)
 
-    made = one_shard(_state["source"], _state["corpus"], _state["shards"].shards[k], _state["windows"], _state["epsilon"], alive)
+    made = one_shard(
+        _state["source"], _state["corpus"], _state["shards"].shards[k], _state["windows"], _state["epsilon"], alive, _state["against"]
+    )
     write_shard(_state["shards"], k, made)
     return len(_state["shards"].shards[k]), made.tally.tokens
 
 
-def one_shard(source: Any, corpus: Corpus, texts: Sequence[int], windows: Windows | None, epsilon: float, progress: Any) -> Census:
+def one_shard(
+    source: Any, corpus: Corpus, texts: Sequence[int], windows: Windows | None, epsilon: float, progress: Any, against: Any = None
+) -> Census:
     from attn_cli.sources.census import run_census
 
-    return run_census(source, corpus, windows=windows, epsilon=epsilon, texts=texts, progress=progress)
+    return run_census(source, corpus, windows=windows, epsilon=epsilon, texts=texts, progress=progress, against=against)
 
 
 def write_shard(shards: Any, k: int, made: Census) -> None:

@@ -168,12 +168,12 @@ def _command_line(ctx: typer.Context, texts: list[str], lines: bool) -> str:
     for param in ctx.command.params:
         if param.param_type_name != "option" or param.name in NOT_REPRODUCED or (param.name == "file" and from_stdin):
             continue
-        args += _flag(param, params.get(param.name))
+        args += option_words(param, params.get(param.name))
     line = shlex.join(args)
     return line + "  # the texts on standard input" if from_stdin and lines else line
 
 
-def _flag(param: Any, value: Any) -> list[str]:  # a click Option, from whichever click typer uses
+def option_words(param: Any, value: Any) -> list[str]:  # a click Option, from whichever click typer uses
     plain = value.value if isinstance(value, enum.Enum) else value
     default = param.default.value if isinstance(param.default, enum.Enum) else param.default
     if value is None or plain == default:

@@ -167,7 +167,7 @@ def shared_options(
             return command(spec=spec, texts=[load_json(spec.saved).text], **kwargs)  # the file's text (default names)
         spec = build_spec(ctx, shared)
         if corpus:
-            return command(spec=spec, **kwargs)
+            return command(spec=spec, **kwargs, **({"ctx": ctx} if wants_ctx else {}))
         texts = read_texts(ctx, shared["text"], shared["file"], lines=shared["lines"])
         if shared["emit_python"]:
             return _print_script(spec.config, texts, kwargs.get("output"))

@@ -16,14 +16,15 @@ if TYPE_CHECKING:
 
 SCHEMA = "attn-cli census 1"
 SHARD_SCHEMA = "attn-cli census shard 1"
-TENSORS = ("row_sums", "row_counts", "text_means", "text_m2", "distance", "distance_means", "distance_m2", "histogram")
+TENSORS = ("row_sums", "row_counts", "text_means", "text_m2", "distance", "distance_means", "distance_m2", "histogram", "against_sums",
+           "against_means", "against_m2")
 
 
 def census_dict(census: Census) -> dict[str, Any]:
     """The documented JSON object."""
     from attn_cli.analysis.headcensus import entropy_edges
     from attn_cli.analysis.stats import distance_bins
-    from attn_cli.analysis.tally import head_results, model_sink_rate
+    from attn_cli.analysis.tally import changed_heads, head_results, model_sink_rate
 
     tally, corpus = census.tally, census.corpus
     heads = head_results(tally)
@@ -46,6 +47,7 @@ def census_dict(census: Census) -> dict[str, Any]:
         "distance_bins": [list(b) for b in distance_bins(tally.longest)],
         "entropy_bins_nats": entropy_edges()[:-1],
         "sink_rate": model_sink_rate(tally),
+        **({"against": census.against, "changed": changed_heads(tally)} if tally.against else {}),
         "heads": heads,
     }
     return _finite(made)
@@ -94,7 +96,7 @@ def shard_dict(tally: Tally, texts: list[int], model: Any = None) -> dict[str, A
     return {
         "schema": SHARD_SCHEMA, "model": None if model is None else model.as_dict(), "model_name": getattr(model, "name", None),
         "layers": tally.layers, "heads": tally.heads, "epsilon": tally.epsilon, "texts": tally.texts,
-        "tokens": tally.tokens, "longest": tally.longest, "covered": texts,
+        "tokens": tally.tokens, "longest": tally.longest, "covered": texts, "against": tally.against,
         "tensors": {name: {"shape": list(getattr(tally, name).shape), "values": getattr(tally, name).reshape(-1).tolist()} for name in TENSORS},
         "examples": [[list(key), [list(item) for item in items]] for key, items in tally.examples.items()],
     }  # fmt: skip
@@ -113,4 +115,5 @@ def tally_of(shard: dict[str, Any]) -> Tally:
     }
     tally = Tally(shard["layers"], shard["heads"], shard["epsilon"], shard["texts"], shard["tokens"], shard["longest"], **tensors)
     tally.examples = {(k[0], k[1], k[2]): [tuple(item) for item in items] for k, items in shard["examples"]}
+    tally.against = bool(shard.get("against"))
     return tally

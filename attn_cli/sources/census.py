@@ -41,6 +41,7 @@ class Census:
     model: Any  # ModelInfo
     windows: Windows | None
     cut: int = 0  # texts longer than the positions, cut into windows
+    against: str | None = None  # --against: the other model, as it was named
 
     @property
     def where(self) -> list[str]:
@@ -70,10 +71,12 @@ def windows_for(source: Source, size: int | None, stride: int | None) -> Windows
 
 def run_census(
     source: Source, corpus: Corpus, *, windows: Windows | None, epsilon: float = 0.3,
-    texts: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None,
+    texts: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None, against: Source | None = None,
 ) -> Census:  # fmt: skip
     """The census of ``corpus`` (its ``texts`` by index only, for a shard), ``progress(texts, tokens)``
-    called after each text."""
+    called after each text; with ``against``, each head's attention compared with that model's."""
+    if against is not None:
+        check_against(source, against)
     from attn_cli.analysis.tally import Tally
 
     from attn_cli.sources.checkpoint.source import PairSource
@@ -84,7 +87,7 @@ def run_census(
     cut, model = 0, None
     chosen = range(len(corpus.entries)) if texts is None else texts
     for index in chosen:
-        parts = list(_parts(source, corpus.entries[index].text, windows))
+        parts = list(_parts(source, corpus.entries[index].text, windows, against, index))
         cut += len(parts) > 1
         for window, (tokens, made, model) in enumerate(parts):
             for layer, result in enumerate(made):
@@ -93,19 +96,29 @@ def run_census(
         if progress is not None:
             progress(1, sum(len(part[0]) for part in parts))
     checkpoint = getattr(source, "checkpoint", None)
-    return Census(tally, corpus, checkpoint.info if checkpoint is not None else model, windows, cut)
+    other = None if against is None else against.checkpoint.info.source
+    return Census(tally, corpus, checkpoint.info if checkpoint is not None else model, windows, cut, other)
 
 
-def _parts(source: Source, text: str, windows: Windows | None) -> Iterator[tuple[Tokens, list[dict[str, Any]], Any]]:
+def _parts(
+    source: Source, text: str, windows: Windows | None, against: Source | None = None, index: int = 0
+) -> Iterator[tuple[Tokens, list[dict[str, Any]], Any]]:
     """Each window of the text (the whole text where it fits): its tokens, its layers' ``TextLayer``
-    results, and the model's ModelInfo."""
+    results (with ``against``, each compared with that model's), and the model's ModelInfo."""
     checkpoint = getattr(source, "checkpoint", None)
     if checkpoint is None:
         yield _toy(source, text)
         return
     assert windows is not None
-    for tokens in checkpoint.tokenizer.windows(text, windows.size, windows.stride):
-        yield tokens, _checkpoint_layers(checkpoint, tokens), checkpoint.info
+    others = None if against is None else against.checkpoint.tokenizer.windows(text, windows.size, windows.stride)
+    for window, tokens in enumerate(checkpoint.tokenizer.windows(text, windows.size, windows.stride)):
+        if others is None:
+            yield tokens, _checkpoint_layers(checkpoint, tokens), checkpoint.info
+            continue
+        if window >= len(others) or others[window].ids != tokens.ids:
+            raise UsageError(f"--against: text {index} gives other token ids through {against.checkpoint.info.name}'s tokenizer; "  # type: ignore[union-attr]
+                             "compare models that share a tokenizer")  # fmt: skip
+        yield tokens, _compared_layers(checkpoint, against.checkpoint, tokens), checkpoint.info  # type: ignore[union-attr]
 
 
 def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
@@ -126,6 +139,44 @@ def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
     with threads.using_threads(threads.threads_for(16 * n * info.d_model**2 + 4 * n * n * info.d_model)):
         checkpoint.trace(tokens, list(range(info.layers)), "weights", blocks=BlockPlan(rows=rows, heads_at_once=group, sink=sink, stats=False))
     return [layers[layer].result() for layer in range(info.layers)]
+
+
+def check_against(source: Source, against: Source) -> None:
+    """--against needs two checkpoints of the same layers and heads."""
+    mine, theirs = getattr(source, "checkpoint", None), getattr(against, "checkpoint", None)
+    if mine is None or theirs is None:
+        raise UsageError("--against compares two trained models (--model and --against)")
+    if (mine.info.layers, mine.info.heads) != (theirs.info.layers, theirs.info.heads):
+        raise UsageError(f"--against: {theirs.info.name} has {theirs.info.layers} layers of {theirs.info.heads} heads, "
+                         f"{mine.info.name} {mine.info.layers} of {mine.info.heads}; compare models of the same shape")  # fmt: skip
+
+
+def _compared_layers(checkpoint: Any, other: Any, tokens: Tokens) -> list[dict[str, Any]]:
+    """Every layer's census sums of one text from its tables, each head compared with ``other``'s
+    tables of the same tokens: the cosine of the flattened maps (Kovaleva et al. 2019) and each row's
+    total variation, 0.5 sum_j |w - w'|, summed over the rows."""
+    import torch
+
+    from attn_cli.analysis.headcensus import TextLayer
+    from attn_cli.runtime import budget
+    from attn_cli.runtime.errors import TooLargeError
+
+    info, n = checkpoint.info, len(tokens)
+    need = 2 * info.layers * info.heads * n * n * 4
+    if need > (budget.available_bytes() or need) // 2:
+        raise TooLargeError(f"--against keeps both models' tables of {n} tokens ({budget.gib(need)}); give a smaller --window")
+    sep, punct = _keys(tokens, separator_ids(checkpoint))
+    layers = list(range(info.layers))
+    mine, theirs = checkpoint.trace(tokens, layers, "weights"), other.trace(tokens, layers, "weights")
+    made = []
+    for layer, a, b in zip(layers, mine, theirs):
+        x, y = a.weights.double(), b.weights.double()  # (H, T, T)
+        gathered = TextLayer(info.heads, n, band=checkpoint.band(layer), sep=sep, punct=punct)
+        gathered(0, a.weights, 0, 0)
+        cosine = torch.nn.functional.cosine_similarity(x.flatten(1), y.flatten(1), dim=-1)  # (H,)
+        tv = 0.5 * (x - y).abs().sum(dim=-1).sum(dim=-1)  # (H,) summed over the rows
+        made.append({**gathered.result(), "against": {"cosine": cosine, "tv": tv}})
+    return made
 
 
 def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:

