@@ -106,4 +106,13 @@ def test_html_of_a_long_text(mistral: Path, tmp_path: Path, monkeypatch: pytest.
     strongest = int(loaded.page.locator("table").nth(1).locator("tr").nth(1).locator("td").nth(1).inner_text())
     weights = rows["layers"][0]["heads"][0]["rows"][0]["weights"]
     assert strongest == max(range(len(weights)), key=weights.__getitem__)
+    # each picture zooms to its own resolution when clicked, and back: a CSS :target, no script
+    window = "document.querySelector('#window img')"
+    shown = loaded.page.evaluate(f"[{window}.clientWidth, {window}.naturalWidth]")
+    assert shown[0] < shown[1]  # at the page's width, smaller than the picture
+    loaded.page.click("#window a.in")
+    zoomed = loaded.page.evaluate(f"[{window}.clientWidth, getComputedStyle(document.querySelector('#window')).position]")
+    assert zoomed == [shown[1], "fixed"]
+    loaded.page.click("#window a.out")
+    assert loaded.page.evaluate(f"{window}.clientWidth") == pytest.approx(shown[0])
     loaded.close()

@@ -31,7 +31,7 @@ def census_page(made: dict[str, Any], name: str, figure: Any, *, command: str) -
         f"<h1>{html.escape(name)}: a census of {made['texts']:,} texts</h1>",
         f"<p>Made by <code>{html.escape(command)}</code></p>",
         f"<p>{summary}</p>",
-        _png(figure),
+        _png(figure, "census"),
         "<h2>Every head</h2>",
         f"<table><tr>{header}</tr>{''.join(rows)}</table>",
     ]

@@ -34,11 +34,17 @@ h1 { font-size: 1.3em } h2 { font-size: 1.1em; margin-top: 2em } code { backgrou
 table { border-collapse: collapse; margin: .6em 0 } td, th { padding: .15em .6em; text-align: right; border-bottom: 1px solid #eee }
 th { background: #fafafa } td.text, th.text { text-align: left; font-family: ui-monospace, monospace; white-space: pre-wrap }
 img { max-width: 100%; border: 1px solid #ddd } .note { color: #666; font-style: italic } b.key { background: #ffe38a }
+figure.zoom { margin: .6em 0 } figure.zoom img { cursor: zoom-in } figure.zoom a.out { display: none }
+figure.zoom:target { position: fixed; inset: 0; margin: 0; overflow: auto; background: #fff; z-index: 9; padding: 2.2em .5em .5em }
+figure.zoom:target img { max-width: none; cursor: zoom-out }
+figure.zoom:target a.out { display: block; position: fixed; top: .5em; left: .5em; background: #fff; padding: .1em .5em; border: 1px solid #ccc }
 """
+ZOOM_DPI = 160  # the pictures' resolution: shown at the page's width, and at this when one is clicked
 
 
-def document_page(trace: Trace, *, command: str, view: LongView, dpi: float = 110) -> str:
-    """The whole file: a long text's pooled maps, statistics, chosen rows and window."""
+def document_page(trace: Trace, *, command: str, view: LongView, dpi: float = ZOOM_DPI) -> str:
+    """The whole file: a long text's pooled maps, statistics, chosen rows and window. Each picture
+    zooms to its full resolution when clicked (a CSS :target, no script), and back."""
     heads = list(trace.shown_heads)
     parts = [
         f"<h1>{html.escape(trace.model.name)}: {len(trace.tokens):,} tokens</h1>",
@@ -46,14 +52,14 @@ def document_page(trace: Trace, *, command: str, view: LongView, dpi: float = 11
     ]
     if trace.tables_omitted is not None:
         parts.append(f"<p class=note>Not kept: {html.escape(trace.tables_omitted)}.</p>")
-    parts.append(_section("Pooled maps", _png(long_figure(_only(trace, queries=()), HeatmapOptions(dpi=dpi), LongView(how=view.how)))))
+    parts.append(_section("Pooled maps", _png(long_figure(_only(trace, queries=()), HeatmapOptions(dpi=dpi), LongView(how=view.how)), "pooled")))
     for layer in trace.layers:
         parts.append(f"<h2>Layer {layer.layer}: the heads' statistics</h2>" + _stats_table(trace, layer, heads))
     if trace.queries:
-        parts.append(_section("The chosen rows", _png(long_figure(trace, HeatmapOptions(dpi=dpi), LongView(how=view.how)))))
+        parts.append(_section("The chosen rows", _png(long_figure(trace, HeatmapOptions(dpi=dpi), LongView(how=view.how)), "rows")))
         parts += [_query_keys(trace, layer, query, heads) for layer in trace.layers for query in trace.queries]
     if view.window is not None:
-        parts.append(_section(f"Window: queries {view.window[0]} to {view.window[1] - 1}", _png(long_figure(trace, HeatmapOptions(dpi=dpi), view))))
+        parts.append(_section(f"Window: queries {view.window[0]} to {view.window[1] - 1}", _png(long_figure(trace, HeatmapOptions(dpi=dpi), view), "window")))
     head = f"<meta charset=utf-8><meta http-equiv=Content-Security-Policy content=\"{_CSP}\"><title>{html.escape(trace.model.name)}</title>"
     return f"<!doctype html><html><head>{head}<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
 
@@ -68,12 +74,15 @@ def _section(title: str, body: str) -> str:
     return f"<h2>{html.escape(title)}</h2>{body}"
 
 
-def _png(fig: object) -> str:
-    """The figure as an <img> with its PNG inside."""
+def _png(fig: object, name: str) -> str:
+    """The figure as an <img> with its PNG inside, in a figure that zooms to the PNG's own size when
+    clicked (its anchor targets the figure) and back (the figure's second link, or the image again)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")  # type: ignore[attr-defined]
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f"<img alt='attention picture' src='data:image/png;base64,{data}'>"
+    return (f"<figure class=zoom id={name}><a class=in href='#{name}'><img alt='attention picture' src='data:image/png;base64,{data}'></a>"
+            f"<a class=out href='#_'>back to the page</a></figure>")  # fmt: skip
+
 
 
 def _stats_table(trace: Trace, layer: object, heads: Sequence[int]) -> str:
