@@ -73,6 +73,15 @@ AgainstOption = Annotated[
                  "head's cosine of the flattened maps and its rows' total variation from it, and the heads that changed most.",
                  show_default=False, rich_help_panel=ANALYSIS),
 ]  # fmt: skip
+RayOption = Annotated[
+    bool,
+    typer.Option("--ray", help="Run the shards as tasks on a Ray cluster (--ray-address, else RAY_ADDRESS, else a local Ray); "
+                 "--workers actors, default the cluster's CPUs. Needs pip install 'attn-cli[ray]'.", rich_help_panel=ANALYSIS),
+]  # fmt: skip
+RayAddressOption = Annotated[
+    Optional[str], typer.Option("--ray-address", help="With --ray: the cluster to join (ray://HOST:PORT or auto).", show_default=False,
+                                rich_help_panel=ANALYSIS),
+]  # fmt: skip
 EpsilonOption = Annotated[
     float,
     typer.Option("--epsilon", help="A text's sink score above it counts toward the sink rate (Gu et al. 2024).", min=0.0, max=1.0, rich_help_panel=ANALYSIS),
@@ -96,6 +105,8 @@ def census(
     epsilon: EpsilonOption = 0.3,
     against: AgainstOption = None,
     workers: WorkersOption = None,
+    ray: RayOption = False,
+    ray_address: RayAddressOption = None,
     shards: ShardsOption = None,
     resume: ResumeOption = None,
     format: FormatOption = Format.auto,
@@ -126,7 +137,10 @@ def census(
         _write(merged(Path(merge_folder)), chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber, ctx=ctx)
         return
     _check_spec(spec)
-    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon, against), workers, shards, resume, output)
+    if ray_address is not None and not ray:
+        raise UsageError("--ray-address names the Ray cluster of --ray: add --ray")
+    engine = (ray, ray_address, workers)
+    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon, against), engine, shards, resume, output)
     _write(made, chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber, ctx=ctx)
 
 
@@ -138,8 +152,8 @@ def _check_spec(spec: SourceSpec) -> None:
 
 
 def _run(
-    spec: SourceSpec, corpus: str, options: tuple[Any, ...], workers: int | None, shards: Path | None, resume: Path | None,
-    output: Path | None,
+    spec: SourceSpec, corpus: str, options: tuple[Any, ...], engine: tuple[bool, str | None, int | None], shards: Path | None,
+    resume: Path | None, output: Path | None,
 ) -> Census:  # fmt: skip
     """The census, its shards written as they are done (and kept, with a line that says how to go on,
     where the run is interrupted), then merged."""
@@ -164,11 +178,12 @@ def _run(
     manifest = census_shards.manifest_of(read, made, windows)
     folder_of = census_shards.prepare(folder, manifest, resume=resume is not None, fresh=shards is None and resume is None)
     again = f"census: the shards done are in {folder}; run the same command with --resume {folder} to finish\n".encode()
-    count = census_workers.cpu_count() if workers is None else workers
+    ray, address, workers = engine
+    count = (0 if ray else census_workers.cpu_count()) if workers is None else workers
     with interrupts.undo_on_exit(again), Progress(len(read.entries), done=len(read.entries) - len(list(
             census_shards.texts_of(folder_of, folder_of.missing())))) as bar:  # fmt: skip
         census_shards.run_shards(spec, source, read, folder_of, windows=windows, epsilon=epsilon, workers=count, progress=bar.update,
-                                   against=other)
+                                   against=other, ray=(ray, address))
     result = census_shards.merged(folder)
     census_shards.finish(folder, keep)
     if result.cut:

@@ -96,14 +96,20 @@ def prepare(folder: Path, manifest: dict[str, Any], *, resume: bool, fresh: bool
 
 def run_shards(
     spec: SourceSpec, source: Any, corpus: Corpus, shards: ShardFolder, *, windows: Windows | None, epsilon: float, workers: int,
-    progress: Callable[[int, int], None], against: tuple[SourceSpec, Any] | None = None,
+    progress: Callable[[int, int], None], against: tuple[SourceSpec, Any] | None = None, ray: tuple[bool, str | None] = (False, None),
 ) -> None:  # fmt: skip
-    """Every missing shard, each written when done: in this process, or in ``workers`` processes.
-    ``against``: the other model's (spec, source) for --against."""
+    """Every missing shard, each written when done: in this process, in ``workers`` processes, or
+    with ``ray`` (on, address) as Ray tasks. ``against``: the other model's (spec, source) for --against."""
     from attn_cli.cli.census_workers import in_workers, one_shard, write_shard
 
     missing = shards.missing()
     other_spec, other = (None, None) if against is None else against
+    if ray[0] and missing:
+        from attn_cli.cli.census_ray import in_ray
+
+        in_ray(spec, corpus, shards, missing, windows=windows, epsilon=epsilon, workers=workers or None, progress=progress,
+               against=other_spec, address=ray[1])  # fmt: skip
+        return
     if workers <= 1 or len(missing) <= 1:
         for k in missing:
             write_shard(shards, k, one_shard(source, corpus, shards.shards[k], windows, epsilon, progress, other))
