@@ -50,6 +50,11 @@ def test_cosine_and_total_variation_are_transformers_recomputed(pair: tuple[Path
         assert head["measures"]["cosine"] == pytest.approx(cosine, abs=1e-6) and head["measures"]["tv"] == pytest.approx(tv, abs=1e-6)
     order = sorted(want, key=lambda key: -want[key][1])
     assert [(c["layer"], c["head"]) for c in got["changed"]] == order
+    from attn_cli.render.picture.census import census_figure
+
+    grids = {ax.get_title(): ax.get_images()[0].get_array() for ax in census_figure(got, "base").get_axes() if ax.get_images()}
+    tv = grids["total variation from --against"]
+    assert tv[1, 2] == pytest.approx(want[(1, 2)][1]) and grids["cosine with --against"][0, 1] == pytest.approx(want[(0, 1)][0])
     wrong = reference(base, tuned, texts, half=1.0)  # control: the total variation without its half
     assert any(h["measures"]["tv"] != pytest.approx(wrong[(h["layer"], h["head"])][1], abs=1e-6) for h in got["heads"])
 

@@ -1,6 +1,7 @@
 """`attn-cli census -o NAME.png`: the pictures a paper shows of a census, as one matplotlib Figure:
 the attention to [CLS], [SEP] and punctuation by layer (each head a dot, the layer's mean a line,
-as Clark et al. 2019's figure), and a layers x heads grid of each main measure.
+as Clark et al. 2019's figure), and a layers x heads grid of each main measure; with --against,
+the grids of each head's total variation and cosine from the other model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ GRIDS = (
     ("positional", "positional share", "Purples", (0.0, 1.0)),
     ("confidence", "confidence", "Oranges", (0.0, 1.0)),
 )
+AGAINST = (("tv", "total variation from --against", "Reds", (0.0, 1.0)), ("cosine", "cosine with --against", "Greens", (0.0, 1.0)))
 
 
 def census_figure(made: dict[str, Any], name: str, *, dpi: float = 150) -> Any:
@@ -31,18 +33,20 @@ def census_figure(made: dict[str, Any], name: str, *, dpi: float = 150) -> Any:
     heads = made["heads"]
     n_layers = max(h["layer"] for h in heads) + 1
     n_heads = max(h["head"] for h in heads) + 1
-    grid = {key: np.full((n_layers, n_heads), np.nan) for key in ["cls", "sep", "punct"] + [g[0] for g in GRIDS]}
+    grids = GRIDS + (AGAINST if "changed" in made else ())
+    grid = {key: np.full((n_layers, n_heads), np.nan) for key in ["cls", "sep", "punct"] + [g[0] for g in grids]}
     for head in heads:
         for key, table in grid.items():
             value = head["measures"][key]
             table[head["layer"], head["head"]] = np.nan if value is None else value
-    size = (16.0, 8.0)
+    columns = (len(grids) + 2) // 2
+    size = (4.0 * columns, 8.0)
     check_pixels(size, dpi)
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 4)
+    axes = fig.subplots(2, columns)
     _special_curves(axes[0, 0], grid, n_layers)
-    for ax, (key, title, cmap, limits) in zip(list(axes[0, 1:]) + list(axes[1]), GRIDS):
+    for ax, (key, title, cmap, limits) in zip(list(axes[0, 1:]) + list(axes[1]), grids):
         _grid(fig, ax, grid[key], title, cmap, limits)
     rate = made["sink_rate"]
     lines = [
