@@ -107,10 +107,14 @@ class Tally:
             _welford(self.against_means[layer], self.against_m2[layer], per_text, n)
         for m in EXAMPLE_MEASURES:
             rows = made["rows"][m]  # (H, T)
-            top = rows.topk(min(TOP_ROWS, rows.shape[-1]), dim=-1)  # (H, k)
+            top = rows.topk(min(TOP_ROWS, rows.shape[-1]), dim=-1)  # (H, k), each row's largest first
             for h, (values, queries) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+                key = (layer, h, m)
+                floor = self._floor(key)
                 for value, query in zip(values, queries):
-                    self._offer((layer, h, m), (value, -text, -window, -query))
+                    if value < floor:  # nor any after it: the list's least is larger
+                        break
+                    self._offer(key, (value, -text, -window, -query))
 
     def count_text(self, n_tokens: int) -> None:
         self.texts += 1
@@ -123,6 +127,11 @@ class Tally:
         if bins > have:
             for name in DISTANCES:
                 setattr(self, name, torch.nn.functional.pad(getattr(self, name), (0, bins - have)))
+
+    def _floor(self, key: tuple[int, int, str]) -> float:
+        """The least value a full list of examples holds (-inf while it has room)."""
+        kept = self.examples.get(key)
+        return kept[0][0] if kept is not None and len(kept) == EXAMPLES else float("-inf")
 
     def _offer(self, key: tuple[int, int, str], item: tuple[float, int, int, int]) -> None:
         kept = self.examples.setdefault(key, [])

@@ -139,6 +139,14 @@ def test_every_measure_is_transformers_recomputed(model: str, texts_file: tuple[
     got = census_json(folder, path)
     assert got["texts"] == len(texts) == 300 and got["skipped"] == [] and got["empty"] == 0
     assert_census(got, reference(folder, texts))
+    if model == "minilm":  # layer 0 head 2 is a previous-token head: its examples are the corpus's strongest rows
+        assert got["heads"][2]["flags"][0] == "previous"
+        _, eagerly = eager(folder, tuple(texts))
+        rows = [(float(a[0][2, q, q - 1]), -t, -q) for t, (_, _, a) in enumerate(eagerly) for q in range(1, a[0].shape[-1])]
+        want = [(v, -t, -q) for v, t, q in sorted(rows, reverse=True)[:5]]
+        examples = got["heads"][2]["examples"]
+        assert [(e["value"], e["text"], e["query"]) for e in examples] == [pytest.approx(w, abs=1e-6) for w in want]
+        assert {e["measure"] for e in examples} == {"previous"} and examples[0]["where"] == f"line {want[0][1] + 1}"
     for bug in ("per text", "previous", "sink"):  # controls: each reference bug is told apart
         with pytest.raises(AssertionError):
             assert_census(got, reference(folder, texts, bug=bug))
