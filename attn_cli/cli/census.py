@@ -87,7 +87,6 @@ EpsilonOption = Annotated[
     typer.Option("--epsilon", help="A text's sink score above it counts toward the sink rate (Gu et al. 2024).", min=0.0, max=1.0, rich_help_panel=ANALYSIS),
 ]
 PROGRESS_EVERY = 10.0  # seconds between plain progress lines when stderr is not a terminal
-TRAINED_ONLY = ("pair", "target", "stack", "truncate", "hide_tokens")
 
 
 @app.command(cls=AttnCommand)
