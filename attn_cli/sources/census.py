@@ -52,6 +52,7 @@ class Census:
 def windows_for(source: Source, size: int | None, stride: int | None) -> Windows | None:
     """--window/--stride for a trained model: the model's positions less its special tokens by
     default; None for the toy (its texts are not cut)."""
+    one_stack(source)
     checkpoint = getattr(source, "checkpoint", None)
     if checkpoint is None:
         if size is not None or stride is not None:
@@ -75,14 +76,11 @@ def run_census(
 ) -> Census:  # fmt: skip
     """The census of ``corpus`` (its ``texts`` by index only, for a shard), ``progress(texts, tokens)``
     called after each text; with ``against``, each head's attention compared with that model's."""
-    if against is not None:
-        check_against(source, against)
     from attn_cli.analysis.tally import Tally
 
-    from attn_cli.sources.checkpoint.source import PairSource
-
-    if isinstance(source, PairSource):
-        raise UsageError("census reads a model's one stack of self-attention; an encoder-decoder's (BART, T5, Marian) is not read yet")
+    one_stack(source)
+    if against is not None:
+        check_against(source, against)
     tally = Tally(source.n_layers, source.n_heads, epsilon)
     cut, model = 0, None
     chosen = range(len(corpus.entries)) if texts is None else texts
@@ -139,6 +137,14 @@ def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
     with threads.using_threads(threads.threads_for(16 * n * info.d_model**2 + 4 * n * n * info.d_model)):
         checkpoint.trace(tokens, list(range(info.layers)), "weights", blocks=BlockPlan(rows=rows, heads_at_once=group, sink=sink, stats=False))
     return [layers[layer].result() for layer in range(info.layers)]
+
+
+def one_stack(source: Source) -> None:
+    """A census reads a model of one stack; an encoder-decoder is refused (exit 2) before anything runs."""
+    from attn_cli.sources.checkpoint.source import PairSource
+
+    if isinstance(source, PairSource):
+        raise UsageError("census reads a model's one stack of self-attention; an encoder-decoder's (BART, T5, Marian) is not read yet")
 
 
 def check_against(source: Source, against: Source) -> None:
