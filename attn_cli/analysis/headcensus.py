@@ -26,8 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attn_cli.analysis.rowstats import binned, skewed_columns
-from attn_cli.analysis.stats import distance_bins
+from attn_cli.analysis.stats import binned, distance_bins, skewed_columns
 from attn_cli.records.band import Band
 
 ROW_MEASURES = ("cls", "sep", "punct", "self", "previous", "next", "entropy_nats", "first_mass", "confidence", "top_previous", "top_next")
@@ -79,11 +78,10 @@ class TextLayer:
         self.histogram[heads] += torch.nn.functional.one_hot(bins, ENTROPY_BINS).double().sum(dim=-2)
         for m in EXAMPLE_MEASURES:
             self.rows[m][heads, start:end] = values[m]
-        scratch = torch.empty(weights.shape[-2] * (weights.shape[-1] + weights.shape[-2]), dtype=torch.float32)
+        columns = skewed_columns(weights.float().cpu())  # (H', K + R - 1) by offset j - i
+        lowest = first - start - (weights.shape[-2] - 1) + self.n_tokens - 1  # where column 0 lands in ``by_offset``
+        self.by_offset[heads, lowest : lowest + columns.shape[-1]] += columns.double()
         for h in range(heads.start, heads.stop):
-            columns = skewed_columns(weights[h - head].float().cpu(), scratch)  # (K + R - 1,) by offset
-            lowest = first - start - (weights.shape[-2] - 1) + self.n_tokens - 1
-            self.by_offset[h, lowest : lowest + columns.shape[0]] += columns.double()
             self.seen[h] = end
 
     def result(self) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, attention_stats, distance_bins, effective_tokens
+from attn_cli.analysis.stats import HeadStats, attention_stats, binned, distance_bins, effective_tokens, skewed_columns
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 
@@ -53,33 +53,6 @@ def block_entropy_bits(weights: torch.Tensor, scratch: torch.Tensor | None = Non
 # passes over them (the entropy's terms and sum, the distance profile's shifted copy and sums) find
 # them in a core's cache: each pass about twice as fast as over the whole block
 CHUNK_NUMBERS = 1 << 19
-
-
-def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-    """(R, K) rows -> (K + R - 1,) float32 column sums of the rows shifted so that one column holds
-    one offset j - i for every row: row r's key k lands in column k + R - 1 - r. ``scratch``: at
-    least R x (K + R - 1) float32 numbers."""
-    n_rows, n_keys = rows.shape
-    width = n_keys + n_rows - 1
-    skewed = scratch[: n_rows * width].view(n_rows, width).zero_()  # (R, K + R - 1)
-    skewed.as_strided((n_rows, n_keys), (width - 1, 1), skewed.storage_offset() + n_rows - 1).copy_(rows)  # (R, K)
-    return skewed.sum(dim=0)  # (K + R - 1,) R float32 terms a column
-
-
-def binned(by_offset: torch.Tensor, zero: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """(..., N) float64 weights at each offset j - i (offset 0 at index ``zero``) -> (..., bins): each
-    bin's weight at distances |i - j| in (lowest, highest), both sides."""
-    running = torch.nn.functional.pad(by_offset.cumsum(dim=-1), (1, 0))  # (..., N + 1) running[c]: indices 0 .. c - 1
-    last = by_offset.shape[-1] - 1
-    low = torch.tensor([lo for lo, _ in bins])  # (bins,)
-    high = torch.tensor([hi for _, hi in bins])  # (bins,)
-
-    def between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # indices a .. b, clamped, bin by bin -> (..., bins)
-        a, b = a.clamp(0, last + 1), b.clamp(-1, last)
-        sums = running[..., b + 1] - running[..., a.clamp_max(last)]
-        return torch.where(a <= b, sums, 0.0)
-
-    return between(zero - high, zero - low) + between(zero + low.clamp_min(1), zero + high)  # i - j = d, then j - i = d
 
 
 def _visibility(mask: torch.Tensor | Band | None, n_queries: int, n_keys: int) -> tuple[list[int], list[bool]]:

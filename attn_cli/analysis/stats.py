@@ -46,7 +46,7 @@ import torch
 
 from attn_cli.records.summary import HeadStats
 
-__all__ = ["HeadStats", "attention_stats", "distance_bins", "distance_sums", "effective_tokens", "entropy_bits"]
+__all__ = ["HeadStats", "attention_stats", "binned", "distance_bins", "distance_sums", "effective_tokens", "entropy_bits", "skewed_columns"]
 
 CHUNK_ROWS = 256  # query rows converted to float64 at a time
 
@@ -91,29 +91,41 @@ def distance_bins(n_keys: int) -> list[tuple[int, int]]:
 def distance_sums(weights: torch.Tensor, start: int, first: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
     """(H, R, K) weights of query rows start .. start + R - 1 against keys first .. first + K - 1 ->
     (H, bins) float64: each bin's weight, summed over the block's rows (keys beyond the block
-    have no weight). Each row is shifted so that one column holds one distance for every row
-    (row r's key k lands in column k + R - 1 - r, distance i - j = start - first + R - 1 - column);
-    the columns are summed over the rows, then the bins over their columns in float64."""
-    *lead, n_rows, n_keys = weights.shape
+    have no weight): the rows' shifted column sums (``skewed_columns``), binned in float64."""
+    n_rows = weights.shape[-2]
+    columns = skewed_columns(weights.to(torch.promote_types(weights.dtype, torch.float32)))  # half precision summed in float32
+    return binned(columns.double(), start - first + n_rows - 1, bins)  # column c holds offset j - i = c - (start - first + R - 1)
+
+
+def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., R, K) rows -> (..., K + R - 1) column sums of the rows shifted so that one column holds one
+    offset j - i for every row: row r's key k lands in column k + R - 1 - r, R terms a column in the
+    rows' dtype (float32 for float32 weights: float64 in a strided sum over rows is 25x slower).
+    ``scratch``: at least ... x R x (K + R - 1) numbers to shift them in (its dtype; else a new tensor)."""
+    *lead, n_rows, n_keys = rows.shape
     width = n_keys + n_rows - 1
-    dtype = torch.promote_types(weights.dtype, torch.float32)  # half-precision weights summed in float32
-    skewed = torch.zeros(*lead, n_rows, width, dtype=dtype, device=weights.device)  # (H, R, K + R - 1)
-    view = skewed.as_strided((*lead, n_rows, n_keys), (*skewed.stride()[:-2], width - 1, 1), n_rows - 1)  # (H, R, K)
-    view.copy_(weights)
-    # each distance's weight over the rows: R float32 terms a column (float64 in a strided sum over rows is 25x slower)
-    columns = skewed.sum(dim=-2).double()  # (H, K + R - 1)
-    running = torch.nn.functional.pad(columns.cumsum(dim=-1), (1, 0))  # (H, K + R) running[c]: columns 0 .. c - 1
-    top = start - first + n_rows - 1  # the distance of column 0
+    count = rows[..., :1, :1].numel() * n_rows * width
+    room = torch.empty(count, dtype=rows.dtype, device=rows.device) if scratch is None else scratch[:count]
+    skewed = room.view(*lead, n_rows, width).zero_()  # (..., R, K + R - 1)
+    view = skewed.as_strided((*lead, n_rows, n_keys), (*skewed.stride()[:-2], width - 1, 1), skewed.storage_offset() + n_rows - 1)
+    view.copy_(rows)  # (..., R, K)
+    return skewed.sum(dim=-2)  # (..., K + R - 1)
 
-    def columns_between(a: int, b: int) -> torch.Tensor:  # columns a .. b, clamped -> (H,)
-        a, b = max(a, 0), min(b, width - 1)
-        return running[..., b + 1] - running[..., a] if a <= b else torch.zeros(columns.shape[:-1], dtype=torch.float64, device=columns.device)
 
-    sums = [
-        columns_between(top - high, top - low) + columns_between(top + max(low, 1), top + high)  # i - j = d, then j - i = d
-        for low, high in bins
-    ]
-    return torch.stack(sums, dim=-1)  # (H, bins)
+def binned(by_offset: torch.Tensor, zero: int, bins: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """(..., N) float64 weights at each offset j - i (offset 0 at index ``zero``) -> (..., bins): each
+    bin's weight at distances |i - j| in (lowest, highest), both sides, from running sums."""
+    running = torch.nn.functional.pad(by_offset.cumsum(dim=-1), (1, 0))  # (..., N + 1) running[c]: indices 0 .. c - 1
+    last = by_offset.shape[-1] - 1
+    low = torch.tensor([lo for lo, _ in bins], device=by_offset.device)  # (bins,)
+    high = torch.tensor([hi for _, hi in bins], device=by_offset.device)  # (bins,)
+
+    def between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # indices a .. b, clamped, bin by bin -> (..., bins)
+        a, b = a.clamp(0, last + 1), b.clamp(-1, last)
+        sums = running[..., b + 1] - running[..., a.clamp_max(last)]
+        return torch.where(a <= b, sums, 0.0)
+
+    return between(zero - high, zero - low) + between(zero + low.clamp_min(1), zero + high)  # i - j = d, then j - i = d
 
 
 def sink_scores(weights: torch.Tensor, mask: torch.Tensor | None) -> list[float]:
