@@ -4,6 +4,7 @@ JSON, CSV, pictures and page."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -55,6 +56,12 @@ class CensusResult:
     census: Any  # sources.census.Census
 
     def to_dict(self) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(self._made)  # the caller's to change
+
+    @functools.cached_property
+    def _made(self) -> dict[str, Any]:
         from attn_cli.formats.census import census_dict
 
         return census_dict(self.census)
@@ -75,17 +82,17 @@ class CensusResult:
 
     @property
     def sink_rate(self) -> float | None:
-        return self.to_dict()["sink_rate"]
+        return self._made["sink_rate"]
 
     def figure(self) -> Any:
         from attn_cli.render.picture.census import census_figure
 
-        return census_figure(self.to_dict(), getattr(self.census.model, "name", "the model"))
+        return census_figure(self._made, getattr(self.census.model, "name", "the model"))
 
     def page(self) -> str:
         from attn_cli.render.page.census import census_page
 
-        return census_page(self.to_dict(), getattr(self.census.model, "name", "the model"), self.figure(), command="attn_cli.census(...)")
+        return census_page(self._made, getattr(self.census.model, "name", "the model"), self.figure(), command="attn_cli.census(...)")
 
     def _repr_html_(self) -> str:
         return self.page()

@@ -179,8 +179,8 @@ def _run(
     again = f"census: the shards done are in {folder}; run the same command with --resume {folder} to finish\n".encode()
     ray, address, workers = engine
     count = (0 if ray else census_workers.cpu_count()) if workers is None else workers
-    with interrupts.undo_on_exit(again), Progress(len(read.entries), done=len(read.entries) - len(list(
-            census_shards.texts_of(folder_of, folder_of.missing())))) as bar:  # fmt: skip
+    missing = sum(len(folder_of.shards[k]) for k in folder_of.missing())  # texts a resumed run has left
+    with interrupts.undo_on_exit(again), Progress(len(read.entries), done=len(read.entries) - missing) as bar:
         census_shards.run_shards(spec, source, read, folder_of, windows=windows, epsilon=epsilon, workers=count, progress=bar.update,
                                    against=other, ray=(ray, address))
     result = census_shards.merged(folder)

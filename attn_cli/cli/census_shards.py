@@ -12,7 +12,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,8 +168,3 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"cannot read {path}: {err}") from None
-
-
-def texts_of(shards: ShardFolder, ks: Sequence[int]) -> Iterator[int]:
-    for k in ks:
-        yield from shards.shards[k]

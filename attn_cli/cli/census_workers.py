@@ -3,8 +3,8 @@ each, which opens the model once, its weights memory-mapped), each shard written
 that ran it. The parent only hands out shard numbers and counts what is done.
 
 A worker ends quietly on Ctrl-C (the terminal sends it to the whole process group) and when its
-parent is gone (a killed census), after the text it is on: what it wrote stays, whole, and an
-interrupted shard leaves only a temporary file that ``--resume`` removes.
+parent is gone (a killed census: a thread looks every PARENT_POLL seconds): what it wrote stays,
+whole, and an interrupted shard leaves only a temporary file that ``--resume`` removes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.runtime.errors import AttnCliError
+
 if TYPE_CHECKING:
     from attn_cli.sources.census import Census, Windows
     from attn_cli.sources.spec import SourceSpec
@@ -32,14 +34,24 @@ def in_workers(
     spec: SourceSpec, corpus: Corpus, shards: Any, missing: Sequence[int], *, windows: Windows | None, epsilon: float,
     workers: int, progress: Callable[[int, int], None], against: SourceSpec | None = None,
 ) -> None:  # fmt: skip
-    """Run the ``missing`` shards in ``workers`` spawned processes; ``progress(texts, tokens)`` per shard done."""
-    context = multiprocessing.get_context("spawn")
+    """Run the ``missing`` shards in ``workers`` spawned processes; ``progress(texts, tokens)`` per shard
+    done. A worker that dies (the kernel's out-of-memory killer, a crash) ends the run with one line,
+    the shards done kept: an executor says so where a ``multiprocessing.Pool`` would wait for ever."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     saved = dict(os.environ)
     os.environ.update(environ_threads(workers))  # the children's torch threads: the CPUs shared out
+    initargs = (spec, corpus, shards, windows, epsilon, os.getpid(), against)
     try:
-        with context.Pool(workers, initializer=_start, initargs=(spec, corpus, shards, windows, epsilon, os.getpid(), against)) as pool:
-            for texts, tokens in pool.imap_unordered(_run, missing):
-                progress(texts, tokens)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start, initargs=initargs) as pool:
+            for done in as_completed([pool.submit(_run, k) for k in missing]):
+                progress(*done.result())
+    except BrokenProcessPool:
+        raise AttnCliError(
+            f"a census worker ended before its shard was done (out of memory?); the shards done are in {shards.folder}: "
+            f"run the same command with --resume {shards.folder} (fewer --workers) to finish"
+        ) from None
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -49,12 +61,13 @@ def _start(
     spec: SourceSpec, corpus: Corpus, shards: Any, windows: Windows | None, epsilon: float, parent: int, against: SourceSpec | None
 ) -> None:
     """A worker's start: Ctrl-C ends it without a word; the model opened once."""
+    signal.set_wakeup_fd(-1)  # the entry point's watcher (the console script, imported again here) says nothing for a worker
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     from attn_cli.pipeline import open_source
 
-    _state.update(source=open_source(spec), corpus=corpus, shards=shards, windows=windows, epsilon=epsilon, parent=parent,
+    _state.update(source=open_source(spec), corpus=corpus, shards=shards, windows=windows, epsilon=epsilon,
                   against=None if against is None else open_source(against))  # fmt: skip
 
 
@@ -69,14 +82,8 @@ def _watch_parent(parent: int) -> None:
 
 def _run(k: int) -> tuple[int, int]:
     """Shard ``k``, written; (its texts, its tokens)."""
-    parent = _state["parent"]
-
-    def alive(texts: int, tokens: int) -> None:
-        if os.getppid() != parent:  # the census is gone: stop after this text
-            os._exit(0)
-
     made = one_shard(
-        _state["source"], _state["corpus"], _state["shards"].shards[k], _state["windows"], _state["epsilon"], alive, _state["against"]
+        _state["source"], _state["corpus"], _state["shards"].shards[k], _state["windows"], _state["epsilon"], None, _state["against"]
     )
     write_shard(_state["shards"], k, made)
     return len(_state["shards"].shards[k]), made.tally.tokens

@@ -163,7 +163,6 @@ def _compared_layers(checkpoint: Any, other: Any, tokens: Tokens) -> list[dict[s
     total variation, 0.5 sum_j |w - w'|, summed over the rows."""
     import torch
 
-    from attn_cli.analysis.headcensus import TextLayer
     from attn_cli.runtime import budget
     from attn_cli.runtime.errors import TooLargeError
 
@@ -177,17 +176,23 @@ def _compared_layers(checkpoint: Any, other: Any, tokens: Tokens) -> list[dict[s
     made = []
     for layer, a, b in zip(layers, mine, theirs):
         x, y = a.weights.double(), b.weights.double()  # (H, T, T)
-        gathered = TextLayer(info.heads, n, band=checkpoint.band(layer), sep=sep, punct=punct)
-        gathered(0, a.weights, 0, 0)
         cosine = torch.nn.functional.cosine_similarity(x.flatten(1), y.flatten(1), dim=-1)  # (H,)
         tv = 0.5 * (x - y).abs().sum(dim=-1).sum(dim=-1)  # (H,) summed over the rows
-        made.append({**gathered.result(), "against": {"cosine": cosine, "tv": tv}})
+        made.append({**_table_sums(a.weights, checkpoint.band(layer), sep, punct), "against": {"cosine": cosine, "tv": tv}})
     return made
+
+
+def _table_sums(weights: Any, band: Any, sep: list[int], punct: list[int]) -> dict[str, Any]:
+    """A layer's (H, T, T) table given to a ``TextLayer`` as one block: its census sums."""
+    from attn_cli.analysis.headcensus import TextLayer
+
+    gathered = TextLayer(weights.shape[0], weights.shape[-1], band=band, sep=sep, punct=punct)
+    gathered(0, weights, 0, 0)
+    return gathered.result()
 
 
 def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:
     """The toy's every layer, its tables given as one block each."""
-    from attn_cli.analysis.headcensus import TextLayer
     from attn_cli.records.band import Band
     from attn_cli.records.selection import Selection
     from attn_cli.sources.attend import causal_mask
@@ -196,12 +201,9 @@ def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:
     sep, punct = _keys(trace.tokens, frozenset())
     made = []
     for layer in trace.layers:
-        n = layer.weights.shape[-1]
-        if layer.mask is not None and not bool((layer.mask == causal_mask(n)).all()):
+        if layer.mask is not None and not bool((layer.mask == causal_mask(layer.weights.shape[-1])).all()):
             raise UsageError("census reads a causal mask or none; this mask is neither")
-        gathered = TextLayer(layer.weights.shape[0], n, band=Band() if layer.mask is None else Band(after=0), sep=sep, punct=punct)
-        gathered(0, layer.weights, 0, 0)
-        made.append(gathered.result())
+        made.append(_table_sums(layer.weights, Band() if layer.mask is None else Band(after=0), sep, punct))
     return trace.tokens, made, trace.model
 
 

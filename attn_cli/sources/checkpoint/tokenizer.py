@@ -124,23 +124,22 @@ class CheckpointTokenizer:
     # The `heads` probe: ids chosen directly, not text (small additions for it).
     def leading_special_ids(self) -> tuple[int, ...]:
         """The special tokens the tokenizer puts before a text (BOS, [CLS]); () for none."""
-        encoding = self._tokenizer.encode("a")
-        leading = []
-        for tid, special in zip(encoding.ids, encoding.special_tokens_mask):
-            if not special:
-                break
-            leading.append(tid)
-        return tuple(leading)
+        return self._edge_special_ids(reverse=False)
 
     def trailing_special_ids(self) -> tuple[int, ...]:
         """The special tokens the tokenizer puts after a text ([SEP], </s>); () for none."""
+        return self._edge_special_ids(reverse=True)
+
+    def _edge_special_ids(self, *, reverse: bool) -> tuple[int, ...]:
+        """The run of special tokens at one end of a one-word text's encoding, in text order."""
         encoding = self._tokenizer.encode("a")
-        trailing = []
-        for tid, special in zip(reversed(encoding.ids), reversed(encoding.special_tokens_mask)):
+        pairs = list(zip(encoding.ids, encoding.special_tokens_mask))
+        run = []
+        for tid, special in reversed(pairs) if reverse else pairs:
             if not special:
                 break
-            trailing.append(tid)
-        return tuple(reversed(trailing))
+            run.append(tid)
+        return tuple(reversed(run)) if reverse else tuple(run)
 
     def ordinary_ids(self) -> list[int]:
         """Every id of the vocabulary but the special tokens."""
