@@ -3,7 +3,7 @@ computes the same row measures (the masses to [CLS], [SEP], punctuation, self, p
 the exact entropy, the top weight and its key) with batches of 32 texts sorted by length (little
 padding), torch on every core: whole processes, one after the other, texts per second.
 
-    python bench/census.py                    # 2,000 sentences; 1 and 2 workers
+    python bench/census.py                    # 2,000 sentences; 1 and 2 workers, and 1 worker on one core
     python bench/census.py --texts 10000
 
 The corpus: sentences of 4 to 40 words drawn with a fixed seed from the words of the repository's
@@ -65,8 +65,8 @@ def corpus(n: int, seed: int = 0) -> str:
     return "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 40))) for _ in range(n)) + "\n"
 
 
-def run(cmd: list[str]) -> tuple[float, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+def run(cmd: list[str], extra: dict[str, str] | None = None) -> tuple[float, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", **(extra or {}))
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -89,11 +89,16 @@ def main() -> int:
     seconds, out = run([sys.executable, "-c", BASELINE, folder, str(work / "corpus.txt")])
     base = args.texts / seconds
     print(f"| transformers, batches of 32 sorted by length (its loop alone: {float(out.strip()):.1f} texts/s) | {seconds:.1f} | {base:.1f} | 1.00 |")
-    for workers in (1, 2):
+    rates = {}
+    for workers, threads in ((1, None), (2, None), (1, "1")):
         cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--workers", str(workers),
                "-o", str(work / f"census-{workers}.json")]  # fmt: skip
-        seconds, _ = run(cmd)
-        print(f"| attn-cli census --workers {workers} | {seconds:.1f} | {args.texts / seconds:.1f} | {args.texts / seconds / base:.2f} |", flush=True)
+        seconds, _ = run(cmd, {} if threads is None else {"ATTN_CLI_THREADS": threads})
+        rates[workers, threads] = args.texts / seconds
+        side = f"attn-cli census --workers {workers}" + ("" if threads is None else f", ATTN_CLI_THREADS={threads} (one core)")
+        print(f"| {side} | {seconds:.1f} | {rates[workers, threads]:.1f} | {rates[workers, threads] / base:.2f} |", flush=True)
+    print(f"\ntwo workers on two cores: {rates[2, None] / rates[1, '1']:.2f}x one worker on one core, "
+          f"{rates[2, None] / rates[1, None]:.2f}x one worker on both (its batches' products on two threads)")
     return 0
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from attn_cli.analysis.headcensus import EXAMPLE_MEASURES, ROW_MEASURES, TOP_ROWS
+from attn_cli.analysis.headcensus import EXAMPLE_MEASURES, ROW_MEASURES
 
 TEXT_MEASURES = ("sink_score", "first_row_entropy_nats", "sink_rate")
 # the flags, with the papers' thresholds: (name, measure, threshold, strict)
@@ -84,37 +86,52 @@ class Tally:
             if getattr(self, name) is None:
                 setattr(self, name, torch.zeros(*shape, *size, dtype=torch.float64))
 
-    def add(self, layer: int, text: int, window: int, n_tokens: int, made: dict[str, Any]) -> None:
-        """Fold one text's (or one window of a long text's) ``TextLayer.result()`` of ``layer`` in
-        (and call ``count_text`` once per text or window)."""
-        sums, counts = made["sums"], made["counts"]  # (H, M), (M,)
+    def add(self, layer: int, places: Sequence[tuple[int, int]], made: dict[str, Any]) -> None:
+        """Fold a batch's ``TextLayer.result()`` of ``layer`` in: its texts (each a text, or one window of
+        a long text's) at ``places`` (text, window), in the result's order (call ``count_text`` once per
+        text or window after its every layer). The batch's per-text values join the running means as one
+        group (Chan et al.'s merge; Welford's update for a batch of one)."""
+        sums, counts = made["sums"], made["counts"]  # (B, H, M), (B, M)
+        lengths = torch.tensor(made["lengths"], dtype=torch.float64)  # (B,)
         if layer == 0:
-            self.row_counts += counts
-        per_text = torch.cat([sums / counts.clamp_min(1), _text_values(made, self.epsilon)], dim=-1)  # (H, M + 3)
-        self.row_sums[layer] += sums
-        n = self.texts + 1  # this text among the texts (count_text counts it once its layers are in)
-        _welford(self.text_means[layer], self.text_m2[layer], per_text, n)
-        distance = made["distance"]  # (H, B')
+            self.row_counts += counts.sum(dim=0)
+        per_text = torch.cat([sums / counts.clamp_min(1)[:, None, :], _text_values(made, self.epsilon)], dim=-1)  # (B, H, M + 3)
+        self.row_sums[layer] += sums.sum(dim=0)
+        _join(self.text_means[layer], self.text_m2[layer], per_text, self.texts)
+        distance = made["distance"]  # (B, H, B')
         self._widen(distance.shape[-1])
-        profile = _pad(distance / n_tokens, self.distance.shape[-1])  # (H, B) a shorter text's far bins hold 0
-        self.distance[layer, :, : distance.shape[-1]] += distance
-        _welford(self.distance_means[layer], self.distance_m2[layer], profile, n)
-        self.histogram[layer] += made["histogram"]
-        if "against" in made:  # {"cosine": (H,), "tv": (H,) summed over rows}
+        profile = _pad(distance / lengths[:, None, None], self.distance.shape[-1])  # (B, H, bins) a shorter text's far bins hold 0
+        self.distance[layer, :, : distance.shape[-1]] += distance.sum(dim=0)
+        _join(self.distance_means[layer], self.distance_m2[layer], profile, self.texts)
+        self.histogram[layer] += made["histogram"].sum(dim=0)
+        if "against" in made:  # {"cosine": (B, H), "tv": (B, H) summed over rows}
             self.against = True
-            self.against_sums[layer] += made["against"]["tv"]
-            per_text = torch.stack([made["against"]["cosine"], made["against"]["tv"] / n_tokens], dim=-1)  # (H, 2)
-            _welford(self.against_means[layer], self.against_m2[layer], per_text, n)
+            self.against_sums[layer] += made["against"]["tv"].sum(dim=0)
+            per_text = torch.stack([made["against"]["cosine"], made["against"]["tv"] / lengths[:, None]], dim=-1)  # (B, H, 2)
+            _join(self.against_means[layer], self.against_m2[layer], per_text, self.texts)
+        self._examples(layer, places, made["rows"])
+
+    def _examples(self, layer: int, places: Sequence[tuple[int, int]], rows: dict[str, torch.Tensor]) -> None:
+        """Each head's strongest rows of the batch offered to its examples, largest first and of equal values
+        the earliest (text, window, query), while they beat the list's least: the rows at or above the
+        head's EXAMPLES-th largest value, in the batch's order, sorted stably."""
+        order = sorted(range(len(places)), key=lambda b: places[b])
         for m in EXAMPLE_MEASURES:
-            rows = made["rows"][m]  # (H, T)
-            top = rows.topk(min(TOP_ROWS, rows.shape[-1]), dim=-1)  # (H, k), each row's largest first
-            for h, (values, queries) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+            values = rows[m][order]  # (B, H, T) texts in order, -inf past a text's end
+            n_tokens = values.shape[-1]
+            flat = values.permute(1, 0, 2).reshape(values.shape[1], -1)  # (H, B*T)
+            least = flat.topk(min(EXAMPLES, flat.shape[-1]), dim=-1).values[:, -1:]  # (H, 1) the EXAMPLES-th largest
+            chosen = (flat >= least) & (flat > -math.inf)  # (H, B*T)
+            by_head: dict[int, list[tuple[float, int]]] = {}
+            for (h, at), value in zip(chosen.nonzero().tolist(), flat[chosen].tolist()):  # row-major: each head's in order
+                by_head.setdefault(h, []).append((value, at))
+            for h, found in by_head.items():
                 key = (layer, h, m)
-                floor = self._floor(key)
-                for value, query in zip(values, queries):
-                    if value < floor:  # nor any after it: the list's least is larger
+                for value, at in sorted(found, key=lambda item: -item[0])[:EXAMPLES]:  # stable: of equal values the earliest
+                    if value < self._floor(key):  # nor any after it
                         break
-                    self._offer(key, (value, -text, -window, -query))
+                    text, window = places[order[at // n_tokens]]
+                    self._offer(key, (value, -text, -window, -(at % n_tokens)))
 
     def count_text(self, n_tokens: int) -> None:
         self.texts += 1
@@ -166,11 +183,15 @@ class Tally:
         return made
 
 
-def _welford(mean: torch.Tensor, m2: torch.Tensor, value: torch.Tensor, n: int) -> None:
-    """The running mean and sum of squared deviations, in place, with the n-th value (Welford 1962)."""
-    delta = value - mean
-    mean += delta / n
-    m2 += delta * (value - mean)
+def _join(mean: torch.Tensor, m2: torch.Tensor, values: torch.Tensor, n_before: int) -> None:
+    """The running mean and sum of squared deviations of ``n_before`` values, in place, with a group of
+    B more (B, ...) joined (Chan, Golub and LeVeque 1979; for B = 1, Welford 1962's update)."""
+    group = values.mean(dim=0)
+    deviations = ((values - group) ** 2).sum(dim=0)
+    n_group = values.shape[0]
+    delta = group - mean
+    mean += delta * (n_group / (n_before + n_group))
+    m2 += deviations + delta**2 * (n_before * n_group / (n_before + n_group))
 
 
 def _chan(a: tuple[torch.Tensor, torch.Tensor, int], b: tuple[torch.Tensor, torch.Tensor, int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,8 +205,8 @@ def _chan(a: tuple[torch.Tensor, torch.Tensor, int], b: tuple[torch.Tensor, torc
 
 
 def _text_values(made: dict[str, Any], epsilon: float) -> torch.Tensor:
-    """(H, 3) one text's sink score, first-row entropy and whether its sink score is over epsilon."""
-    sink = made["sink"]  # (H,)
+    """(B, H, 3) each text's sink score, first-row entropy and whether its sink score is over epsilon."""
+    sink = made["sink"]  # (B, H)
     return torch.stack([sink, made["first_row_entropy"], (sink > epsilon).double()], dim=-1)
 
 

@@ -62,6 +62,11 @@ ResumeOption = Annotated[
     typer.Option("--resume", help="Finish the census whose shards are in DIR: only the missing shards run.", show_default=False,
                  rich_help_panel=OUTPUT),
 ]  # fmt: skip
+ShardSizeOption = Annotated[
+    int,
+    typer.Option("--shard-size", help="Texts a shard holds: what a worker runs at once, batching texts of similar lengths, "
+                 "and what --resume runs again.", min=1, rich_help_panel=OUTPUT),
+]  # fmt: skip
 WorkersOption = Annotated[
     Optional[int],
     typer.Option("--workers", help="Local processes that run the shards, each opening the model once (default: the CPUs this "
@@ -107,6 +112,7 @@ def census(
     ray: RayOption = False,
     ray_address: RayAddressOption = None,
     shards: ShardsOption = None,
+    shard_size: ShardSizeOption = 256,
     resume: ResumeOption = None,
     format: FormatOption = Format.auto,
     output: OutputOption = None,
@@ -139,7 +145,7 @@ def census(
     if ray_address is not None and not ray:
         raise UsageError("--ray-address names the Ray cluster of --ray: add --ray")
     engine = (ray, ray_address, workers)
-    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon, against), engine, shards, resume, output)
+    made = _run(spec, corpus, (field, limit, sample, window, stride, epsilon, against), engine, (shards, shard_size), resume, output)
     _write(made, chosen, output, precision=precision, no_color=no_color, clobber=not no_clobber, ctx=ctx)
 
 
@@ -151,8 +157,8 @@ def _check_spec(spec: SourceSpec) -> None:
 
 
 def _run(
-    spec: SourceSpec, corpus: str, options: tuple[Any, ...], engine: tuple[bool, str | None, int | None], shards: Path | None,
-    resume: Path | None, output: Path | None,
+    spec: SourceSpec, corpus: str, options: tuple[Any, ...], engine: tuple[bool, str | None, int | None],
+    sharding: tuple[Path | None, int], resume: Path | None, output: Path | None,
 ) -> Census:  # fmt: skip
     """The census, its shards written as they are done (and kept, with a line that says how to go on,
     where the run is interrupted), then merged."""
@@ -164,6 +170,7 @@ def _run(
     from attn_cli.text.corpus import read_corpus
 
     field, limit, sample, window, stride, epsilon, against = options
+    shards, shard_size = sharding
     read = read_corpus(corpus, field=field, limit=limit, sample=sample, seed=spec.config.seed)
     source = open_source(spec)
     other = _against(spec, source, against)
@@ -174,7 +181,7 @@ def _run(
     folder, keep = (resume, True) if resume is not None else census_shards.shard_folder_for(output, shards)
     made = {"field": field, "limit": limit, "sample": sample, "seed": spec.config.seed, "epsilon": epsilon, "model": spec.model,
             "dtype": spec.dtype, "window": None if windows is None else [windows.size, windows.stride], "against": against}  # fmt: skip
-    manifest = census_shards.manifest_of(read, made, windows)
+    manifest = census_shards.manifest_of(read, made, windows, shard_size)
     folder_of = census_shards.prepare(folder, manifest, resume=resume is not None, fresh=shards is None and resume is None)
     again = f"census: the shards done are in {folder}; run the same command with --resume {folder} to finish\n".encode()
     ray, address, workers = engine

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.runtime.errors import InputError, UsageError
+from attn_cli.sources.census import GROUP_TEXTS
 
 if TYPE_CHECKING:
     from attn_cli.sources.census import Census, Windows
     from attn_cli.sources.spec import SourceSpec
     from attn_cli.text.corpus import Corpus
 
-SHARD_TEXTS = 32  # texts a shard holds
+SHARD_TEXTS = GROUP_TEXTS  # texts a shard holds by default (--shard-size): one group of texts batched together (sources.census)
 WHAT = {"options": "set of options", "texts": "corpus", "where": "corpus", "shard_texts": "shard size"}  # a manifest's keys, in words
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = "attn-cli census shards 1"
@@ -58,11 +59,11 @@ def shard_folder_for(output: Path | None, shards: Path | None) -> tuple[Path, bo
     return Path(tempfile.mkdtemp(prefix="attn-cli-census-")), False
 
 
-def manifest_of(corpus: Corpus, options: dict[str, Any], windows: Windows | None) -> dict[str, Any]:
+def manifest_of(corpus: Corpus, options: dict[str, Any], windows: Windows | None, shard_texts: int = SHARD_TEXTS) -> dict[str, Any]:
     """What made the shards: the corpus as read and the options that shape the numbers (each
     shard names its model)."""
     return {
-        "schema": MANIFEST_SCHEMA, "options": options, "texts": len(corpus.entries), "shard_texts": SHARD_TEXTS,
+        "schema": MANIFEST_SCHEMA, "options": options, "texts": len(corpus.entries), "shard_texts": shard_texts,
         "corpus": corpus.source, "where": [e.where for e in corpus.entries], "skipped": [s.as_dict() for s in corpus.skipped],
         "empty": corpus.empty, "window": None if windows is None else {"size": windows.size, "stride": windows.stride},
     }  # fmt: skip

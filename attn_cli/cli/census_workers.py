@@ -65,7 +65,12 @@ def _start(
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    import torch
+
     from attn_cli.pipeline import open_source
+    from attn_cli.runtime.threads import explicit_threads
+
+    torch.set_num_threads(explicit_threads() or 1)  # every step's threads, not only the model's: the CPUs shared out
 
     _state.update(source=open_source(spec), corpus=corpus, shards=shards, windows=windows, epsilon=epsilon,
                   against=None if against is None else open_source(against))  # fmt: skip

@@ -9,6 +9,7 @@ folded into the tally. The toy model keeps its tables: each layer's is given as 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
     from attn_cli.text.corpus import Corpus
 
 BLOCK_BYTES = 64 * 2**20  # one block of a layer's weights and what the census derives from it
+BATCH_BYTES = 16 * 2**20  # a batch's (B, H, T, T) float32 tables; a text whose own table is larger runs in blocks
+BATCH_TEXTS = 32  # texts a batch holds at most
+FLIGHT_BYTES = 256 * 2**20  # a batch's layer in flight (its (B, T, D) and (B, T, F) tensors; Checkpoint.estimate_bytes)
+GROUP_TEXTS = 256  # texts 256 k .. 256 k + 255 are batched among themselves (a shard of the CLI's holds one group)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +80,10 @@ def run_census(
     texts: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None, against: Source | None = None,
 ) -> Census:  # fmt: skip
     """The census of ``corpus`` (its ``texts`` by index only, for a shard), ``progress(texts, tokens)``
-    called after each text; with ``against``, each head's attention compared with that model's."""
+    called as texts are done; with ``against``, each head's attention compared with that model's.
+    Texts run in batches of similar lengths drawn from one group of GROUP_TEXTS (``_batches``): a text's
+    numbers depend on its group's texts only (to float32's last bits: a batch rounds its products a little
+    differently), so any split of the corpus into whole groups gives one run's numbers."""
     from attn_cli.analysis.tally import Tally
 
     one_stack(source)
@@ -83,44 +91,106 @@ def run_census(
         check_against(source, against)
     tally = Tally(source.n_layers, source.n_heads, epsilon)
     cut, model = 0, None
-    chosen = range(len(corpus.entries)) if texts is None else texts
-    for index in chosen:
-        parts = list(_parts(source, corpus.entries[index].text, windows, against, index))
-        cut += len(parts) > 1
-        for window, (tokens, made, model) in enumerate(parts):
+    chosen = sorted(range(len(corpus.entries)) if texts is None else texts)
+    for _, group in itertools.groupby(chosen, key=lambda index: index // GROUP_TEXTS):
+        parts = [part for index in group for part in _parts(source, corpus, index, windows, against)]
+        cut += len({part.text for part in parts if part.window > 0})
+        for batch in _batches(source, parts, one_at_a_time=against is not None):
+            made, model = _layers(source, batch, against)
             for layer, result in enumerate(made):
-                tally.add(layer, index, window, len(tokens), result)
-            tally.count_text(len(tokens))
-        if progress is not None:
-            progress(1, sum(len(part[0]) for part in parts))
+                tally.add(layer, [(part.text, part.window) for part in batch], result)
+            for part in batch:
+                tally.count_text(len(part.tokens))
+            if progress is not None:
+                progress(sum(part.last for part in batch), sum(len(part.tokens) for part in batch))
     checkpoint = getattr(source, "checkpoint", None)
     other = None if against is None else against.checkpoint.info.source
     return Census(tally, corpus, checkpoint.info if checkpoint is not None else model, windows, cut, other)
 
 
-def _parts(
-    source: Source, text: str, windows: Windows | None, against: Source | None = None, index: int = 0
-) -> Iterator[tuple[Tokens, list[dict[str, Any]], Any]]:
-    """Each window of the text (the whole text where it fits): its tokens, its layers' ``TextLayer``
-    results (with ``against``, each compared with that model's), and the model's ModelInfo."""
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A text, or one window of a long text's, as the model reads it."""
+
+    text: int  # its index in the corpus
+    window: int
+    tokens: Tokens
+    last: bool  # the text's last window
+    content: str = ""  # the toy's text (its run tokenizes it again)
+
+
+def _parts(source: Source, corpus: Corpus, index: int, windows: Windows | None, against: Source | None) -> list[Part]:
+    """Text ``index``'s windows (the whole text where it fits; the toy's text as it is), with --against
+    each checked to give the other model the same ids."""
+    text = corpus.entries[index].text
     checkpoint = getattr(source, "checkpoint", None)
     if checkpoint is None:
-        yield _toy(source, text)
-        return
+        return [Part(index, 0, source.tokenize(text), True, text)]  # type: ignore[attr-defined]
     assert windows is not None
-    others = None if against is None else against.checkpoint.tokenizer.windows(text, windows.size, windows.stride)
-    for window, tokens in enumerate(checkpoint.tokenizer.windows(text, windows.size, windows.stride)):
-        if others is None:
-            yield tokens, _checkpoint_layers(checkpoint, tokens), checkpoint.info
-            continue
-        if window >= len(others) or others[window].ids != tokens.ids:
-            raise UsageError(f"--against: text {index} gives other token ids through {against.checkpoint.info.name}'s tokenizer; "  # type: ignore[union-attr]
+    made = checkpoint.tokenizer.windows(text, windows.size, windows.stride)
+    if against is not None:
+        others = against.checkpoint.tokenizer.windows(text, windows.size, windows.stride)  # type: ignore[attr-defined]
+        if len(others) != len(made) or any(a.ids != b.ids for a, b in zip(made, others)):
+            raise UsageError(f"--against: text {index} gives other token ids through {against.checkpoint.info.name}'s tokenizer; "  # type: ignore[attr-defined]
                              "compare models that share a tokenizer")  # fmt: skip
-        yield tokens, _compared_layers(checkpoint, against.checkpoint, tokens), checkpoint.info  # type: ignore[union-attr]
+    return [Part(index, window, tokens, window == len(made) - 1) for window, tokens in enumerate(made)]
 
 
-def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
-    """Every layer's census sums of one text, computed in blocks."""
+def _batches(source: Source, parts: list[Part], *, one_at_a_time: bool) -> Iterator[list[Part]]:
+    """The parts in batches that run together: a trained model's texts of similar lengths (sorted by
+    length within a length class, as many as BATCH_BYTES of (H, T, T) float32 tables and FLIGHT_BYTES
+    of a layer in flight hold, at most BATCH_TEXTS), a longer one alone (in blocks); the toy's, and
+    ``one_at_a_time`` (--against), one by one."""
+    checkpoint = getattr(source, "checkpoint", None)
+    if checkpoint is None or one_at_a_time:
+        yield from ([part] for part in parts)
+        return
+    batch: list[Part] = []
+    for part in sorted(parts, key=lambda p: (checkpoint.length_class(len(p.tokens)), len(p.tokens), p.text, p.window)):
+        n = len(part.tokens)
+        fits = len(batch) < BATCH_TEXTS and (len(batch) + 1) * source.n_heads * 4 * n * n <= BATCH_BYTES  # (B, H, T, T) float32
+        fits = fits and (len(batch) + 1) * checkpoint.estimate_bytes(n, [0], "weights")["activations"] <= FLIGHT_BYTES
+        if batch and (not fits or checkpoint.length_class(n) != checkpoint.length_class(len(batch[0].tokens))):
+            yield batch
+            batch = []
+        batch.append(part)
+    if batch:
+        yield batch
+
+
+def _layers(source: Source, batch: list[Part], against: Source | None) -> tuple[list[dict[str, Any]], Any]:
+    """Every layer's ``TextLayer`` result over a batch (with ``against``, a text compared with that
+    model's), and the model's ModelInfo."""
+    checkpoint = getattr(source, "checkpoint", None)
+    if checkpoint is None:
+        return _toy(source, batch[0].content)
+    if against is not None:
+        return _compared_layers(checkpoint, against.checkpoint, batch[0].tokens), checkpoint.info  # type: ignore[attr-defined]
+    tokens = [part.tokens for part in batch]
+    if len(batch) == 1 and source.n_heads * 4 * len(tokens[0]) ** 2 > BATCH_BYTES:
+        return _blocked_layers(checkpoint, tokens[0]), checkpoint.info
+    return _batched_layers(checkpoint, tokens), checkpoint.info
+
+
+def _batched_layers(checkpoint: Any, texts: list[Tokens]) -> list[dict[str, Any]]:
+    """Every layer's census sums of a batch of texts run together, padded to the longest."""
+    from attn_cli.runtime import threads
+
+    info, n = checkpoint.info, max(len(tokens) for tokens in texts)
+    keys = [_keys(tokens, separator_ids(checkpoint)) for tokens in texts]
+    lengths = [len(tokens) for tokens in texts]
+    made: list[dict[str, Any]] = []
+
+    def visit(index: int, hidden: Any, t: Any, layer: Any) -> None:  # each layer's (B, H, T, T) weights as it passes, none kept
+        made.append(_table_sums(layer.weights, checkpoint.band(index), lengths, keys))
+
+    with threads.using_threads(threads.threads_for(len(texts) * (16 * n * info.d_model**2 + 4 * n * n * info.d_model))):
+        checkpoint.trace_batch(texts, [info.layers - 1], visit=visit)
+    return made
+
+
+def _blocked_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
+    """Every layer's census sums of one long text, computed in blocks (no (H, T, T) table)."""
     from attn_cli.analysis.headcensus import TextLayer
     from attn_cli.runtime import threads
     from attn_cli.sources.blocks import BlockPlan
@@ -130,7 +200,7 @@ def _checkpoint_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
     layers: dict[int, TextLayer] = {}
 
     def sink(layer: int, n_queries: int, n_keys: int) -> TextLayer:
-        layers[layer] = TextLayer(info.heads, n_queries, band=checkpoint.band(layer), sep=sep, punct=punct)
+        layers[layer] = TextLayer(info.heads, [n_queries], band=checkpoint.band(layer), sep=[sep], punct=[punct])
         return layers[layer]
 
     rows, group = checkpoint.block_shape(n, BLOCK_BYTES)
@@ -178,20 +248,22 @@ def _compared_layers(checkpoint: Any, other: Any, tokens: Tokens) -> list[dict[s
         x, y = a.weights.double(), b.weights.double()  # (H, T, T)
         cosine = torch.nn.functional.cosine_similarity(x.flatten(1), y.flatten(1), dim=-1)  # (H,)
         tv = 0.5 * (x - y).abs().sum(dim=-1).sum(dim=-1)  # (H,) summed over the rows
-        made.append({**_table_sums(a.weights, checkpoint.band(layer), sep, punct), "against": {"cosine": cosine, "tv": tv}})
+        sums = _table_sums(a.weights, checkpoint.band(layer), [n], [(sep, punct)])
+        made.append({**sums, "against": {"cosine": cosine[None], "tv": tv[None]}})  # (1, H) each: a batch of one
     return made
 
 
-def _table_sums(weights: Any, band: Any, sep: list[int], punct: list[int]) -> dict[str, Any]:
-    """A layer's (H, T, T) table given to a ``TextLayer`` as one block: its census sums."""
+def _table_sums(weights: Any, band: Any, lengths: list[int], keys: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    """A layer's (H, T, T) table, or a batch's (B, H, T, T) padded to the longest, given to a ``TextLayer``
+    as one block: its census sums. ``keys``: each text's (separator, punctuation) positions."""
     from attn_cli.analysis.headcensus import TextLayer
 
-    gathered = TextLayer(weights.shape[0], weights.shape[-1], band=band, sep=sep, punct=punct)
+    gathered = TextLayer(weights.shape[-3], lengths, band=band, sep=[k[0] for k in keys], punct=[k[1] for k in keys])
     gathered(0, weights, 0, 0)
     return gathered.result()
 
 
-def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:
+def _toy(source: Source, text: str) -> tuple[list[dict[str, Any]], Any]:
     """The toy's every layer, its tables given as one block each."""
     from attn_cli.records.band import Band
     from attn_cli.records.selection import Selection
@@ -203,8 +275,8 @@ def _toy(source: Source, text: str) -> tuple[Tokens, list[dict[str, Any]], Any]:
     for layer in trace.layers:
         if layer.mask is not None and not bool((layer.mask == causal_mask(layer.weights.shape[-1])).all()):
             raise UsageError("census reads a causal mask or none; this mask is neither")
-        made.append(_table_sums(layer.weights, Band() if layer.mask is None else Band(after=0), sep, punct))
-    return trace.tokens, made, trace.model
+        made.append(_table_sums(layer.weights, Band() if layer.mask is None else Band(after=0), [len(trace.tokens)], [(sep, punct)]))
+    return made, trace.model
 
 
 def separator_ids(checkpoint: Any) -> frozenset[int]:

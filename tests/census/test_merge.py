@@ -14,6 +14,7 @@ import pytest
 from test_census_measures import corpus
 
 from attn_cli.analysis.tally import Tally, head_results, model_sink_rate
+import attn_cli.sources.census as census_source
 from attn_cli.sources.census import run_census, windows_for
 from attn_cli.formats.census import shard_dict, tally_of
 from attn_cli.pipeline import open_source
@@ -51,13 +52,15 @@ def assert_same(got: Tally, want: Tally, rel: float = 1e-12) -> None:
     assert model_sink_rate(got) == pytest.approx(model_sink_rate(want), rel=rel)
 
 
-def test_shards_in_any_order_give_one_runs_numbers(setup: tuple[Any, Any, Any]) -> None:
+def test_shards_in_any_order_give_one_runs_numbers(setup: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards of whole groups (the texts batched together: 8 here, 60 texts in 8 groups)."""
+    monkeypatch.setattr(census_source, "GROUP_TEXTS", 8)
     n = len(setup[1].entries)
     whole = run_census(setup[0], setup[1], windows=setup[2]).tally
-    halves = [shard(setup, list(range(0, n // 2))), shard(setup, list(range(n // 2, n)))]
+    halves = [shard(setup, list(range(0, 32))), shard(setup, list(range(32, n)))]
     assert_same(halves[0].merge(halves[1]), whole)
     assert_same(halves[1].merge(halves[0]), whole)
-    thirds = [shard(setup, list(range(k, n, 3))) for k in range(3)]  # round robin: texts interleaved
+    thirds = [shard(setup, [i for i in range(n) if i // 8 % 3 == k]) for k in range(3)]  # round robin: groups interleaved
     random.Random(0).shuffle(thirds)
     merged = thirds[0]
     for part in thirds[1:]:
@@ -67,6 +70,21 @@ def test_shards_in_any_order_give_one_runs_numbers(setup: tuple[Any, Any, Any]) 
         assert_same(thirds[0].merge(thirds[1]), whole)
     with pytest.raises(AssertionError):  # control: a shard merged twice
         assert_same(merged.merge(thirds[0]), whole)
+
+
+def test_texts_split_across_groups_agree_to_float32(setup: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts split off their group run in other batches: their numbers round a little apart (float32's
+    products), far below any measure's meaning, and the merge stays exact."""
+    monkeypatch.setattr(census_source, "GROUP_TEXTS", 8)
+    n = len(setup[1].entries)
+    whole = run_census(setup[0], setup[1], windows=setup[2]).tally
+    interleaved = [shard(setup, list(range(k, n, 3))) for k in range(3)]
+    got = interleaved[0].merge(interleaved[1]).merge(interleaved[2])
+    assert (got.texts, got.tokens) == (whole.texts, whole.tokens)
+    for a, b in zip(head_results(got), head_results(whole)):
+        for part in ("measures", "se"):
+            for name, value in b[part].items():
+                assert a[part][name] == pytest.approx(value, abs=1e-6, nan_ok=True), (part, name)
 
 
 def test_tallies_of_different_models_do_not_merge() -> None:

@@ -16,8 +16,8 @@ def test_ray_gives_the_local_workers_bytes(minilm_path: Path, tmp_path: Path) ->
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(corpus(70, seed=11)) + "\n", encoding="utf-8")  # 3 shards
     local, on_ray = tmp_path / "local.json", tmp_path / "ray.json"
-    invoke("census", str(path), "--model", str(minilm_path), "--workers", "1", "-o", str(local))
-    result = invoke("census", str(path), "--model", str(minilm_path), "--ray", "--workers", "2", "-o", str(on_ray))
+    invoke("census", str(path), "--model", str(minilm_path), "--shard-size", "32", "--workers", "1", "-o", str(local))
+    result = invoke("census", str(path), "--model", str(minilm_path), "--shard-size", "32", "--ray", "--workers", "2", "-o", str(on_ray))
     assert on_ray.read_bytes() == local.read_bytes()
     assert result.stderr.strip().splitlines()[-1].startswith("wrote ")  # Ray's own start-up lines are not shown
     for name in ("shard-00000.json", "shard-00001.json", "shard-00002.json"):

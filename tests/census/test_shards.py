@@ -23,12 +23,12 @@ from test_census_measures import corpus
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shards") / "corpus.txt"
-    path.write_text("\n".join(corpus(150, seed=5)) + "\n", encoding="utf-8")  # 5 shards of 32
+    path.write_text("\n".join(corpus(150, seed=5)) + "\n", encoding="utf-8")  # 5 shards of 32 (--shard-size 32)
     return path
 
 
 def census(minilm: Path, corpus_path: Path, *args: str, code: int = 0) -> Any:
-    return invoke("census", str(corpus_path), "--model", str(minilm), *args, code=code)
+    return invoke("census", str(corpus_path), "--model", str(minilm), "--shard-size", "32", *args, code=code)
 
 
 def test_workers_resume_and_merge_give_the_same_bytes(minilm_path: Path, corpus_path: Path, tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_ctrl_c_keeps_the_shards_done_and_resume_finishes(minilm_path: Path, cor
     one line naming the command that goes on, the shards kept, no worker left; resumed, the bytes
     of a run straight through."""
     out = tmp_path / "out.json"
-    args = [sys.executable, "-m", "attn_cli", "census", str(corpus_path), "--model", str(minilm_path), "--workers", "2", "-o", str(out)]
+    args = [sys.executable, "-m", "attn_cli", "census", str(corpus_path), "--model", str(minilm_path), "--shard-size", "32", "--workers", "2", "-o", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
     shards = tmp_path / "out.shards"

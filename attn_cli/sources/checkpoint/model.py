@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.families import Family
     from attn_cli.sources.checkpoint.families.base import Head
+    from attn_cli.sources.checkpoint.families.loop import Visit
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # --dtype: the names torch gives them, and bytes each
@@ -164,14 +165,44 @@ class Checkpoint:
         from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
+        self._check_length(tokens)
+        return forward(
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks
+        ).layers
+
+    def trace_batch(self, texts: Sequence[Tokens], layers: Sequence[int], visit: Visit | None = None) -> list[LayerWeights]:
+        """``trace`` at "weights" over a batch of texts run together, padded on the right to the
+        longest (``families.loop.padded_inputs``): one record per requested layer, its weights
+        (B, H, T, T), text b's own weights in [b, :, :T_b, :T_b] (every other weight of its rows 0).
+        ``visit``: called with every layer's attention as it passes (``families.forward``)."""
+        import torch
+
+        from attn_cli.sources.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families.loop import padded_inputs
+
+        self._check_layers(layers)
+        for tokens in texts:
+            self._check_length(tokens)
+        if len({self._family.length_class(len(tokens)) for tokens in texts}) > 1:
+            raise ValueError("a batch's texts must share a length class (Family.length_class): their positions would differ")
+        longest = max(texts, key=len)
+        with torch.inference_mode():
+            hidden, padding = padded_inputs(self._family, self._weights, texts)  # (B, T, D), (B, T)
+        device = self._weights.device
+        return forward(
+            self._family, self._weights, longest, layers, device, "weights", start=(0, hidden.to(device)), padding=padding, visit=visit
+        ).layers
+
+    def length_class(self, n_tokens: int) -> int:
+        """Texts of one class may share a batch (``trace_batch``; ``Family.length_class``)."""
+        return self._family.length_class(n_tokens)
+
+    def _check_length(self, tokens: Tokens) -> None:
         if self.info.max_positions is not None and len(tokens) > self.info.max_positions:
             raise UsageError(
                 f"{len(tokens)} tokens, but {self.info.source} takes at most {self.info.max_positions}; "
                 f"encode the text with its tokenizer (which truncates or refuses)"
             )
-        return forward(
-            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks
-        ).layers
 
     def predict(
         self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep = "all", *, norms: bool = False,

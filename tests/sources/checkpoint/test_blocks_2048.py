@@ -57,8 +57,7 @@ def test_statistics_rows_and_maps_at_2048_tokens(tmp_path: Path, name: str) -> N
     family = ckpt._family
     for summary in layers:
         weights = ref.weights[summary.layer].float()  # (H, T, T)
-        family._tokens = N_TOKENS  # ModernBERT makes its windows' masks for the text its embed read
-        mask = family.layer_mask(summary.layer, family.mask(N_TOKENS))
+        mask = family.layer_mask(summary.layer, family.mask(N_TOKENS), N_TOKENS)
         check(summary, weights, mask, heads)
 
 

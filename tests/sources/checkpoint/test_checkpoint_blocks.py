@@ -52,7 +52,7 @@ def assert_equal_to_reference(layers: list[Any], ref: Any, masks: list[torch.Ten
 def test_blocks_equal_transformers(folders: Any, name: str) -> None:
     ckpt, tokens, layers = summaries(folders(name), checkpoints.ONE_PER_MODEL_TYPE[name][2], queries=(0, 3, -1))
     family = ckpt._family
-    masks = [family.layer_mask(i, family.mask(len(tokens))) for i in range(ckpt.info.layers)]
+    masks = [family.layer_mask(i, family.mask(len(tokens)), len(tokens)) for i in range(ckpt.info.layers)]
     assert all(summary.rows.shape == (3, ckpt.info.heads, len(tokens)) for summary in layers)
     assert_equal_to_reference(layers, checkpoints.reference(folders(name), tokens.ids), masks)
 
@@ -62,9 +62,8 @@ def test_every_band_is_the_family_mask(folders: Any, name: str) -> None:
     """``Family.band(layer).table(T)`` is ``layer_mask``'s table, at a length inside and past every window."""
     family = open_checkpoint(str(folders(name)))._family
     for n_tokens in (3, 40):
-        family._tokens = n_tokens  # ModernBERT makes its windows' masks for the text its embed read
         for layer in range(family.layers):
-            want = family.layer_mask(layer, family.mask(n_tokens))
+            want = family.layer_mask(layer, family.mask(n_tokens), n_tokens)
             got = family.band(layer).table(n_tokens)
             if want is None or not bool(want.any()):
                 assert got is None, f"layer {layer}"
@@ -77,7 +76,7 @@ def test_a_window_band_off_by_one_is_seen(folders: Any, monkeypatch: pytest.Monk
     folder, text = folders("mistral"), checkpoints.ONE_PER_MODEL_TYPE["mistral"][2]
     ckpt, tokens, _ = summaries(folder, text)
     family = ckpt._family
-    masks = [family.layer_mask(i, family.mask(len(tokens))) for i in range(ckpt.info.layers)]
+    masks = [family.layer_mask(i, family.mask(len(tokens)), len(tokens)) for i in range(ckpt.info.layers)]
     ref = checkpoints.reference(folder, tokens.ids)
     monkeypatch.setattr(decoder.Decoder, "band", lambda self, layer: Band(before=self.windows[layer], after=0))
     _, _, wide = summaries(folder, text)

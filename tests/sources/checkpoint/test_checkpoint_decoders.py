@@ -201,7 +201,7 @@ BUGS = {
     "gemma2-post-norms-left-out": ("gemma2", lambda mp: mp.setattr(gemma.Gemma2, "post_norm", False), "layer 1"),
     "olmo2-pre-norms-where-post": ("olmo2", lambda mp: _pre_norm_where_post(mp), "layer 0"),
     "serial-residual-where-parallel": ("neox", lambda mp: _serial(mp, gpt_neox.GptNeoX), "layer 1"),
-    "local-window-ignored": ("gemma2", lambda mp: mp.setattr(decoder.Decoder, "layer_mask", lambda self, i, shared: shared), "layer 0 weights"),
+    "local-window-ignored": ("gemma2", lambda mp: mp.setattr(decoder.Decoder, "layer_mask", lambda self, i, shared, n: shared), "layer 0 weights"),
     "gemma3-one-rope-for-all": (
         "gemma3", lambda mp: mp.setattr(gemma.Gemma3Text, "rotary_per_layer_type", False), "layer 0 weights",
     ),

@@ -114,7 +114,7 @@ BUGS = {
     ),
     "distilbert-sinusoids-recomputed": ("distilbert-sinusoidal", _positions_recomputed, "layer 0"),
     "modernbert-local-window-ignored": (
-        "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "layer_mask", lambda self, i, shared: None), "layer 1 weights",
+        "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "layer_mask", lambda self, i, shared, n: None), "layer 1 weights",
     ),
     "modernbert-global-rope-everywhere": (
         "modernbert", lambda mp: mp.setattr(modernbert.ModernBert, "rotary_per_layer_type", False),

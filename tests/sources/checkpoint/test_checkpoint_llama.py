@@ -200,7 +200,7 @@ def test_a_classic_bug_fails_the_comparison(name, module, attribute, bug, folder
 def test_a_dropped_sliding_window_fails_the_comparison(name: str, folders, monkeypatch: pytest.MonkeyPatch) -> None:
     ckpt, tokens, ref = checkpoints.with_reference(folders(name), CHECKPOINTS[name][1])
     assert len(tokens) > 2 * WINDOW  # the window hides keys from most queries
-    monkeypatch.setattr(llama.Llama, "layer_mask", lambda self, layer, shared: shared)  # causal only
+    monkeypatch.setattr(llama.Llama, "layer_mask", lambda self, layer, shared, n: shared)  # causal only
     first = 0 if name == "mistral" else 1  # Qwen2 slides from max_window_layers (1) on
     with pytest.raises(AssertionError, match=f"layer {first} weights"):
         assert_matches(ckpt.trace(tokens, range(ckpt.info.layers)), ref)

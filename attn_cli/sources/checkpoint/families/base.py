@@ -167,6 +167,11 @@ class Family(abc.ABC):
         applied (rotary families); as they are otherwise."""
         return queries, keys
 
+    def length_class(self, n_tokens: int) -> int:
+        """Texts of one class run padded to one length in a batch (``Checkpoint.trace_batch``) as each
+        would alone: 0 at every length, but where positions read the text's length (LongRoPE)."""
+        return 0
+
     # half-precision scores' softmax in float32, rounded back (softmax(dtype=float32)); False:
     # torch's softmax of the half-precision scores (GPT-2, BERT and BART call it so)
     softmax_upcast: ClassVar[bool] = True
@@ -182,8 +187,8 @@ class Family(abc.ABC):
         bias (H or 1, T, T) (relative positions) and a soft-cap, each None when absent."""
         return None, None
 
-    def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
-        """(T, T) layer ``layer``'s mask given the shared one (a sliding window adds to it)."""
+    def layer_mask(self, layer: int, shared: torch.Tensor | None, n_tokens: int) -> torch.Tensor | None:
+        """(T, T) layer ``layer``'s mask over ``n_tokens`` given the shared one (a sliding window adds to it)."""
         return shared
 
     def band(self, layer: int) -> Band:

@@ -106,13 +106,10 @@ class Decoder(Family):
         self._kv_heads = int(c.kv_heads or self.heads)
         default_dim = self.head_dim_default or self.d_model // max(self.heads, 1)
         self._head_dim = int(c.head_dim or default_dim) if self.reads_head_dim() else default_dim
-        self.d_ffn, self.max_positions, self.vocab_rows = int(c.d_ffn), int(c.max_positions), int(c.vocab_size)
-        self.eps = float(c.eps)
+        self.d_ffn, self.max_positions, self.vocab_rows, self.eps = int(c.d_ffn), int(c.max_positions), int(c.vocab_size), float(c.eps)
         self.act = activation(self.activation_name(), self.config_class.key_of("activation"), self.family, in_place=True)
         if c.bidirectional:
-            raise ModelUnavailable(
-                f"config.json use_bidirectional_attention: attn-cli computes {self.model_type} as a causal decoder only"
-            )
+            raise ModelUnavailable(f"config.json use_bidirectional_attention: attn-cli computes {self.model_type} as a causal decoder only")
         self.qkv_bias, self.out_bias, self.mlp_bias = self.biases()
         self.windows = self.layer_windows()
         self.rotaries = self.layer_rotaries()
@@ -320,6 +317,9 @@ class Decoder(Family):
     def rotate(self, queries: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotaries[layer].apply(queries, keys)  # (H, T, Dk), (Hkv, T, Dk)
 
+    def length_class(self, n_tokens: int) -> int:
+        return max(rotary.length_class(r.settings, n_tokens) for r in self.rotaries)
+
     def rotary_text(self) -> str:
         texts = list(dict.fromkeys(r.text() for r in self.rotaries))
         if len(texts) == 1:
@@ -345,11 +345,11 @@ class Decoder(Family):
         window = self.windows[layer]  # each query sees itself and window - 1 keys before it
         return Band(before=None if window is None else window - 1, after=0)
 
-    def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
+    def layer_mask(self, layer: int, shared: torch.Tensor | None, n_tokens: int) -> torch.Tensor | None:
         window = self.windows[layer]
-        if window is None or shared is None or shared.shape[0] <= window:
+        if window is None or shared is None or n_tokens <= window:
             return shared
-        return self.band(layer).table(shared.shape[0]).to(shared.device)  # (T, T) the causal mask and the window
+        return self.band(layer).table(n_tokens).to(shared.device)  # (T, T) the causal mask and the window
     def mlp(self, t: LayerTensors, x: torch.Tensor) -> torch.Tensor:
         """(T, D) -> (T, D) the feed-forward branch: transformers' act(gate) * up written into the gate's
         block (``self.act`` in place where torch can; the product commutes exactly), two (T, F) in flight, not four."""

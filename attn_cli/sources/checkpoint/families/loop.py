@@ -53,6 +53,7 @@ def forward(
     start: tuple[int, torch.Tensor] | None = None,
     visit: Visit | None = None,
     blocks: BlockPlan | None = None,
+    padding: torch.Tensor | None = None,
 ) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
@@ -68,14 +69,18 @@ def forward(
     input, the layer's tensors and the attention as it passes (cross-attention's too).
     ``blocks``: no layer's tables are made; every layer's attention runs in blocks of query rows,
     and each kept layer is a ``LayerSummary`` (its statistics and chosen rows; ``BlockPlan``).
+    ``padding`` (B, T): True at the positions that pad a batch of texts (``padded_inputs``, given as
+    ``start``), hidden as keys in every layer: each text's rows and keys are its own run's.
     The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
-    assert blocks is None or not (norms or rollout or visit or memory is not None), "a blocked run keeps statistics and rows only"
+    assert blocks is None or not (norms or rollout or visit or memory is not None or padding is not None), "a blocked run keeps statistics and rows only"
     wanted = set(layers)
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
     heap = LayerHeap(0 if blocks else family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
     run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap, blocks)
+    if padding is not None:  # a text's rows never see the padding; a padding row keeps the layer's own mask (>= 1 key)
+        run.padding = ((~padding)[:, None, :, None] & padding[:, None, None, :]).to(device)  # (B, 1, T, T)
     try:
         with torch.inference_mode():
             first, hidden = start if start is not None else (0, family.embed(weights, tokens))  # (..., T, D)
@@ -103,6 +108,7 @@ class LayerPass:
     heap: LayerHeap
     blocks: BlockPlan | None = None
     shared: torch.Tensor | None = None  # (T, T) the mask every layer starts from
+    padding: torch.Tensor | None = None  # (B, 1, T, T) a batch's padding keys, hidden from its texts' rows
     kept: dict[int, LayerWeights | LayerSummary] = dataclasses.field(default_factory=dict)
     crossed: dict[int, LayerWeights] = dataclasses.field(default_factory=dict)
 
@@ -117,7 +123,7 @@ class LayerPass:
                 self.kept[index] = summary
             return family.finish_layer(t, hidden, output) if finish else hidden  # (T, D)
         self.heap.before_layer(len(self.kept))  # the heap's free memory back where it would raise the peak
-        t, layer = attention_step(family, self.weights, index, hidden, self.shared, self.heap)
+        t, layer = attention_step(family, self.weights, index, hidden, self.shared, self.heap, self.padding)
         output = layer.output  # (..., T, D)
         if self.rollout is not None:
             self.rollout.add(layer.weights, layer.mask)
@@ -151,14 +157,17 @@ def kept_layer(layer: LayerAttention, keep: Keep, norms: bool) -> LayerWeights:
 
 def attention_step(
     family: Family, weights: Weights, index: int, hidden: torch.Tensor, shared: torch.Tensor | None,
-    heap: LayerHeap | None = None,
+    heap: LayerHeap | None = None, padding: torch.Tensor | None = None,
 ) -> tuple[LayerTensors, LayerAttention]:
     """Layer ``index``'s attention over its input ``hidden`` (T, D): its tensors (for
     ``finish_layer``) and every tensor of its multi-head attention. ``shared``: the (T, T)
-    mask every layer starts from. ``heap``: the forward's, which places the weights' table."""
+    mask every layer starts from. ``heap``: the forward's, which places the weights' table.
+    ``padding`` (B, 1, T, T): a batch's padding keys, hidden from its texts' rows besides the layer's mask."""
     t, x, divisor, divisor_text = layer_inputs(family, weights, index, hidden)
-    mask = family.layer_mask(index, shared)  # (T, T) or None
+    mask = family.layer_mask(index, shared, hidden.shape[-2])  # (T, T) or None
     mask = mask.to(hidden.device) if mask is not None else None  # a window a family made itself (ModernBERT's): on the CPU
+    if padding is not None:
+        mask = padding if mask is None else mask | padding  # (B, 1, T, T)
     n_tokens = hidden.shape[-2]
     bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
     shape = (*hidden.shape[:-2], family.heads, n_tokens, n_tokens)  # the weights: (H, T, T), or (B, H, T, T)
@@ -193,6 +202,17 @@ def blocked_step(
     )  # 4. (H, T, Dv), no (H, T, T) tensor: with a band, only the keys each block's rows see
     output = merged_heads(context, projections)[2]  # 5. (T, D)
     return t, output, gathering.summary(index, divisor, divisor_text) if gathering else None
+
+
+def padded_inputs(family: Family, weights: Weights, texts: Sequence[Tokens]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of texts' first-layer inputs (B, T, D), each text's (T_b, D) embedding padded on the
+    right with zero rows to the longest's T (positions 0 .. T_b - 1 stay each text's own), and the
+    (B, T) padding, True past each text's end: ``forward``'s ``start`` and ``padding``."""
+    rows = [family.embed(weights, tokens) for tokens in texts]  # (T_b, D) each
+    n = max(len(tokens) for tokens in texts)
+    hidden = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (B, T, D), zeros past each text's end
+    padding = torch.arange(n) >= torch.tensor([len(tokens) for tokens in texts])[:, None]  # (B, T)
+    return hidden, padding
 
 
 def layer_inputs(family: Family, weights: Weights, index: int, hidden: torch.Tensor) -> tuple[LayerTensors, torch.Tensor, float, str]:

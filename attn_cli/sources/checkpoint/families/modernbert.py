@@ -130,7 +130,6 @@ class ModernBert(Decoder):
         return shapes
 
     def embed(self, weights: Weights, tokens: Tokens) -> torch.Tensor:
-        self._tokens = len(tokens)  # the windows' masks are made per layer, for this text
         rows = super().embed(weights, tokens)  # (T, D)
         bias = weights.read("embeddings.norm.bias") if self.norm_bias else None
         return norms.layer_norm(rows, weights.read("embeddings.norm.weight"), bias, self.eps)  # (T, D)
@@ -145,6 +144,6 @@ class ModernBert(Decoder):
         half = self.windows[layer]  # |i - j| <= half either way
         return Band() if half is None else Band(before=half, after=half)
 
-    def layer_mask(self, layer: int, shared: torch.Tensor | None) -> torch.Tensor | None:
-        return self.band(layer).table(self._tokens)  # (T, T) True = hidden: farther than half the window either way
+    def layer_mask(self, layer: int, shared: torch.Tensor | None, n_tokens: int) -> torch.Tensor | None:
+        return self.band(layer).table(n_tokens)  # (T, T) True = hidden: farther than half the window either way
 

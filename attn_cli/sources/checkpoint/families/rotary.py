@@ -151,6 +151,12 @@ def longrope(s: RopeSettings, n_tokens: int) -> tuple[torch.Tensor, float]:
     return 1.0 / (ext * s.theta**shape), float(attention)
 
 
+def length_class(s: RopeSettings, n_tokens: int) -> int:
+    """1 where the rotation of ``n_tokens`` tokens reads their number (LongRoPE past
+    original_max_position_embeddings: the long factors), else 0."""
+    return int(s.rope_type == "longrope" and n_tokens > s.params["original_max_position_embeddings"])
+
+
 def frequencies(s: RopeSettings, n_tokens: int) -> tuple[torch.Tensor, float]:
     """((R/2,) each pair's rotation per position, the factor cos and sin are multiplied by)."""
     if s.rope_type == "yarn":
