@@ -123,7 +123,9 @@ def llama_tokenizer(style: str, vocab_size: int = 400) -> Any:
     return tokenizer
 
 
-def build_llama(folder: Path, *, model_type: str = "llama", style: str = "byte_level", seed: int = 2, **overrides: Any) -> Path:
+def build_llama(
+    folder: Path, *, model_type: str = "llama", style: str = "byte_level", seed: int = 2, cls: str | None = None, **overrides: Any
+) -> Path:
     """A 3-layer Llama-style decoder (llama, mistral, qwen2) saved as *ForCausalLM
     (tensor names "model.*", and lm_head) with a BOS-first tokenizer.json."""
     import transformers
@@ -138,13 +140,13 @@ def build_llama(folder: Path, *, model_type: str = "llama", style: str = "byte_l
     config = config_class(
         vocab_size=tokenizer.get_vocab_size(), bos_token_id=tokenizer.token_to_id(BOS[style]), **{**LLAMA_SIZES, **overrides}
     )
-    model = getattr(transformers, LLAMA_CLASSES[model_type])(config)
+    model = getattr(transformers, cls or LLAMA_CLASSES[model_type])(config)
     sharpen(model, seed)
     model.save_pretrained(folder)
     return folder
 
 
-def build_gpt2(folder: Path, *, lm_head: bool = True, seed: int = 0, **overrides: Any) -> Path:
+def build_gpt2(folder: Path, *, lm_head: bool = True, seed: int = 0, cls: str | None = None, **overrides: Any) -> Path:
     """A 3-layer GPT-2 saved as GPT2LMHeadModel (tensor names "transformer.*") with a
     byte-level BPE tokenizer.json, and its vocab.json + merges.txt."""
     import transformers
@@ -157,7 +159,7 @@ def build_gpt2(folder: Path, *, lm_head: bool = True, seed: int = 0, **overrides
     config = transformers.GPT2Config(
         vocab_size=tokenizer.get_vocab_size(), bos_token_id=eot, eos_token_id=eot, **{**GPT2_SIZES, **overrides}
     )
-    model = (transformers.GPT2LMHeadModel if lm_head else transformers.GPT2Model)(config)
+    model = (getattr(transformers, cls) if cls else transformers.GPT2LMHeadModel if lm_head else transformers.GPT2Model)(config)
     sharpen(model, seed)
     model.save_pretrained(folder)
     return folder
@@ -414,7 +416,7 @@ PHI3_SIZES = dict(
 )  # fmt: skip
 
 
-def build_decoder(folder: Path, *, model_type: str, seed: int = 3, old_keys: Any = None, **overrides: Any) -> Path:
+def build_decoder(folder: Path, *, model_type: str, seed: int = 3, old_keys: Any = None, cls: str | None = None, **overrides: Any) -> Path:
     """A 3-layer decoder of ``model_type`` saved as its *ForCausalLM (transformers 5's
     config.json), with Llama 3's kind of tokenizer.json; ``old_keys(config)`` then
     rewrites config.json the way older files on the Hub spell it."""
@@ -432,7 +434,7 @@ def build_decoder(folder: Path, *, model_type: str, seed: int = 3, old_keys: Any
         model_type, vocab_size=tokenizer.get_vocab_size(), bos_token_id=tokenizer.token_to_id(bos), pad_token_id=0,
         **{**sizes, **overrides},
     )  # fmt: skip
-    model = getattr(transformers, CAUSAL_CLASSES[model_type])(config)
+    model = getattr(transformers, cls or CAUSAL_CLASSES[model_type])(config)
     sharpen(model, seed)
     model.save_pretrained(folder)
     if old_keys is not None:
@@ -481,7 +483,7 @@ MODERNBERT_SIZES = dict(
 )  # fmt: skip
 
 
-def build_encoder(folder: Path, *, model_type: str, seed: int = 4, **overrides: Any) -> Path:
+def build_encoder(folder: Path, *, model_type: str, seed: int = 4, cls: str | None = None, **overrides: Any) -> Path:
     """A 3-layer encoder of ``model_type`` saved as its *ForMaskedLM with the tokenizer.json its kind ships."""
     import transformers
 
@@ -503,7 +505,7 @@ def build_encoder(folder: Path, *, model_type: str, seed: int = 4, **overrides: 
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
     config = transformers.AutoConfig.for_model(model_type, vocab_size=tokenizer.get_vocab_size(), **{**sizes, **overrides})
-    model = getattr(transformers, ENCODER_CLASSES[model_type])(config)
+    model = getattr(transformers, cls or ENCODER_CLASSES[model_type])(config)
     sharpen(model, seed)
     model.save_pretrained(folder)
     return folder

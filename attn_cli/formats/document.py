@@ -18,6 +18,7 @@ from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
 from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
+from attn_cli.records.results import Classification
 from attn_cli.records.summary import LayerSummary
 from attn_cli.records.trace import Stack, Trace
 
@@ -256,11 +257,18 @@ def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | Non
     return made
 
 
-def predictions_list(run: Trace) -> list[dict[str, Any]] | None:
-    """The top-level ``predictions`` array (--predict): per position, its top K, most likely first."""
+def predictions_list(run: Trace) -> list[dict[str, Any]] | dict[str, Any] | None:
+    """The top-level ``predictions`` (--predict): per position, its top K, most likely first; a classifier's
+    one object, ``{"position", "top": [{"index", "label", "prob", "logit"}, ...]}``."""
     p = run.predictions
     if p is None:
         return None
+    if isinstance(p, Classification):
+        probs = p.probs if p.probs is not None else (None,) * p.k
+        return {"position": p.position, "top": [
+            {"index": i, "label": label, "prob": None if prob is None else float32_value(prob), "logit": float32_value(logit)}
+            for i, label, prob, logit in zip(p.indices, p.labels, probs, p.logits)
+        ]}  # fmt: skip
     ids, probs, logits = p.ids.tolist(), p.probs.tolist(), p.logits.tolist()
     return [
         {"position": i, "top": [

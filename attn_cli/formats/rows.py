@@ -43,6 +43,11 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
         stacks = run.stacks
         positions = rows.labels if len(stacks) == 1 else [t["label"] for t in token_dicts(stacks["decoder"].tokens)]  # the decoder's
+        if isinstance(predictions, dict):  # a classifier's labels at the position its head reads ("" for the mean of all)
+            i, entry = predictions["position"], predictions
+            yield [(index, rows.tokenizer, "predictions", "", "", "" if i is None else i, r, "" if i is None else positions[i], top["label"],
+                    top["prob"] if top["prob"] is not None else top["logit"]) for r, top in enumerate(entry["top"])]  # fmt: skip
+            predictions = []
         for entry in predictions:
             i = entry["position"]
             yield [(index, rows.tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]

@@ -1,6 +1,6 @@
 """What analyses leave in a trace beside the layers: the rollout through the kept layers
 (``attn_cli.analysis.rollout`` computes it) and every position's predictions
-(``attn_cli.analysis.effects``). Shapes: T tokens, K predictions kept per position.
+(``attn_cli.analysis.effects``), or a classifier's labels. Shapes: T tokens, K predictions kept per position.
 """
 
 from __future__ import annotations
@@ -38,3 +38,18 @@ class Predictions:
     @property
     def k(self) -> int:
         return self.ids.shape[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    """A sequence classifier's labels (--predict on a *ForSequenceClassification), most likely first."""
+
+    position: int | None  # the position its head reads; None: the mean of every position (ModernBERT's mean pooling)
+    indices: tuple[int, ...]  # label indices
+    labels: tuple[str, ...]  # their names (config.json's id2label)
+    probs: tuple[float, ...] | None  # softmax of the logits (one label per text), sigmoid (several), None (regression)
+    logits: tuple[float, ...]
+
+    @property
+    def k(self) -> int:
+        return len(self.indices)

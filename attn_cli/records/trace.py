@@ -20,7 +20,7 @@ from attn_cli.records.about import About
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
-    from attn_cli.records.results import Predictions
+    from attn_cli.records.results import Classification, Predictions
     from attn_cli.records.results import Rollout
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.tokens import Tokens, Truncation
@@ -211,7 +211,7 @@ class Trace(Generic[LayerT]):
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
-    predictions: Predictions | None = None  # every position's top-K next tokens or fillers (--predict; analysis.effects)
+    predictions: Predictions | Classification | None = None  # every position's top-K next tokens or fillers, or a classifier's labels (--predict)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
     ended_at_once: bool = False  # --generate on an encoder-decoder: its first token was end-of-sequence (ENDED_AT_ONCE)

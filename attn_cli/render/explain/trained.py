@@ -10,6 +10,7 @@ shows in this text.
 from __future__ import annotations
 
 from attn_cli.analysis.headroles import BROAD, THRESHOLDS, role_scores, text_scores
+from attn_cli.records.results import Classification
 from attn_cli.render.commands import command_line
 from attn_cli.render.explain.document import FULL_T, Block, Grid, Line, Step
 from attn_cli.render.explain.layout import repeats_of
@@ -216,6 +217,11 @@ class TrainedWalkthrough(Walkthrough):
         """--predict: what the whole model makes of it, at the followed query or every position."""
         p = self.run.predictions
         assert p is not None
+        if isinstance(p, Classification):
+            where = "the mean of every position" if p.position is None else f"position {p.position}"
+            scores = p.probs if p.probs is not None else p.logits
+            labels = ", ".join(f"{label} {self.f(v)}" for label, v in zip(p.labels, scores))
+            return Step(11, "What the model predicts", (Line(f"Past layer {self.index}, the model runs to its last layer; its classification head reads {where}: {labels}."),))
         n = len(self.run.tokens)
         positions = [self.q] if self.q is not None else list(range(min(n, PREDICTION_ROWS)))
         probs = p.probs.tolist()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.about import filled
 from attn_cli.records.hiding import cut
+from attn_cli.records.results import Classification
 from attn_cli.render.page.chunks import PRECISION, Chunk, Chunks, f32, f32_norms, f32_scores, fixed_weights
 from attn_cli.render.terminal.fit import spans
 
@@ -131,6 +132,9 @@ def _predictions(trace: Trace) -> dict[str, Any] | None:
     p = trace.predictions
     if p is None:
         return None
+    if isinstance(p, Classification):  # one position's labels: shown on the token the head reads
+        scores = p.probs if p.probs is not None else p.logits
+        return {"k": p.k, "next": False, "classified": {"position": p.position, "labels": list(p.labels), "probs": [f"{v:.{PRECISION}f}" for v in scores]}}
     kept = list(trace.hiding.kept) if trace.renormalized and trace.hiding is not None else list(range(len(p.labels)))
     probs = p.probs.tolist()
     return {

@@ -113,6 +113,7 @@
   function predicted(i) { // --predict: "next: a 0.8892, G 0.0672" for position i, or ""
     const p = trace().predictions;
     if (!p) return "";
+    if (p.classified) return i === p.classified.position ? " · the classifier's labels: " + p.classified.labels.map((label, r) => `${label} ${p.classified.probs[r]}`).join(", ") : "";
     return (p.next ? " · next: " : " · predicted here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ");
   }
   function tokenButton(i, cls, extra, keySide) {
@@ -322,7 +323,8 @@
     const own = side === "q" ? qtk : ktk, tk = side === "q" ? ktk : qtk, count = side === "q" ? m : n; // the focused token's list, the others'
     detail.append(el("h3", { id: "detail-title", text: side === "q" ? `${own.labels[i]} (query ${own.positions[i]}) attends to` : `Who attends to ${own.labels[i]} (key ${own.positions[i]})` }));
     const p = trace().predictions;
-    if (p && side === "q") detail.append(el("p", { class: "small", id: "detail-predictions", text: (p.next ? "The model's next token here: " : "The model's fillers here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ") }));
+    if (p && p.classified && side === "q" && i === p.classified.position) detail.append(el("p", { class: "small", id: "detail-predictions", text: predicted(i).slice(3) }));
+    else if (p && !p.classified && side === "q") detail.append(el("p", { class: "small", id: "detail-predictions", text: (p.next ? "The model's next token here: " : "The model's fillers here: ") + p.labels[i].map((label, r) => `${label} ${p.probs[i][r]}`).join(", ") }));
     const order = Array.from({ length: count }, (_, j) => j);
     const best = (j) => Math.max(...heads.map((h) => { const u = at(h, j); return u === MASKED ? -1 : u; }));
     order.sort((a, b) => best(b) - best(a) || a - b);

@@ -14,6 +14,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from attn_cli.records.about import filled
+from attn_cli.records.results import Classification
 from attn_cli.render.terminal.cells import ELLIPSIS, LABEL_WIDTH, VDOTS, note_text, title_text, fmt, label_text, printable, rows_note, rows_to_show
 from attn_cli.render.terminal.fasttable import Table
 
@@ -218,6 +219,8 @@ def predictions_table(run: Trace, precision: int) -> RenderableType:
     """--predict: each position's most likely next tokens (or fillers), with their probabilities."""
     p = run.predictions
     assert p is not None, "a predictions table needs a trace computed with --predict"
+    if isinstance(p, Classification):
+        return classification_table(run, p, precision)
     tokens = run.tokens
     rows = rows_to_show(len(tokens))
     table = Table(box=box.SIMPLE_HEAD)
@@ -238,3 +241,17 @@ def predictions_table(run: Trace, precision: int) -> RenderableType:
     notes = [f"{what}: the softmax of the position's logits, most likely first (run to the last layer, its final norm and the head)"]
     cut = rows_note(rows, len(tokens), "positions", see_all="--format json has every position's predictions")
     return Group(title_text("Predictions", f"  top {p.k}"), table, *(note_text(n) for n in notes), *([cut] if cut else []), Text(""))
+
+
+def classification_table(run: Trace, p: Classification, precision: int) -> RenderableType:
+    """--predict on a classifier: its labels, most likely first, with their probabilities and logits."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for name, justify in (("rank", "right"), ("index", "right"), ("label", "left"), ("prob", "right"), ("logit", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    probs = p.probs if p.probs is not None else (None,) * p.k
+    for rank, (index, label, prob, logit) in enumerate(zip(p.indices, p.labels, probs, p.logits), start=1):
+        table.add_row(str(rank), str(index), Text(printable(label), "bold" if rank == 1 else ""), "" if prob is None else fmt(prob, precision), fmt(logit, precision))
+    where = "the mean of every position" if p.position is None else f"position {p.position} ({run.tokens.labels[p.position]})"
+    kind = "no probabilities: a regression head" if p.probs is None else "probabilities from the logits"
+    notes = [f"the classification head reads {where}, after every layer; {kind}"]
+    return Group(title_text("Classification", f"  top {p.k}"), table, *(note_text(n) for n in notes), Text(""))

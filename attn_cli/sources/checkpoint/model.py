@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.records.band import Band
     from attn_cli.records.layers import LayerAttention, LayerWeights
-    from attn_cli.records.results import Predictions
+    from attn_cli.records.results import Classification, Predictions
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.families import Family
     from attn_cli.sources.checkpoint.families.base import Head
+    from attn_cli.sources.checkpoint.families.classifier import Classifier
     from attn_cli.sources.checkpoint.families.loop import Visit
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
@@ -48,9 +49,11 @@ class Checkpoint:
     safetensors headers is read until ``trace``."""
 
     def __init__(
-        self, info: ModelInfo, family: Family, weights: WeightReader, tokenizer: CheckpointTokenizer, eos_ids: frozenset[int] = frozenset()
+        self, info: ModelInfo, family: Family, weights: WeightReader, tokenizer: CheckpointTokenizer, eos_ids: frozenset[int] = frozenset(),
+        classifier: Classifier | None = None,
     ) -> None:
         self.info = info
+        self.classifier = classifier  # a *ForSequenceClassification's head: --predict gives its labels
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids  # where greedy decoding stops (generation_config.json, else config.json)
         self.encoder = family.encoder
@@ -197,6 +200,13 @@ class Checkpoint:
         """Texts of one class may share a batch (``trace_batch``; ``Family.length_class``)."""
         return self._family.length_class(n_tokens)
 
+    def _no_classifier(self, what: str) -> None:
+        """ModelUnavailable (exit 3) for a classifier asked for its language-model head: it has none (a tied copy
+        of its embeddings is not one)."""
+        if self.classifier is not None:
+            raise ModelUnavailable(f"{what}: {self.info.name} is a sequence classifier ({self.info.architecture}): it has no "
+                                   "language-model head; --predict gives its labels")  # fmt: skip
+
     def _check_length(self, tokens: Tokens) -> None:
         if self.info.max_positions is not None and len(tokens) > self.info.max_positions:
             raise UsageError(
@@ -207,16 +217,19 @@ class Checkpoint:
     def predict(
         self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep = "all", *, norms: bool = False,
         rollout: RolloutAccumulator | None = None, blocks: BlockPlan | None = None,
-    ) -> tuple[list[LayerWeights], Predictions]:
+    ) -> tuple[list[LayerWeights], Predictions | Classification]:
         """``trace``'s layers, and every position's top ``k`` predictions: every layer runs,
         then the family's final norm and its language-model head (ModelUnavailable, exit 3,
-        naming what is missing when the checkpoint has none; checked before anything runs)."""
+        naming what is missing when the checkpoint has none; checked before anything runs).
+        A classifier's (``classifier``): its ``k`` most likely labels at the position its head reads."""
         import torch
 
         from attn_cli.analysis.effects import top_k
         from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
+        if self.classifier is not None:
+            return self._classify(tokens, layers, k, keep, norms=norms, rollout=rollout, blocks=blocks)
         head = self._family.head(self._weights)
         done = forward(
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True,
@@ -231,6 +244,32 @@ class Checkpoint:
             )  # (T, K) each
         return done.layers, predictions_of(self.tokenizer, ids, probs, logits)
 
+    def _classify(
+        self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep, *, norms: bool, rollout: RolloutAccumulator | None,
+        blocks: BlockPlan | None,
+    ) -> tuple[list[LayerWeights], Classification]:
+        """``predict`` for a classifier: every layer, then its head (``families.classifier``)."""
+        import torch
+
+        from attn_cli.records.results import Classification
+        from attn_cli.sources.checkpoint.families import forward
+        from attn_cli.sources.checkpoint.families.classifier import classifier_logits, label_scores, pooled_position
+
+        c = self.classifier
+        assert c is not None
+        done = forward(
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True, blocks=blocks
+        )  # fmt: skip
+        assert done.hidden is not None
+        with torch.inference_mode():
+            logits = classifier_logits(self._family, self._weights, c, done.hidden, tokens.ids).cpu()  # (N,)
+        scores = label_scores(c, logits)
+        order = (scores if scores is not None else logits).argsort(descending=True, stable=True)[: max(1, k)].tolist()
+        return done.layers, Classification(
+            pooled_position(c, tokens.ids), tuple(order), tuple(c.labels[i] for i in order),
+            None if scores is None else tuple(float(scores[i]) for i in order), tuple(float(logits[i]) for i in order),
+        )  # fmt: skip
+
     def generate(self, tokens: Tokens, n: int) -> tuple[int, ...]:
         """Greedy decoding: up to ``n`` new token ids after ``tokens``, each the argmax of the
         last position's logits (no logits processors, whatever generation_config.json
@@ -239,6 +278,7 @@ class Checkpoint:
         sequence's, computed once more by ``trace``)."""
         from attn_cli.sources.checkpoint.families.greedy import greedy
 
+        self._no_classifier("--generate")
         return greedy(self._family, self._weights, self.tokenizer, tokens.ids, n, self.eos_ids, device=self._weights.device)
 
     def ablate(self, tokens: Tokens, method: str) -> Ablation:
@@ -251,6 +291,7 @@ class Checkpoint:
 
         if self.encoder:
             raise UsageError(f"--ablate: {self.info.name} is an encoder; the loss it changes is a decoder's next-token loss")
+        self._no_classifier("--ablate")
         family, weights = self._family, self._weights
         head = family.head(weights)
         vocab = self.vocab_size(head)

@@ -47,6 +47,7 @@ def open_checkpoint(
     its files are missing, unsupported, pickled or damaged, UsageError for a dtype or
     device that is not there."""
     from attn_cli.sources.checkpoint.families import family_for
+    from attn_cli.sources.checkpoint.families.classifier import classifier_for
     from attn_cli.sources.checkpoint.registry import is_seq2seq, text_config
 
     check_dtype_device(dtype, device)
@@ -61,7 +62,8 @@ def open_checkpoint(
         folder, located.name, family=family.family, max_positions=family.max_positions, pairs=family.encoder
     )
     info = model_info(spec, found, family, dtype)
-    return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)))
+    classifier = classifier_for(family, config, weights)
+    return Checkpoint(info, family, weights, tokenizer, eos_ids(folder, text_config(config)), classifier)
 
 
 def open_weights(found: Found, stacks: Sequence[Family], dtype: str, device: str) -> WeightReader:

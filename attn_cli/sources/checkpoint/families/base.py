@@ -250,6 +250,15 @@ class Family(abc.ABC):
         """(P, D) -> (P, D): what the head reads from the last layer's output."""
         return hidden
 
+    def model_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        """(P, D) -> (P, D): the base model's own last step after its last layer, what a classification
+        head reads: a decoder's final norm (``final_norm``); none for a post-norm encoder."""
+        return hidden if self.encoder else self.final_norm(weights, hidden)
+
+    def head_transform(self, weights: Weights, x: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., D): a head's own layers before its output (ModernBERT's dense, activation, norm)."""
+        raise ModelUnavailable(f"{self.family} has no head transform")
+
     def logits(self, weights: Weights, head: Head, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """(P, D) last hidden states (after ``final_norm``) -> (P, V) logits (``head_logits``)."""
         return head_logits(weights, head, hidden, out)

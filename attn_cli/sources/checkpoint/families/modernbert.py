@@ -81,15 +81,21 @@ class ModernBert(Decoder):
         )
 
     def final_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
-        def normed(name: str, x: torch.Tensor) -> torch.Tensor:
-            bias = weights.read(f"{name}.bias") if self.norm_bias else None
-            return norms.layer_norm(x, weights.read(f"{name}.weight"), bias, self.eps)  # (P, D)
+        return self.head_transform(weights, self.model_norm(weights, hidden))  # (P, D)
 
-        x = normed("final_norm", hidden)  # (P, D) the model's own last step
+    def model_norm(self, weights: Weights, hidden: torch.Tensor) -> torch.Tensor:
+        return self._normed(weights, "final_norm", hidden)  # (P, D) the model's own last step
+
+    def head_transform(self, weights: Weights, x: torch.Tensor) -> torch.Tensor:
+        """(..., D): the head's dense, classifier_activation and norm (the masked LM's and the classifier's)."""
         dense_bias = f"{ROOT}head.dense.bias" if weights.has(f"{ROOT}head.dense.bias") else None
         x = torch.nn.functional.linear(x, weights.read(f"{ROOT}head.dense.weight"), None if dense_bias is None else weights.read(dense_bias))
         act = activation(self.modern.classifier_activation, "classifier_activation", self.family)
-        return normed(f"{ROOT}head.norm", act(x))  # (P, D)
+        return self._normed(weights, f"{ROOT}head.norm", act(x))
+
+    def _normed(self, weights: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
+        bias = weights.read(f"{name}.bias") if self.norm_bias else None
+        return norms.layer_norm(x, weights.read(f"{name}.weight"), bias, self.eps)
 
     @property
     def modern(self) -> ModernBertConfig:
