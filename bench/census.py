@@ -65,13 +65,21 @@ def corpus(n: int, seed: int = 0) -> str:
     return "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 40))) for _ in range(n)) + "\n"
 
 
-def run(cmd: list[str], extra: dict[str, str] | None = None) -> tuple[float, str]:
+# runs a command and says, last on stderr, the peak resident memory of its largest process (it and the
+# processes it waited for: a census's workers)
+PEAK = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+        "sys.stderr.write(f'\\npeak_kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n'); sys.exit(done.returncode)")
+
+
+def run(cmd: list[str], extra: dict[str, str] | None = None) -> tuple[float, str, float]:
+    """(wall seconds, stdout, the peak resident MiB of the command's largest process)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error", **(extra or {}))
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", PEAK, *cmd], env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{' '.join(cmd[:5])} ... failed: {done.stderr[-2000:]}")
-    return time.perf_counter() - start, done.stdout
+    peak = int(done.stderr.strip().splitlines()[-1].split("=")[1]) / 1024
+    return time.perf_counter() - start, done.stdout, peak
 
 
 def main() -> int:
@@ -84,19 +92,19 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="attn-cli-bench-census-"))
     (work / "corpus.txt").write_text(corpus(args.texts), encoding="utf-8")
     print(f"all-MiniLM-L6-v2, {args.texts} sentences, {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {os.getloadavg()[0]:.2f}")
-    print("| side | wall s | texts/s (whole process) | ratio |")
-    print("|---|---|---|---|")
-    seconds, out = run([sys.executable, "-c", BASELINE, folder, str(work / "corpus.txt")])
+    print("| side | wall s | texts/s (whole process) | ratio | peak MiB (largest process) |")
+    print("|---|---|---|---|---|")
+    seconds, out, peak = run([sys.executable, "-c", BASELINE, folder, str(work / "corpus.txt")])
     base = args.texts / seconds
-    print(f"| transformers, batches of 32 sorted by length (its loop alone: {float(out.strip()):.1f} texts/s) | {seconds:.1f} | {base:.1f} | 1.00 |")
+    print(f"| transformers, batches of 32 sorted by length (its loop alone: {float(out.strip()):.1f} texts/s) | {seconds:.1f} | {base:.1f} | 1.00 | {peak:.0f} |")
     rates = {}
     for workers, threads in ((1, None), (2, None), (1, "1")):
         cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--workers", str(workers),
                "-o", str(work / f"census-{workers}.json")]  # fmt: skip
-        seconds, _ = run(cmd, {} if threads is None else {"ATTN_CLI_THREADS": threads})
+        seconds, _, peak = run(cmd, {} if threads is None else {"ATTN_CLI_THREADS": threads})
         rates[workers, threads] = args.texts / seconds
         side = f"attn-cli census --workers {workers}" + ("" if threads is None else f", ATTN_CLI_THREADS={threads} (one core)")
-        print(f"| {side} | {seconds:.1f} | {rates[workers, threads]:.1f} | {rates[workers, threads] / base:.2f} |", flush=True)
+        print(f"| {side} | {seconds:.1f} | {rates[workers, threads]:.1f} | {rates[workers, threads] / base:.2f} | {peak:.0f} |", flush=True)
     print(f"\ntwo workers on two cores: {rates[2, None] / rates[1, '1']:.2f}x one worker on one core, "
           f"{rates[2, None] / rates[1, None]:.2f}x one worker on both (its batches' products on two threads)")
     return 0
