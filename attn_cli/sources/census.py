@@ -184,7 +184,7 @@ def _batched_layers(checkpoint: Any, texts: list[Tokens]) -> list[dict[str, Any]
     def visit(index: int, hidden: Any, t: Any, layer: Any) -> None:  # each layer's (B, H, T, T) weights as it passes, none kept
         made.append(_table_sums(layer.weights, checkpoint.band(index), lengths, keys))
 
-    with threads.using_threads(threads.threads_for(len(texts) * (16 * n * info.d_model**2 + 4 * n * n * info.d_model))):
+    with threads.using_threads(threads.threads_for(len(texts) * _flops(info, n))):
         checkpoint.trace_batch(texts, [info.layers - 1], visit=visit)
     return made
 
@@ -204,9 +204,14 @@ def _blocked_layers(checkpoint: Any, tokens: Tokens) -> list[dict[str, Any]]:
         return layers[layer]
 
     rows, group = checkpoint.block_shape(n, BLOCK_BYTES)
-    with threads.using_threads(threads.threads_for(16 * n * info.d_model**2 + 4 * n * n * info.d_model)):
+    with threads.using_threads(threads.threads_for(_flops(info, n))):
         checkpoint.trace(tokens, list(range(info.layers)), "weights", blocks=BlockPlan(rows=rows, heads_at_once=group, sink=sink, stats=False))
     return [layers[layer].result() for layer in range(info.layers)]
+
+
+def _flops(info: Any, n_tokens: int) -> int:
+    """Roughly a text's work through every layer's products, per layer: what sets the run's threads."""
+    return 16 * n_tokens * info.d_model**2 + 4 * n_tokens * n_tokens * info.d_model
 
 
 def one_stack(source: Source) -> None:
