@@ -264,10 +264,9 @@ def predictions_list(run: Trace) -> list[dict[str, Any]] | dict[str, Any] | None
     if p is None:
         return None
     if isinstance(p, Classification):
-        probs = p.probs if p.probs is not None else (None,) * p.k
         return {"position": p.position, "top": [
             {"index": i, "label": label, "prob": None if prob is None else float32_value(prob), "logit": float32_value(logit)}
-            for i, label, prob, logit in zip(p.indices, p.labels, probs, p.logits)
+            for i, label, prob, logit in p.ranked()
         ]}  # fmt: skip
     ids, probs, logits = p.ids.tolist(), p.probs.tolist(), p.logits.tolist()
     return [

@@ -43,14 +43,10 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
     if predictions is not None:  # row: the position; col: the rank; value: the probability; col_token: the prediction
         stacks = run.stacks
         positions = rows.labels if len(stacks) == 1 else [t["label"] for t in token_dicts(stacks["decoder"].tokens)]  # the decoder's
-        if isinstance(predictions, dict):  # a classifier's labels at the position its head reads ("" for the mean of all)
-            i, entry = predictions["position"], predictions
+        for entry in [predictions] if isinstance(predictions, dict) else predictions:  # a classifier's: one object
+            i = entry["position"]  # None: a classifier's mean of every position; its prob None: a regression's logit instead
             yield [(index, rows.tokenizer, "predictions", "", "", "" if i is None else i, r, "" if i is None else positions[i], top["label"],
-                    top["prob"] if top["prob"] is not None else top["logit"]) for r, top in enumerate(entry["top"])]  # fmt: skip
-            predictions = []
-        for entry in predictions:
-            i = entry["position"]
-            yield [(index, rows.tokenizer, "predictions", "", "", i, r, positions[i], top["label"], top["prob"]) for r, top in enumerate(entry["top"])]
+                    top["logit"] if top["prob"] is None else top["prob"]) for r, top in enumerate(entry["top"])]  # fmt: skip
     rollout = rollout_dict(run, table=StreamedTable)
     if rollout is not None:  # its layer: the last layer rolled out through
         yield from rows.squares("rollout", "", rollout["through_layer"], rollout["weights"])

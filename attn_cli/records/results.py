@@ -53,3 +53,18 @@ class Classification:
     @property
     def k(self) -> int:
         return len(self.indices)
+
+    @property
+    def scores(self) -> tuple[float, ...]:
+        """What the labels are ranked by: their probabilities, or a regression head's logits."""
+        return self.probs if self.probs is not None else self.logits
+
+    @property
+    def where(self) -> str:
+        """The position its head reads, in words."""
+        return "the mean of every position" if self.position is None else f"position {self.position}"
+
+    def ranked(self) -> list[tuple[int, str, float | None, float]]:
+        """(index, label, probability or None, logit), most likely first."""
+        probs = self.probs if self.probs is not None else (None,) * self.k
+        return list(zip(self.indices, self.labels, probs, self.logits))

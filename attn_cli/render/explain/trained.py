@@ -218,10 +218,8 @@ class TrainedWalkthrough(Walkthrough):
         p = self.run.predictions
         assert p is not None
         if isinstance(p, Classification):
-            where = "the mean of every position" if p.position is None else f"position {p.position}"
-            scores = p.probs if p.probs is not None else p.logits
-            labels = ", ".join(f"{label} {self.f(v)}" for label, v in zip(p.labels, scores))
-            return Step(11, "What the model predicts", (Line(f"Past layer {self.index}, the model runs to its last layer; its classification head reads {where}: {labels}."),))
+            labels = ", ".join(f"{label} {self.f(v)}" for label, v in zip(p.labels, p.scores))
+            return Step(11, "What the model predicts", (Line(f"Past layer {self.index}, the model runs to its last layer; its classification head reads {p.where}: {labels}."),))
         n = len(self.run.tokens)
         positions = [self.q] if self.q is not None else list(range(min(n, PREDICTION_ROWS)))
         probs = p.probs.tolist()

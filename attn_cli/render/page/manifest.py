@@ -133,8 +133,7 @@ def _predictions(trace: Trace) -> dict[str, Any] | None:
     if p is None:
         return None
     if isinstance(p, Classification):  # one position's labels: shown on the token the head reads
-        scores = p.probs if p.probs is not None else p.logits
-        return {"k": p.k, "next": False, "classified": {"position": p.position, "labels": list(p.labels), "probs": [f"{v:.{PRECISION}f}" for v in scores]}}
+        return {"k": p.k, "next": False, "classified": {"position": p.position, "labels": list(p.labels), "probs": [f"{v:.{PRECISION}f}" for v in p.scores]}}
     kept = list(trace.hiding.kept) if trace.renormalized and trace.hiding is not None else list(range(len(p.labels)))
     probs = p.probs.tolist()
     return {

@@ -248,10 +248,9 @@ def classification_table(run: Trace, p: Classification, precision: int) -> Rende
     table = Table(box=box.SIMPLE_HEAD)
     for name, justify in (("rank", "right"), ("index", "right"), ("label", "left"), ("prob", "right"), ("logit", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    probs = p.probs if p.probs is not None else (None,) * p.k
-    for rank, (index, label, prob, logit) in enumerate(zip(p.indices, p.labels, probs, p.logits), start=1):
+    for rank, (index, label, prob, logit) in enumerate(p.ranked(), start=1):
         table.add_row(str(rank), str(index), Text(printable(label), "bold" if rank == 1 else ""), "" if prob is None else fmt(prob, precision), fmt(logit, precision))
-    where = "the mean of every position" if p.position is None else f"position {p.position} ({run.tokens.labels[p.position]})"
+    where = p.where if p.position is None else f"{p.where} ({run.tokens.labels[p.position]})"
     kind = "no probabilities: a regression head" if p.probs is None else "probabilities from the logits"
     notes = [f"the classification head reads {where}, after every layer; {kind}"]
     return Group(title_text("Classification", f"  top {p.k}"), table, *(note_text(n) for n in notes), Text(""))

@@ -228,14 +228,14 @@ class Checkpoint:
         from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
-        if self.classifier is not None:
-            return self._classify(tokens, layers, k, keep, norms=norms, rollout=rollout, blocks=blocks)
-        head = self._family.head(self._weights)
+        head = None if self.classifier is not None else self._family.head(self._weights)  # no head: refused before the run
         done = forward(
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True,
             blocks=blocks,
         )  # fmt: skip
         assert done.hidden is not None
+        if head is None:
+            return done.layers, self._classification(tokens, done.hidden, k)
         family, weights = self._family, self._weights
         with torch.inference_mode():
             normed = family.final_norm(weights, done.hidden)  # (T, D)
@@ -244,28 +244,20 @@ class Checkpoint:
             )  # (T, K) each
         return done.layers, predictions_of(self.tokenizer, ids, probs, logits)
 
-    def _classify(
-        self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep, *, norms: bool, rollout: RolloutAccumulator | None,
-        blocks: BlockPlan | None,
-    ) -> tuple[list[LayerWeights], Classification]:
-        """``predict`` for a classifier: every layer, then its head (``families.classifier``)."""
+    def _classification(self, tokens: Tokens, hidden: torch.Tensor, k: int) -> Classification:
+        """A classifier's ``k`` most likely labels from the last layer's output ``hidden`` (T, D) (``families.classifier``)."""
         import torch
 
         from attn_cli.records.results import Classification
-        from attn_cli.sources.checkpoint.families import forward
         from attn_cli.sources.checkpoint.families.classifier import classifier_logits, label_scores, pooled_position
 
         c = self.classifier
         assert c is not None
-        done = forward(
-            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True, blocks=blocks
-        )  # fmt: skip
-        assert done.hidden is not None
         with torch.inference_mode():
-            logits = classifier_logits(self._family, self._weights, c, done.hidden, tokens.ids).cpu()  # (N,)
+            logits = classifier_logits(self._family, self._weights, c, hidden, tokens.ids).cpu()  # (N,)
         scores = label_scores(c, logits)
         order = (scores if scores is not None else logits).argsort(descending=True, stable=True)[: max(1, k)].tolist()
-        return done.layers, Classification(
+        return Classification(
             pooled_position(c, tokens.ids), tuple(order), tuple(c.labels[i] for i in order),
             None if scores is None else tuple(float(scores[i]) for i in order), tuple(float(logits[i]) for i in order),
         )  # fmt: skip
