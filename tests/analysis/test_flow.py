@@ -1,0 +1,77 @@
+"""Attention flow (``analysis.flow``) against the authors' computation (samiraabnar/attention_flow,
+whose module imports TensorFlow: its steps written out here as their ``get_adjmat``, graph and
+``compute_flows`` do them, networkx's Edmonds-Karp on their adjacency matrix) over transformers'
+``output_attentions``: the real MiniLM and a tiny sharpened GPT-2 (causal), to 1e-5. Controls: rows
+left unnormalized, rollout in place of flow, one layer too few; the size refusal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+
+from attn_cli.analysis.flow import attention_flow, check_size
+from attn_cli.analysis.rollout import rollout_of
+from attn_cli.runtime.errors import TooLargeError
+from attn_cli.sources.checkpoint import open_checkpoint
+
+TEXT = "The cat sat on the mat, and it purred."
+
+
+def authors_flow(attentions: np.ndarray, normalize: bool = True) -> np.ndarray:
+    """(L, H, T, T) -> (T, T): their res_att_mat, adjacency, graph and compute_flows for the last layer's nodes."""
+    layers, _, n, _ = attentions.shape
+    res = attentions.sum(axis=1) / attentions.shape[1] + np.eye(n)[None]
+    res = res / res.sum(axis=-1)[..., None]
+    adj = np.zeros(((layers + 1) * n, (layers + 1) * n))
+    for i in range(1, layers + 1):
+        for k_f in range(n):
+            for k_t in range(n):
+                adj[i * n + k_f][(i - 1) * n + k_t] = res[i - 1][k_f][k_t]
+    graph = nx.from_numpy_array(adj, create_using=nx.DiGraph())
+    nx.set_edge_attributes(graph, {(u, v): d["weight"] for u, v, d in graph.edges(data=True)}, "capacity")
+    flows = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            flows[i, j] = nx.maximum_flow_value(graph, layers * n + i, j, flow_func=nx.algorithms.flow.edmonds_karp)
+        if normalize:
+            flows[i] /= flows[i].sum()
+    return flows
+
+
+def ours_and_theirs(folder: Path) -> tuple[Any, list[Any], np.ndarray]:
+    import transformers
+
+    ckpt = open_checkpoint(str(folder))
+    tokens = ckpt.tokenizer.encode(TEXT)
+    layers = ckpt.trace(tokens, list(range(ckpt.info.layers)), "weights")
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = torch.stack(model(input_ids=torch.tensor([tokens.ids]), output_attentions=True).attentions)[:, 0]
+    return ckpt, layers, attentions.double().numpy()
+
+
+@pytest.mark.parametrize("model", ["minilm", "gpt2"])
+def test_flow_equals_the_authors(model: str, request: pytest.FixtureRequest) -> None:
+    _, layers, attentions = ours_and_theirs(request.getfixturevalue("minilm_path" if model == "minilm" else "gpt2_folder"))
+    got = attention_flow([layer.weights for layer in layers])
+    want = authors_flow(attentions)
+    assert got.through_layer == len(layers) - 1
+    np.testing.assert_allclose(got.weights.double().numpy(), want, atol=1e-5, rtol=0)
+    assert got.causal == (model == "gpt2")
+    # controls: each is told apart from the authors' flow
+    assert not np.allclose(authors_flow(attentions, normalize=False), got.weights.numpy(), atol=1e-3)
+    assert not np.allclose(rollout_of(layers).weights.numpy(), want, atol=1e-3)
+    assert not np.allclose(attention_flow([layer.weights for layer in layers[:-1]]).weights.numpy(), want, atol=1e-3)
+
+
+def test_a_flow_that_would_take_too_long_is_refused() -> None:
+    check_size(40, 6)
+    with pytest.raises(TooLargeError, match="at most 35 tokens"):
+        check_size(64, 12)
+    with pytest.raises(TooLargeError):
+        attention_flow([torch.full((2, 200, 200), 1 / 200)] * 12)
