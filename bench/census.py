@@ -107,6 +107,19 @@ def main() -> int:
         print(f"| {side} | {seconds:.1f} | {rates[workers, threads]:.1f} | {rates[workers, threads] / base:.2f} | {peak:.0f} |", flush=True)
     print(f"\ntwo workers on two cores: {rates[2, None] / rates[1, '1']:.2f}x one worker on one core, "
           f"{rates[2, None] / rates[1, None]:.2f}x one worker on both (its batches' products on two threads)")
+    try:
+        import ray  # noqa: F401  (an optional extra)
+    except ImportError:
+        print("Ray is not installed: no --ray row")
+        return 0
+    cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--ray", "--workers", "2",
+           "-o", str(work / "census-ray.json")]  # fmt: skip
+    seconds, _, peak = run(cmd)
+    ray_rate = args.texts / seconds
+    print(f"| attn-cli census --ray --workers 2 (a local Ray, started and stopped by the run) | {seconds:.1f} | {ray_rate:.1f} | "
+          f"{ray_rate / base:.2f} | {peak:.0f} |")
+    same = (work / "census-ray.json").read_bytes() == (work / "census-2.json").read_bytes()
+    print(f"Ray: {ray_rate / rates[2, None]:.2f}x the local workers' texts/s; the same bytes as theirs: {same}")
     return 0
 
 
