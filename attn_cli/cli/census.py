@@ -257,7 +257,7 @@ def _draw(made: Census, output: Path, *, clobber: bool, command: str) -> None:
     from attn_cli.render.picture.census import census_figure
     from attn_cli.runtime.files import atomic_writer, write_atomic
 
-    data, name = census_dict(made), getattr(made.model, "name", "the model")
+    data, name = census_dict(made), made.model_name
     fig = census_figure(data, name)
     fmt = output.suffix.lower().lstrip(".")
     if fmt == "html":

@@ -42,6 +42,7 @@ def census_dict(census: Census) -> dict[str, Any]:
         "empty": corpus.empty,
         "skipped": [s.as_dict() for s in corpus.skipped],
         "model": census.model.as_dict() if census.model is not None else None,
+        **({"stack": census.stack} if census.stack else {}),
         "window": None if census.windows is None else {"size": census.windows.size, "stride": census.windows.stride},
         "epsilon": tally.epsilon,
         "distance_bins": [list(b) for b in distance_bins(tally.longest)],

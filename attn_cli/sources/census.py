@@ -49,6 +49,17 @@ class Census:
     against: str | None = None  # --against: the other model, as it was named
 
     @property
+    def stack(self) -> str | None:
+        """"encoder" for an encoder-decoder (its encoder's census), else None: a model of one stack."""
+        return "encoder" if self.model is not None and self.model.as_dict().get("decoder_layers") else None
+
+    @property
+    def model_name(self) -> str:
+        """The model as the pictures, the page and the table name it (an encoder-decoder's: its encoder)."""
+        name = getattr(self.model, "name", "the model")
+        return f"{name}'s encoder" if self.stack else name
+
+    @property
     def where(self) -> list[str]:
         """Each text's place in the corpus (a line, a file), by index."""
         return [entry.where for entry in self.corpus.entries]
@@ -57,7 +68,7 @@ class Census:
 def windows_for(source: Source, size: int | None, stride: int | None) -> Windows | None:
     """--window/--stride for a trained model: the model's positions less its special tokens by
     default; None for the toy (its texts are not cut)."""
-    one_stack(source)
+    source = one_stack(source)
     checkpoint = getattr(source, "checkpoint", None)
     if checkpoint is None:
         if size is not None or stride is not None:
@@ -86,8 +97,9 @@ def run_census(
     differently), so any split of the corpus into whole groups gives one run's numbers."""
     from attn_cli.analysis.tally import Tally
 
-    one_stack(source)
+    source = one_stack(source)
     if against is not None:
+        against = one_stack(against)
         check_against(source, against)
     tally = Tally(source.n_layers, source.n_heads, epsilon)
     cut, model = 0, None
@@ -214,17 +226,36 @@ def _flops(info: Any, n_tokens: int) -> int:
     return 16 * n_tokens * info.d_model**2 + 4 * n_tokens * n_tokens * info.d_model
 
 
-def one_stack(source: Source) -> None:
-    """A census reads a model of one stack; an encoder-decoder is refused (exit 2) before anything runs."""
+@dataclasses.dataclass(frozen=True)
+class EncoderStack:
+    """An encoder-decoder's encoder as a census reads it: one stack of self-attention over each text
+    (its decoder's attention needs a target text, which a corpus does not give)."""
+
+    checkpoint: Any  # a Checkpoint of the encoder alone (PairCheckpoint.encoder_checkpoint)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.checkpoint.info.layers)
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.checkpoint.info.heads)
+
+
+def one_stack(source: Source) -> Any:
+    """The one stack of self-attention a census reads: the model's, or an encoder-decoder's encoder."""
     from attn_cli.sources.checkpoint.source import PairSource
 
-    if isinstance(source, PairSource):
-        raise UsageError("census reads a model's one stack of self-attention; an encoder-decoder's (BART, T5, Marian) is not read yet")
+    if not isinstance(source, PairSource):
+        return source
+    if not hasattr(source.checkpoint.tokenizer, "windows"):
+        raise UsageError("census cuts a text with its tokenizer's windows; Marian's two SentencePiece models are not read so yet")
+    return EncoderStack(source.checkpoint.encoder_checkpoint())
 
 
 def check_against(source: Source, against: Source) -> None:
     """--against needs two checkpoints of the same layers and heads."""
-    mine, theirs = getattr(source, "checkpoint", None), getattr(against, "checkpoint", None)
+    mine, theirs = getattr(one_stack(source), "checkpoint", None), getattr(one_stack(against), "checkpoint", None)
     if mine is None or theirs is None:
         raise UsageError("--against compares two trained models (--model and --against)")
     if (mine.info.layers, mine.info.heads) != (theirs.info.layers, theirs.info.heads):

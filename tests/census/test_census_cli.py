@@ -71,12 +71,6 @@ def test_refusals(short_bert: Path, tmp_path: Path, args: tuple[str, ...], messa
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_an_encoder_decoder_is_refused_in_one_line(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    bart = checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart)
-    result = invoke("census", str(corpus_file(tmp_path, "a text")), "--model", str(bart), code=2)
-    assert "an encoder-decoder's (BART, T5, Marian) is not read yet" in result.stderr and "Traceback" not in result.stderr
-
-
 def test_the_toy_model_for_teaching(tmp_path: Path) -> None:
     path = corpus_file(tmp_path, "the cat sat on the mat", "a dog barked , then it ran .")
     data = json.loads(invoke("census", str(path), "--heads", "2", "--causal", "-F", "json").stdout)

@@ -52,6 +52,8 @@ def eager(folder: Path, texts: tuple[str, ...]) -> tuple[set[int], list[tuple[li
     tokenizer.no_padding()
     tokenizer.no_truncation()
     model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    if model.config.is_encoder_decoder:  # a census reads the encoder's self-attention
+        model = model.get_encoder()
     eos = {model.config.eos_token_id} if getattr(model.config, "eos_token_id", None) is not None else set()
     made = []
     for text in texts:
@@ -156,3 +158,22 @@ def test_every_measure_is_transformers_recomputed(model: str, texts_file: tuple[
     for bug in ("per text", "previous", "sink"):  # controls: each reference bug is told apart
         with pytest.raises(AssertionError):
             assert_census(got, reference(folder, texts, bug=bug))
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_an_encoder_decoder_s_census_is_its_encoder_s(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """BART's and T5's encoders over 40 texts, against transformers' encoder attentions (T5 names no
+    maximum length: --window); Marian's two tokenizers are refused in one line."""
+    folder = checkpoints.one_per_type(tmp_path_factory)(name)
+    texts = [" ".join(text.split()[:12]) for text in corpus(40, seed=9)]  # each within the tiny models' positions
+    path = tmp_path_factory.mktemp("census-pair") / "corpus.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    window = ["--window", "200"] if name == "t5" else []
+    got = json.loads(invoke("census", str(path), "--model", str(folder), *window, "-F", "json").stdout)
+    assert got["stack"] == "encoder" and got["model"]["decoder_layers"] and got["texts"] == 40 and got["cut"] == 0
+    assert_census(got, reference(folder, texts))
+    with pytest.raises(AssertionError):  # control: a text's measures averaged per text first are told apart
+        assert_census(got, reference(folder, texts, bug="per text"))
+    marian = checkpoints.one_per_type(tmp_path_factory)("marian")
+    refused = invoke("census", str(path), "--model", str(marian), code=2).stderr
+    assert "Marian's two SentencePiece models" in refused and "Traceback" not in refused

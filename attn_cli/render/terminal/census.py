@@ -23,7 +23,7 @@ def census_view(census: Census, *, precision: int = 3) -> RenderableType:
     from attn_cli.formats.census import census_dict
 
     made = census_dict(census)
-    name = getattr(census.model, "name", "the model")
+    name = census.model_name
     rate = made["sink_rate"]
     head = Text(
         f"{name}: {made['texts']:,} texts ({made['tokens']:,} tokens) of {made['corpus']}; "

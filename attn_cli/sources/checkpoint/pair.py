@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.results import Predictions
     from attn_cli.records.tokens import Tokens
+    from attn_cli.sources.checkpoint.model import Checkpoint
     from attn_cli.sources.checkpoint.families.base import Head
     from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder
 
@@ -57,6 +58,13 @@ class PairCheckpoint:
         self.model = model
         self.eos_ids = eos_ids  # where greedy decoding stops (generation_config.json, else config.json)
         self._weights = weights
+
+    def encoder_checkpoint(self) -> Checkpoint:
+        """The encoder alone as a checkpoint of one stack (a census reads each text through it): the
+        same info (its layers and heads are the encoder's), weights and tokenizer."""
+        from attn_cli.sources.checkpoint.model import Checkpoint
+
+        return Checkpoint(self.info, self.model.encoder, self._weights, self.tokenizer, self.eos_ids)  # type: ignore[arg-type]
 
     def encode_target(self, target: str) -> Tokens:
         """The labels: the target's tokens with the tokenizer's special tokens (Marian: its
