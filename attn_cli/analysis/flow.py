@@ -27,18 +27,11 @@ from attn_cli.runtime.errors import TooLargeError
 if TYPE_CHECKING:
     import torch
 
+    from attn_cli.records.layers import LayerWeights
+
 # T^4 L, (flow problems) x (edges): about 20 s per 1e7 on one core of this project's machines with
 # networkx 3.4; 2e7 is under a minute: 42 tokens through 6 layers, 35 through 12
 MAX_WORK = 2 * 10**7
-
-
-def mixed_weights(weights: torch.Tensor) -> torch.Tensor:
-    """(H, T, T) a layer's weights -> (T, T) float64 Â = 0.5 mean_h A + 0.5 I, rows renormalized (rollout's)."""
-    import torch
-
-    n = weights.shape[-1]
-    mixed = 0.5 * weights.double().mean(dim=0) + 0.5 * torch.eye(n, dtype=torch.float64, device=weights.device)
-    return (mixed / mixed.sum(dim=-1, keepdim=True)).cpu()  # (T, T)
 
 
 def check_size(n_tokens: int, n_layers: int) -> None:
@@ -51,24 +44,33 @@ def check_size(n_tokens: int, n_layers: int) -> None:
         )
 
 
-def attention_flow(layers: Sequence[torch.Tensor]) -> Rollout:
-    """The flow from each position after the last of ``layers`` (each layer's (H, T, T) weights, from
-    layer 0 on, in order) to each input token: (T, T) float32, rows summing to 1 (``Rollout``'s shape:
-    ``through_layer`` is the last layer's index)."""
+def flow_of(layers: Sequence[LayerWeights], through_layer: int | None = None) -> Rollout:
+    """The flow through ``through_layer`` (default: the last of ``layers``, which must hold every layer
+    from 0: ``rollout.accumulated``)."""
+    from attn_cli.analysis.rollout import accumulated
+
+    mixed = accumulated(layers, through_layer, keep=True).mixed
+    assert mixed is not None
+    return attention_flow(mixed)
+
+
+def attention_flow(mixed: Sequence[torch.Tensor]) -> Rollout:
+    """The flow from each position after the last layer to each input token, from each layer's
+    (T, T) float64 mixed weights (``rollout.mixed_weights``, layer 0 first): (T, T) float32, rows
+    summing to 1, in ``Rollout``'s shape (``through_layer`` the last layer's index)."""
     import networkx as nx
     import torch
     from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 
-    n, depth = layers[0].shape[-1], len(layers)
+    n, depth = mixed[0].shape[-1], len(mixed)
     check_size(n, depth)
     graph = nx.DiGraph()
     graph.add_nodes_from(range((depth + 1) * n))
     causal = True  # every layer hides each position's future: no path to it
-    for l, weights in enumerate(layers, start=1):
-        mixed = mixed_weights(weights)  # (T, T)
-        causal = causal and bool((mixed.triu(1) == 0).all())
-        rows, cols = mixed.nonzero(as_tuple=True)
-        graph.add_edges_from((l * n + i, (l - 1) * n + j, {"capacity": float(mixed[i, j])}) for i, j in zip(rows.tolist(), cols.tolist()))
+    for l, layer in enumerate(mixed, start=1):
+        causal = causal and bool((layer.triu(1) == 0).all())
+        rows, cols = layer.nonzero(as_tuple=True)
+        graph.add_edges_from((l * n + i, (l - 1) * n + j, {"capacity": float(layer[i, j])}) for i, j in zip(rows.tolist(), cols.tolist()))
     residual = build_residual_network(graph, "capacity")  # built once: each problem resets its flows
     flows = torch.zeros(n, n, dtype=torch.float64)
     for i in range(n):

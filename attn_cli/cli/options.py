@@ -33,6 +33,7 @@ from attn_cli.cli.params import (
     Device,
     DType,
 )
+from attn_cli.cli.panels import ANALYSIS
 from attn_cli.records.hiding import HideSpec
 from attn_cli.records.selection import IndexSpec
 from attn_cli.records.trace import ENDED_AT_ONCE, STACKS
@@ -327,3 +328,29 @@ FormatOption = Annotated[
         case_sensitive=False,
     ),
 ]
+
+
+MAPS = ("weights", "rollout", "norms", "flow")  # --what on run: the maps a run computes beside the weights
+
+
+def _check_maps(values: Optional[list[str]]) -> Optional[list[str]]:
+    """--what's names, comma-separated or repeated, each one of MAPS."""
+    if values is None:
+        return None
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in MAPS]
+    if unknown:
+        raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(MAPS)}")
+    return names
+
+
+MapsOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--what",
+        help="The maps to compute, comma-separated or repeated: weights (always), rollout (as --rollout), norms (as --norms), "
+        "flow (attention flow, Abnar & Zuidema 2020: the max flow through every layer's mixed weights, as the authors' "
+        "code; short texts: T^4 x layers is refused past 2e7).",
+        rich_help_panel=ANALYSIS, metavar="MAPS", show_default=False, callback=_check_maps,
+    ),
+]  # fmt: skip

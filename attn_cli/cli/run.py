@@ -24,6 +24,7 @@ from attn_cli.cli.params import (
 from attn_cli.cli.options import (
     Format,
     FormatOption,
+    MapsOption,
     NoClobberOption,
     OutputOption,
     check_model_only,
@@ -99,6 +100,7 @@ def run(
     key: KeyOption = None,
     rollout: RolloutOption = False,
     norms: NormsOption = False,
+    what: MapsOption = None,
     predict: PredictOption = 0,
     generate: GenerateOption = 0,
     output: OutputOption = None,
@@ -121,26 +123,25 @@ def run(
       attn-cli run "Hello shiny sun!" --format csv -o hello.csv
       attn-cli run "The cat sat on the mat" --model "$M" --layer 2 --head 0-3
       attn-cli run "The cat sat on the mat" --model "$M" --rollout --norms -F json -o analyses.json
+      attn-cli run "The cat sat on the mat" --model "$M" --what rollout,flow
       attn-cli run "The capital of France is" --model ~/models/gpt2 --predict 5 --layer -1 --head 0
       attn-cli run "Once upon a time" --model ~/models/gpt2 --generate 20 -F json | jq .generated_text
       attn-cli run --file chapter.txt --model ~/models/qwen3 --query last:16 -F json -o rows.json
     """
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
-    chosen = _format_of(spec, format, output, show, query, key, rollout)
     shown = _parse_show(show)
-    # --show norms / rollout asks for them; asked for, they join the default tables
-    rollout = rollout or (shown is not None and "rollout" in shown)
-    norms = norms or (shown is not None and "norms" in shown)
-    tables = _tables_kept(spec, no_tables, rollout, norms)
-
+    # --what and --show name them too (--rollout is --what rollout); asked for, they join the default tables
+    asked = set(what or ()) | set(shown or ())
+    rollout, norms, flow = rollout or "rollout" in asked, norms or "norms" in asked, "flow" in asked
+    chosen = _format_of(spec, format, output, show, query, key, rollout)
+    tables = _tables_kept(spec, no_tables, rollout or flow, norms)
     source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(
-        source, everything=chosen is not Format.table, rollout=rollout, norms=norms, predict=predict, generate=generate,
+        source, everything=chosen is not Format.table, rollout=rollout, flow=flow, norms=norms, predict=predict, generate=generate,
         queries=tuple(query or ()), tables=tables, row_scores=shown is not None and "scores" in shown,
     )  # fmt: skip
-
     if chosen is Format.table:
         write = functools.partial(_tables, spec, source, texts=texts, shown=shown, queries=query, key=key, output=output,
                                   precision=precision, no_color=no_color, clobber=not no_clobber)  # fmt: skip
@@ -176,8 +177,8 @@ def _with_tables_file(
     the blocks pass; the file published when all went well, and gone otherwise."""
     from attn_cli.formats.tablefile import TablesSink
 
-    if spec.model is None or len(texts) != 1 or selection.rollout or selection.norms:
-        why = "a trained model's layers (--model)" if spec.model is None else "one text" if len(texts) != 1 else "no --rollout or --norms"
+    if spec.model is None or len(texts) != 1 or selection.rollout or selection.flow or selection.norms:
+        why = "a trained model's layers (--model)" if spec.model is None else "one text" if len(texts) != 1 else "no --rollout or --norms (nor --what flow)"
         raise UsageError(f"--tables writes one text's tables, in blocks: it needs {why}")
     sink = TablesSink(path, [(layer, head) for layer in selection.layers for head in selection.heads], dtype, clobber=clobber)
     try:
@@ -189,7 +190,7 @@ def _with_tables_file(
 
 
 def _tables_kept(spec: SourceSpec, no_tables: bool, rollout: bool, norms: bool) -> Tables:
-    """What a run keeps of its layers: --rollout and --norms read the tables, so they ask for them."""
+    """What a run keeps of its layers: --rollout (and flow) and --norms read the tables, so they ask for them."""
     if no_tables and spec.model is None:
         raise UsageError("--no-tables computes a trained model's layers in blocks (--model); the toy model keeps its tables")
     if no_tables and (rollout or norms):
@@ -249,7 +250,7 @@ def _tables(
     base = View(
         # asked for, the rollout and norms join the default tables
         show=shown if shown is not None else FOCUSED_SHOW if focused else DEFAULT_SHOW | {
-            name for name, on in (("rollout", selection.rollout), ("norms", selection.norms)) if on
+            name for name, on in (("rollout", selection.rollout), ("norms", selection.norms), ("flow", selection.flow)) if on
         },
         explicit=shown is not None,
         precision=DEFAULT_PRECISION if precision is None else precision,

@@ -240,13 +240,16 @@ def kept_rows_of(stack: Stack) -> Sequence[int] | None:
     return hiding.kept if hiding is not None else tuple(range(len(stack.tokens)))
 
 
-def rollout_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any] | None:
-    """The top-level ``rollout`` object: ``through_layer`` and the (T, T) ``weights``, and
-    with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
-    stack = run.rolled_out
-    if stack is None or stack.rollout is None:
+COMBINED = ("rollout", "flow")  # the maps through the layers a run may hold, by their JSON names
+
+
+def combined_dict(run: Trace, name: str, *, table: Table = as_lists) -> dict[str, Any] | None:
+    """The top-level ``rollout`` or ``flow`` object (``name``): ``through_layer`` and the (T, T) ``weights``,
+    and with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
+    stack = run.rolled_out if name == "rollout" else run.own_stack
+    rollout = None if stack is None else stack.rollout if name == "rollout" else run.flow
+    if stack is None or rollout is None:
         return None
-    rollout = stack.rollout
     made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}
     if stack.texts is not None:  # an encoder-decoder's: which stack's layers were rolled out
         made = {"stack": stack.name, **made}
@@ -285,8 +288,10 @@ def run_dict(run: Trace, *, table: Table = as_lists) -> dict[str, Any]:
     made = {**_header(run), "layers": _layer_list(run.own_stack, table, run.queries, run.row_scores)}
     for key, stack in decoder_stacks(run):
         made[key] = _layer_list(stack, table)
-    if run.rolled_out is not None:
-        made["rollout"] = rollout_dict(run, table=table)
+    for name in COMBINED:
+        combined = combined_dict(run, name, table=table)
+        if combined is not None:
+            made[name] = combined
     if run.predictions is not None:
         made["predictions"] = predictions_list(run)
     return made
@@ -310,11 +315,12 @@ def json_pieces(run: Trace) -> Iterator[str]:
     for key, stack in decoder_stacks(run):
         yield f', "{key}": '
         yield from _layer_array(stack)
-    rollout = rollout_dict(run, table=StreamedTable)
-    if rollout is not None:
-        yield ', "rollout": {'
-        yield from _members(rollout)
-        yield "}"
+    for name in COMBINED:
+        combined = combined_dict(run, name, table=StreamedTable)
+        if combined is not None:
+            yield f', "{name}": {{'
+            yield from _members(combined)
+            yield "}"
     if run.predictions is not None:
         yield ', "predictions": ' + _dumps(predictions_list(run))
     yield "}"

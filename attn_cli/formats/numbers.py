@@ -40,8 +40,9 @@ STREAM_BYTES = 16 * 2**20
 
 def export_numbers(run: Trace) -> int:
     """How many numbers the JSON (or CSV) of ``run`` holds: its own stack's with the top-level
-    rollout, and an encoder-decoder's decoder and cross-attention's."""
-    return _stack_numbers(run.own_stack, run.rollout) + sum(_stack_numbers(stack, stack.rollout) for _, stack in decoder_stacks(run))
+    rollout and flow, and an encoder-decoder's decoder and cross-attention's."""
+    flow = _stack_numbers(run.own_stack, run.flow) - _stack_numbers(run.own_stack, None) if run.flow is not None else 0  # its (T, T)
+    return _stack_numbers(run.own_stack, run.rollout) + flow + sum(_stack_numbers(stack, stack.rollout) for _, stack in decoder_stacks(run))
 
 
 def _stack_numbers(stack: Stack, rollout: Rollout | None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.formats.document import hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list, rollout_dict
+from attn_cli.formats.document import COMBINED, combined_dict, hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list
 from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, as_lists, check_export_size, decoder_stacks, token_dicts
 from attn_cli.records.trace import Stack, Trace
 
@@ -47,11 +47,12 @@ def csv_batches(run: Trace, index: int) -> Iterator[list[tuple[Any, ...]]]:
             i = entry["position"]  # None: a classifier's mean of every position; its prob None: a regression's logit instead
             yield [(index, rows.tokenizer, "predictions", "", "", "" if i is None else i, r, "" if i is None else positions[i], top["label"],
                     top["logit"] if top["prob"] is None else top["prob"]) for r, top in enumerate(entry["top"])]  # fmt: skip
-    rollout = rollout_dict(run, table=StreamedTable)
-    if rollout is not None:  # its layer: the last layer rolled out through
-        yield from rows.squares("rollout", "", rollout["through_layer"], rollout["weights"])
-        if "weights_shown" in rollout:
-            yield from rows.squares("rollout_shown", "", rollout["through_layer"], rollout["weights_shown"])
+    for name in COMBINED:  # its layer: the last layer rolled out (or flowed) through
+        combined = combined_dict(run, name, table=StreamedTable)
+        if combined is not None:
+            yield from rows.squares(name, "", combined["through_layer"], combined["weights"])
+            if "weights_shown" in combined:
+                yield from rows.squares(f"{name}_shown", "", combined["through_layer"], combined["weights_shown"])
 
 
 class _Rows:
@@ -89,7 +90,7 @@ class _Rows:
         index, tokenizer = self.index, self.tokenizer
         rl, cl = (self.labels if rl is None else rl), (self.labels if cl is None else cl)
         rh, ch = (self.hidden if rh is None else rh), (self.hidden if ch is None else ch)
-        if table in ("weights_shown", "rollout_shown"):  # the shown tokens' cells only; "" in a row with no weight left
+        if table in ("weights_shown", "rollout_shown", "flow_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
                 if i not in rh:
                     yield [

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.trace import Hiding
 from attn_cli.runtime.errors import UsageError
@@ -207,12 +207,14 @@ def shown(trace: Trace) -> Trace:
     assert hiding is not None
     tokens = trace.tokens.subset(hiding.kept)
     layers = tuple(_with_norms_cut(_layer(layer, hiding.kept), hiding.kept) for layer in trace.layers)
-    rollout = trace.rollout
-    if rollout is not None:  # rows of the rollout sum to 1 like weights: hidden and renormalized the same way
-        rollout = dataclasses.replace(
-            rollout, weights=renormalize(rollout.weights[None], hiding.kept)[0], mask=_pairs(rollout.mask, hiding.kept)
+    def cut(combined: Any) -> Any:  # rows of the rollout and the flow sum to 1 like weights: hidden and renormalized the same way
+        if combined is None:
+            return None
+        return dataclasses.replace(
+            combined, weights=renormalize(combined.weights[None], hiding.kept)[0], mask=_pairs(combined.mask, hiding.kept)
         )  # (T, T) -> (K, K)
-    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=rollout)
+
+    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=cut(trace.rollout), flow=cut(trace.flow))
 
 
 def _pairs(table: torch.Tensor | None, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> torch.Tensor | None:

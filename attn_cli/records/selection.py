@@ -92,6 +92,7 @@ class Selection:
     heads: tuple[int, ...]
     keep: Keep = "all"  # "weights": a checkpoint's kept layers hold their weights only (see Keep)
     rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
+    flow: bool = False  # also attention flow through layers 0 .. last_layer (Trace.flow; analysis.flow)
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none

@@ -211,6 +211,7 @@ class Trace(Generic[LayerT]):
     hiding: Hiding | None = None  # the tokens --hide-tokens takes out of tables and pictures
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
+    flow: Rollout | None = None  # attention flow through the last kept layer (--what flow; attn_cli.analysis.flow), a model of one stack
     predictions: Predictions | Classification | None = None  # every position's top-K next tokens or fillers, or a classifier's labels (--predict)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text

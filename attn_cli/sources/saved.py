@@ -334,8 +334,9 @@ class SavedSource:
         if selection.norms and any(trace.layer(i).norms is None for i in selection.layers):
             raise UsageError(f"{self.path} holds no value-weighted norms; write it with run --norms -F json")
         rollout = self._rollout(selection.last_layer) if selection.rollout else None
+        flow = self._flow(selection.last_layer) if selection.flow else None
         layers = tuple(trace.layer(i) for i in selection.layers)
-        return dataclasses.replace(trace, layers=layers, chosen_heads=tuple(selection.heads), rollout=rollout)
+        return dataclasses.replace(trace, layers=layers, chosen_heads=tuple(selection.heads), rollout=rollout, flow=flow)
 
     def _rollout(self, through: int) -> Any:
         """The file's rollout through ``through``: the one it holds, else rolled out from its
@@ -352,6 +353,16 @@ class SavedSource:
                 f"rollout averages every head{held}; write the file with every head, or with run --rollout"
             )
         return rollout_of(trace.layers, through)
+
+    def _flow(self, through: int) -> Any:
+        """Attention flow through ``through`` from the file's layers (every head of layers 0 .. through)."""
+        from attn_cli.analysis.flow import flow_of
+
+        trace = self.trace
+        if len(trace.shown_heads) != trace.model.heads:
+            raise UsageError(f"--what flow: {self.path} holds heads {', '.join(map(str, trace.shown_heads))} of {trace.model.heads}, "
+                             "and the flow averages every head; write the file with every head")  # fmt: skip
+        return flow_of(trace.layers, through)
 
     def run_each(self, texts: Sequence[str], selection: Selection | None = None) -> Iterator[Trace]:
         for text in texts:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from attn_cli.analysis.flow import attention_flow, check_size
+from attn_cli.analysis.flow import attention_flow, check_size, flow_of
 from attn_cli.analysis.rollout import rollout_of
 from attn_cli.runtime.errors import TooLargeError
 from attn_cli.sources.checkpoint import open_checkpoint
@@ -58,7 +58,7 @@ def ours_and_theirs(folder: Path) -> tuple[Any, list[Any], np.ndarray]:
 @pytest.mark.parametrize("model", ["minilm", "gpt2"])
 def test_flow_equals_the_authors(model: str, request: pytest.FixtureRequest) -> None:
     _, layers, attentions = ours_and_theirs(request.getfixturevalue("minilm_path" if model == "minilm" else "gpt2_folder"))
-    got = attention_flow([layer.weights for layer in layers])
+    got = flow_of(layers)
     want = authors_flow(attentions)
     assert got.through_layer == len(layers) - 1
     np.testing.assert_allclose(got.weights.double().numpy(), want, atol=1e-5, rtol=0)
@@ -66,7 +66,7 @@ def test_flow_equals_the_authors(model: str, request: pytest.FixtureRequest) -> 
     # controls: each is told apart from the authors' flow
     assert not np.allclose(authors_flow(attentions, normalize=False), got.weights.numpy(), atol=1e-3)
     assert not np.allclose(rollout_of(layers).weights.numpy(), want, atol=1e-3)
-    assert not np.allclose(attention_flow([layer.weights for layer in layers[:-1]]).weights.numpy(), want, atol=1e-3)
+    assert not np.allclose(flow_of(layers[:-1]).weights.numpy(), want, atol=1e-3)
 
 
 def test_a_flow_that_would_take_too_long_is_refused() -> None:
@@ -74,4 +74,36 @@ def test_a_flow_that_would_take_too_long_is_refused() -> None:
     with pytest.raises(TooLargeError, match="at most 35 tokens"):
         check_size(64, 12)
     with pytest.raises(TooLargeError):
-        attention_flow([torch.full((2, 200, 200), 1 / 200)] * 12)
+        attention_flow([torch.full((200, 200), 1 / 200, dtype=torch.float64)] * 12)
+
+
+def test_run_what_flow_in_every_format(minilm_path: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`run --what flow`: the JSON's top-level flow is the authors' (1e-5), the table, CSV, --hide-tokens,
+    the heatmap, the toy; a long text refused (exit 4), an encoder-decoder (exit 2), an unknown name (exit 2)."""
+    import json
+
+    import checkpoints
+    from invoking import invoke
+
+    data = json.loads(invoke("run", TEXT, "--model", str(minilm_path), "--what", "flow", "-F", "json").stdout)
+    _, _, attentions = ours_and_theirs(minilm_path)
+    assert data["flow"]["through_layer"] == 5 and "rollout" not in data
+    np.testing.assert_allclose(np.array(data["flow"]["weights"]), authors_flow(attentions), atol=1e-5, rtol=0)
+    both = json.loads(invoke("run", TEXT, "--model", str(minilm_path), "--what", "rollout,flow", "--hide-tokens", "special", "-F", "json").stdout)
+    assert set(both) >= {"rollout", "flow"} and "weights_shown" in both["flow"]
+    table = invoke("run", TEXT, "--model", str(minilm_path), "--what", "flow", "--head", "0").stdout
+    assert "Attention flow" in table and "max flow" in table
+    csv = invoke("run", TEXT, "--model", str(minilm_path), "--what", "flow", "-F", "csv").stdout
+    n = len(data["tokens"])
+    assert sum(line.split(",")[2] == "flow" for line in csv.splitlines()) == n * n
+    picture = tmp_path / "flow.png"
+    invoke("heatmap", TEXT, "--model", str(minilm_path), "--what", "flow", "-o", str(picture))  # exit 0, else it fails here
+    assert picture.stat().st_size > 0
+    toy = json.loads(invoke("run", "I saw a saw", "--what", "flow", "-F", "json").stdout)
+    assert toy["flow"]["through_layer"] == 0 and all(abs(sum(row) - 1) < 1e-6 for row in toy["flow"]["weights"])
+    long = invoke("run", " ".join(["word"] * 60), "--model", str(minilm_path), "--what", "flow", "-F", "json", code=4).stderr
+    assert "at most 42 tokens" in long and len(long.strip().splitlines()) == 1
+    bart = checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart)
+    pair = invoke("run", TEXT, "--model", str(bart), "--target", "a cat", "--what", "flow", "-F", "json", code=2).stderr
+    assert "an encoder-decoder's is not computed yet" in pair
+    assert "choose from weights, rollout, norms, flow" in invoke("run", TEXT, "--what", "nonsense", code=2).stderr

@@ -40,7 +40,7 @@ from attn_cli.render.picture.canvas import (
     tick_step,
 )
 from attn_cli.render.picture.fonts import font_families
-from attn_cli.render.picture.kinds import KINDS, STOCHASTIC, What
+from attn_cli.render.picture.kinds import COMBINED, KINDS, STOCHASTIC, What, combined_of
 from attn_cli.render.picture.panels import (
     DEFAULT_CMAPS,
     KIND_NAMES,
@@ -92,9 +92,9 @@ def drawn_text(trace: Run) -> str:
 def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[..., Figure] | None) -> Figure:
     n_heads = run.layers[0].n_heads
     heads = run.shown_heads if options.heads is None else options.heads
-    if options.what is What.rollout:  # one matrix for every head together
-        if run.rollout is None:
-            raise UsageError("this trace has no rollout: compute it with --rollout")
+    if options.what in COMBINED:  # one matrix for every head together
+        if combined_of(run, options.what) is None:
+            raise UsageError(f"this trace has no {options.what.value}: compute it with --what {options.what.value}")
         heads = (0,)
     for h in heads:
         if not 0 <= h < n_heads:
@@ -137,7 +137,7 @@ def _heatmap_figure(run: Run, options: HeatmapOptions, new_figure: Callable[...,
                 continue
             panel = grid[r][c]
             _draw_panel(ax, panel, cmaps[panel.kind], run, layout,
-                        title=_panel_title(panel, options.what is not What.rollout and (len(heads) > 1 or (options.heads is not None and n_heads > 1)), len(kinds) > 1),
+                        title=_panel_title(panel, options.what not in COMBINED and (len(heads) > 1 or (options.heads is not None and n_heads > 1)), len(kinds) > 1),
                         left=c == 0, bottom=_is_bottom(grid, r, c))
     _colorbars(fig, axes, grid, options)
     title = heatmap_title(run, options.what, heads)
@@ -313,7 +313,7 @@ def _annotate(ax: Axes, panel: Panel, cmap: Colormap, norm: Normalize, font: flo
 
 def _colorbars(fig: Figure, axes: Any, grid: list[list[Panel]], options: HeatmapOptions) -> None:
     names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score", What.norms: "‖a·f(x)‖",
-             What.rollout: "rollout"}  # fmt: skip
+             What.rollout: "rollout", What.flow: "flow"}  # fmt: skip
     placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
     if options.per_head_scale:
         for ax, panel in placed:

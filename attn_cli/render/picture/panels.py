@@ -16,7 +16,7 @@ from matplotlib.colors import Colormap
 
 from attn_cli.records.trace import Trace as Run
 from attn_cli.render.picture.canvas import DEFAULT_DPI
-from attn_cli.render.picture.kinds import STOCHASTIC, What
+from attn_cli.render.picture.kinds import COMBINED, STOCHASTIC, What, combined_of
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerAttention
 
 
-DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", What.rollout: "viridis"}
+DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", What.rollout: "viridis", What.flow: "viridis"}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
 SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
 FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
@@ -57,10 +57,11 @@ class Panel:
 
 def matrices(run: Run, kind: What, head: int) -> np.ma.MaskedArray:
     """(T, T) values of one head of the run's first kept layer (``layer_matrix``), or the
-    run's rollout (``kind`` rollout: every head together, ``head`` unused)."""
-    if kind is What.rollout:
-        assert run.rollout is not None, "the command computes the rollout it draws"
-        return masked_matrix(run.rollout.weights, run.rollout.mask, kind)
+    run's rollout or flow (``kind`` rollout or flow: every head together, ``head`` unused)."""
+    if kind in COMBINED:
+        combined = combined_of(run, kind)
+        assert combined is not None, f"the command computes the {kind.value} it draws"
+        return masked_matrix(combined.weights, combined.mask, kind)
     return layer_matrix(run.layers[0], kind, head)
 
 
@@ -164,4 +165,4 @@ def cell_number(value: float, kind: What) -> str:
 
 
 KIND_NAMES = {What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores", What.norms: "norms ‖a·f(x)‖",
-              What.rollout: "rollout"}  # fmt: skip
+              What.rollout: "rollout", What.flow: "flow"}  # fmt: skip

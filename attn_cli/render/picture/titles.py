@@ -24,7 +24,7 @@ from matplotlib.textpath import text_to_path
 
 from attn_cli.records.hiding import hidden_text
 from attn_cli.records.trace import Trace as Run
-from attn_cli.render.picture.kinds import What
+from attn_cli.render.picture.kinds import What, combined_of
 
 JOIN = " · "
 FROM = "← "  # a part that begins so continues the part before it (a cross-attention's source): a space, not JOIN
@@ -130,6 +130,7 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         What.all: "Attention: scores, scaled scores, weights",
         What.norms: "Value-weighted norms ‖a·f(x)‖",
         What.rollout: f"Attention rollout through layer {run.rollout.through_layer}" if run.rollout is not None else "",
+        What.flow: f"Attention flow through layer {run.flow.through_layer}" if run.flow is not None else "",
     }[what]
     shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
     masked = (
@@ -152,12 +153,13 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         config.append(f"dropout {m.dropout:g} (weights shown before it)")
     if m.dropout and what is What.norms:
         config.append(f"dropout {m.dropout:g} (the dropped weights, which mixed the values)")
-    if what is What.rollout and run.rollout is not None:
-        through = run.rollout.through_layer
+    combined = combined_of(run, what)
+    if combined is not None:  # the rollout or the flow
+        through = combined.through_layer
         config = [config[0],  # the phrase that names the source
                   f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
-                  f"each layer: mean of all {m.heads} heads, half residual (I)",
-                  "causal (grey: no path)" if run.rollout.causal else "not causal"]  # fmt: skip
+                  f"each layer: mean of all {m.heads} heads, half residual (I)" + (", max flow to each input token" if what is What.flow else ""),
+                  "causal (grey: no path)" if combined.causal else "not causal"]  # fmt: skip
     if stack is not None and stack.cross:  # cross-attention: the target's rows read the source
         source = " ".join(stack.key_text.split())
         source = source if len(source) <= 60 else source[:59] + "…"

@@ -28,8 +28,8 @@ _RAMP_16 = (
     ("green", "black"), ("bright_green", "black"), ("bright_yellow", "black"),
 )
 Cell = Callable[[int, int], Text]
-SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats", "norms", "rollout")
-ANALYSES = ("norms", "rollout")  # tables of what --norms and --rollout compute (--show norms computes them too)
+SHOW_CHOICES = ("tokens", "embeddings", "qkv", "scores", "scaled", "weights", "context", "output", "stats", "norms", "rollout", "flow")
+ANALYSES = ("norms", "rollout", "flow")  # tables of what --norms, --rollout, --what flow compute (--show norms computes them too)
 # "output" in the default is drawn only when it differs from the one head's context.
 DEFAULT_SHOW = frozenset({"tokens", "weights", "stats", "output"})
 FOCUSED_SHOW = frozenset({"tokens"})  # the default when --query or --key is given

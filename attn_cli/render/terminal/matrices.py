@@ -77,15 +77,21 @@ def weights_table(run: Trace, head: int, precision: int = 4) -> FittedTable:
     return rows_table(run, result.weights[head], result.mask, title, precision, extra=extra)
 
 
-def rollout_table(run: Trace, precision: int = 4) -> FittedTable:
-    """The attention rollout (``Trace.rollout``): how much of each key token reaches each query
-    position through the layers, drawn as a weights table (its rows sum to 1)."""
-    rollout = run.rollout
-    assert rollout is not None, "a rollout table needs a trace computed with --rollout"
+COMBINED_TITLES = {  # a map through the layers: its title, and how it is made
+    "rollout": ("Attention rollout", "each layer's mean over all heads, half residual (I), multiplied"),
+    "flow": ("Attention flow", "the max flow from each position to each input token through every layer's mixed weights (rollout's), rows normalized"),
+}  # fmt: skip
+
+
+def rollout_table(run: Trace, precision: int = 4, *, name: str = "rollout") -> FittedTable:
+    """The attention rollout (``Trace.rollout``), or ``name`` "flow" the attention flow (``Trace.flow``): how
+    much of each key token reaches each query position through the layers, drawn as a weights table (its rows sum to 1)."""
+    rollout = run.rollout if name == "rollout" else run.flow
+    assert rollout is not None, f"a {name} table needs a trace computed with it"
     hidden = hidden_text(run)
     through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
-    rest = f"  of {through}: each layer's mean over all heads, half residual (I), multiplied"
-    title = title_text("Attention rollout", rest + (f"; {hidden}" if hidden is not None else ""))
+    heading, how = COMBINED_TITLES[name]
+    title = title_text(heading, f"  of {through}: {how}" + (f"; {hidden}" if hidden is not None else ""))
     return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
 
 

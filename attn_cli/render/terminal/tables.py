@@ -256,6 +256,8 @@ def human_view(run: Trace, view: View = View(), index: int | None = None, total:
         parts.extend(_layer_view(dataclasses.replace(run, layers=(layer,)), view))
     if "rollout" in view.show and run.rollout is not None:
         parts.append(precise(partial(rollout_table, run), view))
+    if "flow" in view.show and run.flow is not None:
+        parts.append(precise(partial(rollout_table, run, name="flow"), view))
     if full.predictions is not None:  # every position's, whatever --hide-tokens leaves out of the attention
         parts.append(predictions_table(full, view.precision))
     return Group(*parts)
@@ -367,8 +369,8 @@ def parse_show(values: Iterable[str] | None) -> frozenset[str] | None:
             name = name.strip().lower()
             if not name:
                 continue
-            if name == "all":
-                names.update(SHOW_CHOICES)
+            if name == "all":  # every table but the flow's: its max-flow problems are asked for by name
+                names.update(choice for choice in SHOW_CHOICES if choice != "flow")
             elif name in SHOW_CHOICES:
                 names.add(name)
             else:

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from attn_cli.analysis.flow import attention_flow, check_size
 from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
 from attn_cli.records.layers import LayerWeights
 from attn_cli.records.positions import resolve_queries
@@ -101,14 +102,17 @@ class CheckpointSource(Batches):
         if selection is None:
             selection = Selection(tuple(range(self.n_layers)), tuple(range(self.n_heads)))
         queries = resolve_queries(selection.queries, tokens.texts, tokens.labels) if selection.queries else ()
+        combined = selection.rollout or selection.flow  # every layer's weights folded in as they pass
+        if selection.flow:
+            check_size(len(tokens), selection.last_layer + 1)
         parts = self.checkpoint.estimate_bytes(
-            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=selection.rollout,
+            len(tokens), selection.layers, selection.keep, norms=selection.norms, rollout=combined,
             predict=bool(selection.predict),
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
         omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not _fit(parts, self.spec.device))
-        if omit and not selection.rollout:
+        if omit and not combined:
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
             blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
             culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
@@ -119,7 +123,7 @@ class CheckpointSource(Batches):
         info = self.info
         per_layer = attention_flops(len(tokens), info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * len(tokens) * info.d_model**2
         n_threads = threads.threads_for(per_layer)
-        rollout = RolloutAccumulator() if selection.rollout else None
+        rollout = RolloutAccumulator(keep=selection.flow) if combined else None
         predictions, norms = None, selection.norms and blocks is None
         with using_threads(n_threads):
             if selection.predict:
@@ -130,7 +134,8 @@ class CheckpointSource(Batches):
                 layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=norms, rollout=rollout, blocks=blocks)
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
-            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if rollout else None,
+            text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if selection.rollout and rollout else None,
+            flow=attention_flow(rollout.mixed) if selection.flow and rollout and rollout.mixed else None,
             predictions=predictions, queries=queries, row_scores=selection.row_scores, tables_omitted=omitted,
         )  # fmt: skip
 
@@ -208,6 +213,8 @@ class PairSource(Batches):
         if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
             flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
+        if selection is not None and selection.flow:
+            raise UsageError("--what flow follows a model of one stack; an encoder-decoder's is not computed yet")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":
             raise UsageError(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from attn_cli.analysis.norms import BLOCK_BYTES as NORMS_BLOCK_BYTES, with_norms
+from attn_cli.analysis.flow import flow_of
 from attn_cli.analysis.rollout import rollout_of
 from attn_cli.records.layers import Projections
 from attn_cli.records.selection import Selection
@@ -115,7 +116,8 @@ class ToySource(Batches):
                 layer = with_norms(layer)
         info, layers = with_threads(toy_info(config, tokens.vocab_size), (layer,), n_threads)
         rollout = rollout_of(layers) if selection is not None and selection.rollout else None
-        return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None, rollout=rollout)
+        flow = flow_of(layers) if selection is not None and selection.flow else None
+        return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None, rollout=rollout, flow=flow)
 
     # A batch runs one configuration over many texts: the seeded embedding table
     # and projections are the same every time, so they are drawn once. Both are
