@@ -124,6 +124,7 @@ def trace(
     hide_tokens: str | Sequence[Any] | None = None,
     rollout: bool = False,
     norms: bool = False,
+    flow: bool = False,
     layers: Any = None,
     query: str | int | Sequence[str | int] | None = None,
     **options: Any,
@@ -137,7 +138,8 @@ def trace(
     ``head``: what to keep, as --layer and --head take them (an index, a list, a
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
-    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``). ``query``: the
+    --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``); ``flow``: as
+    --what flow (``Trace.flow``). ``query``: the
     query rows to keep whole, as --query ("last:16", "100:200", a position, a token, or a list
     of them: ``Trace.rows``). Where a checkpoint's tables do not fit the memory at hand, the
     trace keeps each head's statistics and those rows, computed in blocks, and says why in
@@ -169,7 +171,7 @@ def trace(
     )
     source = open_source(spec)
     queries = () if query is None else tuple(str(q) for q in ([query] if isinstance(query, (str, int)) else query))
-    selection = spec.select(source, everything=True, rollout=rollout, norms=norms, queries=queries, tables="fit", pool=(POOL_CELLS, "max"))
+    selection = spec.select(source, everything=True, rollout=rollout, flow=flow, norms=norms, queries=queries, tables="fit", pool=(POOL_CELLS, "max"))
     made = with_queries(source.run(text, selection), selection)
     return notebook_trace(hide(made, spec.hide))
 
@@ -253,16 +255,21 @@ def from_attentions(
     model_name: str | None = None,
     special: Sequence[bool] | None = None,
     rollout: bool = False,
+    flow: bool = False,
 ) -> Trace:
     """A Trace of attention computed elsewhere (see ``attn_cli.sources.outside.from_attentions``);
-    ``rollout``: with the rollout through its last layer (every layer from 0 must be given)."""
+    ``rollout``, ``flow``: with the rollout, the attention flow, through its last layer (every layer
+    from 0 must be given)."""
     import dataclasses
 
+    from attn_cli.analysis.flow import flow_of
     from attn_cli.analysis.rollout import rollout_of
     from attn_cli.sources.outside import from_attentions as made
 
     trace = made(attentions, tokens, model_name=model_name, special=special)
-    return notebook_trace(dataclasses.replace(trace, rollout=rollout_of(trace.layers)) if rollout else trace)
+    return notebook_trace(dataclasses.replace(
+        trace, rollout=rollout_of(trace.layers) if rollout else None, flow=flow_of(trace.layers) if flow else None
+    ))  # fmt: skip
 
 
 def load(path: str | os.PathLike[str]) -> Trace:

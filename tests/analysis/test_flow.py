@@ -107,3 +107,17 @@ def test_run_what_flow_in_every_format(minilm_path: Path, tmp_path: Path, tmp_pa
     pair = invoke("run", TEXT, "--model", str(bart), "--target", "a cat", "--what", "flow", "-F", "json", code=2).stderr
     assert "an encoder-decoder's is not computed yet" in pair
     assert "choose from weights, rollout, norms, flow" in invoke("run", TEXT, "--what", "nonsense", code=2).stderr
+
+
+def test_the_python_api_gives_flow(minilm_path: Path) -> None:
+    """attn_cli.trace(..., flow=True) and from_attentions(..., flow=True): Trace.flow, the authors' flow."""
+    import attn_cli
+
+    _, layers, attentions = ours_and_theirs(minilm_path)
+    want = authors_flow(attentions)
+    traced = attn_cli.trace(TEXT, model=minilm_path, flow=True)
+    np.testing.assert_allclose(traced.flow.weights.double().numpy(), want, atol=1e-5, rtol=0)
+    tokens = [str(i) for i in range(attentions.shape[-1])]
+    outside = attn_cli.from_attentions(torch.tensor(attentions).float()[:, None], tokens, flow=True)
+    np.testing.assert_allclose(outside.flow.weights.double().numpy(), want, atol=1e-5, rtol=0)
+    assert outside.rollout is None and attn_cli.trace(TEXT, model=minilm_path).flow is None
