@@ -22,7 +22,7 @@ from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, 
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
-from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
+from attn_cli.cli.options import MapsOption, NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
@@ -60,7 +60,7 @@ PageOutputOption = output_option(
 def html(
     ctx: typer.Context, spec: SourceSpec, texts: list[str], lines: bool, output: PageOutputOption = None,
     no_clobber: NoClobberOption = False, open_page: OpenOption = False, max_size: MaxSizeOption = DEFAULT_MAX_MB,
-    rollout: RolloutOption = False, norms: NormsOption = False, predict: PredictOption = 0, generate: GenerateOption = 0,
+    rollout: RolloutOption = False, norms: NormsOption = False, what: MapsOption = None, predict: PredictOption = 0, generate: GenerateOption = 0,
     query: QueriesOption = None, pool: PoolOption = Pool.max, window: WindowOption = None, keys: KeysOption = None,
 ) -> None:  # fmt: skip
     """Write one HTML page to explore attention: no server, no network, any browser.
@@ -69,7 +69,7 @@ def html(
     attached to a bug report or put on a course page. Views: lines from each
     query to its keys (head view), the weights matrix with every cell's numbers,
     an overview of every layer and head, and the toy model step by step; with
-    --rollout a rollout view, with --norms the matrix coloured by ||a f(x)||.
+    --rollout a rollout view (--what flow: a flow view), with --norms the matrix coloured by ||a f(x)||.
     With --lines, one page with a picker between the texts.
 
     \b
@@ -88,7 +88,8 @@ def html(
     source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
-    analyses = {"rollout": rollout, "norms": norms, "predict": predict, "generate": generate}
+    asked = set(what or ())
+    analyses = {"rollout": rollout or "rollout" in asked, "norms": norms or "norms" in asked, "flow": "flow" in asked, "predict": predict, "generate": generate}
     traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window, keys)))
     if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
@@ -110,7 +111,7 @@ def _selection(
     spec: SourceSpec, source: Any, analyses: dict[str, Any], query: list[str] | None, pool: Pool, window: str | None, keys: str | None
 ) -> Any:  # fmt: skip
     """Every layer and head; a long text's statistics, rows and pooled maps where its tables do not fit."""
-    tables = "keep" if analyses["rollout"] or analyses["norms"] else "fit"  # rollout and norms read the tables
+    tables = "keep" if analyses["rollout"] or analyses["flow"] or analyses["norms"] else "fit"  # rollout, flow and norms read the tables
     return long_selection(spec.select(source, everything=True, **analyses), query, pool, window, keys, tables=tables)
 
 

@@ -310,11 +310,7 @@ def test_rollout_view_and_norms_colouring_show_the_json_numbers(open_page: Any, 
     p = open_page(page([trace], command="c"))
     p.view("rollout")
     assert p.page.locator("#matrix").get_attribute("data-kind") == "rollout"
-    for q in range(6):
-        for k in range(6):
-            tip = p.hover_cell(q, k)
-            expected = "0 (no path)" if k > q else fixed(data["rollout"]["weights"][q][k])
-            assert tip["rollout"] == expected, (q, k)
+    assert_causal_cells(p, "rollout", data["rollout"]["weights"])
     p.page.screenshot(path=shots / "toy-rollout.png", full_page=True)
     p.view("matrix")
     p.page.click("#show-norms")
@@ -344,3 +340,32 @@ def test_predictions_show_on_hover(open_page: Any, gpt2_folder: Any) -> None:
     expected = ", ".join(f"{label} {prob:.4f}" for label, prob in zip(trace.predictions.labels[2], trace.predictions.probs[2].tolist()))
     assert p.text("#detail-predictions") == f"The model's next token here: {expected}"
     assert p.page.get_attribute(".left .tok[data-i='2']", "title").endswith(f"next: {expected}")
+
+
+def test_flow_view_shows_the_json_numbers(open_page: Any, shots: Path) -> None:
+    """--what flow: a Flow tab whose cells are the JSON's top-level flow (a causal toy: no path to the future)."""
+    from attn_cli.sources.toy.config import Config
+    from attn_cli.sources.toy.source import ToySource
+    from attn_cli.records.selection import Selection
+
+    trace = ToySource(Config(tokenizer="words", heads=2, causal=True, out_proj=True)).run(
+        "Life is short, eat dessert first", Selection((0,), (0, 1), rollout=True, flow=True)
+    )
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"), name="flow.html")
+    p.view("flow")
+    assert p.page.locator("#matrix").get_attribute("data-kind") == "flow"
+    assert "Attention flow through layer 0" in p.text("body")
+    assert_causal_cells(p, "flow", data["flow"]["weights"])
+    p.page.screenshot(path=shots / "toy-flow.png", full_page=True)
+    p.view("rollout")  # the rollout's own numbers still
+    assert p.hover_cell(5, 0)["rollout"] == fixed(data["rollout"]["weights"][5][0])
+    assert not p.problems, p.problems
+
+
+def assert_causal_cells(p: Any, name: str, weights: list[list[float]]) -> None:
+    """Each cell's tooltip is the JSON's number (a causal run's future: no path)."""
+    for q in range(len(weights)):
+        for k in range(len(weights)):
+            expected = "0 (no path)" if k > q else fixed(weights[q][k])
+            assert p.hover_cell(q, k)[name] == expected, (q, k)

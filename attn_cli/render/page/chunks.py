@@ -149,8 +149,9 @@ class Budget:
         # 1. every text's first layer of weights, and its rollout (one T x T), whatever the size: a page shows something
         for m in manifests:
             self._take(chunks, m["layers"][0]["weights"], force=True)
-            if m["rollout"] is not None:
-                self._take(chunks, m["rollout"]["weights"], force=True)
+            for name in ("rollout", "flow"):
+                if m.get(name) is not None:
+                    self._take(chunks, m[name]["weights"], force=True)
         # 2. the other layers' weights, in order; 3. the toy's vectors; 4. raw (and scaled) scores
         missing_weights: list[list[int]] = [[] for _ in manifests]
         for i, m in enumerate(manifests):

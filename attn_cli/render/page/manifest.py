@@ -37,16 +37,19 @@ def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
         "layers": layers,
         "vectors": None,
         "rollout": None,
+        "flow": None,
         "predictions": _predictions(trace),
     }
-    if trace.rollout is not None:  # --rollout: drawn like one head's weights
-        from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.layers import LayerWeights as Drawn
 
-        as_layer = LayerWeights(trace.rollout.weights[None], trace.rollout.mask, 1.0, trace.rollout.through_layer)  # (1, T, T)
-        manifest["rollout"] = {
-            "through": trace.rollout.through_layer,
+    for name, combined in (("rollout", trace.rollout), ("flow", trace.flow)):  # --rollout, --what flow: drawn like one head's weights
+        if combined is None:
+            continue
+        as_layer = Drawn(combined.weights[None], combined.mask, 1.0, combined.through_layer)  # (1, T, T)
+        manifest[name] = {
+            "through": combined.through_layer,
             "weights": chunks.add(Chunk("u16", (1, n, n), functools.partial(fixed_weights, as_layer))),
-            "masked": trace.rollout.causal,
+            "masked": combined.causal,
         }
     manifest.update(_toy_entries(trace, chunks))
     return manifest

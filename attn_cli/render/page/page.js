@@ -155,6 +155,7 @@
     const views = [["heads", "Head view"], ["matrix", "Matrix"]];
     if (tr.layers.length > 1 || tr.model.trained) views.push(["overview", "Model overview"]);
     if (tr.rollout) views.push(["rollout", "Rollout"]);
+    if (tr.flow) views.push(["flow", "Flow"]);
     if (tr.vectors) views.push(["steps", "Step by step"]);
     if (!views.some(([v]) => v === S.view)) S.view = "heads";
     const tabs = el("div", { class: "tabs", role: "tablist", "aria-label": "Views" });
@@ -179,7 +180,7 @@
   function drawControls() {
     controls.textContent = "";
     const tr = trace();
-    if (S.view !== "overview" && S.view !== "rollout") {
+    if (S.view !== "overview" && !combined(S.view)) {
       const select = el("select", { id: "layer-picker", "aria-label": "Layer", onchange: (e) => { S.layer = Number(e.target.value); S.cell = null; draw(); } });
       tr.layers.forEach((l, i) => select.append(el("option", { value: i, selected: i === S.layer, disabled: !l.weights, text: `layer ${l.index}` + (l.weights ? "" : " (left out)") })));
       controls.append(el("label", { for: "layer-picker", text: "Layer " }), select);
@@ -203,7 +204,7 @@
       const box = el("input", { type: "checkbox", id: "show-norms", checked: S.norms, onchange: (e) => { S.norms = e.target.checked; draw(); } });
       controls.append(el("label", { class: "small" }, box, " colour by the value-weighted norms ||a·f(x)|| (what each weight moves)"));
     }
-    if (S.view === "matrix" || S.view === "overview" || S.view === "rollout") {
+    if (S.view === "matrix" || S.view === "overview" || combined(S.view)) {
       const box = el("input", { type: "checkbox", id: "log-scale", checked: S.log, onchange: (e) => { S.log = e.target.checked; draw(); } });
       controls.append(el("label", { class: "small" }, box, " log colour scale (long texts spread weight thin)"));
     }
@@ -218,7 +219,7 @@
     hideTip();
     busy(true);
     try {
-      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, rollout: rolloutView })[S.view]();
+      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, rollout: () => combinedView("rollout"), flow: () => combinedView("flow") })[S.view]();
       if (ticket !== drawing) return;
       main.textContent = "";
       main.append(content);
@@ -344,15 +345,16 @@
   }
 
   // -- matrix: the weights of one head on a canvas, with a tooltip --
-  async function rolloutView() { // one T x T for every head together, drawn as a head's weights are
-    const r = trace().rollout;
+  function combined(kind) { return kind === "rollout" || kind === "flow"; } // one T x T through the layers for every head together
+  async function combinedView(kind) { // the rollout or the flow, drawn as a head's weights are
+    const r = trace()[kind];
     const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked };
-    return matrixView({ layer, h: 0, kind: "rollout" });
+    return matrixView({ layer, h: 0, kind });
   }
   async function matrixView(opts) {
     const kind = opts ? opts.kind : S.norms && layerOf().norms ? "norms" : "weights";
-    const layer = opts ? opts.layer : layerOf(), n = T(), m = kind === "rollout" ? n : K(), d = await load(layer, kind !== "rollout"), h = opts ? opts.h : S.head;
-    const tk = trace().tokens, ktk = kind === "rollout" ? tk : keyTokens(), big = Math.max(n, m); // rows: queries; columns: keys
+    const layer = opts ? opts.layer : layerOf(), n = T(), m = combined(kind) ? n : K(), d = await load(layer, !combined(kind)), h = opts ? opts.h : S.head;
+    const tk = trace().tokens, ktk = combined(kind) ? tk : keyTokens(), big = Math.max(n, m); // rows: queries; columns: keys
     let top = 0; // the norms' colour scale: 0 to the head's largest
     if (kind === "norms") for (let i = h * n * m; i < (h + 1) * n * m; i++) if (d.w[i] !== MASKED && d.v[i] > top) top = d.v[i];
     const shade = (i) => { // a cell's place on the colour scale
@@ -360,7 +362,7 @@
       const v = d.v[i] / (top || 1);
       return !S.log ? v : v <= 0 ? 0 : Math.max(0, (Math.log10(v) + P) / P);
     };
-    const what = kind === "rollout" ? `attention rollout through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
+    const what = combined(kind) ? `attention ${kind} through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
     const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
     const labels = big <= 64;
     const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
@@ -462,27 +464,29 @@
     const bar = el("canvas", { width: 160, height: 12 });
     const bctx = bar.getContext("2d");
     for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
-    const name = kind === "norms" ? "||a·f(x)||" : kind === "rollout" ? "rollout" : "weight";
+    const name = kind === "norms" ? "||a·f(x)||" : combined(kind) ? kind : "weight";
     const high = kind === "norms" ? fixed(top) : "1";
     legend.append(el("span", { text: S.log ? `${name} ${kind === "norms" ? fixed(top / SCALE) : "10⁻⁴"}` : `${name} 0` }), bar, el("span", { text: high }), el("span", { class: "swatch" }),
-      el("span", { text: kind === "rollout" ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
-    const about = kind === "rollout"
+      el("span", { text: combined(kind) ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
+    const about = kind === "flow"
+      ? `Attention flow through layer ${layer.index} (Abnar & Zuidema 2020): the rollout's mixed weights (each layer's mean over all heads, half the identity, rows renormalized) as the capacities of a graph through the layers; a cell is the maximum flow from the query's position after the last layer to the key token, each row normalized to sum 1.`
+      : kind === "rollout"
       ? `Attention rollout through layer ${layer.index} (Abnar & Zuidema 2020): each layer's weights averaged over all its heads, half the identity added for the residual, rows renormalized, multiplied from layer 0 up. Rows are queries, columns keys; a cell is how much of the key token reaches the query's position; each row sums to 1.`
       : kind === "norms"
         ? `Head ${h} of layer ${layer.index}, coloured by the value-weighted norm ||a·f(x)|| (Kobayashi et al. 2020): the weight times the size of what the key sends through this head and W_o, from 0 to the head's largest (${fixed(top)}). A big weight on a key that sends little is dark here.`
         : ktk !== tk ? `Head ${h} of layer ${layer.index}, cross-attention: rows are the decoder's inputs, columns the source's tokens; each row sums to 1.`
           : `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1.`;
     const box = el("div", {},
-      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (big <= 16 ? " (the cells show two decimals)." : ".") + (d.s || kind === "rollout" ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (big <= 16 ? " (the cells show two decimals)." : ".") + (d.s || combined(kind) ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
       wrap, legend);
     box.after = () => { paint(); mark(); };
     return box;
   }
   function cellTip(layer, d, h, q, k, kind) {
-    const n = T(), m = kind === "rollout" ? n : K(), tk = trace().tokens, ktk = kind === "rollout" ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
+    const n = T(), m = combined(kind) ? n : K(), tk = trace().tokens, ktk = combined(kind) ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
     const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], [ktk !== tk ? "key (source)" : "key", `${ktk.labels[k]} (${ktk.positions[k]})`]];
-    if (kind === "rollout") {
-      rows.push(["layers", `0 to ${layer.index}, every head`], ["rollout", u === MASKED ? "0 (no path)" : fixedWeight(u)]);
+    if (combined(kind)) {
+      rows.push(["layers", `0 to ${layer.index}, every head`], [kind, u === MASKED ? "0 (no path)" : fixedWeight(u)]);
       const dl = el("dl", {}, rows.map(([k2, v]) => [el("dt", { text: k2 }), el("dd", { "data-field": k2.replace(" ", "-"), text: v })]));
       return el("div", {}, dl);
     }
