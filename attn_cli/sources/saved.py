@@ -212,10 +212,11 @@ def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, n
 
 
 def _with_rollout_and_prompt(made: Trace, data: Mapping[str, Any], tokens: list[Any], where: str, n: int) -> Trace:
-    """The file's rollout, and where --generate's prompt ended, drawn again."""
-    rollout = data.get("rollout")
-    if isinstance(rollout, dict) and rollout.get("weights") is not None:
-        made = dataclasses.replace(made, rollout=_rollout(rollout, where, n))
+    """The file's rollout and flow, and where --generate's prompt ended, drawn again."""
+    for name in ("rollout", "flow"):
+        saved = data.get(name)
+        if isinstance(saved, dict) and saved.get("weights") is not None:
+            made = dataclasses.replace(made, **{name: _rollout(saved, where, n, name)})
     generated = [bool(entry.get("generated")) for entry in tokens if isinstance(entry, dict)]
     if any(generated) and len(generated) == n:
         text_after = data.get("generated_text")
@@ -225,14 +226,14 @@ def _with_rollout_and_prompt(made: Trace, data: Mapping[str, Any], tokens: list[
     return made
 
 
-def _rollout(saved: Mapping[str, Any], where: str, n: int) -> Any:
-    """The file's ``rollout`` object as a Rollout; its mask: the future, when nothing reaches it."""
+def _rollout(saved: Mapping[str, Any], where: str, n: int, name: str = "rollout") -> Any:
+    """The file's ``rollout`` (or ``flow``) object as a Rollout; its mask: the future, when nothing reaches it."""
     import torch
 
     from attn_cli.records.results import Rollout
 
-    weights = _table(saved["weights"], "rollout.weights", where, n)
-    through = whole_number(saved.get("through_layer", 0), "rollout.through_layer", where)
+    weights = _table(saved["weights"], f"{name}.weights", where, n)
+    through = whole_number(saved.get("through_layer", 0), f"{name}.through_layer", where)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (T, T)
     causal = n > 1 and bool((weights[future] == 0).all())
     return Rollout(through, weights, future if causal else None)
@@ -355,10 +356,12 @@ class SavedSource:
         return rollout_of(trace.layers, through)
 
     def _flow(self, through: int) -> Any:
-        """Attention flow through ``through`` from the file's layers (every head of layers 0 .. through)."""
+        """Attention flow through ``through``: the file's own, else from its layers (every head of layers 0 .. through)."""
         from attn_cli.analysis.flow import flow_of
 
         trace = self.trace
+        if trace.flow is not None and trace.flow.through_layer == through:
+            return trace.flow
         if len(trace.shown_heads) != trace.model.heads:
             raise UsageError(f"--what flow: {self.path} holds heads {', '.join(map(str, trace.shown_heads))} of {trace.model.heads}, "
                              "and the flow averages every head; write the file with every head")  # fmt: skip

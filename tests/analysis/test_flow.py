@@ -99,6 +99,10 @@ def test_run_what_flow_in_every_format(minilm_path: Path, tmp_path: Path, tmp_pa
     picture = tmp_path / "flow.png"
     invoke("heatmap", TEXT, "--model", str(minilm_path), "--what", "flow", "-o", str(picture))  # exit 0, else it fails here
     assert picture.stat().st_size > 0
+    saved = tmp_path / "one-head.json"  # a file of one head keeps the flow it was written with: drawn again from it
+    invoke("run", TEXT, "--model", str(minilm_path), "--what", "flow", "--head", "0", "-F", "json", "-o", str(saved))
+    invoke("heatmap", "--from", str(saved), "--what", "flow", "-o", str(tmp_path / "again.png"))
+    assert (tmp_path / "again.png").stat().st_size > 0
     toy = json.loads(invoke("run", "I saw a saw", "--what", "flow", "-F", "json").stdout)
     assert toy["flow"]["through_layer"] == 0 and all(abs(sum(row) - 1) < 1e-6 for row in toy["flow"]["weights"])
     long = invoke("run", " ".join(["word"] * 60), "--model", str(minilm_path), "--what", "flow", "-F", "json", code=4).stderr
