@@ -70,11 +70,12 @@ def attention_flow(mixed: Sequence[torch.Tensor]) -> Rollout:
     for l, layer in enumerate(mixed, start=1):
         causal = causal and bool((layer.triu(1) == 0).all())
         rows, cols = layer.nonzero(as_tuple=True)
-        graph.add_edges_from((l * n + i, (l - 1) * n + j, {"capacity": float(layer[i, j])}) for i, j in zip(rows.tolist(), cols.tolist()))
+        edges = zip(rows.tolist(), cols.tolist(), layer[rows, cols].tolist())
+        graph.add_edges_from((l * n + i, (l - 1) * n + j, {"capacity": capacity}) for i, j, capacity in edges)
     residual = build_residual_network(graph, "capacity")  # built once: each problem resets its flows
     flows = torch.zeros(n, n, dtype=torch.float64)
     for i in range(n):
-        for j in range(n):
+        for j in range(i + 1 if causal else n):  # a causal model's future has no path: its flow is 0
             flows[i, j] = shortest_augmenting_path(graph, depth * n + i, j, residual=residual, value_only=True).graph["flow_value"]
     flows /= flows.sum(dim=-1, keepdim=True)
     mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
