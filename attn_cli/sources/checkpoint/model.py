@@ -158,19 +158,20 @@ class Checkpoint:
 
     def trace(
         self, tokens: Tokens, layers: Sequence[int], keep: Keep = "all", *, norms: bool = False, rollout: RolloutAccumulator | None = None,
-        blocks: BlockPlan | None = None,
+        blocks: BlockPlan | None = None, visit: Visit | None = None,
     ) -> list[LayerWeights]:
         """One record per requested layer, in order: a LayerAttention (every tensor) at
         ``keep="all"``, a LayerWeights (the weights, mask and divisor) at "weights", a
         LayerSummary with ``blocks`` (no tables: ``attn_cli.sources.blocks.BlockPlan``).
         Runs layers 0 .. max(layers) only, and never reads a later layer's weights.
-        ``norms``, ``rollout``: as ``families.forward`` takes them."""
+        ``norms``, ``rollout``, ``visit``: as ``families.forward`` takes them."""
         from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
         self._check_length(tokens)
         return forward(
-            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks
+            self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks,
+            visit=visit,
         ).layers
 
     def trace_batch(self, texts: Sequence[Tokens], layers: Sequence[int], visit: Visit | None = None) -> list[LayerWeights]:
@@ -216,7 +217,7 @@ class Checkpoint:
 
     def predict(
         self, tokens: Tokens, layers: Sequence[int], k: int, keep: Keep = "all", *, norms: bool = False,
-        rollout: RolloutAccumulator | None = None, blocks: BlockPlan | None = None,
+        rollout: RolloutAccumulator | None = None, blocks: BlockPlan | None = None, visit: Visit | None = None,
     ) -> tuple[list[LayerWeights], Predictions | Classification]:
         """``trace``'s layers, and every position's top ``k`` predictions: every layer runs,
         then the family's final norm and its language-model head (ModelUnavailable, exit 3,
@@ -231,7 +232,7 @@ class Checkpoint:
         head = None if self.classifier is not None else self._family.head(self._weights)  # no head: refused before the run
         done = forward(
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True,
-            blocks=blocks,
+            blocks=blocks, visit=visit,
         )  # fmt: skip
         assert done.hidden is not None
         if head is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from attn_cli.analysis.contributions import BlockNorm
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
@@ -117,6 +118,9 @@ class Bart(Seq2Seq):
 
     def after_attention(self, t: LayerTensors, kind: str, hidden: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         return layer_norm(hidden + output, t[f"{kind}.norm.weight"], t[f"{kind}.norm.bias"], self.EPS)
+
+    def attention_block(self, t: LayerTensors) -> BlockNorm:
+        return BlockNorm("around", t["self.norm.weight"], t["self.norm.bias"], self.EPS)  # post-LN, as after_attention
 
     def feed_forward(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
         inner = self.act(FusedLinear(t["fc1.weight"], t["fc1.bias"])(hidden))  # (N, F)

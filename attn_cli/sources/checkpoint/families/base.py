@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from attn_cli.analysis.contributions import BlockNorm
 from attn_cli.records.band import Band
 from attn_cli.records.layers import Projections
 from attn_cli.records.tokens import Tokens
@@ -224,6 +225,11 @@ class Family(abc.ABC):
     def finish_layer(self, t: LayerTensors, hidden: torch.Tensor, attention_output: torch.Tensor) -> torch.Tensor:
         """(T, D) the layer's output from its input and the attention block's output:
         residuals, norms, the MLP."""
+
+    def attention_block(self, t: LayerTensors) -> BlockNorm:
+        """Where the layer's attention block has a norm, and that norm's tensors: what ALTI reads
+        (``analysis.contributions``). The default: pre-norm, y = x + attention."""
+        return BlockNorm("none")
 
     # -- a layer's second attention, where the family has one (``cross``) --
 

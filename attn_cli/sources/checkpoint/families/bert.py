@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from attn_cli.analysis.contributions import BlockNorm
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.sources.checkpoint.families.base import (
     Family,
@@ -201,6 +202,9 @@ class Bert(Family):
         inner = self.act(FusedLinear(t["intermediate.weight"], t["intermediate.bias"])(attended))  # (T, D) -> (T, F)
         out = FusedLinear(t["output.weight"], t["output.bias"])(inner)  # (T, F) -> (T, D)
         return layer_norm(out + attended, t["output_norm.weight"], t["output_norm.bias"], self.eps)  # (T, D)
+
+    def attention_block(self, t: LayerTensors) -> BlockNorm:
+        return BlockNorm("around", t["attention_norm.weight"], t["attention_norm.bias"], self.eps)  # post-LN
 
     # -- after the last layer: the masked-LM head --
 

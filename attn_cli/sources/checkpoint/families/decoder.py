@@ -1,23 +1,20 @@
-"""Rotary decoders: every causal family with rotary positions (Llama, Mistral,
-Qwen 2 and 3, Gemma 1 to 3, Phi-3, GPT-NeoX, OLMo 2) as one adapter with switches.
+"""Rotary decoders: every causal family with rotary positions (Llama, Mistral, Qwen 2 and 3,
+Gemma 1 to 3, Phi-3, GPT-NeoX, OLMo 2) as one adapter with switches.
 
-Shapes: T tokens, D d_model (hidden_size), H query heads, Hkv key/value heads,
-Dk = Dv = head_dim, F intermediate_size.
+Shapes: T tokens, D d_model (hidden_size), H query heads, Hkv key/value heads, Dk = Dv = head_dim, F intermediate_size.
 
-A family here is data: named switches for the layer's shape (``pre_norm``,
-``post_norm``, ``norm_kind``, ``qkv_kind``, ``mlp_kind``, ``qk_norm``, ``parallel``),
-its tensor names by role, the embedding scale, the score modifiers (Gemma 2's
-soft-capping, ``query_pre_attn_scalar``), the windows and rotary settings per layer.
-The steps are written once, below, and read the switches; the attention itself is
-``loop.multi_head`` as for every family.
+A family here is data: named switches for the layer's shape (``pre_norm``, ``post_norm``,
+``norm_kind``, ``qkv_kind``, ``mlp_kind``, ``qk_norm``, ``parallel``), its tensor names by role, the
+embedding scale, the score modifiers (Gemma 2's soft-capping, ``query_pre_attn_scalar``), the windows
+and rotary settings per layer. The steps are written once, below, and read the switches; the
+attention itself is ``loop.multi_head`` as for every family.
 
-Roles (the keys of ``names``; each with ``.weight`` and, where the family has
-one, ``.bias``): attn_norm (before attention), attn_out_norm (on the attention
-output, inside the residual branch), mlp_norm (before the MLP), mlp_out_norm (on
-the MLP output); q, k, v, o or a fused qkv; q_norm, k_norm; the MLP as gate, up,
-down, or a fused gate_up and down, or (ungated) fc_in and fc_out. ``roles_for``
-says which roles the switches need; a family whose ``names`` say otherwise is an
-error when its class is defined.
+Roles (the keys of ``names``, each with ``.weight`` and, where the family has one, ``.bias``):
+attn_norm (before attention), attn_out_norm (on the attention output, inside the residual branch),
+mlp_norm (before the MLP), mlp_out_norm (on the MLP output); q, k, v, o or a fused qkv; q_norm,
+k_norm; the MLP as gate, up, down, or a fused gate_up and down, or (ungated) fc_in and fc_out.
+``decoder_config.roles_for`` says which roles the switches need; a family whose ``names`` say
+otherwise is an error when its class is defined.
 """
 
 from __future__ import annotations
@@ -28,12 +25,13 @@ from typing import Any, ClassVar
 
 import torch
 
+from attn_cli.analysis.contributions import BlockNorm
 from attn_cli.records.layers import FusedLinear, Projections
 from attn_cli.records.band import Band
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families import norms, rotary
 from attn_cli.sources.checkpoint.families.base import Family, Head, LayerTensors, Weights, token_rows
-from attn_cli.sources.checkpoint.families.decoder_config import DecoderConfig
+from attn_cli.sources.checkpoint.families.decoder_config import DecoderConfig, roles_for
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.files import ROOT
 from attn_cli.runtime.errors import ModelUnavailable
@@ -46,16 +44,6 @@ NORMS: dict[str, norms.Norm] = {
     "rms_wide_gain": norms.rms_norm_wide_gain,  # OLMo 2: times the gain in float32
     "layer": norms.layer_norm,  # GPT-NeoX, ModernBERT: LayerNorm
 }
-MLP_ROLES = {"gated": ("gate", "up", "down"), "gated_fused": ("gate_up", "down"), "plain": ("fc_in", "fc_out")}
-
-
-def roles_for(family: type[Decoder]) -> set[str]:
-    """The roles a decoder family's switches read, each of which its ``names`` must name."""
-    roles = {"o", *(("qkv",) if family.qkv_kind == "fused" else ("q", "k", "v")), *MLP_ROLES[family.mlp_kind]}
-    roles |= {"attn_norm", "mlp_norm"} if family.pre_norm else set()
-    roles |= {"attn_out_norm", "mlp_out_norm"} if family.post_norm else set()
-    return roles | ({"q_norm", "k_norm"} if family.qk_norm else set())
-
 
 class Decoder(Family):
     """A causal decoder with rotary positions; the class attributes are the switches."""
@@ -127,9 +115,8 @@ class Decoder(Family):
             f"positions enter each layer through the rotation of its queries and keys (step 3)"
         )
         if not self.pre_norm:
-            return first, "x = h_L: the residual stream as it is (this family norms the attention's output instead)", (
-                "the residual stream itself (no norm before attention)"
-            )
+            as_it_is = "x = h_L: the residual stream as it is (this family norms the attention's output instead)"
+            return first, as_it_is, "the residual stream itself (no norm before attention)"
         name = self.names["attn_norm"].rsplit(".", 1)[-1]
         kind = "LayerNorm" if self.norm_kind == "layer" else "RMSNorm"
         return first, f"x = {name}(h_L) = {self.norm_text} before attention (pre-norm)", (
@@ -374,6 +361,19 @@ class Decoder(Family):
         if self.post_norm:
             out = self.normed(t, "mlp_out_norm", out)  # (T, D)
         return hidden + out  # (T, D) residual
+
+    def attention_block(self, t: LayerTensors) -> BlockNorm:
+        if not self.post_norm or self.parallel:  # pre-norm; a parallel layer's attention half: y = x + attention
+            return BlockNorm("none")
+        bias = t["attn_out_norm.bias"] if self.norm_bias else None
+        kind = self.norm_kind
+        return BlockNorm("attention", t["attn_out_norm.weight"], bias, self.eps, centered=kind == "layer", plus_one=kind == "rms_plus_one")
+
+    def attention_block(self, t: LayerTensors) -> BlockNorm:
+        if not self.post_norm or self.parallel:  # pre-norm (a parallel layer's attention half): y = x + attention
+            return BlockNorm("none")
+        kind = self.norm_kind
+        return BlockNorm("attention", t["attn_out_norm.weight"], t.get("attn_out_norm.bias"), self.eps, kind == "layer", kind == "rms_plus_one")
 
     # -- after the last layer --
 

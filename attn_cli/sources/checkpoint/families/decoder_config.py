@@ -122,3 +122,14 @@ class ModernBertConfig(DecoderConfig):
     local_attention: int = key("local_attention", 128)
     local_theta: float = key("local_rope_theta", 10000.0)
     global_theta: float = key("global_rope_theta", 160000.0)
+
+
+MLP_ROLES = {"gated": ("gate", "up", "down"), "gated_fused": ("gate_up", "down"), "plain": ("fc_in", "fc_out")}
+
+
+def roles_for(family: Any) -> set[str]:
+    """The roles a decoder family's switches read, each of which its ``names`` must name."""
+    roles = {"o", *(("qkv",) if family.qkv_kind == "fused" else ("q", "k", "v")), *MLP_ROLES[family.mlp_kind]}
+    roles |= {"attn_norm", "mlp_norm"} if family.pre_norm else set()
+    roles |= {"attn_out_norm", "mlp_out_norm"} if family.post_norm else set()
+    return roles | ({"q_norm", "k_norm"} if family.qk_norm else set())
