@@ -127,6 +127,7 @@ def trace(
     flow: bool = False,
     layers: Any = None,
     query: str | int | Sequence[str | int] | None = None,
+    what: str | Sequence[str] | None = None,
     **options: Any,
 ) -> Trace:
     """``text`` through the seeded toy model (its options as keywords, named as the command
@@ -139,7 +140,9 @@ def trace(
     range, "0-3", "all"); every layer and head by default. ``hide_tokens``: as
     --hide-tokens ("special", positions, labels). ``rollout``, ``norms``: as --rollout and
     --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``); ``flow``: as
-    --what flow (``Trace.flow``). ``query``: the
+    --what flow (``Trace.flow``). ``what``: the maps, as --what names them ("rollout,alti", or a list:
+    value zeroing's and ALTI's per kept layer in ``layer.maps``, those through the layers in ``Trace.maps``
+    and ``Trace.combined(name)``). ``query``: the
     query rows to keep whole, as --query ("last:16", "100:200", a position, a token, or a list
     of them: ``Trace.rows``). Where a checkpoint's tables do not fit the memory at hand, the
     trace keeps each head's statistics and those rows, computed in blocks, and says why in
@@ -147,10 +150,8 @@ def trace(
     command line's errors. The first release's names still work: ``layers=`` and
     ``num_heads=``, and ``heads=`` for the heads to keep where it cannot be a number of heads
     (``_old_heads``)."""
-    from attn_cli.records.hiding import HideSpec, hide
-    from attn_cli.records.selection import IndexSpec
+    from attn_cli.records.hiding import hide
     from attn_cli.analysis.pooling import POOL_CELLS
-    from attn_cli.sources.spec import SourceSpec
 
     if not isinstance(text, str):
         raise UsageError(f"text is a {type(text).__name__}; give a str")
@@ -159,8 +160,26 @@ def trace(
     head = _one_of(head, "head", kept_heads, "heads")
     if heads is not None and kept_heads is None:
         options["heads"] = heads  # the toy's number of heads
+    spec = _spec(options, model, layer, head, hide_tokens)
+    source = open_source(spec)
+    queries = () if query is None else tuple(str(q) for q in ([query] if isinstance(query, (str, int)) else query))
+    rollout, flow, norms, maps = _analyses(what, rollout, flow, norms)
+    selection = spec.select(
+        source, everything=True, rollout=rollout, flow=flow, norms=norms, queries=queries, tables="keep" if maps else "fit",
+        pool=(POOL_CELLS, "max"), maps=maps,
+    )  # fmt: skip
+    made = with_queries(source.run(text, selection), selection)
+    return notebook_trace(hide(made, spec.hide))
+
+
+def _spec(options: dict[str, Any], model: Any, layer: Any, head: Any, hide_tokens: Any) -> Any:
+    """The ``SourceSpec`` of ``trace``'s keywords (the toy's options, or a checkpoint's)."""
+    from attn_cli.records.hiding import HideSpec
+    from attn_cli.records.selection import IndexSpec
+    from attn_cli.sources.spec import SourceSpec
+
     config, trained = _source_options(options, model)
-    spec = SourceSpec(
+    return SourceSpec(
         config=config,
         model=None if model is None else os.fspath(model),
         layers=IndexSpec.parse(_index_text(layer, "layer"), "layer"),
@@ -169,11 +188,17 @@ def trace(
         max_tokens_given="max_tokens" in options,
         **trained,
     )
-    source = open_source(spec)
-    queries = () if query is None else tuple(str(q) for q in ([query] if isinstance(query, (str, int)) else query))
-    selection = spec.select(source, everything=True, rollout=rollout, flow=flow, norms=norms, queries=queries, tables="fit", pool=(POOL_CELLS, "max"))
-    made = with_queries(source.run(text, selection), selection)
-    return notebook_trace(hide(made, spec.hide))
+
+
+def _analyses(what: str | Sequence[str] | None, rollout: bool, flow: bool, norms: bool) -> tuple[bool, bool, bool, tuple[str, ...]]:
+    """(rollout, flow, norms, the attribution maps) that ``what`` (as --what) and the flags ask for."""
+    from attn_cli.records.results import attribution_maps, what_names
+
+    try:
+        names = what_names(what)
+    except ValueError as e:
+        raise UsageError(f"what={what!r}: {e}") from None
+    return rollout or "rollout" in names, flow or "flow" in names, norms or "norms" in names, attribution_maps(names)
 
 
 def _old_heads(heads: Any, model: Any, options: dict[str, Any]) -> Any:

@@ -26,7 +26,7 @@ from attn_cli.cli.params import DpiOption, GenerateOption, RolloutOption
 from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
-from attn_cli.render.picture.kinds import COMBINED, FORMATS, What
+from attn_cli.render.picture.kinds import ATTRIBUTIONS, COMBINED, FORMATS, What, json_name
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
 
@@ -67,7 +67,9 @@ WhatOption = Annotated[
         help="weights: softmax, on a fixed 0..1 scale. scores: raw Q·K^T; scaled: the softmax input; both on a "
         "diverging map centred on 0. all: the three side by side (one column per matrix, one row per head). "
         "norms: value-weighted norms ||a f(x)|| (see --norms; one layer, or the model view). rollout: as --rollout. "
-        "flow: attention flow through the layers (Abnar & Zuidema 2020; short texts).",
+        "flow: attention flow through the layers (Abnar & Zuidema 2020; short texts). value-zeroing: one layer's "
+        "value-zeroing map (Mohebbi et al. 2023); value-zeroing-rollout, alti: value zeroing's and ALTI's maps "
+        "multiplied through the layers (Ferrando et al. 2022); a trained model's (--model).",
         rich_help_panel=DISPLAY,
         case_sensitive=False,
     ),
@@ -241,7 +243,7 @@ def _kind(what: What, rollout: bool, split_heads: bool, *, saved: bool) -> What:
         kind = What.rollout
     if kind in COMBINED and split_heads:
         raise UsageError(f"--split-heads: the {kind.value} is one matrix for every head together; drop --split-heads")
-    if saved and kind not in (What.weights, What.norms, What.rollout, What.flow):
+    if saved and kind not in (What.weights, What.norms, *COMBINED):
         raise UsageError(f"--what {kind.value}: --from re-draws a saved trace from its weights; drop --what")
     return kind
 
@@ -315,8 +317,11 @@ def _selection(spec: SourceSpec, source: Any, kind: What, generate: int) -> tupl
     """(what to run and keep, whether the picture is the model view: several layers, not a rollout)."""
     keep = "weights" if kind in (What.weights, What.norms, *COMBINED) else "all"
     selection = spec.select(
-        source, everything=False, keep=keep, rollout=kind is What.rollout, flow=kind is What.flow, norms=kind is What.norms, generate=generate
+        source, everything=False, keep=keep, rollout=kind is What.rollout, flow=kind is What.flow, norms=kind is What.norms, generate=generate,
+        maps=(json_name(kind),) if kind in ATTRIBUTIONS else (),
     )
+    if kind is What.value_zeroing and len(selection.layers) > 1:
+        raise UsageError("--what value-zeroing draws one layer's map: give one --layer (value-zeroing-rollout multiplies them)")
     model_view = len(selection.layers) > 1 and kind not in COMBINED  # a rollout or flow through the last kept layer is one matrix
     if model_view and not spec.heads.given:
         # The model view compares every head at a glance; --head still chooses.

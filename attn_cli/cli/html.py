@@ -24,6 +24,7 @@ from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
 from attn_cli.cli.options import MapsOption, NoClobberOption, check_model_only, output_option, run_texts, shared_options
 from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
+from attn_cli.records.results import attribution_maps
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
@@ -89,7 +90,8 @@ def html(
     for note in source.notes:
         typer.echo(note, err=True)
     asked = set(what or ())
-    analyses = {"rollout": rollout or "rollout" in asked, "norms": norms or "norms" in asked, "flow": "flow" in asked, "predict": predict, "generate": generate}
+    analyses = {"rollout": rollout or "rollout" in asked, "norms": norms or "norms" in asked, "flow": "flow" in asked, "predict": predict, "generate": generate,
+                "maps": attribution_maps(what or ())}  # fmt: skip
     traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window, keys)))
     if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error
@@ -111,7 +113,7 @@ def _selection(
     spec: SourceSpec, source: Any, analyses: dict[str, Any], query: list[str] | None, pool: Pool, window: str | None, keys: str | None
 ) -> Any:  # fmt: skip
     """Every layer and head; a long text's statistics, rows and pooled maps where its tables do not fit."""
-    tables = "keep" if analyses["rollout"] or analyses["flow"] or analyses["norms"] else "fit"  # rollout, flow and norms read the tables
+    tables = "keep" if analyses["rollout"] or analyses["flow"] or analyses["norms"] or analyses["maps"] else "fit"  # the maps read the tables
     return long_selection(spec.select(source, everything=True, **analyses), query, pool, window, keys, tables=tables)
 
 

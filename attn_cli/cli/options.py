@@ -330,18 +330,16 @@ FormatOption = Annotated[
 ]
 
 
-MAPS = ("weights", "rollout", "norms", "flow")  # --what on run: the maps a run computes beside the weights
-
-
 def _check_maps(values: Optional[list[str]]) -> Optional[list[str]]:
-    """--what's names, comma-separated or repeated, each one of MAPS."""
+    """--what's names, comma-separated or repeated, each one of ``records.results.MAPS``."""
+    from attn_cli.records.results import what_names
+
     if values is None:
         return None
-    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in MAPS]
-    if unknown:
-        raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(MAPS)}")
-    return names
+    try:
+        return list(what_names(values))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 MapsOption = Annotated[
@@ -350,7 +348,9 @@ MapsOption = Annotated[
         "--what",
         help="The maps to compute, comma-separated or repeated: weights (always), rollout (as --rollout), norms (as --norms), "
         "flow (attention flow, Abnar & Zuidema 2020: the max flow through every layer's mixed weights, as the authors' "
-        "code; short texts: T^4 x layers is refused past 2e7).",
+        "code; short texts: T^4 x layers is refused past 2e7), value-zeroing (each kept layer's map, Mohebbi et al. 2023), "
+        "value-zeroing-rollout (their product through the layers), alti (each kept layer's and the product through "
+        "them, Ferrando et al. 2022). docs/attribution.md has each definition.",
         rich_help_panel=ANALYSIS, metavar="MAPS", show_default=False, callback=_check_maps,
     ),
 ]  # fmt: skip

@@ -33,6 +33,7 @@ from attn_cli.cli.options import (
     shared_options,
 )
 from attn_cli.cli.output import binary_output, byte_size, emit_rich, progress, stdout_is_terminal, wrote
+from attn_cli.records.results import attribution_maps
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.pipeline import open_source
@@ -131,16 +132,15 @@ def run(
     check_model_only(spec, **{"--predict": predict, "--generate": generate})
     shown = _parse_show(show)
     # --what and --show name them too (--rollout is --what rollout); asked for, they join the default tables
-    asked = set(what or ()) | set(shown or ())
-    rollout, norms, flow = rollout or "rollout" in asked, norms or "norms" in asked, "flow" in asked
+    rollout, norms, flow, maps = _analyses(set(what or ()) | set(shown or ()), rollout, norms, what)
     chosen = _format_of(spec, format, output, show, query, key, rollout)
-    tables = _tables_kept(spec, no_tables, rollout or flow, norms)
+    tables = _tables_kept(spec, no_tables, rollout or flow or bool(maps), norms)
     source = open_source(spec)
     for note in source.notes:
         typer.echo(note, err=True)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, flow=flow, norms=norms, predict=predict, generate=generate,
-        queries=tuple(query or ()), tables=tables, row_scores=shown is not None and "scores" in shown,
+        queries=tuple(query or ()), tables=tables, row_scores=shown is not None and "scores" in shown, maps=maps,
     )  # fmt: skip
     if chosen is Format.table:
         write = functools.partial(_tables, spec, source, texts=texts, shown=shown, queries=query, key=key, output=output,
@@ -151,6 +151,11 @@ def run(
         write(selection=selection)
     else:
         _with_tables_file(write, spec, selection, texts, tables_file, table_dtype, clobber=not no_clobber)
+
+
+def _analyses(asked: set[str], rollout: bool, norms: bool, what: list[str] | None) -> tuple[bool, bool, bool, tuple[str, ...]]:
+    """(rollout, norms, flow, the attribution maps) that the flags, --what and --show (``asked``) ask for."""
+    return rollout or "rollout" in asked, norms or "norms" in asked, "flow" in asked, attribution_maps(what or ())
 
 
 def _format_of(
@@ -177,8 +182,8 @@ def _with_tables_file(
     the blocks pass; the file published when all went well, and gone otherwise."""
     from attn_cli.formats.tablefile import TablesSink
 
-    if spec.model is None or len(texts) != 1 or selection.rollout or selection.flow or selection.norms:
-        why = "a trained model's layers (--model)" if spec.model is None else "one text" if len(texts) != 1 else "no --rollout or --norms (nor --what flow)"
+    if spec.model is None or len(texts) != 1 or selection.rollout or selection.flow or selection.norms or selection.maps:
+        why = "a trained model's layers (--model)" if spec.model is None else "one text" if len(texts) != 1 else "no --rollout or --norms (nor --what)"
         raise UsageError(f"--tables writes one text's tables, in blocks: it needs {why}")
     sink = TablesSink(path, [(layer, head) for layer in selection.layers for head in selection.heads], dtype, clobber=clobber)
     try:

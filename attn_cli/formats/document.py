@@ -18,7 +18,7 @@ from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
 from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
-from attn_cli.records.results import Classification
+from attn_cli.records.results import COMBINED, Classification
 from attn_cli.records.summary import LayerSummary
 from attn_cli.records.trace import Stack, Trace
 
@@ -120,9 +120,12 @@ def _summary_row(layer: LayerSummary, query: int, head: int, table: Table) -> di
 
 
 def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
-    """A layer's object with its (T, T) ``norms`` (the heads' summed value-weighted norms), when computed."""
+    """A layer's object with its (T, T) ``norms`` (the heads' summed value-weighted norms), when computed,
+    and its attribution maps (``value_zeroing``, ``alti``: (T, T) each), when asked for."""
     if layer.layer_norms is not None:
         made["norms"] = table(layer.layer_norms)
+    for name, m in layer.maps.items():
+        made[name] = table(m)
     return made
 
 
@@ -240,14 +243,12 @@ def kept_rows_of(stack: Stack) -> Sequence[int] | None:
     return hiding.kept if hiding is not None else tuple(range(len(stack.tokens)))
 
 
-COMBINED = ("rollout", "flow")  # the maps through the layers a run may hold, by their JSON names
-
-
 def combined_dict(run: Trace, name: str, *, table: Table = as_lists) -> dict[str, Any] | None:
-    """The top-level ``rollout`` or ``flow`` object (``name``): ``through_layer`` and the (T, T) ``weights``,
-    and with --hide-tokens their renormalized ``weights_shown`` (null in hidden rows and columns)."""
+    """The top-level ``rollout``, ``flow``, ``alti`` or ``value_zeroing_rollout`` object (``name``, one of
+    ``COMBINED``): ``through_layer`` and the (T, T) ``weights``, and with --hide-tokens their renormalized
+    ``weights_shown`` (null in hidden rows and columns)."""
     stack = run.rolled_out if name == "rollout" else run.own_stack
-    rollout = None if stack is None else stack.rollout if name == "rollout" else run.flow
+    rollout = None if stack is None else stack.rollout if name == "rollout" else run.combined(name)
     if stack is None or rollout is None:
         return None
     made: dict[str, Any] = {"through_layer": rollout.through_layer, "weights": table(rollout.weights)}

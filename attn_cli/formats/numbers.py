@@ -40,9 +40,10 @@ STREAM_BYTES = 16 * 2**20
 
 def export_numbers(run: Trace) -> int:
     """How many numbers the JSON (or CSV) of ``run`` holds: its own stack's with the top-level
-    rollout and flow, and an encoder-decoder's decoder and cross-attention's."""
-    flow = _stack_numbers(run.own_stack, run.flow) - _stack_numbers(run.own_stack, None) if run.flow is not None else 0  # its (T, T)
-    return _stack_numbers(run.own_stack, run.rollout) + flow + sum(_stack_numbers(stack, stack.rollout) for _, stack in decoder_stacks(run))
+    maps through the layers (rollout, flow, ...), and an encoder-decoder's decoder and cross-attention's."""
+    own = _stack_numbers(run.own_stack, None)
+    others = sum(_stack_numbers(run.own_stack, m) - own for m in (run.flow, *run.maps.values()) if m is not None)  # their (T, T)
+    return _stack_numbers(run.own_stack, run.rollout) + others + sum(_stack_numbers(stack, stack.rollout) for _, stack in decoder_stacks(run))
 
 
 def _stack_numbers(stack: Stack, rollout: Rollout | None) -> int:
@@ -59,6 +60,7 @@ def _stack_numbers(stack: Stack, rollout: Rollout | None) -> int:
         shown = heads * cells if hidden else 0  # weights_shown
         if layer.norms is not None:
             total += heads * cells + cells  # norms per head and per layer
+        total += len(layer.maps) * cells  # value zeroing's, ALTI's
         if not isinstance(layer, LayerAttention):  # weights alone (a saved trace, attention from elsewhere)
             total += heads * cells + shown
             continue

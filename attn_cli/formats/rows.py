@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.results import LAYER_MAPS
 from attn_cli.formats.document import COMBINED, combined_dict, hiding_of, kept_of, kept_rows_of, layer_dict, predictions_list
 from attn_cli.formats.numbers import HEAD_STATS, MATRIX_TABLES, VECTOR_TABLES, StreamedTable, as_lists, check_export_size, decoder_stacks, token_dicts
 from attn_cli.records.trace import Stack, Trace
@@ -90,7 +91,7 @@ class _Rows:
         index, tokenizer = self.index, self.tokenizer
         rl, cl = (self.labels if rl is None else rl), (self.labels if cl is None else cl)
         rh, ch = (self.hidden if rh is None else rh), (self.hidden if ch is None else ch)
-        if table in ("weights_shown", "rollout_shown", "flow_shown"):  # the shown tokens' cells only; "" in a row with no weight left
+        if table == "weights_shown" or table.endswith("_shown"):  # the shown tokens' cells only; "" in a row with no weight left
             for i, vec in enumerate(values.row_lists()):
                 if i not in rh:
                     yield [
@@ -114,6 +115,9 @@ class _Rows:
             yield from self.head_rows(head, n, rl, cl, p, rh, ch)
         if "norms" in layer:
             yield from self.squares("layer_norms", "", n, layer["norms"], rl, cl, p)
+        for name in LAYER_MAPS:  # value zeroing's and ALTI's (T, T) maps of the layer, when asked for
+            if name in layer:
+                yield from self.squares(name, "", n, layer[name], rl, cl, p)
         if out_proj and "concat" in layer:  # otherwise concat is the output itself
             yield from self.vectors("concat", "", n, layer["concat"], rl, p)
         if "output" in layer:

@@ -214,7 +214,8 @@ def shown(trace: Trace) -> Trace:
             combined, weights=renormalize(combined.weights[None], hiding.kept)[0], mask=_pairs(combined.mask, hiding.kept)
         )  # (T, T) -> (K, K)
 
-    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=cut(trace.rollout), flow=cut(trace.flow))
+    maps = {name: cut(m) for name, m in trace.maps.items()}
+    return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=cut(trace.rollout), flow=cut(trace.flow), maps=maps)
 
 
 def _pairs(table: torch.Tensor | None, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> torch.Tensor | None:
@@ -232,9 +233,10 @@ def _pairs(table: torch.Tensor | None, kept: Sequence[int], kept_rows: Sequence[
 def _with_norms_cut(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> LayerWeights:
     """The layer's value-weighted norms without the hidden tokens' rows and columns: they
     are magnitudes of what moved, not shares of a row, so nothing is renormalized."""
+    maps = {name: renormalize(m[None], kept)[0] for name, m in layer.maps.items()}  # rows summing to 1, as weights
     if layer.norms is None and layer.layer_norms is None:
-        return layer
-    return dataclasses.replace(layer, norms=_pairs(layer.norms, kept, kept_rows), layer_norms=_pairs(layer.layer_norms, kept, kept_rows))
+        return dataclasses.replace(layer, maps=maps) if maps else layer
+    return dataclasses.replace(layer, norms=_pairs(layer.norms, kept, kept_rows), layer_norms=_pairs(layer.layer_norms, kept, kept_rows), maps=maps)
 
 
 def _layer(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> LayerWeights:

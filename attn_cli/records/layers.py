@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -102,6 +102,7 @@ class LayerWeights:
     norms: torch.Tensor | None = None  # (H, T, T) ||a_ij^h f_h(x_j)||: what head h moves from key j to query i
     layer_norms: torch.Tensor | None = None  # (T, T) ||sum_h a_ij^h f_h(x_j)||: what the layer moves
     cross: bool = False  # cross-attention: (H, T, S), queries from one text, keys from another (an encoder-decoder's)
+    maps: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # the layer's attribution maps (T, T), by JSON name
 
     @property
     def n_heads(self) -> int:

@@ -6,10 +6,33 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
+# The attribution maps a run may hold (``Selection.maps``), by their JSON names: the per-layer maps
+# (``LayerWeights.maps``) and those through the layers (``Trace.maps``, beside the rollout and the flow)
+LAYER_MAPS = ("value_zeroing", "alti")
+COMBINED = ("rollout", "flow", "alti", "value_zeroing_rollout")
+ATTRIBUTIONS = ("value_zeroing", "value_zeroing_rollout", "alti")  # what --what names besides weights, rollout, norms, flow
+MAPS = ("weights", "rollout", "norms", "flow", *(name.replace("_", "-") for name in ATTRIBUTIONS))  # --what's names on run and html
+
+
+def what_names(values: str | Sequence[str] | None) -> tuple[str, ...]:
+    """--what's (and the API's ``what=``) names, comma-separated or repeated, each one of ``MAPS``: ValueError naming the others."""
+    values = [values] if isinstance(values, str) else list(values or ())
+    names = tuple(dict.fromkeys(name.strip() for value in values for name in value.split(",") if name.strip()))
+    unknown = [name for name in names if name not in MAPS]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: choose from {', '.join(MAPS)}")
+    return names
+
+
+def attribution_maps(names: Sequence[str]) -> tuple[str, ...]:
+    """The attribution maps among --what's ``names`` (``Selection.maps``), by their JSON names: value-zeroing -> value_zeroing."""
+    return tuple(name.replace("-", "_") for name in names if name.replace("-", "_") in ATTRIBUTIONS)
 
 
 @dataclasses.dataclass(frozen=True)

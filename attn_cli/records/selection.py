@@ -94,6 +94,7 @@ class Selection:
     rollout: bool = False  # also roll attention out through layers 0 .. last_layer (Trace.rollout)
     flow: bool = False  # also attention flow through layers 0 .. last_layer (Trace.flow; analysis.flow)
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
+    maps: tuple[str, ...] = ()  # also these attribution maps, by their JSON names (records.results.ATTRIBUTIONS)
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
     everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder

@@ -13,7 +13,7 @@ No torch at import time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from attn_cli.records.about import About
@@ -212,6 +212,7 @@ class Trace(Generic[LayerT]):
     renormalized: bool = False  # True: this is ``shown()``, hidden tokens left out and rows renormalized
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
     flow: Rollout | None = None  # attention flow through the last kept layer (--what flow; attn_cli.analysis.flow), a model of one stack
+    maps: Mapping[str, Rollout] = dataclasses.field(default_factory=dict)  # the attribution maps through the last kept layer, by JSON name
     predictions: Predictions | Classification | None = None  # every position's top-K next tokens or fillers, or a classifier's labels (--predict)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text
@@ -225,6 +226,10 @@ class Trace(Generic[LayerT]):
     # Why the kept layers are ``LayerSummary`` records (statistics and chosen rows) and not their
     # tables, in a sentence for the user (the size they would take, how to get them); None: tables
     tables_omitted: str | None = None
+
+    def combined(self, name: str) -> Rollout | None:
+        """The map through the layers named ``name`` (``records.results.COMBINED``), None where the run has none."""
+        return self.rollout if name == "rollout" else self.flow if name == "flow" else self.maps.get(name)
 
     @property
     def truncated(self) -> Truncation | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.results import COMBINED, LAYER_MAPS
 from attn_cli.records.selection import Selection
 from attn_cli.records.tokens import Tokens, Truncation
 from attn_cli.records.trace import EXTERNAL, TOY, ModelInfo, Trace
@@ -85,6 +86,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
     weights, masks, numbers, head_numbers = [], [], [], None
     saved_scores: list[tuple[torch.Tensor, torch.Tensor] | None] = []
     saved_norms: list[tuple[torch.Tensor, torch.Tensor] | None] = []  # (H, T, T), (T, T) when the file has them (run --norms)
+    saved_maps: list[dict[str, torch.Tensor]] = []  # each layer's attribution maps the file has (run --what value-zeroing, alti)
     for i, layer in enumerate(layers):
         number, found, stacked, mask, scores, norms = _read_layer(layer, i, n, where, head_numbers)
         if head_numbers is None:
@@ -94,6 +96,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
         masks.append(mask)
         saved_scores.append(scores)
         saved_norms.append(norms)
+        saved_maps.append({k: _table(layer[k], f"layers[{i}].{k}", where, n) for k in LAYER_MAPS if layer.get(k) is not None})
     if len(set(numbers)) != len(numbers):
         raise UsageError(f"{where}: layers {numbers} repeat a layer number")
     assert head_numbers is not None
@@ -118,6 +121,7 @@ def from_dict(data: Any, where: str = "the trace") -> Trace:
             for layer, (head, summed) in zip(made.layers, saved_norms)  # type: ignore[misc]
         )
         made = dataclasses.replace(made, layers=layers)
+    made = dataclasses.replace(made, layers=tuple(dataclasses.replace(layer, maps=m) for layer, m in zip(made.layers, saved_maps)))
     return _with_rollout_and_prompt(made, data, tokens, where, n)
 
 
@@ -212,11 +216,11 @@ def _saved_info(model: Mapping[str, Any], data: Mapping[str, Any], where: str, n
 
 
 def _with_rollout_and_prompt(made: Trace, data: Mapping[str, Any], tokens: list[Any], where: str, n: int) -> Trace:
-    """The file's rollout and flow, and where --generate's prompt ended, drawn again."""
-    for name in ("rollout", "flow"):
-        saved = data.get(name)
-        if isinstance(saved, dict) and saved.get("weights") is not None:
-            made = dataclasses.replace(made, **{name: _rollout(saved, where, n, name)})
+    """The file's maps through the layers (rollout, flow, ALTI's ...), and where --generate's prompt ended, drawn again."""
+    found = {name: data.get(name) for name in COMBINED}
+    found = {name: _rollout(saved, where, n, name) for name, saved in found.items() if isinstance(saved, dict) and saved.get("weights") is not None}
+    maps = {name: m for name, m in found.items() if name not in ("rollout", "flow")}
+    made = dataclasses.replace(made, rollout=found.get("rollout"), flow=found.get("flow"), maps=maps)
     generated = [bool(entry.get("generated")) for entry in tokens if isinstance(entry, dict)]
     if any(generated) and len(generated) == n:
         text_after = data.get("generated_text")
@@ -337,7 +341,13 @@ class SavedSource:
         rollout = self._rollout(selection.last_layer) if selection.rollout else None
         flow = self._flow(selection.last_layer) if selection.flow else None
         layers = tuple(trace.layer(i) for i in selection.layers)
-        return dataclasses.replace(trace, layers=layers, chosen_heads=tuple(selection.heads), rollout=rollout, flow=flow)
+        for name in selection.maps:  # an attribution map needs the model: the file's own, or none
+            held = name in trace.maps and trace.maps[name].through_layer == selection.last_layer if name != "value_zeroing" else True
+            if not held or (name in LAYER_MAPS and any(name not in layer.maps for layer in layers)):
+                raise UsageError(f"--what {name.replace('_', '-')}: {self.path} holds none for layer {selection.last_layer}, and it "
+                                 f"needs the model's layers: write the file with run --what {name.replace('_', '-')} -F json")  # fmt: skip
+        maps = {name: m for name, m in trace.maps.items() if name in selection.maps}
+        return dataclasses.replace(trace, layers=layers, chosen_heads=tuple(selection.heads), rollout=rollout, flow=flow, maps=maps)
 
     def _rollout(self, through: int) -> Any:
         """The file's rollout through ``through``: the one it holds, else rolled out from its

@@ -55,13 +55,13 @@ class SourceSpec:
     def select(
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,
         predict: int = 0, generate: int = 0, queries: tuple[str, ...] = (), tables: Tables = "keep",
-        pool: tuple[int, str] | None = None, row_scores: bool = False, flow: bool = False,
+        pool: tuple[int, str] | None = None, row_scores: bool = False, flow: bool = False, maps: tuple[str, ...] = (),
     ) -> Selection:  # fmt: skip
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
         shows its last layer and first ``TABLE_HEADS`` heads by default. ``keep``:
         "weights" for a command that reads nothing but the weights (a kept layer then
-        holds no per-head vectors, and the memory budget counts none). ``rollout``, ``flow``, ``norms``,
+        holds no per-head vectors, and the memory budget counts none). ``rollout``, ``flow``, ``norms``, ``maps``,
         ``predict``, ``generate``: what to compute beside the weights; ``queries``, ``tables``: the
         rows to keep whole (with their raw scores: ``row_scores``), and whether the tables may give
         way to statistics (and a pooled map, ``pool``) (``Selection``)."""
@@ -74,7 +74,7 @@ class SourceSpec:
         heads = self.heads.resolve(n_heads, "head", default=have_heads[:TABLE_HEADS] if few else have_heads)
         return Selection(
             layers, heads, keep, rollout=rollout, flow=flow, norms=norms, predict=predict, generate=generate, everything=everything,
-            queries=queries, tables=tables, pool=pool, row_scores=row_scores and bool(queries),
+            queries=queries, tables=tables, pool=pool, row_scores=row_scores and bool(queries), maps=maps,
         )  # fmt: skip
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:

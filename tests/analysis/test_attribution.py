@@ -208,7 +208,7 @@ def test_value_zeroing_and_alti_equal_the_authors(folders: Any, name: str) -> No
     # controls: the wrong layer zeroed, rows left unnormalized, the residual left out, the code's quirks
     assert np.abs(got.maps["value_zeroing"][0].numpy() - vz[1]).max() > 1e-3
     assert np.abs(theirs.alti(0, residual=False) - alti[0]).max() > 1e-3
-    assert np.abs(theirs.alti(0, quirks=True) - alti[0]).max() > 2e-6 * (name != "gpt2")
+    assert np.abs(theirs.alti(0, quirks=True) - alti[0]).max() > 1e-7  # their code's epsilons: another computation
 
 
 def test_controls_caught_by_the_arithmetic() -> None:
@@ -279,3 +279,61 @@ def checkpoint_layer(ckpt: Any, index: int) -> Any:
     from attn_cli.sources.checkpoint.families.base import LayerTensors
 
     return LayerTensors(ckpt._weights, ckpt._family.layer_names(index), index)
+
+
+def test_run_what_value_zeroing_and_alti_in_every_format(minilm_path: Path, tmp_path: Path) -> None:
+    """`run --what value-zeroing,value-zeroing-rollout,alti`: the JSON's per-layer and top-level maps are the
+    authors' (1e-5), CSV's tables, the human view's titles, --hide-tokens renormalizes them, heatmap draws
+    each (and refuses value-zeroing over several layers), --from draws the file's again, the toy refuses."""
+    import json
+
+    from invoking import invoke
+
+    model = str(minilm_path)
+    data = json.loads(invoke("run", TEXT, "--model", model, "--what", "value-zeroing,value-zeroing-rollout,alti", "-F", "json").stdout)
+    theirs = Theirs(minilm_path, tuple(t["id"] for t in data["tokens"]))
+    vz = [theirs.value_zeroing(l) for l in range(6)]
+    alti = [theirs.alti(l) for l in range(6)]
+    assert [layer["layer"] for layer in data["layers"]] == list(range(6))
+    for l in range(6):
+        np.testing.assert_allclose(np.array(data["layers"][l]["value_zeroing"]), vz[l], atol=1e-5)
+        np.testing.assert_allclose(np.array(data["layers"][l]["alti"]), alti[l], atol=1e-5)
+    np.testing.assert_allclose(np.array(data["alti"]["weights"]), joint(alti), atol=1e-5)
+    np.testing.assert_allclose(np.array(data["value_zeroing_rollout"]["weights"]), joint(vz), atol=1e-5)
+    assert data["alti"]["through_layer"] == data["value_zeroing_rollout"]["through_layer"] == 5
+    only = json.loads(invoke("run", TEXT, "--model", model, "--what", "value-zeroing", "--layer", "2", "-F", "json").stdout)
+    assert "alti" not in only and "value_zeroing_rollout" not in only and set(only["layers"][0]) >= {"value_zeroing"}
+    np.testing.assert_allclose(np.array(only["layers"][0]["value_zeroing"]), vz[2], atol=1e-5)
+    n = len(data["tokens"])
+    csv = invoke("run", TEXT, "--model", model, "--what", "alti", "--layer", "3", "-F", "csv").stdout
+    assert sum(line.split(",")[2] == "alti" for line in csv.splitlines()) == 2 * n * n  # layer 3's and the product's
+    table = invoke("run", TEXT, "--model", model, "--what", "alti,value-zeroing", "--head", "0", "--hide-tokens", "special").stdout
+    assert "ALTI  of layers 0 to 5" in table and "Value zeroing  of layer 5" in table and "rows renormalized" in table
+    for what in ("alti", "value-zeroing", "value-zeroing-rollout"):
+        picture = tmp_path / f"{what}.png"
+        invoke("heatmap", TEXT, "--model", model, "--what", what, "-o", str(picture))
+        assert picture.stat().st_size > 0
+    assert "give one --layer" in invoke("heatmap", TEXT, "--model", model, "--what", "value-zeroing", "--layer", "all", code=2).stderr
+    saved = tmp_path / "maps.json"
+    invoke("run", TEXT, "--model", model, "--what", "alti", "-F", "json", "-o", str(saved))
+    invoke("heatmap", "--from", str(saved), "--what", "alti", "-o", str(tmp_path / "again.png"))
+    missing = invoke("heatmap", "--from", str(saved), "--what", "value-zeroing-rollout", "-o", str(tmp_path / "no.png"), code=2).stderr
+    assert "write the file with run --what value-zeroing-rollout" in missing and len(missing.strip().splitlines()) == 1
+    toy = invoke("run", "I saw a saw", "-t", "words", "--what", "alti", code=2).stderr
+    assert "give --model" in toy and len(toy.strip().splitlines()) == 1
+
+
+def test_the_python_api_gives_the_maps(minilm_path: Path) -> None:
+    """attn_cli.trace(..., what="alti,value-zeroing"): each kept layer's ``maps`` and ``Trace.maps``; a bad name is a UsageError."""
+    import attn_cli
+    from attn_cli.runtime.errors import UsageError
+
+    traced = attn_cli.trace(TEXT, model=minilm_path, what="alti,value-zeroing")
+    got, _ = ours(minilm_path)
+    for layer in traced.layers:
+        torch.testing.assert_close(layer.maps["alti"], got.maps["alti"][layer.layer])
+        torch.testing.assert_close(layer.maps["value_zeroing"], got.maps["value_zeroing"][layer.layer])
+    torch.testing.assert_close(traced.combined("alti").weights, got.through("alti", 5).weights)
+    assert "value_zeroing_rollout" not in traced.maps and attn_cli.trace(TEXT, model=minilm_path).maps == {}
+    with pytest.raises(UsageError, match="choose from"):
+        attn_cli.trace(TEXT, model=minilm_path, what="alti,saliency")

@@ -143,12 +143,20 @@ def census_measures_misses(doc: str) -> list[str]:
     return [m for m in measures if f"| `{m}` |" not in doc]
 
 
+def attribution_misses(doc: str) -> list[str]:
+    """The maps --what computes beyond the weights that docs/attribution.md's table does not name."""
+    from attn_cli.records.results import MAPS
+
+    return [name for name in MAPS if name not in ("weights", "rollout", "norms") and f"| `--what {name}` |" not in doc]
+
+
 # each file a help text may name -> what is missing from it of what the help promises there
 PROMISES: dict[str, Callable[[str], list[str]]] = {
     "docs/models.md": models_table_misses,
     "docs/encoder-decoder.md": encoder_decoders_misses,
     "docs/heads.md": thresholds_misses,
     "docs/census.md": census_measures_misses,
+    "docs/attribution.md": attribution_misses,
 }
 NAMED = re.compile(r"\bdocs/[\w.-]+\.md\b|\bREADME\b")
 

@@ -363,6 +363,23 @@ def test_flow_view_shows_the_json_numbers(open_page: Any, shots: Path) -> None:
     assert not p.problems, p.problems
 
 
+def test_alti_and_value_zeroing_views_show_the_json_numbers(open_page: Any, gpt2_folder: Any, shots: Path) -> None:
+    """--what alti,value-zeroing-rollout on a causal GPT-2: an ALTI tab and a Value zeroing rollout tab, each
+    cell the JSON's number, the future no path."""
+    import attn_cli
+
+    trace = attn_cli.trace("the cat sat on the mat", model=gpt2_folder, what="alti,value-zeroing-rollout")
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"), name="alti.html")
+    for name, label in (("alti", "ALTI through layer"), ("value_zeroing_rollout", "Value zeroing through layer")):
+        p.view(name)
+        assert p.page.locator("#matrix").get_attribute("data-kind") == name
+        assert label in p.text("body")
+        assert_causal_cells(p, name, data[name]["weights"])
+    p.page.screenshot(path=shots / "gpt2-alti.png", full_page=True)
+    assert not p.problems, p.problems
+
+
 def assert_causal_cells(p: Any, name: str, weights: list[list[float]]) -> None:
     """Each cell's tooltip is the JSON's number (a causal run's future: no path)."""
     for q in range(len(weights)):

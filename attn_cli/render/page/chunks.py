@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.results import COMBINED
 from attn_cli.render.terminal.fit import spans
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Budget:
         # 1. every text's first layer of weights, and its rollout (one T x T), whatever the size: a page shows something
         for m in manifests:
             self._take(chunks, m["layers"][0]["weights"], force=True)
-            for name in ("rollout", "flow"):
+            for name in COMBINED:
                 if m.get(name) is not None:
                     self._take(chunks, m[name]["weights"], force=True)
         # 2. the other layers' weights, in order; 3. the toy's vectors; 4. raw (and scaled) scores

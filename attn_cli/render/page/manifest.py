@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from attn_cli.records.results import COMBINED
 from attn_cli.records.about import filled
 from attn_cli.records.hiding import cut
 from attn_cli.records.results import Classification
@@ -36,13 +37,13 @@ def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
         "keys": _token_lists(stack.key_tokens) if stack.cross else None,
         "layers": layers,
         "vectors": None,
-        "rollout": None,
-        "flow": None,
+        **{name: None for name in COMBINED},  # the maps through the layers: rollout, flow, alti, value_zeroing_rollout
         "predictions": _predictions(trace),
     }
     from attn_cli.records.layers import LayerWeights as Drawn
 
-    for name, combined in (("rollout", trace.rollout), ("flow", trace.flow)):  # --rollout, --what flow: drawn like one head's weights
+    for name in COMBINED:  # --rollout, --what flow, alti, value-zeroing-rollout: drawn like one head's weights
+        combined = trace.combined(name)
         if combined is None:
             continue
         as_layer = Drawn(combined.weights[None], combined.mask, 1.0, combined.through_layer)  # (1, T, T)

@@ -154,8 +154,7 @@
 
     const views = [["heads", "Head view"], ["matrix", "Matrix"]];
     if (tr.layers.length > 1 || tr.model.trained) views.push(["overview", "Model overview"]);
-    if (tr.rollout) views.push(["rollout", "Rollout"]);
-    if (tr.flow) views.push(["flow", "Flow"]);
+    for (const [kind, name] of Object.entries(COMBINED)) if (tr[kind]) views.push([kind, name]);
     if (tr.vectors) views.push(["steps", "Step by step"]);
     if (!views.some(([v]) => v === S.view)) S.view = "heads";
     const tabs = el("div", { class: "tabs", role: "tablist", "aria-label": "Views" });
@@ -219,7 +218,7 @@
     hideTip();
     busy(true);
     try {
-      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, rollout: () => combinedView("rollout"), flow: () => combinedView("flow") })[S.view]();
+      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, ...Object.fromEntries(Object.keys(COMBINED).map((k) => [k, () => combinedView(k)])) })[S.view]();
       if (ticket !== drawing) return;
       main.textContent = "";
       main.append(content);
@@ -345,7 +344,9 @@
   }
 
   // -- matrix: the weights of one head on a canvas, with a tooltip --
-  function combined(kind) { return kind === "rollout" || kind === "flow"; } // one T x T through the layers for every head together
+  // the maps through the layers, one T x T for every head together: their views' names
+  const COMBINED = { rollout: "Rollout", flow: "Flow", alti: "ALTI", value_zeroing_rollout: "Value zeroing rollout" };
+  function combined(kind) { return Object.hasOwn(COMBINED, kind); }
   async function combinedView(kind) { // the rollout or the flow, drawn as a head's weights are
     const r = trace()[kind];
     const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked };
@@ -362,7 +363,7 @@
       const v = d.v[i] / (top || 1);
       return !S.log ? v : v <= 0 ? 0 : Math.max(0, (Math.log10(v) + P) / P);
     };
-    const what = combined(kind) ? `attention ${kind} through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
+    const what = combined(kind) ? `${COMBINED[kind].toLowerCase()} through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
     const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
     const labels = big <= 64;
     const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
@@ -464,11 +465,15 @@
     const bar = el("canvas", { width: 160, height: 12 });
     const bctx = bar.getContext("2d");
     for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
-    const name = kind === "norms" ? "||a·f(x)||" : combined(kind) ? kind : "weight";
+    const name = kind === "norms" ? "||a·f(x)||" : combined(kind) ? COMBINED[kind].toLowerCase() : "weight";
     const high = kind === "norms" ? fixed(top) : "1";
     legend.append(el("span", { text: S.log ? `${name} ${kind === "norms" ? fixed(top / SCALE) : "10⁻⁴"}` : `${name} 0` }), bar, el("span", { text: high }), el("span", { class: "swatch" }),
       el("span", { text: combined(kind) ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
-    const about = kind === "flow"
+    const about = kind === "alti"
+      ? `ALTI through layer ${layer.index} (Ferrando et al. 2022): each layer's attention block output written as a sum over input tokens (heads, residual and norm); token j's contribution to position i is max(0, ||y_i||₁ − ||y_i − T_i(x_j)||₁), rows normalized, and the layers' maps multiplied from layer 0 up. Rows are queries, columns keys; each row sums to 1.`
+      : kind === "value_zeroing_rollout"
+      ? `Value zeroing through layer ${layer.index} (Mohebbi et al. 2023): in each layer, each key's value vectors zeroed in every head and the layer run again; a cell is the cosine distance of the query's layer output from the one without the zeroing, rows normalized, and the layers' maps multiplied from layer 0 up (no residual added). Each row sums to 1.`
+      : kind === "flow"
       ? `Attention flow through layer ${layer.index} (Abnar & Zuidema 2020): the rollout's mixed weights (each layer's mean over all heads, half the identity, rows renormalized) as the capacities of a graph through the layers; a cell is the maximum flow from the query's position after the last layer to the key token, each row normalized to sum 1.`
       : kind === "rollout"
       ? `Attention rollout through layer ${layer.index} (Abnar & Zuidema 2020): each layer's weights averaged over all its heads, half the identity added for the residual, rows renormalized, multiplied from layer 0 up. Rows are queries, columns keys; a cell is how much of the key token reaches the query's position; each row sums to 1.`
@@ -486,8 +491,8 @@
     const n = T(), m = combined(kind) ? n : K(), tk = trace().tokens, ktk = combined(kind) ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
     const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], [ktk !== tk ? "key (source)" : "key", `${ktk.labels[k]} (${ktk.positions[k]})`]];
     if (combined(kind)) {
-      rows.push(["layers", `0 to ${layer.index}, every head`], [kind, u === MASKED ? "0 (no path)" : fixedWeight(u)]);
-      const dl = el("dl", {}, rows.map(([k2, v]) => [el("dt", { text: k2 }), el("dd", { "data-field": k2.replace(" ", "-"), text: v })]));
+      rows.push(["layers", `0 to ${layer.index}, every head`], [COMBINED[kind].toLowerCase(), u === MASKED ? "0 (no path)" : fixedWeight(u), kind]);
+      const dl = el("dl", {}, rows.map(([k2, v, f]) => [el("dt", { text: k2 }), el("dd", { "data-field": f || k2.replace(" ", "-"), text: v })]));
       return el("div", {}, dl);
     }
     rows.push(["head", `${h}, layer ${layer.index}`], ["weight", u === MASKED ? "0 (masked)" : fixedWeight(u)]);

@@ -313,7 +313,8 @@ def _annotate(ax: Axes, panel: Panel, cmap: Colormap, norm: Normalize, font: flo
 
 def _colorbars(fig: Figure, axes: Any, grid: list[list[Panel]], options: HeatmapOptions) -> None:
     names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score", What.norms: "‖a·f(x)‖",
-             What.rollout: "rollout", What.flow: "flow"}  # fmt: skip
+             What.rollout: "rollout", What.flow: "flow", What.value_zeroing: "value zeroing",
+             What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI"}  # fmt: skip
     placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
     if options.per_head_scale:
         for ax, panel in placed:

@@ -17,6 +17,9 @@ class What(str, enum.Enum):
     norms = "norms"  # value-weighted norms ||a_ij f_h(x_j)|| (--norms; attn_cli.analysis.norms)
     rollout = "rollout"  # attention rollout through the layers, one (T, T) for all heads (--rollout)
     flow = "flow"  # attention flow through the layers, one (T, T) for all heads (analysis.flow)
+    value_zeroing = "value-zeroing"  # one layer's value-zeroing map, one (T, T) for all heads (analysis.contributions)
+    value_zeroing_rollout = "value-zeroing-rollout"  # their product through the layers
+    alti = "alti"  # ALTI's contributions multiplied through the layers (analysis.contributions)
 
 
 KINDS: dict[What, tuple[What, ...]] = {
@@ -27,14 +30,31 @@ KINDS: dict[What, tuple[What, ...]] = {
     What.norms: (What.norms,),
     What.rollout: (What.rollout,),
     What.flow: (What.flow,),
+    What.value_zeroing: (What.value_zeroing,),
+    What.value_zeroing_rollout: (What.value_zeroing_rollout,),
+    What.alti: (What.alti,),
 }
-STOCHASTIC = (What.weights, What.rollout, What.flow)  # rows sum to 1: the fixed 0..1 scale, --log
-ANALYSES = (What.norms, What.rollout, What.flow)  # computed on request: the source is asked for them
-COMBINED = (What.rollout, What.flow)  # one (T, T) through the layers for every head together (Trace.rollout, Trace.flow)
+ATTRIBUTIONS = (What.value_zeroing, What.value_zeroing_rollout, What.alti)  # Selection.maps: each kind's JSON name
+STOCHASTIC = (What.weights, What.rollout, What.flow, *ATTRIBUTIONS)  # rows sum to 1: the fixed 0..1 scale, --log
+ANALYSES = (What.norms, What.rollout, What.flow, *ATTRIBUTIONS)  # computed on request: the source is asked for them
+# one (T, T) for every head together: through the layers (Trace.rollout, Trace.flow, Trace.maps), or one layer's value zeroing
+COMBINED = (What.rollout, What.flow, *ATTRIBUTIONS)
+
+
+def json_name(kind: What) -> str:
+    """The kind's name in the JSON and in ``Selection.maps``: value-zeroing -> value_zeroing."""
+    return kind.value.replace("-", "_")
 
 
 def combined_of(run: Any, kind: What) -> Any:
-    """The run's rollout or flow (``kind``), None where it has none."""
-    return run.rollout if kind is What.rollout else run.flow if kind is What.flow else None
+    """The run's map of ``kind`` drawn as one matrix (a ``Rollout``: through_layer, weights, mask), None where it
+    has none; one layer's value zeroing as its first kept layer's."""
+    if kind is What.value_zeroing:
+        from attn_cli.records.results import Rollout
+
+        layer = run.layers[0]
+        m = layer.maps.get("value_zeroing")
+        return None if m is None else Rollout(layer.layer, m, layer.mask)
+    return run.combined(json_name(kind)) if kind in COMBINED else None
 
 FORMATS = ("png", "svg", "pdf")  # the extensions -o takes; write_figure saves each

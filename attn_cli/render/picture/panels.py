@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerAttention
 
 
-DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", What.rollout: "viridis", What.flow: "viridis"}
+DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", **{k: "viridis" for k in COMBINED}}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
 SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
 FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
@@ -165,4 +165,5 @@ def cell_number(value: float, kind: What) -> str:
 
 
 KIND_NAMES = {What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores", What.norms: "norms ‖a·f(x)‖",
-              What.rollout: "rollout", What.flow: "flow"}  # fmt: skip
+              What.rollout: "rollout", What.flow: "flow", What.value_zeroing: "value zeroing",
+              What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI"}  # fmt: skip

@@ -31,6 +31,15 @@ FROM = "← "  # a part that begins so continues the part before it (a cross-att
 MIN_TITLE_FONT = 7.0  # points; below this a title is not worth reading on paper
 
 
+# How a matrix for every head is made, in a title (the rollout's: each layer's mixed weights)
+HOW = {
+    What.flow: "each layer: mean of all heads, half residual (I), max flow to each input token",
+    What.value_zeroing: "cosine distance of each output with each key's values zeroed, rows normalized (Mohebbi et al. 2023)",
+    What.value_zeroing_rollout: "each layer's value zeroing, multiplied (Mohebbi et al. 2023)",
+    What.alti: "each layer's ALTI contributions, multiplied (Ferrando et al. 2022)",
+}
+
+
 def text_width(text: str, size: float) -> float:
     """Width of ``text`` in points at ``size`` points, in the font family matplotlib draws with now."""
     return _width(text, size, tuple(rcParams["font.family"]))
@@ -131,6 +140,9 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         What.norms: "Value-weighted norms ‖a·f(x)‖",
         What.rollout: f"Attention rollout through layer {run.rollout.through_layer}" if run.rollout is not None else "",
         What.flow: f"Attention flow through layer {run.flow.through_layer}" if run.flow is not None else "",
+        What.value_zeroing: "Value zeroing",
+        What.value_zeroing_rollout: "Value zeroing rollout",
+        What.alti: "ALTI",
     }[what]
     shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
     masked = (
@@ -154,11 +166,10 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
     if m.dropout and what is What.norms:
         config.append(f"dropout {m.dropout:g} (the dropped weights, which mixed the values)")
     combined = combined_of(run, what)
-    if combined is not None:  # the rollout or the flow
+    if combined is not None:  # one matrix for every head: the rollout, the flow, an attribution map
         through = combined.through_layer
-        config = [config[0],  # the phrase that names the source
-                  f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}",
-                  f"each layer: mean of all {m.heads} heads, half residual (I)" + (", max flow to each input token" if what is What.flow else ""),
+        layers = f"layer {through} of {m.layers}" if what is What.value_zeroing else f"layers 0 to {through} of {m.layers}" if through else f"layer 0 of {m.layers}"
+        config = [config[0], layers, HOW.get(what, f"each layer: mean of all {m.heads} heads, half residual (I)"),  # config[0] names the source
                   "causal (grey: no path)" if combined.causal else "not causal"]  # fmt: skip
     if stack is not None and stack.cross:  # cross-attention: the target's rows read the source
         source = " ".join(stack.key_text.split())

@@ -80,19 +80,35 @@ def weights_table(run: Trace, head: int, precision: int = 4) -> FittedTable:
 COMBINED_TITLES = {  # a map through the layers: its title, and how it is made
     "rollout": ("Attention rollout", "each layer's mean over all heads, half residual (I), multiplied"),
     "flow": ("Attention flow", "the max flow from each position to each input token through every layer's mixed weights (rollout's), rows normalized"),
+    "alti": ("ALTI", "each layer's contributions (Ferrando et al. 2022), multiplied"),
+    "value_zeroing_rollout": ("Value zeroing rollout", "each layer's value-zeroing map (Mohebbi et al. 2023), multiplied"),
+}  # fmt: skip
+LAYER_TITLES = {  # a layer's attribution map: its title, and how it is made
+    "value_zeroing": ("Value zeroing", "the cosine distance of each position's layer output with each key's values zeroed, rows normalized"),
+    "alti": ("ALTI", "||y_i||_1 - ||y_i - T_i(x_j)||_1 (at least 0): what each token gives each position's attention block output, rows normalized"),
 }  # fmt: skip
 
 
 def rollout_table(run: Trace, precision: int = 4, *, name: str = "rollout") -> FittedTable:
-    """The attention rollout (``Trace.rollout``), or ``name`` "flow" the attention flow (``Trace.flow``): how
-    much of each key token reaches each query position through the layers, drawn as a weights table (its rows sum to 1)."""
-    rollout = run.rollout if name == "rollout" else run.flow
+    """A map through the layers (``name``, one of ``COMBINED_TITLES``: the attention rollout, the attention flow,
+    ALTI, value zeroing's rollout): how much of each key token reaches each query position through the
+    layers, drawn as a weights table (its rows sum to 1)."""
+    rollout = run.combined(name)
     assert rollout is not None, f"a {name} table needs a trace computed with it"
     hidden = hidden_text(run)
     through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
     heading, how = COMBINED_TITLES[name]
     title = title_text(heading, f"  of {through}: {how}" + (f"; {hidden}" if hidden is not None else ""))
     return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
+
+
+def layer_map_table(run: Trace, name: str, precision: int = 4) -> FittedTable:
+    """The one kept layer's attribution map ``name`` (``LAYER_TITLES``), drawn as a weights table (its rows sum to 1)."""
+    layer = run.layers[0]
+    heading, how = LAYER_TITLES[name]
+    hidden = hidden_text(run)
+    title = title_text(heading, f"  of layer {layer.layer}: {how}" + (f"; {hidden}" if hidden is not None else ""))
+    return rows_table(run, layer.maps[name], layer.mask, title, precision, what="how much of each key token the query position's output owes")
 
 
 def rows_table(

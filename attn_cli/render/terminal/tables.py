@@ -48,6 +48,7 @@ from attn_cli.render.terminal.header import Pairs, config_header, predictions_ta
 from attn_cli.render.terminal.matrices import (
     head_suffix,
     context_table,
+    layer_map_table,
     embeddings_table,
     norms_table,
     output_table,
@@ -258,6 +259,8 @@ def human_view(run: Trace, view: View = View(), index: int | None = None, total:
         parts.append(precise(partial(rollout_table, run), view))
     if "flow" in view.show and run.flow is not None:
         parts.append(precise(partial(rollout_table, run, name="flow"), view))
+    for name in run.maps:  # ALTI's, value zeroing's rollout: asked for with --what
+        parts.append(precise(partial(rollout_table, run, name=name), view))
     if full.predictions is not None:  # every position's, whatever --hide-tokens leaves out of the attention
         parts.append(predictions_table(full, view.precision))
     return Group(*parts)
@@ -315,6 +318,7 @@ def _layer_view(run: Trace, view: View) -> list[RenderableType]:
         parts.append(heads_compared(run, [stats[h] for h in heads], p))
     if norms and run.layers[0].n_heads > 1:
         parts.append(precise(partial(norms_table, run, None), view))
+    parts.extend(precise(partial(layer_map_table, run, name), view) for name in run.layers[0].maps)  # --what value-zeroing, alti
     # by default only when it differs from the one head's context: the chosen heads' slice of the concat is that
     if "output" in show and (view.explicit or len(heads) > 1 or run.model.out_proj):
         parts.append(precise(partial(output_table, run, heads=heads), view))

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
     from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.records.band import Band
     from attn_cli.records.layers import LayerAttention, LayerWeights
-    from attn_cli.records.results import Classification, Predictions
+    from attn_cli.records.results import Classification, Predictions, Rollout
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.families import Family
     from attn_cli.sources.checkpoint.families.base import Head
     from attn_cli.sources.checkpoint.families.classifier import Classifier
+    from attn_cli.sources.checkpoint.families.attribution import Attributions
     from attn_cli.sources.checkpoint.families.loop import Visit
 
 FLOAT32 = 4  # bytes; what a kept layer's tensors are handed over as
@@ -173,6 +174,24 @@ class Checkpoint:
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks,
             visit=visit,
         ).layers
+
+    def attributions(self, maps: Sequence[str], layers: Sequence[int]) -> Attributions:
+        """The ``forward`` visitor that computes ``maps`` (``Selection.maps``) over ``layers`` (``families.attribution``)."""
+        from attn_cli.sources.checkpoint.families.attribution import attributions_for
+
+        return attributions_for(self._family, maps, layers)
+
+    def attributions_bytes(self, maps: Sequence[str], n_tokens: int, layers: int) -> int:
+        from attn_cli.sources.checkpoint.families.attribution import attributions_bytes
+
+        return attributions_bytes(self._family, maps, n_tokens, layers)
+
+    @staticmethod
+    def attached(visitor: Attributions, layers: list[LayerWeights], maps: Sequence[str], last: int) -> tuple[list[LayerWeights], dict[str, Rollout]]:
+        """The kept layers with their maps, and the maps through layer ``last`` (``families.attribution.attach``)."""
+        from attn_cli.sources.checkpoint.families.attribution import attach
+
+        return attach(visitor, layers, maps, last)
 
     def trace_batch(self, texts: Sequence[Tokens], layers: Sequence[int], visit: Visit | None = None) -> list[LayerWeights]:
         """``trace`` at "weights" over a batch of texts run together, padded on the right to the

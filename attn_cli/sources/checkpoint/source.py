@@ -111,8 +111,11 @@ class CheckpointSource(Batches):
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
+        if selection.maps:  # value zeroing, ALTI: the layers' maps and one layer's work (families.attribution)
+            parts["attributions"] = self.checkpoint.attributions_bytes(selection.maps, len(tokens), selection.last_layer + 1)
+            culprits["attributions"] = (f"the attribution maps of {len(tokens)} tokens through {selection.last_layer + 1} layers", "use a shorter text")
         omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not _fit(parts, self.spec.device))
-        if omit and not combined:
+        if omit and not (combined or selection.maps):
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
             blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
             culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
@@ -125,18 +128,20 @@ class CheckpointSource(Batches):
         n_threads = threads.threads_for(per_layer)
         rollout = RolloutAccumulator(keep=selection.flow) if combined else None
         predictions, norms = None, selection.norms and blocks is None
+        visit = self.checkpoint.attributions(selection.maps, selection.layers) if selection.maps else None
         with using_threads(n_threads):
             if selection.predict:
                 layers, predictions = self.checkpoint.predict(
-                    tokens, selection.layers, selection.predict, selection.keep, norms=norms, rollout=rollout, blocks=blocks
+                    tokens, selection.layers, selection.predict, selection.keep, norms=norms, rollout=rollout, blocks=blocks, visit=visit
                 )  # fmt: skip
             else:
-                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=norms, rollout=rollout, blocks=blocks)
+                layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=norms, rollout=rollout, blocks=blocks, visit=visit)
+        layers, through = self.checkpoint.attached(visit, layers, selection.maps, selection.last_layer) if visit else (layers, {})
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if selection.rollout and rollout else None,
             flow=attention_flow(rollout.mixed) if selection.flow and rollout and rollout.mixed else None,
-            predictions=predictions, queries=queries, row_scores=selection.row_scores, tables_omitted=omitted,
+            predictions=predictions, queries=queries, row_scores=selection.row_scores, tables_omitted=omitted, maps=through,
         )  # fmt: skip
 
     def _blocked(

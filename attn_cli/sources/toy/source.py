@@ -18,7 +18,7 @@ from attn_cli.records.selection import Selection
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import TOY, ModelInfo, Trace
 from attn_cli.runtime import threads
-from attn_cli.runtime.errors import TokenizerUnavailable
+from attn_cli.runtime.errors import TokenizerUnavailable, UsageError
 from attn_cli.runtime.threads import using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_length, check_text, with_threads
 from attn_cli.sources.toy.about import toy_about
@@ -115,6 +115,8 @@ class ToySource(Batches):
             if selection is not None and selection.norms:
                 layer = with_norms(layer)
         info, layers = with_threads(toy_info(config, tokens.vocab_size), (layer,), n_threads)
+        if selection is not None and selection.maps:
+            raise UsageError(f"--what {selection.maps[0].replace('_', '-')} runs a trained model's layers again (its MLP, its norms): give --model")
         rollout = rollout_of(layers) if selection is not None and selection.rollout else None
         flow = flow_of(layers) if selection is not None and selection.flow else None
         return Trace(text, tokens, info, layers, chosen_heads=selection.heads if selection else None, rollout=rollout, flow=flow)

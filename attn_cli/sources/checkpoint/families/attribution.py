@@ -9,18 +9,18 @@ Shapes: T tokens, D d_model, H heads, Dv per-head value size, B keys zeroed in o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
-from attn_cli.analysis.contributions import alti_layer, cosine_distance, joint, normalized_rows
+from attn_cli.analysis.contributions import ALTI_BLOCK_BYTES, alti_layer, cosine_distance, joint, normalized_rows
 from attn_cli.records.layers import LayerAttention
-from attn_cli.records.results import Rollout
+from attn_cli.records.results import LAYER_MAPS, Rollout
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors
 from attn_cli.sources.checkpoint.families.loop import merged_heads
 
-# The maps of one layer (``Attributions.layers``' keys) and, through the layers, their products
-LAYER_MAPS = ("value_zeroing", "alti")
 VALUE_ZEROING_BATCH_BYTES = 256 * 2**20  # a batch of re-runs' tensors in flight through one layer
 
 
@@ -88,3 +88,35 @@ class Attributions:
         assert all(i in maps for i in range(last + 1)), f"{name} through layer {last} needs every layer from 0"
         future = torch.ones_like(maps[0], dtype=torch.bool).triu(1)  # (T, T)
         return joint([maps[i] for i in range(last + 1)], future if self.causal else None)
+
+
+def attributions_for(family: Family, maps: Iterable[str], kept: Iterable[int]) -> Attributions:
+    """The visitor a run that asks for ``maps`` (``Selection.maps``: "value_zeroing", "value_zeroing_rollout",
+    "alti") needs: each per-layer map over the kept layers, over every layer from 0 where a map through
+    the layers is asked for (value zeroing's rollout, ALTI's product)."""
+    asked = set(maps)
+    names = [name for name in LAYER_MAPS if name in asked or (name == "value_zeroing" and "value_zeroing_rollout" in asked)]
+    kept = list(kept)
+    every = bool(asked & {"value_zeroing_rollout", "alti"})
+    return Attributions(family, names, range(max(kept) + 1) if every else kept)
+
+
+def attributions_bytes(family: Family, maps: Iterable[str], n_tokens: int, layers: int) -> int:
+    """What ``attributions_for``'s maps hold beside a run: a (T, T) float32 map per layer and name, and one
+    layer's work in flight (a batch of value-zeroing re-runs, a block of ALTI's rows and its (H, T, D))."""
+    asked = set(maps)
+    per_layer = 4 * n_tokens * n_tokens * layers * (("alti" in asked) + bool(asked & {"value_zeroing", "value_zeroing_rollout"}))
+    work = VALUE_ZEROING_BATCH_BYTES + ALTI_BLOCK_BYTES + 4 * family.heads * n_tokens * family.d_model
+    return per_layer + work
+
+
+def attach(visitor: Attributions, layers: list[Any], maps: Iterable[str], last: int) -> tuple[list[Any], dict[str, Rollout]]:
+    """The kept ``layers`` with their asked-for per-layer maps (``LayerWeights.maps``), and the maps through
+    layer ``last`` asked for (``Trace.maps``: "alti", "value_zeroing_rollout")."""
+    asked = set(maps)
+    kept = [
+        dataclasses.replace(layer, maps={name: visitor.maps[name][layer.layer] for name in LAYER_MAPS if name in asked})
+        for layer in layers
+    ]
+    through = {name: visitor.through(source, last) for name, source in (("alti", "alti"), ("value_zeroing_rollout", "value_zeroing")) if name in asked}
+    return kept, through

@@ -363,13 +363,6 @@ class Decoder(Family):
         return hidden + out  # (T, D) residual
 
     def attention_block(self, t: LayerTensors) -> BlockNorm:
-        if not self.post_norm or self.parallel:  # pre-norm; a parallel layer's attention half: y = x + attention
-            return BlockNorm("none")
-        bias = t["attn_out_norm.bias"] if self.norm_bias else None
-        kind = self.norm_kind
-        return BlockNorm("attention", t["attn_out_norm.weight"], bias, self.eps, centered=kind == "layer", plus_one=kind == "rms_plus_one")
-
-    def attention_block(self, t: LayerTensors) -> BlockNorm:
         if not self.post_norm or self.parallel:  # pre-norm (a parallel layer's attention half): y = x + attention
             return BlockNorm("none")
         kind = self.norm_kind
