@@ -9,6 +9,7 @@ are apart. ``command`` is put before the arguments, for a test file about one co
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -48,3 +49,18 @@ def options(command: Any) -> set[str]:
     hidden one, such as heatmap's --show, --open's old name)."""
     params = [p for p in command.get_params(typer.Context(command)) if p.param_type_name == "option" and not p.hidden]
     return {name for p in params for name in (*p.opts, *p.secondary_opts) if name.startswith("--")}
+
+
+def check_said_once(args: tuple[str, ...], ext: str, where: str, folder: Path, batch: str = "I saw a saw\nHello shiny sun\n") -> None:
+    """``args -o folder/out.EXT``: the written file said once, in the words every command uses: `wrote PATH  (SIZE)` on
+    stderr (``where`` "stderr"), or the path alone on stdout (a picture or page, piped). ``batch``: standard input."""
+    from attn_cli.cli.output import byte_size
+
+    path = folder / f"out.{ext}"
+    result = invoke(*args, "-o", str(path), input=batch)
+    said = [line for line in (result.stdout + result.stderr).splitlines() if str(path) in line]
+    if where == "stderr":
+        assert result.stdout == ""
+        assert said == [f"wrote {path}  ({byte_size(path.stat().st_size)})"] == result.stderr.splitlines()[-1:]
+    else:
+        assert result.stdout == f"{path}\n" and said == [str(path)]  # piped: the path alone, for scripts

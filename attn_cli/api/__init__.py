@@ -128,6 +128,8 @@ def trace(
     layers: Any = None,
     query: str | int | Sequence[str | int] | None = None,
     what: str | Sequence[str] | None = None,
+    target_label: str | None = None,
+    target_token: str | None = None,
     **options: Any,
 ) -> Trace:
     """``text`` through the seeded toy model (its options as keywords, named as the command
@@ -142,7 +144,8 @@ def trace(
     --norms (``Trace.rollout``, each kept layer's ``norms`` and ``layer_norms``); ``flow``: as
     --what flow (``Trace.flow``). ``what``: the maps, as --what names them ("rollout,alti", or a list:
     value zeroing's and ALTI's per kept layer in ``layer.maps``, those through the layers in ``Trace.maps``
-    and ``Trace.combined(name)``). ``query``: the
+    and ``Trace.combined(name)``; attention x gradient's target: ``target_label``, ``target_token``, as
+    --target-label and --target-token, ``Trace.explained``). ``query``: the
     query rows to keep whole, as --query ("last:16", "100:200", a position, a token, or a list
     of them: ``Trace.rows``). Where a checkpoint's tables do not fit the memory at hand, the
     trace keeps each head's statistics and those rows, computed in blocks, and says why in
@@ -166,7 +169,7 @@ def trace(
     rollout, flow, norms, maps = _analyses(what, rollout, flow, norms)
     selection = spec.select(
         source, everything=True, rollout=rollout, flow=flow, norms=norms, queries=queries, tables="keep" if maps else "fit",
-        pool=(POOL_CELLS, "max"), maps=maps,
+        pool=(POOL_CELLS, "max"), maps=maps, target_label=target_label, target_token=target_token,
     )  # fmt: skip
     made = with_queries(source.run(text, selection), selection)
     return notebook_trace(hide(made, spec.hide))

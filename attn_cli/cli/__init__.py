@@ -12,7 +12,7 @@ from attn_cli.cli.app import app
 from attn_cli.runtime import interrupts
 
 # Each command registers itself on ``app`` when imported, and --help lists them in that order.
-from attn_cli.cli import run, heatmap, explain, tokenizers, html, heads, census, compare, models, completion  # isort: skip  # noqa: F401
+from attn_cli.cli import run, heatmap, explain, tokenizers, html, heads, census, compare, faithfulness, models, completion  # isort: skip  # noqa: F401
 
 __all__ = ["app", "main"]
 

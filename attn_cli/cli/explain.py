@@ -10,12 +10,11 @@ import typer
 from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import NoColorOption, PrecisionOption, PredictOption, QueryOption
-from attn_cli.cli.options import NoClobberOption, OutputOption, check_model_only, say_truncated, shared_options
+from attn_cli.cli.options import NoClobberOption, OutputOption, check_model_only, opened, say_truncated, shared_options
 from attn_cli.cli.output import binary_output, emit_rich, progress, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.sources.spec import SourceSpec
 from attn_cli.records.selection import Selection
-from attn_cli.pipeline import open_source
 
 
 class Style(str, enum.Enum):
@@ -66,9 +65,7 @@ def explain(
 
     check_model_only(spec, **{"--predict": predict})
     rich = format is Style.rich or (format is Style.auto and output is None and stdout_is_terminal())
-    source = open_source(spec)
-    for note in source.notes:
-        typer.echo(note, err=True)
+    source = opened(spec)
     layer, head = spec.one(source)
     parts = []
     for i, run in enumerate(progress(source.run_each(texts, Selection((layer,), (head,), predict=predict)), len(texts))):

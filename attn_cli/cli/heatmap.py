@@ -23,12 +23,13 @@ from attn_cli.cli.app import AttnCommand, app
 from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, WindowOption, long_selection, span
 from attn_cli.cli.panels import DISPLAY, OUTPUT
 from attn_cli.cli.params import DpiOption, GenerateOption, RolloutOption
-from attn_cli.cli.options import NoClobberOption, check_model_only, output_option, run_texts, shared_options
+from attn_cli.cli.options import (
+    NoClobberOption, TargetLabelOption, TargetTokenOption, check_model_only, opened, output_option, run_texts, shared_options,
+)  # fmt: skip
 from attn_cli.cli.output import output_target, picture_detail, progress, replaced_note, replaces_unnamed, report_written, stdout_is_terminal
 from attn_cli.runtime.errors import UsageError
 from attn_cli.render.picture.kinds import ATTRIBUTIONS, COMBINED, FORMATS, What, json_name
 from attn_cli.sources.spec import SourceSpec
-from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -151,7 +152,7 @@ def heatmap(
     log: LogOption = False, annotate: AnnotateOption = None, cmap: CmapOption = None, dpi: DpiOption = 150,
     size: SizeOption = None, open_window: OpenOption = False, show: OldShowOption = False, rollout: RolloutOption = False,
     generate: GenerateOption = 0, query: QueriesOption = None, pool: PoolOption = Pool.max, window: WindowOption = None,
-    keys: KeysOption = None,
+    keys: KeysOption = None, target_label: TargetLabelOption = None, target_token: TargetTokenOption = None,
 ) -> None:  # fmt: skip
     """Draw attention as a heatmap: query tokens on the rows, key tokens on the columns.
 
@@ -191,10 +192,8 @@ def heatmap(
     kind = _kind(what, rollout, split_heads, saved=spec.saved is not None)
     if cmap is not None:
         colour_map(cmap)
-    source = open_source(spec)
-    for note in source.notes:
-        typer.echo(note, err=True)
-    selection, model_view = _selection(spec, source, kind, generate)
+    source = opened(spec)
+    selection, model_view = _selection(spec, source, kind, generate, (target_label, target_token))
     shown_heads = list(selection.heads)
     options = HeatmapOptions(
         what=kind, per_head_scale=per_head_scale, annotate=annotate, cmap=cmap, size=picture_size, dpi=dpi, log=log
@@ -313,12 +312,12 @@ def _write_pictures(
         plt.show()
 
 
-def _selection(spec: SourceSpec, source: Any, kind: What, generate: int) -> tuple[Any, bool]:
+def _selection(spec: SourceSpec, source: Any, kind: What, generate: int, target: tuple[str | None, str | None]) -> tuple[Any, bool]:
     """(what to run and keep, whether the picture is the model view: several layers, not a rollout)."""
     keep = "weights" if kind in (What.weights, What.norms, *COMBINED) else "all"
     selection = spec.select(
         source, everything=False, keep=keep, rollout=kind is What.rollout, flow=kind is What.flow, norms=kind is What.norms, generate=generate,
-        maps=(json_name(kind),) if kind in ATTRIBUTIONS else (),
+        maps=(json_name(kind),) if kind in ATTRIBUTIONS else (), target_label=target[0], target_token=target[1],
     )
     if kind is What.value_zeroing and len(selection.layers) > 1:
         raise UsageError("--what value-zeroing draws one layer's map: give one --layer (value-zeroing-rollout multiplies them)")

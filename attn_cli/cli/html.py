@@ -22,12 +22,13 @@ from attn_cli.cli.documents import KeysOption, Pool, PoolOption, QueriesOption, 
 from attn_cli.cli.heatmap import slug
 from attn_cli.cli.panels import OUTPUT
 from attn_cli.cli.params import GenerateOption, NormsOption, PredictOption, RolloutOption
-from attn_cli.cli.options import MapsOption, NoClobberOption, check_model_only, output_option, run_texts, shared_options
+from attn_cli.cli.options import (
+    MapsOption, NoClobberOption, TargetLabelOption, TargetTokenOption, check_model_only, opened, output_option, run_texts, shared_options,
+)  # fmt: skip
 from attn_cli.cli.output import byte_size, output_target, replaced_note, replaces_unnamed, report_written
 from attn_cli.records.results import attribution_maps
 from attn_cli.runtime.errors import UsageError
 from attn_cli.sources.spec import SourceSpec
-from attn_cli.pipeline import open_source
 
 SUFFIXES = (".html", ".htm")
 DEFAULT_MAX_MB = 20.0
@@ -62,6 +63,7 @@ def html(
     ctx: typer.Context, spec: SourceSpec, texts: list[str], lines: bool, output: PageOutputOption = None,
     no_clobber: NoClobberOption = False, open_page: OpenOption = False, max_size: MaxSizeOption = DEFAULT_MAX_MB,
     rollout: RolloutOption = False, norms: NormsOption = False, what: MapsOption = None, predict: PredictOption = 0, generate: GenerateOption = 0,
+    target_label: TargetLabelOption = None, target_token: TargetTokenOption = None,
     query: QueriesOption = None, pool: PoolOption = Pool.max, window: WindowOption = None, keys: KeysOption = None,
 ) -> None:  # fmt: skip
     """Write one HTML page to explore attention: no server, no network, any browser.
@@ -86,12 +88,10 @@ def html(
 
     from attn_cli.render.page import build
 
-    source = open_source(spec)
-    for note in source.notes:
-        typer.echo(note, err=True)
+    source = opened(spec)
     asked = set(what or ())
     analyses = {"rollout": rollout or "rollout" in asked, "norms": norms or "norms" in asked, "flow": "flow" in asked, "predict": predict, "generate": generate,
-                "maps": attribution_maps(what or ())}  # fmt: skip
+                "maps": attribution_maps(what or ()), "target_label": target_label, "target_token": target_token}  # fmt: skip
     traces = list(run_texts(spec, source, texts, _selection(spec, source, analyses, query, pool, window, keys)))
     if spec.stack is not None and len(traces[0].stacks) == 1:
         traces[0].stack(spec.stack)  # a model of one stack: the one-line usage error

@@ -354,3 +354,35 @@ MapsOption = Annotated[
         rich_help_panel=ANALYSIS, metavar="MAPS", show_default=False, callback=_check_maps,
     ),
 ]  # fmt: skip
+
+
+TargetLabelOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target-label",
+        help="--what attention-gradient on a classifier: the label whose logit it explains, a name of config.json's "
+        "id2label or an index. [default: the predicted label]",
+        rich_help_panel=ANALYSIS, metavar="LABEL", show_default=False,
+    ),
+]  # fmt: skip
+TargetTokenOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target-token",
+        help="--what attention-gradient on a decoder (its next token) or a masked LM (the filler of the text's first "
+        "mask): the token whose logit it explains, a text of one token (a leading space is part of many tokens). "
+        "[default: the predicted token]",
+        rich_help_panel=ANALYSIS, metavar="TEXT", show_default=False,
+    ),
+]  # fmt: skip
+
+
+def opened(spec: SourceSpec) -> Any:
+    """The run's source (``pipeline.open_source``), its notes said on stderr first (a tokenizer's fallback, ...)."""
+    from attn_cli.pipeline import open_source
+
+    source = open_source(spec)
+    for note in source.notes:
+        typer.echo(note, err=True)
+    return source
+

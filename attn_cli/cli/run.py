@@ -22,11 +22,14 @@ from attn_cli.cli.params import (
     RolloutOption,
 )
 from attn_cli.cli.options import (
+    opened,
     Format,
     FormatOption,
     MapsOption,
     NoClobberOption,
     OutputOption,
+    TargetLabelOption,
+    TargetTokenOption,
     check_model_only,
     choose_format,
     run_texts,
@@ -36,7 +39,6 @@ from attn_cli.cli.output import binary_output, byte_size, emit_rich, progress, s
 from attn_cli.records.results import attribution_maps
 from attn_cli.runtime.errors import UsageError, in_batch
 from attn_cli.sources.spec import SourceSpec
-from attn_cli.pipeline import open_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,6 +104,8 @@ def run(
     rollout: RolloutOption = False,
     norms: NormsOption = False,
     what: MapsOption = None,
+    target_label: TargetLabelOption = None,
+    target_token: TargetTokenOption = None,
     predict: PredictOption = 0,
     generate: GenerateOption = 0,
     output: OutputOption = None,
@@ -135,12 +139,11 @@ def run(
     rollout, norms, flow, maps = _analyses(set(what or ()) | set(shown or ()), rollout, norms, what)
     chosen = _format_of(spec, format, output, show, query, key, rollout)
     tables = _tables_kept(spec, no_tables, rollout or flow or bool(maps), norms)
-    source = open_source(spec)
-    for note in source.notes:
-        typer.echo(note, err=True)
+    source = opened(spec)
     selection = spec.select(
         source, everything=chosen is not Format.table, rollout=rollout, flow=flow, norms=norms, predict=predict, generate=generate,
         queries=tuple(query or ()), tables=tables, row_scores=shown is not None and "scores" in shown, maps=maps,
+        target_label=target_label, target_token=target_token,
     )  # fmt: skip
     if chosen is Format.table:
         write = functools.partial(_tables, spec, source, texts=texts, shown=shown, queries=query, key=key, output=output,

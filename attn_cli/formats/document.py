@@ -255,6 +255,8 @@ def combined_dict(run: Trace, name: str, *, table: Table = as_lists) -> dict[str
     if stack.texts is not None:  # an encoder-decoder's: which stack's layers were rolled out
         made = {"stack": stack.name, **made}
     kept = kept_of(stack)  # the rolled-out stack's tokens, the decoder's too
+    if name == "attention_gradient":  # relevance, not shares: no weights_shown; the output it explains
+        return {**made, "target": run.explained.as_dict() if run.explained is not None else None}
     if kept is not None:
         as_layer = LayerWeights(rollout.weights[None], rollout.mask, 1.0)  # (1, T, T): drawn like one head's weights
         made["weights_shown"] = table(_weights_shown(as_layer, 0, kept), nulls=True)

@@ -126,6 +126,10 @@ class HideSpec:
             raise UsageError(f"{FLAG} {self.text!r} hides every token{whose} ({_listed(tokens.labels)}): leave at least one to show")
 
 
+# The attribution maps whose rows are shares summing to 1 (renormalized over the shown keys, as weights);
+# attention x gradient's relevance is not: its hidden rows and columns are left out, nothing renormalized
+SHARES = ("value_zeroing", "value_zeroing_rollout", "alti")
+
 def _listed(labels: Sequence[str]) -> str:
     shown = ", ".join(labels[:LISTED_TOKENS])
     return shown + (", ..." if len(labels) > LISTED_TOKENS else "")
@@ -214,7 +218,8 @@ def shown(trace: Trace) -> Trace:
             combined, weights=renormalize(combined.weights[None], hiding.kept)[0], mask=_pairs(combined.mask, hiding.kept)
         )  # (T, T) -> (K, K)
 
-    maps = {name: cut(m) for name, m in trace.maps.items()}
+    maps = {name: cut(m) if name in SHARES else dataclasses.replace(m, weights=_pairs(m.weights, hiding.kept), mask=_pairs(m.mask, hiding.kept))
+            for name, m in trace.maps.items()}  # fmt: skip
     return dataclasses.replace(trace, tokens=tokens, layers=layers, renormalized=True, rollout=cut(trace.rollout), flow=cut(trace.flow), maps=maps)
 
 
@@ -233,7 +238,7 @@ def _pairs(table: torch.Tensor | None, kept: Sequence[int], kept_rows: Sequence[
 def _with_norms_cut(layer: LayerWeights, kept: Sequence[int], kept_rows: Sequence[int] | None = None) -> LayerWeights:
     """The layer's value-weighted norms without the hidden tokens' rows and columns: they
     are magnitudes of what moved, not shares of a row, so nothing is renormalized."""
-    maps = {name: renormalize(m[None], kept)[0] for name, m in layer.maps.items()}  # rows summing to 1, as weights
+    maps = {name: renormalize(m[None], kept)[0] if name in SHARES else _pairs(m, kept, kept_rows) for name, m in layer.maps.items()}
     if layer.norms is None and layer.layer_norms is None:
         return dataclasses.replace(layer, maps=maps) if maps else layer
     return dataclasses.replace(layer, norms=_pairs(layer.norms, kept, kept_rows), layer_norms=_pairs(layer.layer_norms, kept, kept_rows), maps=maps)

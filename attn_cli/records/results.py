@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 # The attribution maps a run may hold (``Selection.maps``), by their JSON names: the per-layer maps
 # (``LayerWeights.maps``) and those through the layers (``Trace.maps``, beside the rollout and the flow)
-LAYER_MAPS = ("value_zeroing", "alti")
-COMBINED = ("rollout", "flow", "alti", "value_zeroing_rollout")
-ATTRIBUTIONS = ("value_zeroing", "value_zeroing_rollout", "alti")  # what --what names besides weights, rollout, norms, flow
+LAYER_MAPS = ("value_zeroing", "alti", "attention_gradient")
+COMBINED = ("rollout", "flow", "alti", "value_zeroing_rollout", "attention_gradient")
+ATTRIBUTIONS = ("value_zeroing", "value_zeroing_rollout", "alti", "attention_gradient")  # --what's names besides weights, rollout, norms, flow
 MAPS = ("weights", "rollout", "norms", "flow", *(name.replace("_", "-") for name in ATTRIBUTIONS))  # --what's names on run and html
 
 
@@ -91,3 +91,20 @@ class Classification:
         """(index, label, probability or None, logit), most likely first."""
         probs = self.probs if self.probs is not None else (None,) * self.k
         return list(zip(self.indices, self.labels, probs, self.logits))
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The output a gradient map explains (attention x gradient): one logit of one position."""
+
+    kind: str  # "label" (a classifier's), "next" (a decoder's next token), "mask" (a masked LM's filler of its first mask)
+    position: int | None  # the position whose output it is; None: a classifier that pools every position
+    index: int  # the label's index, or the token's id
+    label: str  # the label's name, or the token's text
+    logit: float
+    predicted: bool  # the model's own top choice (no --target-label / --target-token)
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``target`` object of the JSON's ``attention_gradient``."""
+        return dataclasses.asdict(self)
+

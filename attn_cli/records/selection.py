@@ -95,6 +95,8 @@ class Selection:
     flow: bool = False  # also attention flow through layers 0 .. last_layer (Trace.flow; analysis.flow)
     norms: bool = False  # also the kept layers' value-weighted norms (LayerWeights.norms)
     maps: tuple[str, ...] = ()  # also these attribution maps, by their JSON names (records.results.ATTRIBUTIONS)
+    target_label: str | None = None  # attention x gradient's target: a classifier's label (--target-label); None: the predicted one
+    target_token: str | None = None  # ... a decoder's next token or a masked LM's filler (--target-token); None: the predicted one
     predict: int = 0  # also every position's top-K predictions (Trace.predictions); 0: none
     generate: int = 0  # first extend the text greedily by up to this many tokens (Trace.prompt_length); 0: none
     everything: bool = False  # JSON, CSV, the page: every layer and head unless chosen, every stack of an encoder-decoder

@@ -21,7 +21,7 @@ from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.records.results import Classification, Predictions
-    from attn_cli.records.results import Rollout
+    from attn_cli.records.results import Rollout, Target
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.tokens import Tokens, Truncation
 
@@ -213,6 +213,7 @@ class Trace(Generic[LayerT]):
     rollout: Rollout | None = None  # attention rollout through the last kept layer (--rollout; attn_cli.analysis.rollout)
     flow: Rollout | None = None  # attention flow through the last kept layer (--what flow; attn_cli.analysis.flow), a model of one stack
     maps: Mapping[str, Rollout] = dataclasses.field(default_factory=dict)  # the attribution maps through the last kept layer, by JSON name
+    explained: Target | None = None  # the output attention x gradient explains (maps["attention_gradient"])
     predictions: Predictions | Classification | None = None  # every position's top-K next tokens or fillers, or a classifier's labels (--predict)
     prompt_length: int | None = None  # --generate: the tokens from here on are the model's; None: no generation
     generated_text: str | None = None  # --generate: the new tokens decoded, as they continue the text

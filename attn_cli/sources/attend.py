@@ -73,6 +73,8 @@ def attention_weights(
     in the last bit. ``check``: whether to read every weight for an overflow's NaN (``attend_in_blocks``
     reads each block's context instead, R x Dv numbers, not R x S).
     """
+    if torch.is_grad_enabled() and (queries.requires_grad or keys.requires_grad):  # attention x gradient's autograd run
+        return _differentiable_weights(queries, keys, divisor, mask, bias, softcap, scale, softmax_in_dtype, mask_from)
     transposed = keys.transpose(-2, -1)  # (H, Dk, T)
     weights = queries @ transposed if out is None else torch.matmul(queries, transposed, out=out)  # (H, T, T) raw scores
     if scale is None:
@@ -92,6 +94,28 @@ def attention_weights(
     if check and not math.isfinite(float(weights.sum())):
         explain_overflow(queries, keys, divisor)
     return weights
+
+
+def _differentiable_weights(
+    queries: torch.Tensor, keys: torch.Tensor, divisor: float, mask: torch.Tensor | None, bias: torch.Tensor | None,
+    softcap: float | None, scale: float | None, softmax_in_dtype: bool, mask_from: int,
+) -> torch.Tensor:  # fmt: skip
+    """``attention_weights``' operations, in their order, each into a new tensor: what autograd can run back
+    through (the in-place buffer above cannot be differentiated). The same numbers."""
+    weights = queries @ keys.transpose(-2, -1)  # (..., T, T)
+    weights = weights / divisor if scale is None else weights * scale
+    if bias is not None:
+        weights = weights + bias
+    if softcap is not None:
+        weights = torch.tanh(weights / softcap) * softcap
+    if mask is not None:
+        hidden = hiding(mask, weights.dtype)  # (T, T) -inf where hidden
+        if mask_from or mask.shape[-1] != weights.shape[-1]:
+            hidden = torch.nn.functional.pad(hidden, (mask_from, weights.shape[-1] - mask_from - mask.shape[-1]))
+        weights = weights + hidden
+    if weights.dtype == torch.float32 or softmax_in_dtype:
+        return torch.softmax(weights, dim=-1)
+    return torch.softmax(weights, dim=-1, dtype=torch.float32).to(weights.dtype)
 
 
 def _softmax_(x: torch.Tensor, in_dtype: bool = False) -> None:

@@ -56,12 +56,14 @@ class SourceSpec:
         self, source: Source, *, everything: bool, keep: Keep = "all", rollout: bool = False, norms: bool = False,
         predict: int = 0, generate: int = 0, queries: tuple[str, ...] = (), tables: Tables = "keep",
         pool: tuple[int, str] | None = None, row_scores: bool = False, flow: bool = False, maps: tuple[str, ...] = (),
+        target_label: str | None = None, target_token: str | None = None,
     ) -> Selection:  # fmt: skip
         """The layers and heads to run and show. ``everything`` (JSON, CSV): all of them
         unless --layer/--head say otherwise; for people (tables, pictures) a checkpoint
         shows its last layer and first ``TABLE_HEADS`` heads by default. ``keep``:
         "weights" for a command that reads nothing but the weights (a kept layer then
-        holds no per-head vectors, and the memory budget counts none). ``rollout``, ``flow``, ``norms``, ``maps``,
+        holds no per-head vectors, and the memory budget counts none). ``rollout``, ``flow``, ``norms``, ``maps`` (with
+        attention x gradient's ``target_label`` or ``target_token``),
         ``predict``, ``generate``: what to compute beside the weights; ``queries``, ``tables``: the
         rows to keep whole (with their raw scores: ``row_scores``), and whether the tables may give
         way to statistics (and a pooled map, ``pool``) (``Selection``)."""
@@ -75,6 +77,7 @@ class SourceSpec:
         return Selection(
             layers, heads, keep, rollout=rollout, flow=flow, norms=norms, predict=predict, generate=generate, everything=everything,
             queries=queries, tables=tables, pool=pool, row_scores=row_scores and bool(queries), maps=maps,
+            target_label=target_label, target_token=target_token,
         )  # fmt: skip
 
     def one(self, source: Source, *, layer_default: int = -1) -> tuple[int, int]:

@@ -99,7 +99,7 @@ def missing_model_types(help: str) -> list[str]:
 
 def test_model_help_names_every_model_type_and_where_the_list_is() -> None:
     helps = {path: p.help for path, command in leaves().items() for p in command.params if p.name == "model"}
-    assert {path[0] for path in helps} == {"run", "heatmap", "explain", "html", "heads", "census", "compare"}
+    assert {path[0] for path in helps} == {"run", "heatmap", "explain", "html", "heads", "census", "compare", "faithfulness"}
     for help in helps.values():
         assert missing_model_types(help) == []
         assert "docs/models.md" in help and "`attn-cli models`" in help

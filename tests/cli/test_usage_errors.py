@@ -18,7 +18,7 @@ CASES = [
     (["run", "x", "--precision", "abc"], "--precision: abc is not a whole number"),
     (["run", "x", "--temperature", "abc"], "--temperature: abc is not a number"),
     (["run", "x", "--init", "bogus"], "--init: bogus is not one of linear, uniform, normal"),
-    (["heatmap", "x", "--what", "foo"], "--what: foo is not one of weights, scores, scaled, all, norms, rollout, flow, value-zeroing, value-zeroing-rollout, alti"),
+    (["heatmap", "x", "--what", "foo"], "--what: foo is not one of weights, scores, scaled, all, norms, rollout, flow, value-zeroing, value-zeroing-rollout, alti, attention-gradient"),
     (["run", "x", "--foo"], "no such option: --foo; --help lists the options"),
     (["run", "-hello"], "no such option: -e (in -hello); a text that starts with '-' goes after '--': attn-cli ... -- -hello"),
 ]

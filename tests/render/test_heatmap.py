@@ -607,8 +607,8 @@ def test_open_and_its_old_name_show_the_pictures_and_only_the_old_name_says_so(
     "args, what",
     [
         ([FOX, "--show", "weights"], "--show weights: heatmap picks its matrix with --what (--what weights)"),
-        (["--show", "scores,weights", FOX], "--show scores,weights: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout|flow|value-zeroing|value-zeroing-rollout|alti)"),
-        ([FOX, "--show=tokens"], "--show tokens: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout|flow|value-zeroing|value-zeroing-rollout|alti)"),
+        (["--show", "scores,weights", FOX], "--show scores,weights: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout|flow|value-zeroing|value-zeroing-rollout|alti|attention-gradient)"),
+        ([FOX, "--show=tokens"], "--show tokens: heatmap picks its matrix with --what (--what weights|scores|scaled|all|norms|rollout|flow|value-zeroing|value-zeroing-rollout|alti|attention-gradient)"),
     ],
     ids=["a matrix", "two, before TEXT", "a table of run's"],
 )

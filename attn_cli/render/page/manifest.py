@@ -44,7 +44,7 @@ def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
 
     for name in COMBINED:  # --rollout, --what flow, alti, value-zeroing-rollout: drawn like one head's weights
         combined = trace.combined(name)
-        if combined is None:
+        if combined is None or name == "attention_gradient":  # relevance is not a share of a row: not on the page yet
             continue
         as_layer = Drawn(combined.weights[None], combined.mask, 1.0, combined.through_layer)  # (1, T, T)
         manifest[name] = {

@@ -40,7 +40,7 @@ from attn_cli.render.picture.canvas import (
     tick_step,
 )
 from attn_cli.render.picture.fonts import font_families
-from attn_cli.render.picture.kinds import COMBINED, KINDS, STOCHASTIC, What, combined_of
+from attn_cli.render.picture.kinds import COMBINED, KINDS, MAGNITUDES, STOCHASTIC, What, combined_of
 from attn_cli.render.picture.panels import (
     DEFAULT_CMAPS,
     KIND_NAMES,
@@ -60,7 +60,7 @@ def check_options(options: HeatmapOptions, heads: Sequence[int]) -> None:
     """UsageError for options that cannot make one picture of ``heads``; needs no run,
     so the command calls it before anything is computed."""
     kinds = KINDS[options.what]
-    if options.log and not set(kinds) & {*STOCHASTIC, What.norms}:
+    if options.log and not set(kinds) & {*STOCHASTIC, *MAGNITUDES}:
         raise UsageError(f"--log is for the weights (0 to 1); --what {options.what.value} has signed values: drop --log")
     if len(kinds) * len(heads) > MAX_PANELS:
         raise UsageError(
@@ -314,7 +314,7 @@ def _annotate(ax: Axes, panel: Panel, cmap: Colormap, norm: Normalize, font: flo
 def _colorbars(fig: Figure, axes: Any, grid: list[list[Panel]], options: HeatmapOptions) -> None:
     names = {What.weights: "weight", What.scores: "score  Q·Kᵀ", What.scaled: "scaled score", What.norms: "‖a·f(x)‖",
              What.rollout: "rollout", What.flow: "flow", What.value_zeroing: "value zeroing",
-             What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI"}  # fmt: skip
+             What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI", What.attention_gradient: "relevance"}  # fmt: skip
     placed = [(axes[r][c], grid[r][c]) for r in range(len(grid)) for c in range(len(grid[r]))]
     if options.per_head_scale:
         for ax, panel in placed:

@@ -20,6 +20,7 @@ class What(str, enum.Enum):
     value_zeroing = "value-zeroing"  # one layer's value-zeroing map, one (T, T) for all heads (analysis.contributions)
     value_zeroing_rollout = "value-zeroing-rollout"  # their product through the layers
     alti = "alti"  # ALTI's contributions multiplied through the layers (analysis.contributions)
+    attention_gradient = "attention-gradient"  # attention x gradient's relevance through the layers (families.gradient)
 
 
 KINDS: dict[What, tuple[What, ...]] = {
@@ -33,10 +34,13 @@ KINDS: dict[What, tuple[What, ...]] = {
     What.value_zeroing: (What.value_zeroing,),
     What.value_zeroing_rollout: (What.value_zeroing_rollout,),
     What.alti: (What.alti,),
+    What.attention_gradient: (What.attention_gradient,),
 }
-ATTRIBUTIONS = (What.value_zeroing, What.value_zeroing_rollout, What.alti)  # Selection.maps: each kind's JSON name
-STOCHASTIC = (What.weights, What.rollout, What.flow, *ATTRIBUTIONS)  # rows sum to 1: the fixed 0..1 scale, --log
+ATTRIBUTIONS = (What.value_zeroing, What.value_zeroing_rollout, What.alti, What.attention_gradient)  # Selection.maps: each kind's JSON name
+# rows sum to 1: the fixed 0..1 scale, --log (attention x gradient's relevance: I plus what the layers add, not a share)
+STOCHASTIC = (What.weights, What.rollout, What.flow, What.value_zeroing, What.value_zeroing_rollout, What.alti)
 ANALYSES = (What.norms, What.rollout, What.flow, *ATTRIBUTIONS)  # computed on request: the source is asked for them
+MAGNITUDES = (What.norms, What.attention_gradient)  # from 0 up to the largest drawn (--log: from the smallest above 0)
 # one (T, T) for every head together: through the layers (Trace.rollout, Trace.flow, Trace.maps), or one layer's value zeroing
 COMBINED = (What.rollout, What.flow, *ATTRIBUTIONS)
 

@@ -16,7 +16,7 @@ from matplotlib.colors import Colormap
 
 from attn_cli.records.trace import Trace as Run
 from attn_cli.render.picture.canvas import DEFAULT_DPI
-from attn_cli.render.picture.kinds import COMBINED, STOCHASTIC, What, combined_of
+from attn_cli.render.picture.kinds import COMBINED, MAGNITUDES, STOCHASTIC, What, combined_of
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attn_cli.records.layers import LayerAttention
 
 
-DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", **{k: "viridis" for k in COMBINED}}
+DEFAULT_CMAPS = {What.weights: "viridis", What.scores: "RdBu_r", What.scaled: "RdBu_r", What.norms: "magma", **{k: "viridis" for k in COMBINED}, What.attention_gradient: "magma"}
 MASKED_COLOR = "#d4d4d4"  # neutral grey: not on either colour map
 SPECIAL_COLOR = "#7a5195"  # tick labels of the special tokens a model's tokenizer adds
 FAINT_WEIGHT = 0.05  # on the fixed 0..1 scale, a weight under this is drawn in about the colour of 0
@@ -103,20 +103,20 @@ def panels_of(run: Run, kind: What, heads: Sequence[int], options: HeatmapOption
     """One panel per head, with colour limits shared by the heads unless ``per_head_scale``."""
     drawn = [matrices(run, kind, h) for h in heads]
     scopes = [[m] for m in drawn] if options.per_head_scale else [drawn] * len(drawn)
-    return [Panel(kind, h, m, colour_limits(kind, scope, options), log=kind in (*STOCHASTIC, What.norms) and options.log)
+    return [Panel(kind, h, m, colour_limits(kind, scope, options), log=kind in (*STOCHASTIC, *MAGNITUDES) and options.log)
             for h, m, scope in zip(heads, drawn, scopes)]
 
 
 def colour_limits(kind: What, scope: list[np.ma.MaskedArray], options: HeatmapOptions) -> tuple[float, float]:
     visible_values = [m for m in scope if m.count()]
-    if kind is What.norms and not options.log:  # magnitudes: from 0 to the largest drawn
+    if kind in MAGNITUDES and not options.log:  # magnitudes: from 0 to the largest drawn
         top = max((float(m.max()) for m in visible_values), default=1.0)
         return 0.0, top if top > 0 and math.isfinite(top) else 1.0
-    if kind in (*STOCHASTIC, What.norms) and options.log:
+    if kind in (*STOCHASTIC, *MAGNITUDES) and options.log:
         # From the smallest non-zero weight (down to a power of ten) up to 1, or the head's largest.
         positive = [float(m[m > 0].min()) for m in visible_values if (m > 0).any()]
         low = 10 ** math.floor(math.log10(max(min(positive, default=1e-3), 1e-6)))
-        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale or kind is What.norms else 1.0
+        top = max((float(m.max()) for m in visible_values), default=1.0) if options.per_head_scale or kind in MAGNITUDES else 1.0
         return low, max(top, low * 10)
     if kind in STOCHASTIC:
         if not options.per_head_scale:
@@ -166,4 +166,4 @@ def cell_number(value: float, kind: What) -> str:
 
 KIND_NAMES = {What.weights: "weights", What.scores: "scores Q·Kᵀ", What.scaled: "scaled scores", What.norms: "norms ‖a·f(x)‖",
               What.rollout: "rollout", What.flow: "flow", What.value_zeroing: "value zeroing",
-              What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI"}  # fmt: skip
+              What.value_zeroing_rollout: "value zeroing rollout", What.alti: "ALTI", What.attention_gradient: "relevance"}  # fmt: skip

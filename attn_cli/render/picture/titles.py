@@ -23,6 +23,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
 from attn_cli.records.hiding import hidden_text
+from attn_cli.records.results import Target
 from attn_cli.records.trace import Trace as Run
 from attn_cli.render.picture.kinds import What, combined_of
 
@@ -37,7 +38,15 @@ HOW = {
     What.value_zeroing: "cosine distance of each output with each key's values zeroed, rows normalized (Mohebbi et al. 2023)",
     What.value_zeroing_rollout: "each layer's value zeroing, multiplied (Mohebbi et al. 2023)",
     What.alti: "each layer's ALTI contributions, multiplied (Ferrando et al. 2022)",
+    What.attention_gradient: "R = I, then R += mean over heads of (grad x weights)+ · R, each layer (Chefer et al. 2021)",
 }
+
+
+def explained_text(target: Target) -> str:
+    """The output attention x gradient explains, in a title: 'label positive (logit 2.31)', 'next token " Paris"'."""
+    what = {"label": "label", "next": "next token", "mask": "mask filler"}[target.kind]
+    shown = target.label if target.kind == "label" else f"“{target.label}”"
+    return f"{what} {shown} (logit {target.logit:.3g}{'' if target.predicted else ', as asked'})"
 
 
 def text_width(text: str, size: float) -> float:
@@ -143,6 +152,7 @@ def heatmap_title(run: Run, what: What, heads: Sequence[int]) -> list[list[str]]
         What.value_zeroing: "Value zeroing",
         What.value_zeroing_rollout: "Value zeroing rollout",
         What.alti: "ALTI",
+        What.attention_gradient: "Attention x gradient" + (f" of {explained_text(run.explained)}" if run.explained is not None else ""),
     }[what]
     shown = f"{m.heads}" if len(heads) == m.heads else f"{m.heads} (showing {', '.join(map(str, heads))})"
     masked = (

@@ -82,10 +82,12 @@ COMBINED_TITLES = {  # a map through the layers: its title, and how it is made
     "flow": ("Attention flow", "the max flow from each position to each input token through every layer's mixed weights (rollout's), rows normalized"),
     "alti": ("ALTI", "each layer's contributions (Ferrando et al. 2022), multiplied"),
     "value_zeroing_rollout": ("Value zeroing rollout", "each layer's value-zeroing map (Mohebbi et al. 2023), multiplied"),
+    "attention_gradient": ("Attention x gradient", "R = I, then R += mean over heads of (gradient x weights)+ · R for each layer (Chefer et al. 2021)"),
 }  # fmt: skip
 LAYER_TITLES = {  # a layer's attribution map: its title, and how it is made
     "value_zeroing": ("Value zeroing", "the cosine distance of each position's layer output with each key's values zeroed, rows normalized"),
     "alti": ("ALTI", "||y_i||_1 - ||y_i - T_i(x_j)||_1 (at least 0): what each token gives each position's attention block output, rows normalized"),
+    "attention_gradient": ("Attention x gradient", "the mean over heads of (the target logit's gradient x the weights), its positive part"),
 }  # fmt: skip
 
 
@@ -99,6 +101,9 @@ def rollout_table(run: Trace, precision: int = 4, *, name: str = "rollout") -> F
     through = f"layers 0 to {rollout.through_layer}" if rollout.through_layer else "layer 0"
     heading, how = COMBINED_TITLES[name]
     title = title_text(heading, f"  of {through}: {how}" + (f"; {hidden}" if hidden is not None else ""))
+    if name == "attention_gradient":
+        explained = f"the relevance of each key token to {explained_line(run)}"
+        return rows_table(run, rollout.weights, rollout.mask, title, precision, what=explained, shares=False)
     return rows_table(run, rollout.weights, rollout.mask, title, precision, what="how much of each key token reaches each query position")
 
 
@@ -108,12 +113,23 @@ def layer_map_table(run: Trace, name: str, precision: int = 4) -> FittedTable:
     heading, how = LAYER_TITLES[name]
     hidden = hidden_text(run)
     title = title_text(heading, f"  of layer {layer.layer}: {how}" + (f"; {hidden}" if hidden is not None else ""))
-    return rows_table(run, layer.maps[name], layer.mask, title, precision, what="how much of each key token the query position's output owes")
+    what = "how much of each key token the query position's output owes"
+    return rows_table(run, layer.maps[name], layer.mask, title, precision, what=what, shares=name != "attention_gradient")
+
+
+def explained_line(run: Trace) -> str:
+    """The output attention x gradient explains, in the table's words."""
+    t = run.explained
+    if t is None:
+        return "the target"
+    where = "the pooled positions" if t.position is None else f"position {t.position}"
+    what = {"label": f"label {t.label}", "next": f"the next token “{t.label}”", "mask": f"the mask's filler “{t.label}”"}[t.kind]
+    return f"{what}'s logit {t.logit:.4g} at {where}" + ("" if t.predicted else " (as asked)")
 
 
 def rows_table(
     run: Trace, weights: torch.Tensor, mask: torch.Tensor | None, title: Text, precision: int, *, extra: str = "",
-    what: str = "",
+    what: str = "", shares: bool = True,
 ) -> FittedTable:
     """A (T, T) table whose rows sum to 1 (weights, rollout), each cell coloured by its
     value, the row's largest bold, masked cells a dot; NaN: a renormalized row with no weight left."""
@@ -132,7 +148,9 @@ def rows_table(
         return WeightCell(fmt(w, precision), w, best=j == best[i])
 
     lead = f"{what}; " if what else ""
-    if hidden_text(run) is not None:
+    if not shares:  # relevance (attention x gradient): not a share of a row
+        caption = f"{lead}rows are queries, columns keys; not shares of a row: the row's largest is bold"
+    elif hidden_text(run) is not None:
         caption = f"{lead}rows are queries, columns keys; each row divided by its weight on the keys shown, so it sums to 1; the row's largest weight is bold"
         if weights.isnan().any():
             caption += "; —: the row put all its weight on hidden tokens, nothing is left to renormalize"

@@ -331,9 +331,11 @@ class WeightReader:
         does not look it up again, at no cost in memory beyond the pages already
         read. A converted one is a copy, read again each time it is asked for.
         """
+        import torch
+
         full = self.full_name(name)
-        if dtype is None and full in self._mapped:
-            return self._mapped[full]
+        if dtype is None and full in self._mapped and not (torch.is_grad_enabled() and self._mapped[full].is_inference()):
+            return self._mapped[full]  # (an autograd run cannot save one made under inference_mode: read again, kept)
         entry = self.entry(name)
         stored = self._call(entry.file, lambda f: f.get_tensor(full))  # the stored shape
         tensor = self._cast(stored, dtype)

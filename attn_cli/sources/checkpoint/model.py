@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from attn_cli.analysis.rollout import RolloutAccumulator
     from attn_cli.records.band import Band
     from attn_cli.records.layers import LayerAttention, LayerWeights
-    from attn_cli.records.results import Classification, Predictions, Rollout
+    from attn_cli.records.results import Classification, Predictions, Rollout, Target
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.blocks import BlockPlan
     from attn_cli.sources.checkpoint.families import Family
@@ -174,6 +174,16 @@ class Checkpoint:
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, blocks=blocks,
             visit=visit,
         ).layers
+
+    def attention_gradient(self, tokens: Tokens, label: str | None = None, token: str | None = None) -> tuple[list[torch.Tensor], Target]:
+        """Each layer's attention x gradient map (T, T) and the target whose logit it explains
+        (``families.gradient``, ``targets.TargetScore``: a classifier's label, a decoder's next token, a masked LM's filler)."""
+        from attn_cli.sources.checkpoint.families.gradient import attention_gradients
+        from attn_cli.sources.checkpoint.targets import TargetScore
+
+        self._check_length(tokens)
+        score = TargetScore((self._family, self._weights, self.tokenizer, self.classifier), tokens, label, token)
+        return attention_gradients(self._family, self._weights, tokens, score, self._weights.device), score.target
 
     def attributions(self, maps: Sequence[str], layers: Sequence[int]) -> Attributions:
         """The ``forward`` visitor that computes ``maps`` (``Selection.maps``) over ``layers`` (``families.attribution``)."""

@@ -21,6 +21,7 @@ from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_device_budget, check_length, check_text, with_threads
+from attn_cli.sources.checkpoint.attributing import Attributing
 from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
@@ -111,8 +112,9 @@ class CheckpointSource(Batches):
         )  # fmt: skip
         culprits = _checkpoint_culprits(len(tokens), selection, self.info)
         blocks, omitted = None, None
-        if selection.maps:  # value zeroing, ALTI: the layers' maps and one layer's work (families.attribution)
-            parts["attributions"] = self.checkpoint.attributions_bytes(selection.maps, len(tokens), selection.last_layer + 1)
+        attributing = Attributing(self.checkpoint, tokens, selection) if selection.maps else None
+        if attributing is not None:  # value zeroing, ALTI, attention x gradient: their maps and their work
+            parts["attributions"] = attributing.bytes()
             culprits["attributions"] = (f"the attribution maps of {len(tokens)} tokens through {selection.last_layer + 1} layers", "use a shorter text")
         omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not _fit(parts, self.spec.device))
         if omit and not (combined or selection.maps):
@@ -128,20 +130,23 @@ class CheckpointSource(Batches):
         n_threads = threads.threads_for(per_layer)
         rollout = RolloutAccumulator(keep=selection.flow) if combined else None
         predictions, norms = None, selection.norms and blocks is None
-        visit = self.checkpoint.attributions(selection.maps, selection.layers) if selection.maps else None
+        visit = attributing.visit if attributing is not None else None
         with using_threads(n_threads):
+            if attributing is not None:
+                attributing.before()
             if selection.predict:
                 layers, predictions = self.checkpoint.predict(
                     tokens, selection.layers, selection.predict, selection.keep, norms=norms, rollout=rollout, blocks=blocks, visit=visit
                 )  # fmt: skip
             else:
                 layers = self.checkpoint.trace(tokens, selection.layers, selection.keep, norms=norms, rollout=rollout, blocks=blocks, visit=visit)
-        layers, through = self.checkpoint.attached(visit, layers, selection.maps, selection.last_layer) if visit else (layers, {})
+        layers, through = attributing.after(layers) if attributing is not None else (layers, {})
         info, layers = with_threads(self.info, layers, n_threads)
         return Trace(
             text, tokens, info, layers, chosen_heads=selection.heads, pair=pair, rollout=rollout.result() if selection.rollout and rollout else None,
             flow=attention_flow(rollout.mixed) if selection.flow and rollout and rollout.mixed else None,
             predictions=predictions, queries=queries, row_scores=selection.row_scores, tables_omitted=omitted, maps=through,
+            explained=attributing.target if attributing is not None else None,
         )  # fmt: skip
 
     def _blocked(
@@ -218,8 +223,9 @@ class PairSource(Batches):
         if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
             flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        if selection is not None and selection.flow:
-            raise UsageError("--what flow follows a model of one stack; an encoder-decoder's is not computed yet")
+        if selection is not None and (selection.flow or selection.maps):
+            named = "flow" if selection.flow else selection.maps[0].replace("_", "-")
+            raise UsageError(f"--what {named} follows a model of one stack; an encoder-decoder's is not computed yet")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":
             raise UsageError(

@@ -154,6 +154,17 @@ class CheckpointTokenizer:
         """The text of ``ids`` (special tokens left out), as the tokenizer decodes it."""
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    def pieces(self, text: str) -> list[tuple[int, str]]:
+        """``text``'s tokens as (id, piece) without the special tokens the tokenizer adds around a text."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        return list(zip(encoding.ids, encoding.tokens))
+
+    def role_id(self, role: str) -> int | None:
+        """The id of the tokenizer's "mask", "pad" or "unk" token (BERT's [MASK], RoBERTa's <mask>, ...), or None."""
+        names = {"mask": ("[MASK]", "<mask>"), "pad": ("[PAD]", "<pad>"), "unk": ("[UNK]", "<unk>")}[role]
+        found = [self._tokenizer.token_to_id(name) for name in names]
+        return next((tid for tid in found if tid is not None), None)
+
     def id_texts(self, ids: Sequence[int]) -> list[str]:
         """Each id's text on its own (a prediction's), as ``encode`` would show that token
         at the start of a text; special tokens as they are."""

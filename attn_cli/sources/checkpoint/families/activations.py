@@ -19,6 +19,8 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), in one (T, F) buffer
     instead of six: the same operations on the same operands (the halving is exact
     wherever it comes), so the same bits in every dtype."""
+    if torch.is_grad_enabled() and x.requires_grad:  # attention x gradient's autograd run: the same operations, new tensors
+        return (((torch.pow(x, 3.0) * 0.044715 + x) * math.sqrt(2.0 / math.pi)).tanh() + 1.0) * x * 0.5
     out = torch.pow(x, 3.0)  # (T, F)
     out.mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0).mul_(x).mul_(0.5)
     return out  # (T, F)

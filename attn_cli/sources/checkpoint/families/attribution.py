@@ -17,10 +17,11 @@ import torch
 
 from attn_cli.analysis.contributions import ALTI_BLOCK_BYTES, alti_layer, cosine_distance, joint, normalized_rows
 from attn_cli.records.layers import LayerAttention
-from attn_cli.records.results import LAYER_MAPS, Rollout
+from attn_cli.records.results import Rollout
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors
 from attn_cli.sources.checkpoint.families.loop import merged_heads
 
+LAYER_MAPS = ("value_zeroing", "alti")  # the maps a forward's visitor makes (attention x gradient: families.gradient)
 VALUE_ZEROING_BATCH_BYTES = 256 * 2**20  # a batch of re-runs' tensors in flight through one layer
 
 

@@ -289,7 +289,9 @@ def head_logits(weights: Weights, head: Head, hidden: torch.Tensor, out: torch.T
         logits = torch.mm(hidden, weight.t(), out=out)  # (P, D) @ (D, V) -> (P, V)
     if bias is not None and head.bias_after:
         logits.add_(bias)
-    if head.softcap is not None:
+    if head.softcap is not None and logits.requires_grad:  # attention x gradient's autograd run
+        logits = torch.tanh(logits / head.softcap) * head.softcap
+    elif head.softcap is not None:
         logits.div_(head.softcap).tanh_().mul_(head.softcap)  # (P, V) cap * tanh(logits / cap)
     return logits
 

@@ -346,7 +346,7 @@ class Decoder(Family):
             gate, up = self._linear(t, "gate_up")(x).chunk(2, dim=-1)  # (T, D) -> (T, 2F) -> (T, F) twice
         else:
             gate, up = self._linear(t, "gate")(x), self._linear(t, "up")(x)  # (T, D) -> (T, F) each
-        gated = self.act(gate).mul_(up)  # (T, F) act(gate) * up, in the gate's block
+        gated = self.act(gate.clone()) * up if gate.requires_grad else self.act(gate).mul_(up)  # (T, F), in the gate's block but under autograd
         del gate, up
         return self._linear(t, "down")(gated)  # (T, F) -> (T, D)
 

@@ -54,6 +54,7 @@ def forward(
     visit: Visit | None = None,
     blocks: BlockPlan | None = None,
     padding: torch.Tensor | None = None,
+    grad: bool = False,
 ) -> Forward:
     """Layers 0 .. max(layers) over ``tokens``; one record per requested layer, in the
     order asked: a LayerAttention at ``keep="all"``, a LayerWeights (weights, mask,
@@ -71,6 +72,9 @@ def forward(
     and each kept layer is a ``LayerSummary`` (its statistics and chosen rows; ``BlockPlan``).
     ``padding`` (B, T): True at the positions that pad a batch of texts (``padded_inputs``, given as
     ``start``), hidden as keys in every layer: each text's rows and keys are its own run's.
+    ``grad``: the run records autograd's graph from the embeddings on (attention x gradient: a
+    ``visit`` keeps each layer's weights, whose gradients a backward from the output gives); every
+    step's own numbers, no table in the forward's heap.
     The layers run in the ``weights``' dtype on ``device``; what is kept is float32 on the CPU.
     """
     assert (memory is not None) == family.cross, "cross-attention reads the encoder's output: give memory for a decoder stack"
@@ -78,12 +82,14 @@ def forward(
     wanted = set(layers)
     last = family.layers - 1 if whole else max(wanted)  # ``layers`` may be empty with ``whole`` (generation)
     heap = LayerHeap(0 if blocks else family.heads * len(tokens) ** 2 * 4, len(wanted))  # (H, T, T) float32 tables kept
-    run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap, blocks)
+    run = LayerPass(family, weights, wanted, keep, norms, rollout, memory, visit, heap, blocks, grad=grad)
     if padding is not None:  # a text's rows never see the padding; a padding row keeps the layer's own mask (>= 1 key)
         run.padding = ((~padding)[:, None, :, None] & padding[:, None, None, :]).to(device)  # (B, 1, T, T)
     try:
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             first, hidden = start if start is not None else (0, family.embed(weights, tokens))  # (..., T, D)
+            if grad:
+                hidden = hidden.detach().requires_grad_()  # the graph starts here: every layer's weights in it
             shared = None if blocks else family.mask(len(tokens))  # (T, T) or None, shared by every layer; blocks: a Band each
             run.shared = shared.to(device) if shared is not None else None
             for index in range(first, last + 1):
@@ -107,6 +113,7 @@ class LayerPass:
     visit: Visit | None
     heap: LayerHeap
     blocks: BlockPlan | None = None
+    grad: bool = False  # an autograd run (``forward``'s ``grad``): no weights' table from the heap
     shared: torch.Tensor | None = None  # (T, T) the mask every layer starts from
     padding: torch.Tensor | None = None  # (B, 1, T, T) a batch's padding keys, hidden from its texts' rows
     kept: dict[int, LayerWeights | LayerSummary] = dataclasses.field(default_factory=dict)
@@ -123,7 +130,7 @@ class LayerPass:
                 self.kept[index] = summary
             return family.finish_layer(t, hidden, output) if finish else hidden  # (T, D)
         self.heap.before_layer(len(self.kept))  # the heap's free memory back where it would raise the peak
-        t, layer = attention_step(family, self.weights, index, hidden, self.shared, self.heap, self.padding)
+        t, layer = attention_step(family, self.weights, index, hidden, self.shared, None if self.grad else self.heap, self.padding)
         output = layer.output  # (..., T, D)
         if self.rollout is not None:
             self.rollout.add(layer.weights, layer.mask)

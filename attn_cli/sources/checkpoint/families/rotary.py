@@ -200,7 +200,7 @@ class Rotary:
     def cos_sin(self, n_tokens: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(T, R) each: position t's cos and sin, pair i and i + R/2 alike."""
         key = (n_tokens, dtype, device)
-        if key not in self._cached:
+        if key not in self._cached or (torch.is_grad_enabled() and self._cached[key][0].is_inference()):  # autograd cannot save those
             inv_freq, attention = frequencies(self.settings, n_tokens)  # (R/2,)
             angles = torch.arange(n_tokens).float()[:, None] * inv_freq[None, :]  # (T, 1) * (1, R/2) -> (T, R/2)
             both = torch.cat((angles, angles), dim=-1)  # (T, R)
@@ -254,6 +254,9 @@ def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     same bits in every dtype, with a third of the memory to map (a fresh block costs its page faults, which
     were a tenth of a Qwen3 forward)."""
     rotated = cos.shape[-1]
+    if torch.is_grad_enabled() and x.requires_grad:  # attention x gradient's autograd run: the same products, new tensors
+        (x1, x2), (c1, c2), (s1, s2) = pairs(x[..., :rotated]), pairs(cos), pairs(sin)
+        return torch.cat([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2, x[..., rotated:]], dim=-1)  # (heads, T, Dk)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (heads, T, Dk)
     if rotated < x.shape[-1]:
         out[..., rotated:] = x[..., rotated:]  # (heads, T, Dk - R) not turned (partial rotary)
