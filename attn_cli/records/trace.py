@@ -291,9 +291,9 @@ class Trace(Generic[LayerT]):
 
     def in_stack(self, name: str | None) -> Trace:
         """What one-stack views (tables, pictures, explain, heads) draw: an encoder-decoder's stack
-        ``name`` (cross-attention by default), a model of one stack's trace as it is (naming a
-        stack for it is a UsageError)."""
-        return self.stack(name or "cross") if self.others or name is not None else self
+        ``name`` (cross-attention by default; the encoder where the trace has its attribution maps), a
+        model of one stack's trace as it is (naming a stack for it is a UsageError)."""
+        return self.stack(name or ("encoder" if self.maps else "cross")) if self.others or name is not None else self
 
     def stack(self, name: str) -> Trace:
         """An encoder-decoder's stack ``name`` as a trace of its own, which every renderer draws:
@@ -313,7 +313,7 @@ class Trace(Generic[LayerT]):
         view = StackView(name, texts, self.tokens, self.hiding) if chosen.cross else StackView(name, texts)
         return dataclasses.replace(
             self, text=chosen.text, tokens=chosen.tokens, model=chosen.model, layers=chosen.layers, pair=None,
-            chosen_heads=chosen.chosen_heads, hiding=chosen.hiding, rollout=chosen.rollout, others=(), view=view,
+            chosen_heads=chosen.chosen_heads, hiding=chosen.hiding, rollout=chosen.rollout, others=(), view=view, maps={},
         )  # fmt: skip
 
     @property

@@ -20,6 +20,7 @@ rows left unnormalized, the residual left out of ALTI, the wrong layer zeroed, t
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import checkpoints
 import numpy as np
 import pytest
 import torch
+from invoking import invoke
 
 from attn_cli.analysis.contributions import BlockNorm, alti_layer, cosine_distance
 from attn_cli.sources.checkpoint import open_checkpoint
@@ -337,3 +339,50 @@ def test_the_python_api_gives_the_maps(minilm_path: Path) -> None:
     assert "value_zeroing_rollout" not in traced.maps and attn_cli.trace(TEXT, model=minilm_path).maps == {}
     with pytest.raises(UsageError, match="choose from"):
         attn_cli.trace(TEXT, model=minilm_path, what="alti,saliency")
+
+
+@pytest.mark.parametrize("name, block_end", [("bart", "self_attn_layer_norm"), ("t5", None), ("marian", "self_attn_layer_norm")])
+def test_an_encoder_decoders_encoder_maps(tmp_path_factory: pytest.TempPathFactory, name: str, block_end: str | None) -> None:
+    """An encoder-decoder's maps are its encoder's: each encoder layer's decomposition sums to transformers' block
+    output (BART, Marian: post-norm; T5: pre-norm, its first sub-layer's output), and `run --target --what alti`
+    gives the encoder's maps (JSON "stack": "encoder"); another stack and attention x gradient: exit 2."""
+    import transformers
+
+    from attn_cli.analysis.contributions import alti_parts
+
+    folder = checkpoints.one_per_type(tmp_path_factory)(name)
+    pair = open_checkpoint(str(folder), pairs=True)
+    encoder = pair.encoder_checkpoint()
+    source = pair.tokenizer.encode("the cat sat on the mat")
+    made: dict[int, torch.Tensor] = {}
+
+    def visit(index: int, hidden: torch.Tensor, t: Any, layer: Any) -> None:
+        out = layer.projections.out
+        made[index] = alti_parts(layer.weights, layer.values, out.weight, out.bias, hidden, encoder._family.attention_block(t))[1]
+
+    encoder.trace(source, list(range(encoder.info.layers)), "weights", visit=visit)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval().get_encoder()
+    got: dict[int, torch.Tensor] = {}
+    blocks = model.block if name == "t5" else model.layers
+    hooks = [
+        (blk.layer[0] if block_end is None else getattr(blk, block_end)).register_forward_hook(
+            lambda m, i, o, l=l: got.__setitem__(l, o[0] if isinstance(o, tuple) else o)
+        )
+        for l, blk in enumerate(blocks)
+    ]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([source.ids]))
+    for hook in hooks:
+        hook.remove()
+    for l in made:
+        torch.testing.assert_close(made[l], got[l][0].float(), atol=1e-4, rtol=1e-4)
+    data = json.loads(invoke("run", "the cat sat on the mat", "--model", str(folder), "--target", "a cat", "--what", "alti", "-F", "json").stdout)
+    visitor = encoder.attributions(["alti"], list(range(encoder.info.layers)))
+    encoder.trace(source, list(range(encoder.info.layers)), "weights", visit=visitor)
+    assert data["alti"]["stack"] == "encoder" and "alti" in data["layers"][0] and "alti" not in data["decoder_layers"][0]
+    np.testing.assert_allclose(np.array(data["alti"]["weights"]), visitor.through("alti", encoder.info.layers - 1).weights.numpy(), atol=1e-6)
+    table = invoke("run", "the cat sat on the mat", "--model", str(folder), "--target", "a cat", "--what", "alti", "--head", "0").stdout
+    assert "ALTI  of layers 0 to" in table
+    for extra, said in ((("--stack", "cross", "--head", "0"), "give --stack encoder"), (("--what", "attention-gradient", "-F", "json"), "not computed yet")):
+        err = invoke("run", "the cat sat on the mat", "--model", str(folder), "--target", "a cat", "--what", "alti", *extra, code=2).stderr
+        assert said in err and len(err.strip().splitlines()) == 1

@@ -7,6 +7,7 @@ maps through the layers attached after it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.records.results import Rollout, Target
@@ -59,3 +60,28 @@ class Attributing:
             layers = [dataclasses.replace(layer, maps={**layer.maps, GRADIENT: self.gradients[layer.layer]}) for layer in layers]
             through[GRADIENT] = relevance(self.gradients[: last + 1], causal=not self.checkpoint._family.encoder)
         return layers, through
+
+
+def encoder_maps(pair: Any, source: Tokens, selection: Selection, stack: str | None, kept: Sequence[Any]) -> tuple[list[Any], dict[str, Rollout]]:
+    """An encoder-decoder's attribution maps (value zeroing's, ALTI's), over its encoder's stack: the encoder run
+    again alone (``PairCheckpoint.encoder_checkpoint``) with the maps' visitor, the ``kept`` encoder layers given
+    their maps, and the maps through the last of them. Attention x gradient (an output of the decoder) and
+    another ``stack``: UsageError."""
+    from attn_cli.runtime.errors import UsageError
+    from attn_cli.sources.base import check_budget
+
+    named = selection.maps[0].replace("_", "-")
+    if GRADIENT in selection.maps:
+        raise UsageError("--what attention-gradient explains an output of a model of one stack; an encoder-decoder's is not computed yet")
+    if stack not in (None, "encoder"):
+        raise UsageError(f"--what {named} reads an encoder-decoder's encoder (its source): give --stack encoder, or no --stack")
+    encoder = pair.encoder_checkpoint()
+    layers = [layer.layer for layer in kept]
+    from attn_cli.sources.checkpoint.families.attribution import attributions_bytes
+
+    work = attributions_bytes(encoder._family, selection.maps, len(source), max(layers) + 1)
+    check_budget({"attributions": work}, {"attributions": (f"the attribution maps of {len(source)} source tokens", "use a shorter text")})
+    visitor = encoder.attributions(list(selection.maps), layers)
+    encoder.trace(source, layers, "weights", visit=visitor)
+    made, through = encoder.attached(visitor, list(kept), selection.maps, max(layers))
+    return made, through

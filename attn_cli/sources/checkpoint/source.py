@@ -21,7 +21,7 @@ from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_device_budget, check_length, check_text, with_threads
-from attn_cli.sources.checkpoint.attributing import Attributing
+from attn_cli.sources.checkpoint.attributing import Attributing, encoder_maps
 from attn_cli.sources.checkpoint.files import Found
 from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
@@ -223,9 +223,8 @@ class PairSource(Batches):
         if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
             flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        if selection is not None and (selection.flow or selection.maps):
-            named = "flow" if selection.flow else selection.maps[0].replace("_", "-")
-            raise UsageError(f"--what {named} follows a model of one stack; an encoder-decoder's is not computed yet")
+        if selection is not None and selection.flow:
+            raise UsageError("--what flow follows a model of one stack; an encoder-decoder's is not computed yet")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":
             raise UsageError(
@@ -248,11 +247,14 @@ class PairSource(Batches):
         with using_threads(n_threads):
             stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
         kept, encoder_heads, decoder_heads = self._chosen(stacks, selection, n_threads)
+        encoder_layers, maps = kept["encoder"], {}
+        if selection is not None and selection.maps:  # value zeroing's, ALTI's: the encoder's (attributing.encoder_maps)
+            encoder_layers, maps = encoder_maps(self.checkpoint, source, selection, spec.stack, kept["encoder"])
         rollout = None
         if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
             rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
         encoder = Trace(
-            text, source, dataclasses.replace(info, threads=n_threads), kept["encoder"], chosen_heads=encoder_heads,
+            text, source, dataclasses.replace(info, threads=n_threads), tuple(encoder_layers), chosen_heads=encoder_heads, maps=maps,
             predictions=predictions, generated_text=target if generate else None, ended_at_once=ended_at_once,
             rollout=rollout if rollout_stack == "encoder" else None,
         )  # fmt: skip
