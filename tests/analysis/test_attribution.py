@@ -40,6 +40,9 @@ BUILDS: dict[str, tuple[Any, dict[str, Any]]] = {
     "bert": (checkpoints.build_encoder, dict(model_type="bert", cls="BertForSequenceClassification", **LABELS)),
     "distilbert": (checkpoints.build_encoder, dict(model_type="distilbert", cls="DistilBertForSequenceClassification", **LABELS)),
     "gpt2": (checkpoints.build_gpt2, dict(cls="GPT2ForSequenceClassification", **LABELS)),
+    "bert-mlm": (checkpoints.build_encoder, dict(model_type="bert")),
+    "distilbert-mlm": (checkpoints.build_encoder, dict(model_type="distilbert")),
+    "gpt2-lm": (checkpoints.build_gpt2, {}),
 }
 
 
@@ -194,7 +197,7 @@ def ours(folder: Path, names: tuple[str, ...] = ("value_zeroing", "alti")) -> tu
     return visitor, tokens.ids
 
 
-@pytest.mark.parametrize("name", ["minilm", "bert", "distilbert", "gpt2"])
+@pytest.mark.parametrize("name", ["minilm", "bert", "distilbert", "gpt2", "bert-mlm", "distilbert-mlm", "gpt2-lm"])
 def test_value_zeroing_and_alti_equal_the_authors(folders: Any, name: str) -> None:
     got, ids = ours(folders(name))
     theirs = Theirs(folders(name), ids)
@@ -206,7 +209,7 @@ def test_value_zeroing_and_alti_equal_the_authors(folders: Any, name: str) -> No
         np.testing.assert_allclose(got.maps["alti"][l].numpy(), alti[l], atol=1e-5)
     np.testing.assert_allclose(got.through("value_zeroing", layers - 1).weights.numpy(), joint(vz), atol=1e-5)
     np.testing.assert_allclose(got.through("alti", layers - 1).weights.numpy(), joint(alti), atol=1e-5)
-    assert (got.through("alti", layers - 1).mask is not None) == (name == "gpt2")
+    assert (got.through("alti", layers - 1).mask is not None) == name.startswith("gpt2")
     # controls: the wrong layer zeroed, rows left unnormalized, the residual left out, the code's quirks
     assert np.abs(got.maps["value_zeroing"][0].numpy() - vz[1]).max() > 1e-3
     assert np.abs(theirs.alti(0, residual=False) - alti[0]).max() > 1e-3

@@ -380,6 +380,32 @@ def test_alti_and_value_zeroing_views_show_the_json_numbers(open_page: Any, gpt2
     assert not p.problems, p.problems
 
 
+def test_each_layers_maps_and_attention_x_gradient_on_the_page(open_page: Any, gpt2_folder: Any, shots: Path) -> None:
+    """--what value-zeroing,alti,attention-gradient: a view of each layer's own map (the layer picker, no head chips)
+    and the relevance through the layers, each cell the JSON's number (relevance: to its scale's 4 decimals)."""
+    import attn_cli
+
+    trace = attn_cli.trace("the cat sat on the mat", model=gpt2_folder, what="value-zeroing,alti,attention-gradient")
+    data = run_dict(trace)
+    p = open_page(page([trace], command="c"), name="maps.html")
+    for view, field, table in (("layer-alti", "alti", data["layers"][0]["alti"]), ("layer-value_zeroing", "value_zeroing", data["layers"][0]["value_zeroing"])):
+        p.view(view)
+        assert p.page.locator("#layer-picker").count() == 1 and p.page.locator("button.chip").count() == 0
+        assert p.hover_cell(3, 1)[field] == fixed(table[3][1]) and p.hover_cell(1, 3)[field] == "0 (no path)"
+    p.view("attention_gradient")
+    relevance = data["attention_gradient"]["weights"]
+    scale = max(max(row) for row in relevance)
+    for q, k in ((5, 0), (5, 5), (2, 1)):
+        assert abs(float(p.hover_cell(q, k)["attention_gradient"]) - relevance[q][k]) <= scale * 1e-4
+    assert "the target: the next token" in p.text("body")
+    p.view("layer-attention_gradient")
+    p.page.select_option("#layer-picker", "2")
+    layer2 = data["layers"][2]["attention_gradient"]
+    assert abs(float(p.hover_cell(5, 2)["attention_gradient"]) - layer2[5][2]) <= max(max(r) for r in layer2) * 1e-4
+    p.page.screenshot(path=shots / "gpt2-gradient-layer.png", full_page=True)
+    assert not p.problems, p.problems
+
+
 def assert_causal_cells(p: Any, name: str, weights: list[list[float]]) -> None:
     """Each cell's tooltip is the JSON's number (a causal run's future: no path)."""
     for q in range(len(weights)):

@@ -173,6 +173,11 @@ class Budget:
                     if layer["weights"] is not None:
                         self.missing_norms[i].append(layer["index"])
                     layer["norms"] = None
+        for m in manifests:  # each layer's attribution maps (--what), where its weights are in
+            for layer in m["layers"]:
+                for entry in (layer.get("maps") or {}).values():
+                    if layer["weights"] is None or not self._take(chunks, entry["weights"]):
+                        entry["weights"] = None
         missing_scores: list[list[int]] = [[] for _ in manifests]
         for i, (trace, m) in enumerate(zip(traces, manifests)):
             full = False

@@ -15,6 +15,8 @@ from attn_cli.render.page.chunks import PRECISION, Chunk, Chunks, f32, f32_norms
 from attn_cli.render.terminal.fit import spans
 
 if TYPE_CHECKING:
+    import torch
+
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.tokens import Tokens
     from attn_cli.records.trace import ModelInfo, Trace
@@ -39,21 +41,33 @@ def trace_manifest(trace: Trace, chunks: Chunks) -> dict[str, Any]:
         "vectors": None,
         **{name: None for name in COMBINED},  # the maps through the layers: rollout, flow, alti, value_zeroing_rollout
         "predictions": _predictions(trace),
+        "explained": trace.explained.as_dict() if trace.explained is not None else None,  # attention x gradient's target
     }
-    from attn_cli.records.layers import LayerWeights as Drawn
-
-    for name in COMBINED:  # --rollout, --what flow, alti, value-zeroing-rollout: drawn like one head's weights
+    for name in COMBINED:  # --rollout, --what flow, alti, ...: drawn like one head's weights
         combined = trace.combined(name)
-        if combined is None or name == "attention_gradient":  # relevance is not a share of a row: not on the page yet
-            continue
-        as_layer = Drawn(combined.weights[None], combined.mask, 1.0, combined.through_layer)  # (1, T, T)
-        manifest[name] = {
-            "through": combined.through_layer,
-            "weights": chunks.add(Chunk("u16", (1, n, n), functools.partial(fixed_weights, as_layer))),
-            "masked": combined.causal,
-        }
+        if combined is not None:
+            manifest[name] = map_entry(name, combined.weights, combined.mask, combined.through_layer, chunks)
+    for layer, entry in zip(trace.layers, layers):  # --what value-zeroing, alti, attention-gradient: each layer's own
+        entry["maps"] = {name: map_entry(name, m, layer.mask, layer.layer, chunks) for name, m in layer.maps.items()}
     manifest.update(_toy_entries(trace, chunks))
     return manifest
+
+
+def map_entry(name: str, weights: torch.Tensor, mask: torch.Tensor | None, through: int, chunks: Chunks) -> dict[str, Any]:
+    """A (T, T) map drawn as one head's weights are: shares of a row as they are; attention x gradient's relevance
+    (not a share) divided by its largest value, ``scale``, which the page multiplies back for its numbers."""
+    from attn_cli.records.layers import LayerWeights as Drawn
+
+    n = weights.shape[-1]
+    scale = float(weights.max()) if name == "attention_gradient" else None
+    drawn = weights / scale if scale else weights
+    as_layer = Drawn(drawn[None], mask, 1.0, through)  # (1, T, T)
+    return {
+        "through": through,
+        "weights": chunks.add(Chunk("u16", (1, n, n), functools.partial(fixed_weights, as_layer))),
+        "masked": mask is not None and bool(mask.any()),
+        "scale": scale,
+    }
 
 
 def _layer_entry(layer: LayerWeights, chunks: Chunks, n: int, m: int) -> dict[str, Any]:

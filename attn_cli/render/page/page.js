@@ -155,6 +155,7 @@
     const views = [["heads", "Head view"], ["matrix", "Matrix"]];
     if (tr.layers.length > 1 || tr.model.trained) views.push(["overview", "Model overview"]);
     for (const [kind, name] of Object.entries(COMBINED)) if (tr[kind]) views.push([kind, name]);
+    for (const [kind, name] of Object.entries(LAYER_MAPS)) if (tr.layers.some((l) => l.maps && l.maps[kind.slice(6)])) views.push([kind, name]);
     if (tr.vectors) views.push(["steps", "Step by step"]);
     if (!views.some(([v]) => v === S.view)) S.view = "heads";
     const tabs = el("div", { class: "tabs", role: "tablist", "aria-label": "Views" });
@@ -183,7 +184,7 @@
       const select = el("select", { id: "layer-picker", "aria-label": "Layer", onchange: (e) => { S.layer = Number(e.target.value); S.cell = null; draw(); } });
       tr.layers.forEach((l, i) => select.append(el("option", { value: i, selected: i === S.layer, disabled: !l.weights, text: `layer ${l.index}` + (l.weights ? "" : " (left out)") })));
       controls.append(el("label", { for: "layer-picker", text: "Layer " }), select);
-      const heads = layerOf().heads;
+      const heads = oneMatrix(S.view) ? 0 : layerOf().heads; // a layer's own map: every head together, no chips
       const chips = el("div", { class: "chips", role: "group", "aria-label": S.view === "heads" ? "Heads shown" : "Head" });
       chips.append(el("span", { class: "small", text: S.view === "heads" ? "Heads:" : "Head:" }));
       for (let h = 0; h < heads; h++) {
@@ -197,13 +198,13 @@
         chips.append(el("button", { type: "button", class: "linkish", id: "heads-all", onclick: () => { S.heads = new Set(Array.from({ length: heads }, (_, h) => h)); draw(); } }, "all"));
         chips.append(el("button", { type: "button", class: "linkish", id: "heads-none", onclick: () => { S.heads = new Set(); draw(); } }, "none"));
       }
-      controls.append(chips);
+      if (heads) controls.append(chips);
     }
     if (S.view === "matrix" && layerOf().norms) {
       const box = el("input", { type: "checkbox", id: "show-norms", checked: S.norms, onchange: (e) => { S.norms = e.target.checked; draw(); } });
       controls.append(el("label", { class: "small" }, box, " colour by the value-weighted norms ||a·f(x)|| (what each weight moves)"));
     }
-    if (S.view === "matrix" || S.view === "overview" || combined(S.view)) {
+    if (S.view === "matrix" || S.view === "overview" || oneMatrix(S.view)) {
       const box = el("input", { type: "checkbox", id: "log-scale", checked: S.log, onchange: (e) => { S.log = e.target.checked; draw(); } });
       controls.append(el("label", { class: "small" }, box, " log colour scale (long texts spread weight thin)"));
     }
@@ -218,7 +219,8 @@
     hideTip();
     busy(true);
     try {
-      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, ...Object.fromEntries(Object.keys(COMBINED).map((k) => [k, () => combinedView(k)])) })[S.view]();
+      const content = await ({ heads: headView, matrix: () => matrixView(), overview: overview, steps: steps, ...Object.fromEntries(Object.keys(COMBINED).map((k) => [k, () => combinedView(k)])),
+        ...Object.fromEntries(Object.keys(LAYER_MAPS).map((k) => [k, () => layerMapView(k)])) })[S.view]();
       if (ticket !== drawing) return;
       main.textContent = "";
       main.append(content);
@@ -345,17 +347,33 @@
 
   // -- matrix: the weights of one head on a canvas, with a tooltip --
   // the maps through the layers, one T x T for every head together: their views' names
-  const COMBINED = { rollout: "Rollout", flow: "Flow", alti: "ALTI", value_zeroing_rollout: "Value zeroing rollout" };
+  const COMBINED = { rollout: "Rollout", flow: "Flow", alti: "ALTI", value_zeroing_rollout: "Value zeroing rollout", attention_gradient: "Attention x gradient" };
+  // each layer's own maps (--what value-zeroing, alti, attention-gradient): a view each, "layer-" and the JSON name
+  const LAYER_MAPS = { "layer-value_zeroing": "Value zeroing", "layer-alti": "ALTI by layer", "layer-attention_gradient": "Gradient x weights by layer" };
   function combined(kind) { return Object.hasOwn(COMBINED, kind); }
-  async function combinedView(kind) { // the rollout or the flow, drawn as a head's weights are
+  function oneMatrix(kind) { return combined(kind) || Object.hasOwn(LAYER_MAPS, kind); } // one T x T for every head together
+  function mapName(kind) { return (COMBINED[kind] || LAYER_MAPS[kind]).toLowerCase(); }
+  async function combinedView(kind) { // a map through the layers (the rollout, the flow, ...), drawn as a head's weights are
     const r = trace()[kind];
-    const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked };
+    const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked, scale: r.scale };
+    return matrixView({ layer, h: 0, kind });
+  }
+  function explainedText() { // attention x gradient's target, in words
+    const t = trace().explained;
+    if (!t) return "the target's logit";
+    const what = { label: `label ${t.label}`, next: `the next token “${t.label}”`, mask: `the mask's filler “${t.label}”` }[t.kind];
+    return `the target: ${what}'s logit ${fixed(t.logit)} (${t.predicted ? "predicted" : "as asked"}) at ${t.position === null ? "the mean of every position" : "position " + t.position}`;
+  }
+  async function layerMapView(kind) { // the chosen layer's own map
+    const r = (layerOf().maps || {})[kind.slice(6)];
+    if (!r || !r.weights) return el("p", { class: "small", text: `Layer ${layerOf().index}'s ${mapName(kind)} map is not on this page (see above).` });
+    const layer = { index: r.through, heads: 1, weights: r.weights, scores: null, norms: null, divisor: 1, divisorText: "", masked: r.masked, scale: r.scale };
     return matrixView({ layer, h: 0, kind });
   }
   async function matrixView(opts) {
     const kind = opts ? opts.kind : S.norms && layerOf().norms ? "norms" : "weights";
-    const layer = opts ? opts.layer : layerOf(), n = T(), m = combined(kind) ? n : K(), d = await load(layer, !combined(kind)), h = opts ? opts.h : S.head;
-    const tk = trace().tokens, ktk = combined(kind) ? tk : keyTokens(), big = Math.max(n, m); // rows: queries; columns: keys
+    const layer = opts ? opts.layer : layerOf(), n = T(), m = oneMatrix(kind) ? n : K(), d = await load(layer, !oneMatrix(kind)), h = opts ? opts.h : S.head;
+    const tk = trace().tokens, ktk = oneMatrix(kind) ? tk : keyTokens(), big = Math.max(n, m); // rows: queries; columns: keys
     let top = 0; // the norms' colour scale: 0 to the head's largest
     if (kind === "norms") for (let i = h * n * m; i < (h + 1) * n * m; i++) if (d.w[i] !== MASKED && d.v[i] > top) top = d.v[i];
     const shade = (i) => { // a cell's place on the colour scale
@@ -363,7 +381,7 @@
       const v = d.v[i] / (top || 1);
       return !S.log ? v : v <= 0 ? 0 : Math.max(0, (Math.log10(v) + P) / P);
     };
-    const what = combined(kind) ? `${COMBINED[kind].toLowerCase()} through layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
+    const what = combined(kind) ? `${mapName(kind)} through layer ${layer.index}` : oneMatrix(kind) ? `${mapName(kind)} of layer ${layer.index}` : kind === "norms" ? `value-weighted norms of head ${h}, layer ${layer.index}` : `attention weights of head ${h}, layer ${layer.index}`;
     const avail = Math.max(240, Math.min(main.clientWidth || 900, 1100) - 40);
     const labels = big <= 64;
     const fontPx = (c) => Math.min(13, Math.max(9, c - 3));
@@ -465,11 +483,17 @@
     const bar = el("canvas", { width: 160, height: 12 });
     const bctx = bar.getContext("2d");
     for (let x = 0; x < 160; x++) { const c = viridis(x / 159); bctx.fillStyle = `rgb(${c[0]},${c[1]},${c[2]})`; bctx.fillRect(x, 0, 1, 12); }
-    const name = kind === "norms" ? "||a·f(x)||" : combined(kind) ? COMBINED[kind].toLowerCase() : "weight";
-    const high = kind === "norms" ? fixed(top) : "1";
+    const name = kind === "norms" ? "||a·f(x)||" : oneMatrix(kind) ? mapName(kind) : "weight";
+    const high = kind === "norms" ? fixed(top) : layer.scale ? fixed(layer.scale) : "1";
     legend.append(el("span", { text: S.log ? `${name} ${kind === "norms" ? fixed(top / SCALE) : "10⁻⁴"}` : `${name} 0` }), bar, el("span", { text: high }), el("span", { class: "swatch" }),
-      el("span", { text: combined(kind) ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
-    const about = kind === "alti"
+      el("span", { text: oneMatrix(kind) ? "masked: nothing reaches this query from this key" : "masked: the query may not see this key" }));
+    const about = kind === "attention_gradient" || kind === "layer-attention_gradient"
+      ? (kind === "attention_gradient" ? `Attention x gradient through layer ${layer.index} (Chefer et al. 2021): R = I, then R += Abar R for each layer, Abar the mean over heads of the positive part of (the gradient of the target's logit with respect to the weights) x (the weights)` : `Layer ${layer.index}'s Abar (Chefer et al. 2021): the mean over heads of the positive part of (the target logit's gradient with respect to the weights) x (the weights)`) + `; ${explainedText()}. Not shares of a row: coloured from 0 to the largest (${fixed(layer.scale || 0)}).`
+      : kind === "layer-value_zeroing"
+      ? `Layer ${layer.index}'s value zeroing (Mohebbi et al. 2023): each key's value vectors zeroed in every head and the layer run again; a cell is the cosine distance of the query's output from the one without the zeroing, each row normalized to sum 1.`
+      : kind === "layer-alti"
+      ? `Layer ${layer.index}'s ALTI (Ferrando et al. 2022): token j's contribution to position i's attention block output, max(0, ||y_i||₁ − ||y_i − T_i(x_j)||₁), each row normalized to sum 1.`
+      : kind === "alti"
       ? `ALTI through layer ${layer.index} (Ferrando et al. 2022): each layer's attention block output written as a sum over input tokens (heads, residual and norm); token j's contribution to position i is max(0, ||y_i||₁ − ||y_i − T_i(x_j)||₁), rows normalized, and the layers' maps multiplied from layer 0 up. Rows are queries, columns keys; each row sums to 1.`
       : kind === "value_zeroing_rollout"
       ? `Value zeroing through layer ${layer.index} (Mohebbi et al. 2023): in each layer, each key's value vectors zeroed in every head and the layer run again; a cell is the cosine distance of the query's layer output from the one without the zeroing, rows normalized, and the layers' maps multiplied from layer 0 up (no residual added). Each row sums to 1.`
@@ -482,16 +506,17 @@
         : ktk !== tk ? `Head ${h} of layer ${layer.index}, cross-attention: rows are the decoder's inputs, columns the source's tokens; each row sums to 1.`
           : `Head ${h} of layer ${layer.index}: rows are queries, columns keys; each row sums to 1.`;
     const box = el("div", {},
-      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (big <= 16 ? " (the cells show two decimals)." : ".") + (d.s || combined(kind) ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
+      el("p", { class: "small", text: about + ` Point at a cell (or focus the matrix and use the arrow keys) for its numbers` + (big <= 16 ? " (the cells show two decimals)." : ".") + (d.s || oneMatrix(kind) ? "" : " The raw and scaled scores of this layer are left out of the page (see above).") }),
       wrap, legend);
     box.after = () => { paint(); mark(); };
     return box;
   }
   function cellTip(layer, d, h, q, k, kind) {
-    const n = T(), m = combined(kind) ? n : K(), tk = trace().tokens, ktk = combined(kind) ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
+    const n = T(), m = oneMatrix(kind) ? n : K(), tk = trace().tokens, ktk = oneMatrix(kind) ? tk : keyTokens(), i = h * n * m + q * m + k, u = d.w[i];
     const rows = [["query", `${tk.labels[q]} (${tk.positions[q]})`], [ktk !== tk ? "key (source)" : "key", `${ktk.labels[k]} (${ktk.positions[k]})`]];
-    if (combined(kind)) {
-      rows.push(["layers", `0 to ${layer.index}, every head`], [COMBINED[kind].toLowerCase(), u === MASKED ? "0 (no path)" : fixedWeight(u), kind]);
+    if (oneMatrix(kind)) {
+      const value = u === MASKED ? "0 (no path)" : layer.scale ? fixed((u / SCALE) * layer.scale) : fixedWeight(u);
+      rows.push(combined(kind) ? ["layers", `0 to ${layer.index}, every head`] : ["layer", `${layer.index}, every head`], [mapName(kind), value, kind.replace("layer-", "")]);
       const dl = el("dl", {}, rows.map(([k2, v, f]) => [el("dt", { text: k2 }), el("dd", { "data-field": f || k2.replace(" ", "-"), text: v })]));
       return el("div", {}, dl);
     }
