@@ -77,6 +77,17 @@ class AttnCommand(_OutputSafeParsing, _PlainHelp, TyperCommand):
     def format_options(self, ctx: Any, formatter: Any) -> None:
         format_panels(self, ctx, formatter)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """--predict's count is optional: with no whole number after it (the end, another option, the text),
+        it stands for ``params.BARE_PREDICT`` (typer's options take no optional values themselves)."""
+        from attn_cli.cli.inputs import BARE_PREDICT
+
+        given = list(args)
+        for i in reversed(range(len(given))):
+            if given[i] == "--predict" and (i + 1 == len(given) or not given[i + 1].lstrip("+").isdigit()):
+                given.insert(i + 1, BARE_PREDICT)
+        return super().parse_args(ctx, given)  # type: ignore[no-any-return]
+
     def invoke(self, ctx: Any) -> Any:
         if self.name not in _WRITE_FILES and ctx.params.get("output") is None:
             interrupts.results_to_stdout()

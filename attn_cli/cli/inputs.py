@@ -107,3 +107,18 @@ def _stdin_is_terminal() -> bool:
         return True
 
 
+BARE_PREDICT = "all"  # what --predict with no count stands for (AttnCommand.parse_args puts it there)
+ALL_PREDICTIONS = -1  # --predict with no count: a classifier's every label, a language model's PREDICT_DEFAULT
+
+
+def predict_count(value: str) -> int:
+    """--predict's K: 0 to 1000, or ``BARE_PREDICT`` (no count given)."""
+    if value == BARE_PREDICT:
+        return ALL_PREDICTIONS
+    try:
+        count = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a count: give K, a whole number from 0 to 1000, or no value") from None
+    if not 0 <= count <= 1000:
+        raise typer.BadParameter(f"{count} is not in the range 0 to 1000")
+    return count

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from attn_cli.cli.inputs import predict_count
 from attn_cli.cli.panels import ANALYSIS, DISPLAY, INPUT, OUTPUT, TOY, TRAINED
 from attn_cli.sources.spec import TABLE_HEADS
 from attn_cli.sources.toy.config import (
@@ -356,11 +357,11 @@ PredictOption = Annotated[
     typer.Option(
         "--predict",
         help="With --model: also each position's K most likely next tokens (decoders) or fillers (masked LMs), "
-        "running every layer, the final norm and the model's head. 0: none.",
-        min=0,
-        max=1000,
+        "running every layer, the final norm and the model's head; a classifier's K most likely labels. Without K: "
+        "a classifier's every label, a language model's 5. 0: none.",
+        parser=predict_count,
         rich_help_panel=ANALYSIS,
-        metavar="K",
+        metavar="[K]",
     ),
 ]
 GenerateOption = Annotated[

@@ -107,9 +107,14 @@ def test_run_what_flow_in_every_format(minilm_path: Path, tmp_path: Path, tmp_pa
     assert toy["flow"]["through_layer"] == 0 and all(abs(sum(row) - 1) < 1e-6 for row in toy["flow"]["weights"])
     long = invoke("run", " ".join(["word"] * 60), "--model", str(minilm_path), "--what", "flow", "-F", "json", code=4).stderr
     assert "at most 42 tokens" in long and len(long.strip().splitlines()) == 1
-    bart = checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart)
-    pair = invoke("run", TEXT, "--model", str(bart), "--target", "a cat", "--what", "flow", "-F", "json", code=2).stderr
-    assert "an encoder-decoder's is not computed yet" in pair
+    bart = checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart)  # an encoder-decoder: its encoder's flow
+    pair = json.loads(invoke("run", TEXT, "--model", str(bart), "--target", "a cat", "--what", "flow", "-F", "json").stdout)
+    encoder = open_checkpoint(str(bart), pairs=True).encoder_checkpoint()
+    source = encoder.tokenizer.encode(TEXT)
+    want = flow_of(encoder.trace(source, list(range(encoder.info.layers)), "weights")).weights
+    assert pair["flow"]["stack"] == "encoder" and np.allclose(np.array(pair["flow"]["weights"]), want.numpy(), atol=1e-6)
+    refused = invoke("run", TEXT, "--model", str(bart), "--target", "a cat", "--what", "flow", "--stack", "cross", "--head", "0", code=2).stderr
+    assert "give --stack encoder" in refused and len(refused.strip().splitlines()) == 1
     assert "choose from weights, rollout, norms, flow" in invoke("run", TEXT, "--what", "nonsense", code=2).stderr
 
 

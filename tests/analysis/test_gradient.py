@@ -118,7 +118,6 @@ def test_run_what_attention_gradient_every_format_and_refusals(folders: Any, min
         ((TEXT, "--model", str(folders("bert-mlm"))), 2, "put [MASK] in the text"),
         ((TEXT, "--model", str(minilm_path)), 3, "masked-LM head"),
         ((TEXT, "-t", "words"), 2, "give --model"),
-        ((TEXT, "--model", str(checkpoints.built(tmp_path_factory, "ablation-bart", checkpoints.build_bart)), "--target", "a cat"), 2, "not computed yet"),
     ]
     for args, code, said in refusals:
         err = invoke("run", *args, "--what", "attention-gradient", "-F", "json", code=code).stderr
@@ -131,3 +130,29 @@ def test_the_python_api_gives_attention_gradient(folders: Any) -> None:
     traced = attn_cli.trace(TEXT, model=folders("gpt2"), what="attention-gradient", target_token=" the")
     assert traced.explained is not None and traced.explained.label == " the" and not traced.explained.predicted
     assert traced.combined("attention_gradient").causal and "attention_gradient" in traced.layers[0].maps
+
+
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_an_encoder_decoders_encoder_gradient(tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    """An encoder-decoder's attention x gradient is over its encoder: the gradient of the decoder's next-token logit
+    after the target with respect to each encoder layer's weights (transformers' autograd through
+    encoder_attentions, their rule, 1e-5); `run --target --what attention-gradient,flow` in JSON."""
+    import transformers
+
+    folder = checkpoints.one_per_type(tmp_path_factory)(name)
+    pair = open_checkpoint(str(folder), pairs=True)
+    source = pair.tokenizer.encode("the cat sat on the mat")
+    decoder = pair.decoder_tokens(pair.tokenizer.encode_target("a cat"))
+    maps, target = pair.attention_gradient(source, decoder)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    out = model(input_ids=torch.tensor([source.ids]), decoder_input_ids=torch.tensor([decoder.ids]), output_attentions=True)
+    for a in out.encoder_attentions:
+        a.retain_grad()
+    out.logits[0, -1, target.index].backward()
+    assert target.kind == "next" and target.position == len(decoder) - 1 and target.index == int(out.logits[0, -1].argmax())
+    cams = [(a.grad[0] * a[0]).clamp(min=0).mean(dim=0).detach() for a in out.encoder_attentions]
+    for got, cam in zip(maps, cams, strict=True):
+        torch.testing.assert_close(got, cam, atol=1e-5, rtol=1e-4)
+    data = json.loads(invoke("run", "the cat sat on the mat", "--model", str(folder), "--target", "a cat", "--what", "attention-gradient,flow", "-F", "json").stdout)
+    assert data["attention_gradient"]["stack"] == "encoder" and data["flow"]["stack"] == "encoder"
+    torch.testing.assert_close(torch.tensor(data["attention_gradient"]["weights"]), relevance(maps, causal=False).weights, atol=1e-6, rtol=0)

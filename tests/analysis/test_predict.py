@@ -146,3 +146,10 @@ def test_the_page_and_the_walkthrough_show_them(gpt2_folder: Path, tmp_path: Pat
     fox = next(e for e in data["predictions"] if e["position"] == 4)
     assert "11. What the model predicts" in walk and f"{fox['top'][0]['label']} {fox['top'][0]['prob']:.4f}" in walk
     assert "--predict needs a trained model" in invoke("explain", TEXT, "-t", "words", "--predict", "2", code=2).stderr
+
+
+def test_predict_without_a_count_gives_five(folders: Any) -> None:
+    """--predict with no K on a language model: each position's five most likely tokens, the same as --predict 5."""
+    bare = json.loads(invoke("run", TEXT, "--model", str(folders("llama-tied")), "-F", "json", "--predict").stdout)["predictions"]
+    five = json.loads(invoke("run", TEXT, "--model", str(folders("llama-tied")), "--predict", "5", "-F", "json").stdout)["predictions"]
+    assert bare == five and len(bare[0]["top"]) == 5

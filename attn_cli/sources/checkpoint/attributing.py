@@ -62,26 +62,41 @@ class Attributing:
         return layers, through
 
 
-def encoder_maps(pair: Any, source: Tokens, selection: Selection, stack: str | None, kept: Sequence[Any]) -> tuple[list[Any], dict[str, Rollout]]:
-    """An encoder-decoder's attribution maps (value zeroing's, ALTI's), over its encoder's stack: the encoder run
-    again alone (``PairCheckpoint.encoder_checkpoint``) with the maps' visitor, the ``kept`` encoder layers given
-    their maps, and the maps through the last of them. Attention x gradient (an output of the decoder) and
-    another ``stack``: UsageError."""
+def encoder_maps(
+    pair: Any, source: Tokens, decoder: Tokens, selection: Selection, stack: str | None, kept: Sequence[Any]
+) -> tuple[list[Any], dict[str, Rollout], Rollout | None, Target | None]:  # fmt: skip
+    """An encoder-decoder's maps over its encoder's stack: value zeroing's and ALTI's (the encoder run again alone,
+    ``PairCheckpoint.encoder_checkpoint``, with the maps' visitor), attention x gradient's (the decoder's next
+    token after its inputs explained, an autograd run of both stacks) and the flow: the ``kept`` encoder layers
+    with their maps, the maps through the last of them, the flow, the gradient's target. Another ``stack``:
+    UsageError."""
+    from attn_cli.analysis.flow import check_size, flow_of
     from attn_cli.runtime.errors import UsageError
     from attn_cli.sources.base import check_budget
+    from attn_cli.sources.checkpoint.families.attribution import attributions_bytes
+    from attn_cli.sources.checkpoint.families.gradient import relevance
 
-    named = selection.maps[0].replace("_", "-")
-    if GRADIENT in selection.maps:
-        raise UsageError("--what attention-gradient explains an output of a model of one stack; an encoder-decoder's is not computed yet")
     if stack not in (None, "encoder"):
+        named = "flow" if selection.flow else selection.maps[0].replace("_", "-")
         raise UsageError(f"--what {named} reads an encoder-decoder's encoder (its source): give --stack encoder, or no --stack")
     encoder = pair.encoder_checkpoint()
     layers = [layer.layer for layer in kept]
-    from attn_cli.sources.checkpoint.families.attribution import attributions_bytes
-
-    work = attributions_bytes(encoder._family, selection.maps, len(source), max(layers) + 1)
+    last = max(layers)
+    every = list(range(last + 1))
+    work = attributions_bytes(encoder._family, selection.maps, len(source), last + 1)
     check_budget({"attributions": work}, {"attributions": (f"the attribution maps of {len(source)} source tokens", "use a shorter text")})
-    visitor = encoder.attributions(list(selection.maps), layers)
-    encoder.trace(source, layers, "weights", visit=visitor)
-    made, through = encoder.attached(visitor, list(kept), selection.maps, max(layers))
-    return made, through
+    visited = [name for name in selection.maps if name != GRADIENT]
+    made, through, flow, target = list(kept), {}, None, None
+    if visited or selection.flow:
+        if selection.flow:
+            check_size(len(source), last + 1)
+        visitor = encoder.attributions(visited, layers) if visited else None
+        traced = encoder.trace(source, every, "weights", visit=visitor)
+        flow = flow_of(traced) if selection.flow else None
+        if visitor is not None:
+            made, through = encoder.attached(visitor, made, visited, last)
+    if GRADIENT in selection.maps:
+        gradients, target = pair.attention_gradient(source, decoder, selection.target_token)
+        made = [dataclasses.replace(layer, maps={**layer.maps, GRADIENT: gradients[layer.layer]}) for layer in made]
+        through[GRADIENT] = relevance(gradients[: last + 1], causal=False)
+    return made, through, flow, target

@@ -45,6 +45,8 @@ KEPT_VECTORS = {"all": 6, "weights": 0}
 STATS_BYTES_PER_ROW = 6 * 8 + 3 * 8  # a head's row in RowStats (six float64 or int64) and its three Python numbers
 
 
+PREDICT_DEFAULT = 5  # --predict with no count on a language model: each position's five most likely tokens
+
 class Checkpoint:
     """One opened checkpoint; nothing but config.json, the tokenizer and the
     safetensors headers is read until ``trace``."""
@@ -258,6 +260,8 @@ class Checkpoint:
         from attn_cli.sources.checkpoint.families import forward
 
         self._check_layers(layers)
+        if k < 0:  # --predict with no count: a classifier's every label, a language model's PREDICT_DEFAULT
+            k = len(self.classifier.labels) if self.classifier is not None else PREDICT_DEFAULT
         head = None if self.classifier is not None else self._family.head(self._weights)  # no head: refused before the run
         done = forward(
             self._family, self._weights, tokens, layers, self._weights.device, keep, norms=norms, rollout=rollout, whole=True,

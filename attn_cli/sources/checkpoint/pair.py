@@ -24,7 +24,9 @@ from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTok
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
     from attn_cli.records.layers import LayerWeights
-    from attn_cli.records.results import Predictions
+    import torch
+
+    from attn_cli.records.results import Predictions, Target
     from attn_cli.records.tokens import Tokens
     from attn_cli.sources.checkpoint.model import Checkpoint
     from attn_cli.sources.checkpoint.families.base import Head
@@ -115,9 +117,10 @@ class PairCheckpoint:
 
         from attn_cli.analysis.effects import top_k
         from attn_cli.sources.checkpoint.families.seq2seq import pair_forward
-        from attn_cli.sources.checkpoint.model import predictions_of
+        from attn_cli.sources.checkpoint.model import PREDICT_DEFAULT, predictions_of
 
         model, weights = self.model, self._weights
+        predict = PREDICT_DEFAULT if predict < 0 else predict  # --predict with no count
         head = model.decoder.head(weights) if predict else None
         done = pair_forward(model, weights, source, decoder, weights.device, keep, norms=norms, whole=head is not None)
         predictions = None
@@ -130,6 +133,15 @@ class PairCheckpoint:
                 )  # (T, K) each
             predictions = predictions_of(self.tokenizer, ids, probs, logits)
         return PairLayers(tuple(done.encoder), tuple(done.decoder), tuple(done.cross)), predictions
+
+    def attention_gradient(self, source: Tokens, decoder: Tokens, token: str | None = None) -> tuple[list[torch.Tensor], Target]:
+        """Each encoder layer's attention x gradient map (S, S) and the target it explains: the decoder's next token
+        after its inputs (``token``, else the predicted one; ``families.gradient.pair_attention_gradients``)."""
+        from attn_cli.sources.checkpoint.families.gradient import pair_attention_gradients
+        from attn_cli.sources.checkpoint.targets import TargetScore
+
+        score = TargetScore((self.model.decoder, self._weights, self.tokenizer, None), decoder, None, token)  # type: ignore[arg-type]
+        return pair_attention_gradients(self.model, self._weights, source, decoder, score, self._weights.device), score.target
 
     def generate(self, source: Tokens, n: int) -> tuple[int, ...]:
         """Greedy decoding of up to ``n`` target tokens: from ``decoder_start_token_id``, each

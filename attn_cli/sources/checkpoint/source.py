@@ -223,8 +223,6 @@ class PairSource(Batches):
         if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
             flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
             raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        if selection is not None and selection.flow:
-            raise UsageError("--what flow follows a model of one stack; an encoder-decoder's is not computed yet")
         rollout_stack = spec.stack or "cross"
         if selection is not None and selection.rollout and rollout_stack == "cross":
             raise UsageError(
@@ -247,14 +245,15 @@ class PairSource(Batches):
         with using_threads(n_threads):
             stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
         kept, encoder_heads, decoder_heads = self._chosen(stacks, selection, n_threads)
-        encoder_layers, maps = kept["encoder"], {}
-        if selection is not None and selection.maps:  # value zeroing's, ALTI's: the encoder's (attributing.encoder_maps)
-            encoder_layers, maps = encoder_maps(self.checkpoint, source, selection, spec.stack, kept["encoder"])
+        encoder_layers, maps, flow, explained = kept["encoder"], {}, None, None
+        if selection is not None and (selection.maps or selection.flow):  # the encoder's (attributing.encoder_maps)
+            encoder_layers, maps, flow, explained = encoder_maps(self.checkpoint, source, decoder, selection, spec.stack, kept["encoder"])
         rollout = None
         if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
             rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
         encoder = Trace(
             text, source, dataclasses.replace(info, threads=n_threads), tuple(encoder_layers), chosen_heads=encoder_heads, maps=maps,
+            flow=flow, explained=explained,
             predictions=predictions, generated_text=target if generate else None, ended_at_once=ended_at_once,
             rollout=rollout if rollout_stack == "encoder" else None,
         )  # fmt: skip

@@ -94,6 +94,8 @@ def mask_position(tokenizer: CheckpointTokenizer, tokens: Tokens) -> int:
 
 def token_id(tokenizer: CheckpointTokenizer, text: str) -> int:
     """--target-token's id: a text the tokenizer makes one token of."""
+    if not hasattr(tokenizer, "pieces"):  # Marian's two sentencepiece models
+        raise UsageError("--target-token is not available with this tokenizer (Marian's); drop it to explain the predicted token")
     pieces = tokenizer.pieces(text)
     if len(pieces) != 1:
         named = " + ".join(repr(piece) for _, piece in pieces) or "no token"

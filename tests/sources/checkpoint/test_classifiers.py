@@ -104,3 +104,17 @@ def test_cli_json_csv_table_and_no_lm_head(folders: Any, tmp_path: Path) -> None
     assert "Classification" in table and "the classification head reads position" in table
     refused = invoke("run", TEXT, "--model", folder, "--generate", "2", code=3).stderr
     assert "is a sequence classifier" in refused and len(refused.strip().splitlines()) == 1
+
+
+def test_predict_without_a_count(folders: Any) -> None:
+    """--predict with no K: a classifier's every label (at the end, before another option, before the text), a
+    language model's five; a count still works, and one out of range is one line (exit 2)."""
+    bert, gpt2 = str(folders("bert")), str(folders("gpt2"))
+    for args in ((TEXT, "--model", bert, "-F", "json", "--predict"), (TEXT, "--model", bert, "--predict", "-F", "json"), ("--predict", TEXT, "--model", bert, "-F", "json")):
+        got = json.loads(invoke("run", *args).stdout)["predictions"]
+        assert [entry["label"] for entry in got["top"]] != [] and len(got["top"]) == 3, args
+    assert len(json.loads(invoke("run", TEXT, "--model", bert, "--predict", "2", "-F", "json").stdout)["predictions"]["top"]) == 2
+    # the GPT-2 classifier's folder has no LM head: a language model's default count is tested on the tests' GPT-2 LM
+    err = invoke("run", TEXT, "--model", gpt2, "--predict", "2000", code=2).stderr
+    assert err == "attn-cli: error: --predict: 2000 is not in the range 0 to 1000\n"
+

@@ -21,7 +21,8 @@ from attn_cli.records.layers import LayerAttention
 from attn_cli.records.results import Rollout
 from attn_cli.records.tokens import Tokens
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights
-from attn_cli.sources.checkpoint.families.loop import forward
+from attn_cli.sources.checkpoint.families.loop import Visit, forward
+from attn_cli.sources.checkpoint.families.seq2seq import EncoderDecoder
 
 Score = Callable[[torch.Tensor], torch.Tensor]  # the last layer's output (T, D) -> the target's logit, a scalar
 
@@ -30,18 +31,46 @@ def attention_gradients(family: Family, weights: Weights, tokens: Tokens, score:
     """Each layer's (T, T) Abar = mean_h (dy/dA_h * A_h)^+, float32 on the CPU, layer 0 first: y = ``score``
     of the last layer's output (before the model's final norm; ``score`` applies what follows)."""
     kept: list[torch.Tensor] = []
+    done = forward(family, weights, tokens, (), device, "weights", whole=True, visit=visit(kept), grad=True)
+    assert done.hidden is not None
+    with torch.enable_grad():
+        score(done.hidden).backward()
+    return averaged(kept)
 
-    def visit(index: int, hidden: torch.Tensor, t: LayerTensors, layer: LayerAttention) -> None:
+
+def pair_attention_gradients(
+    model: EncoderDecoder, weights: Weights, source: Tokens, decoder: Tokens, score: Score, device: torch.device | str = "cpu"
+) -> list[torch.Tensor]:  # fmt: skip
+    """``attention_gradients`` of an encoder-decoder's encoder: the source through the encoder and the decoder's
+    inputs through the decoder (its cross-attention reading the encoder's output) in one autograd run, y =
+    ``score`` of the decoder's last layer's output; each encoder layer's Abar."""
+    kept: list[torch.Tensor] = []
+    encoded = forward(model.encoder, weights, source, (), device, "weights", whole=True, visit=visit(kept), grad=True).hidden
+    assert encoded is not None
+    with torch.enable_grad():
+        memory = model.encoder.final_norm(weights, encoded)  # (S, D), in the graph
+    done = forward(model.decoder, weights, decoder, (), device, "weights", whole=True, memory=memory, grad=True)
+    assert done.hidden is not None
+    with torch.enable_grad():
+        score(done.hidden).backward()
+    return averaged(kept)
+
+
+def visit(kept: list[torch.Tensor]) -> Visit:
+    """A ``forward`` visitor that keeps each self-attention's weights, their gradient kept by the backward."""
+
+    def keep(index: int, hidden: torch.Tensor, t: LayerTensors, layer: LayerAttention) -> None:
         if not layer.cross:
             layer.weights.retain_grad()
             kept.append(layer.weights)
 
-    done = forward(family, weights, tokens, (), device, "weights", whole=True, visit=visit, grad=True)
-    assert done.hidden is not None
-    with torch.enable_grad():
-        score(done.hidden).backward()
+    return keep
+
+
+def averaged(kept: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each layer's (H, T, T) weights, their gradient filled in -> (T, T) mean_h (grad * weights)+, float32 on the CPU."""
     maps = []
-    for w in kept:  # (H, T, T) each
+    for w in kept:
         assert w.grad is not None, "every layer's weights reach the target"
         maps.append((w.grad * w).clamp(min=0).mean(dim=0).detach().float().cpu())  # (T, T)
     return maps
