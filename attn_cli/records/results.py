@@ -108,3 +108,13 @@ class Target:
         """The ``target`` object of the JSON's ``attention_gradient``."""
         return dataclasses.asdict(self)
 
+    @property
+    def what(self) -> str:
+        """The output in words: 'label positive', 'the next token “ Paris”', 'the mask's filler “cat”'."""
+        return {"label": f"label {self.label}", "next": f"the next token “{self.label}”", "mask": f"the mask's filler “{self.label}”"}[self.kind]
+
+    @property
+    def where(self) -> str:
+        """The position whose output it is, in words."""
+        return "the mean of every position" if self.position is None else f"position {self.position}"
+

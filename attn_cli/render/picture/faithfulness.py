@@ -20,8 +20,7 @@ def curves_figure(result: Any, *, dpi: int = 150) -> Figure:
     ax.set_ylabel("drop in the target's probability")
     ax.axhline(0.0, color="black", linewidth=0.6)
     t = result.targets[0]
-    kinds = {"label": "label ", "next": "next token ", "mask": "mask filler "}
-    what = f"{kinds[t.kind]}{t.label}" if len(result.targets) == 1 else f"each of {len(result.targets)} texts' own target"
+    what = t.what if len(result.targets) == 1 else f"each of {len(result.targets)} texts' own target"
     ax.set_title(f"Faithfulness: deleting what each map ranks first ({what})")
     ax.legend(fontsize="small")
     return fig

@@ -43,10 +43,8 @@ HOW = {
 
 
 def explained_text(target: Target) -> str:
-    """The output attention x gradient explains, in a title: 'label positive (logit 2.31)', 'next token " Paris"'."""
-    what = {"label": "label", "next": "next token", "mask": "mask filler"}[target.kind]
-    shown = target.label if target.kind == "label" else f"“{target.label}”"
-    return f"{what} {shown} (logit {target.logit:.3g}{'' if target.predicted else ', as asked'})"
+    """The output attention x gradient explains, in a title: 'label positive (logit 2.31)', 'the next token “ Paris” (...)'."""
+    return f"{target.what} (logit {target.logit:.3g}{'' if target.predicted else ', as asked'})"
 
 
 def text_width(text: str, size: float) -> float:

@@ -28,9 +28,7 @@ def _heading(result: Any, n_texts: int) -> str:
     if n_texts > 1:
         return f"Faithfulness over {n_texts} texts: each map's drops averaged (the targets: each text's own)"
     t = result.targets[0]
-    what = {"label": f"label {t.label}", "next": f"the next token “{t.label}”", "mask": f"the mask's filler “{t.label}”"}[t.kind]
-    where = "the mean of every position" if t.position is None else f"position {t.position}"
-    return f"Faithfulness to {what} ({'predicted' if t.predicted else 'as asked'}), read at {where}"
+    return f"Faithfulness to {t.what} ({'predicted' if t.predicted else 'as asked'}), read at {t.where}"
 
 
 def _caption(result: Any) -> str:

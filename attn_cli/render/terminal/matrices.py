@@ -122,9 +122,7 @@ def explained_line(run: Trace) -> str:
     t = run.explained
     if t is None:
         return "the target"
-    where = "the pooled positions" if t.position is None else f"position {t.position}"
-    what = {"label": f"label {t.label}", "next": f"the next token “{t.label}”", "mask": f"the mask's filler “{t.label}”"}[t.kind]
-    return f"{what}'s logit {t.logit:.4g} at {where}" + ("" if t.predicted else " (as asked)")
+    return f"{t.what}'s logit {t.logit:.4g} at {t.where}" + ("" if t.predicted else " (as asked)")
 
 
 def rows_table(
