@@ -23,14 +23,17 @@ from attn_cli.sources.spec import SourceSpec
 
 def _methods(values: Optional[list[str]]) -> Optional[list[str]]:
     from attn_cli.analysis.faithfulness import METHODS
+    from attn_cli.records.results import what_names
 
     if values is None:
         return None
-    names = list(dict.fromkeys(n.strip() for v in values for n in v.split(",") if n.strip()))
-    unknown = [n for n in names if n not in METHODS]
-    if unknown or not names:
-        raise typer.BadParameter(f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(METHODS)}")
-    return names
+    try:
+        names = what_names(values, METHODS)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if not names:
+        raise typer.BadParameter(f"nothing: choose from {', '.join(METHODS)}")
+    return list(names)
 
 
 MethodsOption = Annotated[

@@ -20,13 +20,14 @@ ATTRIBUTIONS = ("value_zeroing", "value_zeroing_rollout", "alti", "attention_gra
 MAPS = ("weights", "rollout", "norms", "flow", *(name.replace("_", "-") for name in ATTRIBUTIONS))  # --what's names on run and html
 
 
-def what_names(values: str | Sequence[str] | None) -> tuple[str, ...]:
-    """--what's (and the API's ``what=``) names, comma-separated or repeated, each one of ``MAPS``: ValueError naming the others."""
+def what_names(values: str | Sequence[str] | None, choices: Sequence[str] = MAPS) -> tuple[str, ...]:
+    """--what's (and the API's ``what=``) names, comma-separated or repeated, each one of ``choices`` (``MAPS``; faithfulness's
+    --methods: its maps): ValueError naming the others."""
     values = [values] if isinstance(values, str) else list(values or ())
     names = tuple(dict.fromkeys(name.strip() for value in values for name in value.split(",") if name.strip()))
-    unknown = [name for name in names if name not in MAPS]
+    unknown = [name for name in names if name not in choices]
     if unknown:
-        raise ValueError(f"{', '.join(unknown)}: choose from {', '.join(MAPS)}")
+        raise ValueError(f"{', '.join(unknown)}: choose from {', '.join(choices)}")
     return names
 
 

@@ -50,15 +50,12 @@ class Attributing:
 
     def after(self, layers: list[Any]) -> tuple[list[Any], dict[str, Rollout]]:
         """The kept ``layers`` with their maps, and the maps through the last kept layer."""
-        from attn_cli.sources.checkpoint.families.gradient import relevance
-
         last = self.selection.last_layer
         through: dict[str, Rollout] = {}
         if self.visit is not None:
             layers, through = self.checkpoint.attached(self.visit, layers, self.selection.maps, last)
         if self.gradients:
-            layers = [dataclasses.replace(layer, maps={**layer.maps, GRADIENT: self.gradients[layer.layer]}) for layer in layers]
-            through[GRADIENT] = relevance(self.gradients[: last + 1], causal=not self.checkpoint._family.encoder)
+            layers = with_gradients(layers, self.gradients, through, last, causal=not self.checkpoint._family.encoder)
         return layers, through
 
 
@@ -74,7 +71,6 @@ def encoder_maps(
     from attn_cli.runtime.errors import UsageError
     from attn_cli.sources.base import check_budget
     from attn_cli.sources.checkpoint.families.attribution import attributions_bytes
-    from attn_cli.sources.checkpoint.families.gradient import relevance
 
     if stack not in (None, "encoder"):
         named = "flow" if selection.flow else selection.maps[0].replace("_", "-")
@@ -97,6 +93,13 @@ def encoder_maps(
             made, through = encoder.attached(visitor, made, visited, last)
     if GRADIENT in selection.maps:
         gradients, target = pair.attention_gradient(source, decoder, selection.target_token)
-        made = [dataclasses.replace(layer, maps={**layer.maps, GRADIENT: gradients[layer.layer]}) for layer in made]
-        through[GRADIENT] = relevance(gradients[: last + 1], causal=False)
+        made = with_gradients(made, gradients, through, last, causal=False)
     return made, through, flow, target
+
+
+def with_gradients(layers: Sequence[Any], gradients: Sequence[Any], through: dict[str, Rollout], last: int, *, causal: bool) -> list[Any]:
+    """The kept ``layers`` with their attention x gradient maps, and (into ``through``) the relevance through ``last``."""
+    from attn_cli.sources.checkpoint.families.gradient import relevance
+
+    through[GRADIENT] = relevance(gradients[: last + 1], causal=causal)
+    return [dataclasses.replace(layer, maps={**layer.maps, GRADIENT: gradients[layer.layer]}) for layer in layers]

@@ -25,6 +25,9 @@ class Deletions:
     def __init__(self, checkpoint: Checkpoint, tokens: Tokens, target: Target, how: str) -> None:
         self.checkpoint, self.tokens, self.target, self.how = checkpoint, tokens, target, how
         self.replacement = replacement_id(checkpoint, how)
+        self.special = checkpoint.tokenizer.special_ids()
+        self.mask = checkpoint.tokenizer.role_id("mask")
+        self.head = None if checkpoint.classifier is not None else checkpoint._family.head(checkpoint._weights)
         self.base = self.probability(tokens.ids)
 
     def candidates(self) -> list[int]:
@@ -50,7 +53,7 @@ class Deletions:
 
         ckpt, target = self.checkpoint, self.target
         family, weights, c = ckpt._family, ckpt._weights, ckpt.classifier
-        tokens = ckpt.tokenizer.tokens_from_ids(tuple(ids), tuple(tid in ckpt.tokenizer.special_ids() for tid in ids))
+        tokens = ckpt.tokenizer.tokens_from_ids(tuple(ids), tuple(tid in self.special for tid in ids))
         hidden = forward(family, weights, tokens, (), weights.device, "weights", whole=True).hidden
         assert hidden is not None
         with torch.inference_mode():
@@ -61,11 +64,8 @@ class Deletions:
             position = len(ids) - 1 if target.kind == "next" else (list(ids).index(self.mask) if self.how == "remove" else target.position)
             assert position is not None
             row = family.final_norm(weights, hidden[position : position + 1])  # (1, D)
-            return float(torch.softmax(family.logits(weights, family.head(weights), row)[0].float(), dim=-1)[target.index])
-
-    @property
-    def mask(self) -> int | None:
-        return self.checkpoint.tokenizer.role_id("mask")
+            assert self.head is not None
+            return float(torch.softmax(family.logits(weights, self.head, row)[0].float(), dim=-1)[target.index])
 
 
 def replacement_id(checkpoint: Checkpoint, how: str) -> int | None:
