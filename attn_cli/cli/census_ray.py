@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from attn_cli.text.corpus import Corpus
 
 
+IN_FLIGHT = 2  # shards queued on each actor: the next starts as one ends, not after its numbers reach this process
+
+
 class ShardActor:
     """One Ray actor: the model (and --against's) opened once, a shard's numbers per call."""
 
@@ -70,9 +73,10 @@ def in_ray(
         actor = ray.remote(num_cpus=1, runtime_env={"env_vars": environ_threads(count)})(ShardActor)
         actors = [actor.remote(spec, corpus, shards, windows, epsilon, against) for _ in range(min(count, len(missing)))]
         waiting, pending = list(missing), {}
-        for each in actors:
-            if waiting:
-                pending[each.run.remote(waiting.pop(0))] = each
+        for _ in range(IN_FLIGHT):
+            for each in actors:
+                if waiting:
+                    pending[each.run.remote(waiting.pop(0))] = each
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
             each = pending.pop(ref)

@@ -248,8 +248,6 @@ def one_stack(source: Source) -> Any:
 
     if not isinstance(source, PairSource):
         return source
-    if not hasattr(source.checkpoint.tokenizer, "windows"):
-        raise UsageError("census cuts a text with its tokenizer's windows; Marian's two SentencePiece models are not read so yet")
     return EncoderStack(source.checkpoint.encoder_checkpoint())
 
 

@@ -57,6 +57,37 @@ def test_a_long_text_is_cut_into_windows_each_wrapped_and_counted(short_bert: Pa
     assert overlapping["window"] == {"size": 10, "stride": 5} and overlapping["texts"] > data["texts"]
 
 
+def test_marian_cuts_a_long_source_as_the_tokenizers_library_cuts_a_text(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """Marian's source (SentencePiece, not the tokenizers library) cut into the windows the library's
+    truncation with overflow gives for the same pieces (a word-level tokenizer over them, </s> after
+    each window), a language code the first window's; the census counts them as texts."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    folder = checkpoints.one_per_type(tmp_path_factory)("marian")
+    source = open_source(SourceSpec(Config(), model=str(folder)))
+    long = ">>fr<< " + " ".join(["the cat sat on the mat, then it ran"] * 12)
+    marian = transformers.MarianTokenizer(vocab=str(folder / "vocab.json"), source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"))
+    ids = marian(long)["input_ids"]
+    assert len(ids) > 64 and ids[-1] == marian.eos_token_id  # longer than the tiny model's 64 positions
+    words = Tokenizer(models.WordLevel({str(i): i for i in set(ids)}, unk_token=str(ids[0])))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    words.post_processor = processors.TemplateProcessing(single=f"$A {ids[-1]}", special_tokens=[(str(ids[-1]), ids[-1])])
+    windows = windows_for(source, None, None)
+    assert (windows.size, windows.stride) == (63, 63)  # 64 positions less </s>
+    for size, stride in ((63, 63), (10, 4), (10, 10), (7, 1)):
+        words.enable_truncation(size + 1, stride=size - stride)
+        encoding = words.encode(" ".join(map(str, ids[:-1])))
+        want = [tuple(e.ids) for e in (encoding, *encoding.overflowing)]
+        got = source.checkpoint.tokenizer.windows(long, size, stride)
+        assert [w.ids for w in got] == want, (size, stride)
+        assert all(w.texts[-1] == "</s>" and w.special[-1] for w in got)
+    assert got[0].texts[0] == ">>fr<<"
+    path = corpus_file(tmp_path, "the cat sat", long)
+    data = json.loads(invoke("census", str(path), "--model", str(folder), "-F", "json").stdout)
+    assert data["stack"] == "encoder" and data["cut"] == 1 and data["texts"] == 1 + len(source.checkpoint.tokenizer.windows(long, 63, 63))
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

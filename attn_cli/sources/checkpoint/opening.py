@@ -16,7 +16,8 @@ from attn_cli.runtime.errors import ModelUnavailable, UsageError
 from attn_cli.sources.checkpoint.files import Found, WeightReader, find
 from attn_cli.sources.checkpoint.model import DEVICES, DTYPES, Checkpoint
 from attn_cli.sources.checkpoint.pair import PairCheckpoint
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer, load_tokenizer
+from attn_cli.sources.checkpoint.marian import MarianTokenizer
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from attn_cli.sources.checkpoint.families import Family

@@ -19,7 +19,8 @@ from attn_cli.records.selection import Keep
 from attn_cli.records.trace import ModelInfo
 from attn_cli.sources.checkpoint.files import ROOT, WeightReader
 from attn_cli.sources.checkpoint.model import DTYPES
-from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer, MarianTokenizer
+from attn_cli.sources.checkpoint.marian import MarianTokenizer
+from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation

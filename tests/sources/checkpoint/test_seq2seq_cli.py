@@ -448,7 +448,7 @@ def test_marian_without_sentencepiece_says_what_to_install(marians: dict[str, Pa
 def test_marian_control_the_target_through_the_source_side_differs(marians: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: a target read with the source's SentencePiece model and vocabulary
     does not give transformers' labels, so the test above tells the sides apart."""
-    from attn_cli.sources.checkpoint.tokenizer import MarianTokenizer
+    from attn_cli.sources.checkpoint.marian import MarianTokenizer
 
     folder = marians["separate"]
     monkeypatch.setattr(MarianTokenizer, "encode_target", lambda self, text: self._encode(text, "source"))
