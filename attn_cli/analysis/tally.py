@@ -121,7 +121,8 @@ class Tally:
             n_tokens = values.shape[-1]
             flat = values.permute(1, 0, 2).reshape(values.shape[1], -1)  # (H, B*T)
             least = flat.topk(min(EXAMPLES, flat.shape[-1]), dim=-1).values[:, -1:]  # (H, 1) the EXAMPLES-th largest
-            chosen = (flat >= least) & (flat > -math.inf)  # (H, B*T)
+            tied = flat == least  # (H, B*T) of the rows equal to it only the earliest EXAMPLES can be taken (saturated heads have many)
+            chosen = ((flat > least) | (tied & (tied.cumsum(dim=-1) <= EXAMPLES))) & (flat > -math.inf)  # (H, B*T)
             by_head: dict[int, list[tuple[float, int]]] = {}
             for (h, at), value in zip(chosen.nonzero().tolist(), flat[chosen].tolist()):  # row-major: each head's in order
                 by_head.setdefault(h, []).append((value, at))
