@@ -70,7 +70,7 @@ class TextLayer:
         rows = torch.arange(start, end)  # (R,) positions in the text
         real = self.real[:, None, start:end]  # (B, 1, R)
         w = weights.double().cpu()  # (B, H', R, K) float64: every sum below is float64
-        values = _row_values(w, rows, first, self.sep, self.punct)  # (B, H', R) each
+        values = _row_values(w, weights.cpu(), rows, first, self.sep, self.punct)  # (B, H', R) each
         values = {m: torch.where(real, v, 0.0) for m, v in values.items()}  # a padding row counts nothing
         self.sums[:, heads] += torch.stack([values[m].sum(dim=-1) for m in ROW_MEASURES], dim=-1)  # (B, H', M)
         self.sink[:, heads] += (values["cls"] * self.sees_first[start:end]).sum(dim=-1)
@@ -103,17 +103,19 @@ class TextLayer:
         }  # fmt: skip
 
 
-def _row_values(w: torch.Tensor, rows: torch.Tensor, first: int, sep: torch.Tensor, punct: torch.Tensor) -> dict[str, torch.Tensor]:
-    """(B, H', R, K) float64 weights of rows ``rows``, keys first .. first + K - 1 -> each row measure's (B, H', R)."""
+def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: int, sep: torch.Tensor, punct: torch.Tensor) -> dict[str, torch.Tensor]:
+    """(B, H', R, K) float64 weights of rows ``rows``, keys first .. first + K - 1 -> each row measure's (B, H', R).
+    ``own``: the same weights in their own dtype, where a measure picks weights rather than sums them (float64
+    holds each exactly: the same numbers from half the bytes)."""
     keys = slice(first, first + w.shape[-1])
     values = {
-        "cls": _column(w, 0, first), "sep": w @ sep[:, None, keys, None], "punct": w @ punct[:, None, keys, None],
-        "self": _diagonal(w, rows, 0, first), "previous": _diagonal(w, rows, -1, first), "next": _diagonal(w, rows, 1, first),
-        "entropy_nats": torch.special.entr(w).sum(dim=-1),
+        "cls": _column(own, 0, first).double(), "sep": w @ sep[:, None, keys, None], "punct": w @ punct[:, None, keys, None],
+        "self": _diagonal(own, rows, 0, first).double(), "previous": _diagonal(own, rows, -1, first).double(),
+        "next": _diagonal(own, rows, 1, first).double(), "entropy_nats": torch.special.entr(w).sum(dim=-1),
     }  # fmt: skip
     values["sep"], values["punct"] = values["sep"][..., 0], values["punct"][..., 0]  # (B, H', R, 1) -> (B, H', R)
-    top = w.max(dim=-1)  # (B, H', R) the first of equal maxima
-    values["confidence"] = top.values
+    top = own.max(dim=-1)  # (B, H', R) the first of equal maxima
+    values["confidence"] = top.values.double()
     values["top_previous"] = (top.indices + first == rows - 1).double()
     values["top_next"] = (top.indices + first == rows + 1).double()
     values["first_mass"] = torch.where(rows >= 1, values["cls"], 0.0)
