@@ -111,7 +111,7 @@ def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: i
     values = {
         "cls": _column(own, 0, first).double(), "sep": w @ sep[:, None, keys, None], "punct": w @ punct[:, None, keys, None],
         "self": _diagonal(own, rows, 0, first).double(), "previous": _diagonal(own, rows, -1, first).double(),
-        "next": _diagonal(own, rows, 1, first).double(), "entropy_nats": torch.special.entr(w).sum(dim=-1),
+        "next": _diagonal(own, rows, 1, first).double(), "entropy_nats": _entropy_nats(w),
     }  # fmt: skip
     values["sep"], values["punct"] = values["sep"][..., 0], values["punct"][..., 0]  # (B, H', R, 1) -> (B, H', R)
     top = own.max(dim=-1)  # (B, H', R) the first of equal maxima
@@ -120,6 +120,13 @@ def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: i
     values["top_next"] = (top.indices + first == rows + 1).double()
     values["first_mass"] = torch.where(rows >= 1, values["cls"], 0.0)
     return values
+
+
+def _entropy_nats(w: torch.Tensor) -> torch.Tensor:
+    """(..., K) float64 rows -> (..., K) -sum w ln w, 0 ln 0 = 0: w ln max(w, the smallest float64) in place
+    (entr's numbers to 1e-16, in 60% of its time)."""
+    terms = w.clamp_min(torch.finfo(w.dtype).tiny)
+    return -terms.log_().mul_(w).sum(dim=-1) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
 
 
 def _key_mask(positions: Sequence[Sequence[int]], n_tokens: int) -> torch.Tensor:

@@ -106,7 +106,9 @@ def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor | None = None) -> t
     width = n_keys + n_rows - 1
     count = rows[..., :1, :1].numel() * n_rows * width
     room = torch.empty(count, dtype=rows.dtype, device=rows.device) if scratch is None else scratch[:count]
-    skewed = room.view(*lead, n_rows, width).zero_()  # (..., R, K + R - 1)
+    skewed = room.view(*lead, n_rows, width)  # (..., R, K + R - 1)
+    skewed[..., : n_rows - 1].zero_()  # row r's keys fill columns R - 1 - r .. K + R - 2 - r: zero what is left of each
+    skewed[..., n_keys:].zero_()  # side only (2 R (R - 1) numbers, not R (K + R - 1)), the copy writes the rest
     view = skewed.as_strided((*lead, n_rows, n_keys), (*skewed.stride()[:-2], width - 1, 1), skewed.storage_offset() + n_rows - 1)
     view.copy_(rows)  # (..., R, K)
     return skewed.sum(dim=-2)  # (..., K + R - 1)

@@ -105,7 +105,8 @@ class CheckpointTokenizer:
     def _tokens_of(self, encoding: Any, text: tuple[str, str], truncated: Truncation | None) -> Tokens:
         """The library's encoding of ``text`` (a text and its pair, "" for none) as Tokens."""
         special = tuple(bool(s) for s in encoding.special_tokens_mask)
-        texts, partial = self._texts(encoding.tokens, special)
+        placed = None if self._byte_level else tuple(s is not None for s in encoding.sequence_ids)  # what ``covered`` writes
+        texts, partial = self._texts(encoding.tokens, special, placed)
         if not self._byte_level:
             texts = covered(encoding, text, special, partial, texts)
         unknown = tuple(piece if piece == self._unknown and not s else "" for piece, s in zip(encoding.tokens, special))
@@ -198,9 +199,12 @@ class CheckpointTokenizer:
         finally:
             self._tokenizer.no_truncation()
 
-    def _texts(self, tokens: list[str], special: tuple[bool, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _texts(
+        self, tokens: list[str], special: tuple[bool, ...], placed: tuple[bool, ...] | None = None
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(texts, partial): each token's text, and its bytes in hex where they are
-        part of a character (``attn_cli.text.tokenizers.piece_text``); partial () when none is."""
+        part of a character (``attn_cli.text.tokenizers.piece_text``); partial () when none is.
+        ``placed``: the tokens whose text ``covered`` takes from the offsets instead (left "" here)."""
         texts, partial = [], []
         for i, token in enumerate(tokens):
             hexed = ""
@@ -210,6 +214,8 @@ class CheckpointTokenizer:
                 text, hexed = piece_text(bytes(_BYTES.get(c, ord("?")) for c in token))
             elif (byte := _BYTE_FALLBACK.fullmatch(token)) is not None:
                 text, hexed = piece_text(bytes([int(byte[1], 16)]))
+            elif placed is not None and placed[i]:
+                text = ""
             else:
                 previous = tokens[i - 1] if i > 0 and not special[i - 1] else None
                 text = self._in_place(previous, token)
