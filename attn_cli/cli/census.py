@@ -123,7 +123,8 @@ def census(
     """Every head of every layer over a corpus: the measures of Clark et al. 2019 (attention to
     [CLS], [SEP], punctuation, the previous and next token, entropy), Gu et al. 2024 (sink score and
     rate), Voita et al. 2019 (confidence, positional heads) and the distance profile, averaged over
-    every query row of every text, with standard errors, flags and examples (docs/census.md).
+    every query row of every text, with standard errors, flags and examples (docs/census.md). An
+    encoder-decoder (BART, T5, Marian) is read through its encoder, each text its source.
 
     \b
     Examples:
