@@ -127,8 +127,11 @@ def main() -> int:
             seconds, _, mib = run(filled, env)
             walls.append(seconds)
             peak = max(peak, mib)
+        if walls[1] <= walls[0]:  # start-up's noise larger than n texts' work: no steady rate to say
+            print(f"| {label} | {walls[0]:.1f} | {n / walls[0]:.1f} | {walls[1]:.1f} | n/a (give more --texts) | | {peak:.0f} |", flush=True)
+            continue
         steady[key] = n / (walls[1] - walls[0])  # the second n texts alone: start-up, imports and model opening cancel
-        ratio = steady[key] / steady["base"]
+        ratio = steady[key] / steady["base"] if "base" in steady else float("nan")
         print(f"| {label} | {walls[0]:.1f} | {n / walls[0]:.1f} | {walls[1]:.1f} | {steady[key]:.1f} | {ratio:.2f} | {peak:.0f} |", flush=True)
     two = steady.get("two")
     if two and "core" in steady and "one" in steady:

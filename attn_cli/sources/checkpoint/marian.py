@@ -64,10 +64,14 @@ class MarianTokenizer:
     def windows(self, text: str, size: int, stride: int) -> list[Tokens]:
         """The source text as windows of ``size`` tokens starting every ``stride`` tokens (the last what
         is left, as the tokenizers library cuts them), each ended by ``</s>`` as a text of its own is;
-        a leading language code is the first window's first token."""
+        a leading language code is the first window's first token. A text SentencePiece normalizes to
+        nothing (zero-width spaces) is ``</s>`` alone, as transformers' MarianTokenizer encodes it (a
+        tokenizer.json text of only its special tokens, [CLS] [SEP], is read so too)."""
         check_stride(size, stride)
         whole = self._encode(text, "source", whole=True)
         body = len(whole.ids) - 1  # without the closing </s>
+        if body == 0:
+            return [whole]
         made = []
         for start in range(0, body, stride):
             stop = min(start + size, body)
@@ -96,7 +100,7 @@ class MarianTokenizer:
         pieces = ([code] if code else []) + spm_pieces
         vocab = self._vocab[side]
         ids = [vocab.get(piece, vocab["<unk>"]) for piece in pieces] + [vocab["</s>"]]
-        if len(ids) == 1:
+        if len(ids) == 1 and not whole:
             raise InputError("the text gives no tokens; give some text")
         if not whole and self.max_positions is not None and len(ids) > self.max_positions:
             raise TooLargeError(too_long(len(ids), self.max_positions))
