@@ -123,7 +123,7 @@ def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: i
 
 
 def _entropy_nats(w: torch.Tensor) -> torch.Tensor:
-    """(..., K) float64 rows -> (..., K) -sum w ln w, 0 ln 0 = 0: w ln max(w, the smallest float64) in place
+    """(..., K) float64 rows -> (...,) -sum w ln w, 0 ln 0 = 0: w ln max(w, the smallest float64) in place
     (entr's numbers to 1e-16, in 60% of its time)."""
     terms = w.clamp_min(torch.finfo(w.dtype).tiny)
     return -terms.log_().mul_(w).sum(dim=-1) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
