@@ -135,8 +135,6 @@ def _alti_rows(
 def cosine_distance(changed: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
     """1 - cos between each of ``changed`` (B, T, D) and ``clean`` (T, D), row by row: (B, T) float64,
     clipped to [0, 2] as scikit-learn's ``cosine_distances`` (the authors') clips it."""
-    import torch
-
     a, b = changed.double(), clean.double()
     cos = (a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1))  # (B, T)
     return (1.0 - cos).clamp(0.0, 2.0)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from attn_cli.analysis.stats import binned, distance_bins, skewed_columns
+from attn_cli.analysis.stats import binned, distance_bins, entropy_nats, skewed_columns
 from attn_cli.records.band import Band
 
 ROW_MEASURES = ("cls", "sep", "punct", "self", "previous", "next", "entropy_nats", "first_mass", "confidence", "top_previous", "top_next")
@@ -69,8 +69,7 @@ class TextLayer:
         end = start + weights.shape[-2]
         rows = torch.arange(start, end)  # (R,) positions in the text
         real = self.real[:, None, start:end]  # (B, 1, R)
-        w = weights.double().cpu()  # (B, H', R, K) float64: every sum below is float64
-        values = _row_values(w, weights.cpu(), rows, first, self.sep, self.punct)  # (B, H', R) each
+        values = _row_values(weights.cpu(), rows, first, self.sep, self.punct)  # (B, H', R) each
         values = {m: torch.where(real, v, 0.0) for m, v in values.items()}  # a padding row counts nothing
         self.sums[:, heads] += torch.stack([values[m].sum(dim=-1) for m in ROW_MEASURES], dim=-1)  # (B, H', M)
         self.sink[:, heads] += (values["cls"] * self.sees_first[start:end]).sum(dim=-1)
@@ -103,15 +102,15 @@ class TextLayer:
         }  # fmt: skip
 
 
-def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: int, sep: torch.Tensor, punct: torch.Tensor) -> dict[str, torch.Tensor]:
-    """(B, H', R, K) float64 weights of rows ``rows``, keys first .. first + K - 1 -> each row measure's (B, H', R).
-    ``own``: the same weights in their own dtype, where a measure picks weights rather than sums them (float64
-    holds each exactly: the same numbers from half the bytes)."""
+def _row_values(own: torch.Tensor, rows: torch.Tensor, first: int, sep: torch.Tensor, punct: torch.Tensor) -> dict[str, torch.Tensor]:
+    """(B, H', R, K) weights of rows ``rows``, keys first .. first + K - 1 -> each row measure's (B, H', R), float64:
+    every sum over a float64 copy, the weights a measure picks from ``own`` (float64 holds each exactly)."""
+    w = own.double()  # (B, H', R, K)
     keys = slice(first, first + w.shape[-1])
     values = {
         "cls": _column(own, 0, first).double(), "sep": w @ sep[:, None, keys, None], "punct": w @ punct[:, None, keys, None],
         "self": _diagonal(own, rows, 0, first).double(), "previous": _diagonal(own, rows, -1, first).double(),
-        "next": _diagonal(own, rows, 1, first).double(), "entropy_nats": _entropy_nats(w),
+        "next": _diagonal(own, rows, 1, first).double(), "entropy_nats": entropy_nats(w, torch.empty_like(w)) + 0.0,  # + 0.0: a one-hot row's -0.0 is 0.0
     }  # fmt: skip
     values["sep"], values["punct"] = values["sep"][..., 0], values["punct"][..., 0]  # (B, H', R, 1) -> (B, H', R)
     top = own.max(dim=-1)  # (B, H', R) the first of equal maxima
@@ -120,13 +119,6 @@ def _row_values(w: torch.Tensor, own: torch.Tensor, rows: torch.Tensor, first: i
     values["top_next"] = (top.indices + first == rows + 1).double()
     values["first_mass"] = torch.where(rows >= 1, values["cls"], 0.0)
     return values
-
-
-def _entropy_nats(w: torch.Tensor) -> torch.Tensor:
-    """(..., K) float64 rows -> (...,) -sum w ln w, 0 ln 0 = 0: w ln max(w, the smallest float64) in place
-    (entr's numbers to 1e-16, in 60% of its time)."""
-    terms = w.clamp_min(torch.finfo(w.dtype).tiny)
-    return -terms.log_().mul_(w).sum(dim=-1) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
 
 
 def _key_mask(positions: Sequence[Sequence[int]], n_tokens: int) -> torch.Tensor:

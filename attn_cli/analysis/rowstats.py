@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, attention_stats, binned, distance_bins, effective_tokens, skewed_columns
+from attn_cli.analysis.stats import HeadStats, attention_stats, binned, distance_bins, effective_tokens, entropy_nats, skewed_columns
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 
@@ -39,13 +39,7 @@ def block_entropy_bits(weights: torch.Tensor, scratch: torch.Tensor | None = Non
     ``scratch``: a float32 tensor of at least R x K numbers the terms are written into (else a new one)."""
     terms = torch.empty(weights.shape, dtype=torch.float32, device=weights.device) if scratch is None else (
         scratch.view(-1)[: weights.numel()].view(weights.shape))  # fmt: skip
-    tiny = torch.finfo(torch.float32).tiny
-    if weights.dtype == torch.float32:
-        torch.clamp_min(weights, tiny, out=terms)
-    else:  # half precision: its terms in float32
-        terms.copy_(weights).clamp_min_(tiny)
-    terms.log_().mul_(weights)  # w log w
-    nats = -terms.sum(dim=-1)  # (..., R)
+    nats = entropy_nats(weights, terms)  # (..., R)
     return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
 
 

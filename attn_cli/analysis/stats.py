@@ -97,6 +97,18 @@ def distance_sums(weights: torch.Tensor, start: int, first: int, bins: Sequence[
     return binned(columns.double(), start - first + n_rows - 1, bins)  # column c holds offset j - i = c - (start - first + R - 1)
 
 
+def entropy_nats(weights: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
+    """(..., K) probability rows -> (...,) -sum w ln w, summed in ``terms``' dtype, 0 ln 0 = 0: w ln max(w, that
+    dtype's smallest float) written into ``terms`` (a tensor of ``weights``' shape: float32 for a long text's
+    blocks, float64 for the census), in a third of entr's time."""
+    tiny = torch.finfo(terms.dtype).tiny
+    if weights.dtype == terms.dtype:
+        torch.clamp_min(weights, tiny, out=terms)
+    else:  # half precision: its terms in float32
+        terms.copy_(weights).clamp_min_(tiny)
+    return -terms.log_().mul_(weights).sum(dim=-1)  # w ln w, summed
+
+
 def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """(..., R, K) rows -> (..., K + R - 1) column sums of the rows shifted so that one column holds one
     offset j - i for every row: row r's key k lands in column k + R - 1 - r, R terms a column in the
