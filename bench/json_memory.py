@@ -99,7 +99,7 @@ def peak_rss(writer: str, fmt: str, text_file: Path, out: Path) -> tuple[int, in
 
 
 BUDGETED = (
-    "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.pipeline import ToySource; "
+    "import sys; from attn_cli.sources.toy.config import Config; from attn_cli.sources.toy.source import ToySource; "
     "from attn_cli.formats.numbers import export_bytes; "
     "print(export_bytes(ToySource(Config(tokenizer='words', max_tokens=5000)).run(open(sys.argv[1], encoding='utf-8').read())))"
 )

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import torch
 
 from attn_cli.analysis.stats import CHUNK_ROWS
+from attn_cli.formats.floattext import FLOAT32, finished, json_numbers
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.summary import LayerSummary
 from attn_cli.records.tokens import Tokens
@@ -33,9 +33,9 @@ HEAD_STATS = ("self_mass", "previous_mass", "first_mass", "sink_score")  # per h
 EXPORT_BYTES_PER_NUMBER = 160
 # What a streamed export holds whatever the size of its tables: the text gathered
 # for one write and its UTF-8 bytes (WRITE_CHARS each), one block's floats, text and
-# CSV rows, the csv module's buffer; tracemalloc measured under 5 MiB
-# (bench/json_memory.py), this leaves room for allocator slack.
-STREAM_BYTES = 16 * 2**20
+# CSV rows, the csv module's buffer (tracemalloc measured under 5 MiB, bench/json_memory.py),
+# and floattext's tensors for TEXT_NUMBERS numbers (about 16 MB); with room for allocator slack.
+STREAM_BYTES = 32 * 2**20
 
 
 def export_numbers(run: Trace) -> int:
@@ -136,8 +136,6 @@ def token_dicts(tokens: Tokens, hidden: Sequence[int] = (), prompt_length: int |
     return out
 
 
-FLOAT32 = "{:.9}"  # 9 significant digits give back every float32; floats stay floats ("1.0", not "1")
-_LARGE = re.compile(r"-?[0-9.]+e\+[0-9]+")
 
 
 def float32_value(value: float) -> float:
@@ -147,6 +145,7 @@ def float32_value(value: float) -> float:
 
 
 BLOCK_NUMBERS = 4096  # numbers formatted at a time: a block of a table's rows (at least one), one cached template
+TEXT_NUMBERS = 65536  # float32 numbers ``floattext`` writes at a time: its tensors' overhead spread, about 10 MB of them
 _FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
 
 
@@ -217,11 +216,15 @@ JsonTable = StreamedTable  # the name before tables were streamed
 
 
 def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:
-    """A table's JSON text: in one piece up to ``BLOCK_NUMBERS`` numbers, else a block of rows a piece."""
+    """A table's JSON text: float32 vectors and tables by ``floattext``, ``TEXT_NUMBERS`` numbers a
+    piece; others in one piece up to ``BLOCK_NUMBERS`` numbers, else a block of rows a piece."""
     shape = tuple(source.shape)
+    if field == FLOAT32 and len(shape) in (1, 2) and all(shape):
+        yield from _float32_pieces(source, nulls)
+        return
     if len(shape) != 2:  # no export table is one: a vector in one piece, a stack table by table
         if len(shape) <= 1:
-            yield _finished(_template(shape, field).format(*source.reshape(-1).tolist()), nulls)
+            yield finished(_template(shape, field).format(*source.reshape(-1).tolist()), nulls)
             return
         yield "["
         for i in range(shape[0]):
@@ -233,26 +236,29 @@ def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:
     n_rows, width = shape
     step = _block_rows(source)
     if n_rows <= step:
-        yield _finished(_template(shape, field).format(*source[:].reshape(-1).tolist()), nulls)
+        yield finished(_template(shape, field).format(*source[:].reshape(-1).tolist()), nulls)
         return
     yield "["
     for start in range(0, n_rows, step):
         block = source[start : start + step]
         if start:
             yield ", "
-        yield _finished(_rows_template(block.shape[0], width, field).format(*block.reshape(-1).tolist()), nulls)
+        yield finished(_rows_template(block.shape[0], width, field).format(*block.reshape(-1).tolist()), nulls)
     yield "]"
 
 
-def _finished(text: str, nulls: bool) -> str:
-    """Numbers formatted with ``FLOAT32`` as ``json.dumps`` writes them."""
-    if "e+" in text:  # 1e9 and up: the notation of repr ("1234567890.0"), as json.dumps writes the same value
-        text = _LARGE.sub(lambda m: repr(float(m[0])), text)
-    if "n" in text:  # "inf", "-inf" or "nan": no finite number's text has an n
-        if not nulls:
-            raise ValueError("Out of range float values are not JSON compliant")
-        text = text.replace("-inf", "null").replace("inf", "null").replace("nan", "null")
-    return text
+def _float32_pieces(source: Source, nulls: bool) -> Iterator[str]:
+    """A (W,) vector's or an (R, W) table's JSON text, made ``TEXT_NUMBERS`` numbers at a time
+    (a block of whole rows, or a piece of one long row)."""
+    width, outer = source.shape[-1], len(source.shape) == 2
+    step = max(1, TEXT_NUMBERS // width)
+    yield "[" if outer else ""
+    for start in range(0, source.shape[0] if outer else 1, step):
+        flat = (source[start : start + step] if outer else source).reshape(-1)  # whole rows: row starts at multiples of W
+        for at in range(0, flat.shape[0], TEXT_NUMBERS):
+            yield ", " if start or at else ""
+            yield json_numbers(flat[at : at + TEXT_NUMBERS], width, at, nulls=nulls)
+    yield "]" if outer else ""
 
 
 @functools.lru_cache(maxsize=512)

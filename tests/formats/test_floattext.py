@@ -1,0 +1,83 @@
+"""formats.floattext: float32 tables as JSON text, written by tensor operations, against Python's
+own formatting and json (the text the JSON export wrote before, one number at a time)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attn_cli.formats import floattext, numbers
+
+
+def reference(rows: list[list[float]]) -> str:
+    """json.dumps of each float32 rounded to 9 significant digits: what ``as_lists`` gives json."""
+    return json.dumps([[float(f"{v:.9}") if math.isfinite(v) else None for v in row] for row in rows])
+
+
+EDGES = [
+    0.0, -0.0, 1.0, -1.0, 100.0, 0.5, 1e-4, 9.9999999e-5, 0.001, 99999992.0, 1e8, 123456789.0, 3.4028235e38,
+    1.4e-45, -1.4e-45, 1.17549435e-38, 2.0**-14, 2.0**-11, 1045238.375, 0.1, 12345678.0, 1.5, 7.0e-5, 1e-30,
+]  # fmt: skip
+
+
+def _values(n: int, seed: int) -> torch.Tensor:
+    """Every kind of float32: random bit patterns (subnormals, tiny, huge, both signs), softmax-like
+    weights, scores around 0, and the edges (powers of ten, ties, the largest and smallest)."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = bits[np.isfinite(bits)]
+    weights = torch.softmax(torch.randn(n // 256, 256, generator=torch.Generator().manual_seed(seed)) * 4, -1).reshape(-1)
+    scores = torch.randn(n, generator=torch.Generator().manual_seed(seed + 1)) * 10
+    return torch.cat([torch.from_numpy(bits.copy()), weights, scores, torch.tensor(EDGES, dtype=torch.float32)])
+
+
+def test_every_kind_of_float32_is_written_as_python_and_json_write_it() -> None:
+    values = _values(300_000, 0)
+    width = 97  # rows that start and end inside pieces and cells
+    values = values[: values.numel() // width * width]
+    got = numbers.StreamedTable(values.view(-1, width)).json()
+    assert got == reference(values.view(-1, width).tolist())
+    assert np.array_equal(np.array(json.loads(got), dtype=np.float32), values.view(-1, width).numpy())  # back bit for bit
+
+
+@pytest.mark.parametrize("text_numbers", [1, 5, 64, 65536])
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 1), (4, 10), (2, 3, 5), (1, 130)])
+def test_pieces_of_any_size_join_to_the_same_text(monkeypatch: pytest.MonkeyPatch, text_numbers: int, shape: tuple[int, ...]) -> None:
+    """A long row cut into pieces, a block of rows, a vector, a stack of tables: json.dumps's text."""
+    monkeypatch.setattr(numbers, "TEXT_NUMBERS", text_numbers)
+    values = _values(2000, 1)[: math.prod(shape)].view(shape)
+    assert numbers.StreamedTable(values).json() == json.dumps(np.vectorize(lambda v: float(f"{v:.9}"))(values.double().numpy()).tolist())
+
+
+def test_rows_made_as_they_are_read_and_half_precision() -> None:
+    values = torch.randn(9, 13) * 3
+    rows = numbers.Rows((9, 13), torch.float32, lambda a, b: values[a:b])
+    assert numbers.StreamedTable(rows).json() == reference(values.tolist())
+    half = values.to(torch.bfloat16)
+    assert numbers.StreamedTable(half).json() == reference(half.float().tolist())
+
+
+def test_nan_and_infinities_are_null_where_allowed_and_refused_elsewhere() -> None:
+    values = torch.tensor([[1.0, float("nan"), float("-inf")], [float("inf"), -2.5, 0.0]])
+    assert numbers.StreamedTable(values, nulls=True).json() == reference(values.tolist())
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        numbers.StreamedTable(values).json()
+
+
+def test_negative_control_a_kept_trailing_zero_or_a_wrong_digit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparisons above fail when the cells keep {:.9}'s dropped zeros, or when one digit group is off."""
+    values = _values(20_000, 2)
+    good = dict(floattext._tables())
+    for broken in ({"keep": torch.full_like(good["keep"], -1)}, {"lo": good["lo"].roll(1, 0)}):
+        monkeypatch.setattr(floattext, "_tables", lambda broken=broken: {**good, **broken})
+        assert numbers.StreamedTable(values[None]).json() != reference(values[None].tolist())
+
+
+def test_a_table_through_the_json_export_is_unchanged() -> None:
+    """The export's text of a table, as the per-number format wrote it (``as_lists`` through json)."""
+    values = torch.softmax(torch.randn(3, 40, 40) * 5, -1)
+    assert numbers.StreamedTable(values).json() == json.dumps([numbers.as_lists(v) for v in values])
