@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
-from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
+from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, float32_values, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.results import COMBINED, Classification
 from attn_cli.records.summary import LayerSummary
@@ -66,7 +66,7 @@ def layer_dict(
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
-        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]  # float32 weights, as in the table
+        entry["stats"]["top_weight"] = float32_values(head_stats.top_weight)  # float32 weights, as in the table
         entries.append(entry)
     made = {
         "layer": layer.layer,
@@ -102,7 +102,7 @@ def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> di
     entries = []
     for h in heads:
         stats = layer.stats[h].as_dict()
-        stats["top_weight"] = [float32_value(w) for w in layer.stats[h].top_weight]
+        stats["top_weight"] = float32_values(layer.stats[h].top_weight)
         entry: dict[str, Any] = {"head": h, "stats": stats}
         if layer.queries:
             entry["rows"] = [_summary_row(layer, q, h, table) for q in layer.queries]
@@ -141,7 +141,7 @@ def _weights_layer_dict(
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
-        entry["stats"]["top_weight"] = [float32_value(w) for w in head_stats.top_weight]
+        entry["stats"]["top_weight"] = float32_values(head_stats.top_weight)
         entries.append(entry)
     return _with_layer_norms({"layer": layer.layer, "input": None, "heads": entries}, layer, table)
 

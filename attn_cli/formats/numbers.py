@@ -7,6 +7,7 @@ memory before it starts (``export_bytes``, ``check_export_size``).
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Union
@@ -144,6 +145,11 @@ def float32_value(value: float) -> float:
     return float(FLOAT32.format(value))
 
 
+def float32_values(values: Sequence[float]) -> list[float]:
+    """``float32_value`` of each of many float32 values (a head's top weights), at floattext's speed."""
+    return as_lists(torch.tensor(values, dtype=torch.float32)[None])[0] if len(values) else []
+
+
 BLOCK_NUMBERS = 4096  # numbers formatted at a time: a block of a table's rows (at least one), one cached template
 TEXT_NUMBERS = 65536  # float32 numbers ``floattext`` writes at a time: its tensors' overhead spread, about 10 MB of them
 _FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
@@ -180,8 +186,11 @@ def _block_rows(source: Source) -> int:
 def as_lists(source: Source, nulls: bool = False) -> list[Any]:
     """A 2-D table as the lists of floats that ``to_json`` writes (``float32_value``);
     ``nulls``: NaN and infinities become None."""
-    written = float32_value if source.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
     tensor = source if isinstance(source, torch.Tensor) else source[:]
+    if tensor.dtype in _FLOAT32_EXACT and tensor.numel() and (nulls or bool(tensor.isfinite().all())):
+        step = max(1, TEXT_NUMBERS // tensor.shape[-1])  # floattext's text read back, a block of rows at a time
+        return [row for start in range(0, tensor.shape[0], step) for row in json.loads("".join(_float32_pieces(tensor[start : start + step], nulls)))]
+    written = float32_value if source.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
     if nulls:
         return [[written(v) if math.isfinite(v) else None for v in row] for row in tensor.tolist()]
     return [[written(v) for v in row] for row in tensor.tolist()]
@@ -189,9 +198,9 @@ def as_lists(source: Source, nulls: bool = False) -> list[Any]:
 
 class StreamedTable:
     """A float32 table in ``run_dict(table=StreamedTable)``: its source (a tensor, or
-    ``Rows``), written a block of rows at a time, as JSON (``json_pieces``: one
-    ``str.format`` of ``FLOAT32`` per block instead of one float repr per number
-    through ``json``) or as the rows of ``as_lists`` (``row_lists``, for CSV);
+    ``Rows``), written a block of rows at a time, as JSON (``json_pieces``: by
+    ``floattext`` for float32, not one float repr per number through ``json``) or as
+    the rows of ``as_lists`` (``row_lists``, for CSV);
     ``nulls``: NaN and infinities are written ``null`` (None)."""
 
     __slots__ = ("source", "nulls")

@@ -81,3 +81,16 @@ def test_a_table_through_the_json_export_is_unchanged() -> None:
     """The export's text of a table, as the per-number format wrote it (``as_lists`` through json)."""
     values = torch.softmax(torch.randn(3, 40, 40) * 5, -1)
     assert numbers.StreamedTable(values).json() == json.dumps([numbers.as_lists(v) for v in values])
+
+
+def test_as_lists_and_top_weights_read_back_the_same_floats() -> None:
+    """CSV's and run_dict's floats (``as_lists``) and the top weights (``float32_values``): float("{:.9}")
+    of each, None for NaN and infinities with nulls; without nulls a table that has them keeps its floats."""
+    values = _values(50_000, 3)[:49_980].view(-1, 49_980 // 30)
+    assert numbers.as_lists(values) == [[float(f"{v:.9}") for v in row] for row in values.tolist()]
+    odd = torch.tensor([[1.0, float("nan")], [float("-inf"), 2.5e-7]])
+    assert numbers.as_lists(odd, nulls=True) == [[1.0, None], [None, float(f"{odd[1, 1].item():.9}")]]
+    kept = numbers.as_lists(odd)
+    assert math.isnan(kept[0][1]) and kept[1][0] == float("-inf")
+    tops = values[0].double().tolist()
+    assert numbers.float32_values(tops) == [numbers.float32_value(v) for v in tops] and numbers.float32_values([]) == []
