@@ -151,7 +151,8 @@ def float32_values(values: Sequence[float]) -> list[float]:
 
 
 BLOCK_NUMBERS = 4096  # numbers formatted at a time: a block of a table's rows (at least one), one cached template
-TEXT_NUMBERS = 65536  # float32 numbers ``floattext`` writes at a time: its tensors' overhead spread, about 10 MB of them
+TEXT_NUMBERS = 65536  # float32 numbers ``floattext`` writes at a time: its tensors' overhead spread, about 16 MB of them
+TEXT_ABOVE = 2048  # and from how many on: below, a cached template's one str.format beats its tensor operations' start
 _FLOAT32_EXACT = (torch.float32, torch.bfloat16, torch.float16)  # dtypes whose every value 9 digits give back
 
 
@@ -187,7 +188,7 @@ def as_lists(source: Source, nulls: bool = False) -> list[Any]:
     """A 2-D table as the lists of floats that ``to_json`` writes (``float32_value``);
     ``nulls``: NaN and infinities become None."""
     tensor = source if isinstance(source, torch.Tensor) else source[:]
-    if tensor.dtype in _FLOAT32_EXACT and tensor.numel() and (nulls or bool(tensor.isfinite().all())):
+    if tensor.dtype in _FLOAT32_EXACT and tensor.numel() >= TEXT_ABOVE and (nulls or bool(tensor.isfinite().all())):
         step = max(1, TEXT_NUMBERS // tensor.shape[-1])  # floattext's text read back, a block of rows at a time
         return [row for start in range(0, tensor.shape[0], step) for row in json.loads("".join(_float32_pieces(tensor[start : start + step], nulls)))]
     written = float32_value if source.dtype in _FLOAT32_EXACT else float  # a float64 table keeps all its digits
@@ -228,7 +229,7 @@ def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:
     """A table's JSON text: float32 vectors and tables by ``floattext``, ``TEXT_NUMBERS`` numbers a
     piece; others in one piece up to ``BLOCK_NUMBERS`` numbers, else a block of rows a piece."""
     shape = tuple(source.shape)
-    if field == FLOAT32 and len(shape) in (1, 2) and all(shape):
+    if field == FLOAT32 and len(shape) in (1, 2) and math.prod(shape) >= TEXT_ABOVE:
         yield from _float32_pieces(source, nulls)
         return
     if len(shape) != 2:  # no export table is one: a vector in one piece, a stack table by table

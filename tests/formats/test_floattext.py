@@ -49,19 +49,22 @@ def test_every_kind_of_float32_is_written_as_python_and_json_write_it() -> None:
 def test_pieces_of_any_size_join_to_the_same_text(monkeypatch: pytest.MonkeyPatch, text_numbers: int, shape: tuple[int, ...]) -> None:
     """A long row cut into pieces, a block of rows, a vector, a stack of tables: json.dumps's text."""
     monkeypatch.setattr(numbers, "TEXT_NUMBERS", text_numbers)
+    monkeypatch.setattr(numbers, "TEXT_ABOVE", 1)
     values = _values(2000, 1)[: math.prod(shape)].view(shape)
     assert numbers.StreamedTable(values).json() == json.dumps(np.vectorize(lambda v: float(f"{v:.9}"))(values.double().numpy()).tolist())
 
 
 def test_rows_made_as_they_are_read_and_half_precision() -> None:
-    values = torch.randn(9, 13) * 3
-    rows = numbers.Rows((9, 13), torch.float32, lambda a, b: values[a:b])
+    values = torch.randn(90, 130) * 3
+    rows = numbers.Rows((90, 130), torch.float32, lambda a, b: values[a:b])
     assert numbers.StreamedTable(rows).json() == reference(values.tolist())
     half = values.to(torch.bfloat16)
     assert numbers.StreamedTable(half).json() == reference(half.float().tolist())
 
 
-def test_nan_and_infinities_are_null_where_allowed_and_refused_elsewhere() -> None:
+@pytest.mark.parametrize("above", [1, 2048])
+def test_nan_and_infinities_are_null_where_allowed_and_refused_elsewhere(monkeypatch: pytest.MonkeyPatch, above: int) -> None:
+    monkeypatch.setattr(numbers, "TEXT_ABOVE", above)  # floattext's path, and the template's for a small table
     values = torch.tensor([[1.0, float("nan"), float("-inf")], [float("inf"), -2.5, 0.0]])
     assert numbers.StreamedTable(values, nulls=True).json() == reference(values.tolist())
     with pytest.raises(ValueError, match="not JSON compliant"):
@@ -79,15 +82,16 @@ def test_negative_control_a_kept_trailing_zero_or_a_wrong_digit_is_caught(monkey
 
 def test_a_table_through_the_json_export_is_unchanged() -> None:
     """The export's text of a table, as the per-number format wrote it (``as_lists`` through json)."""
-    values = torch.softmax(torch.randn(3, 40, 40) * 5, -1)
-    assert numbers.StreamedTable(values).json() == json.dumps([numbers.as_lists(v) for v in values])
+    values = torch.softmax(torch.randn(3, 64, 64) * 5, -1)  # 4,096 numbers a table: floattext's
+    assert numbers.StreamedTable(values).json() == json.dumps([[[numbers.float32_value(v) for v in row] for row in table] for table in values.tolist()])
 
 
-def test_as_lists_and_top_weights_read_back_the_same_floats() -> None:
+def test_as_lists_and_top_weights_read_back_the_same_floats(monkeypatch: pytest.MonkeyPatch) -> None:
     """CSV's and run_dict's floats (``as_lists``) and the top weights (``float32_values``): float("{:.9}")
     of each, None for NaN and infinities with nulls; without nulls a table that has them keeps its floats."""
     values = _values(50_000, 3)[:49_980].view(-1, 49_980 // 30)
     assert numbers.as_lists(values) == [[float(f"{v:.9}") for v in row] for row in values.tolist()]
+    monkeypatch.setattr(numbers, "TEXT_ABOVE", 1)  # floattext's path for a small table too
     odd = torch.tensor([[1.0, float("nan")], [float("-inf"), 2.5e-7]])
     assert numbers.as_lists(odd, nulls=True) == [[1.0, None], [None, float(f"{odd[1, 1].item():.9}")]]
     kept = numbers.as_lists(odd)
