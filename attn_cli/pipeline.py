@@ -36,7 +36,8 @@ def open_source(spec: SourceSpec) -> Source:
     from attn_cli.sources.checkpoint.registry import is_seq2seq
 
     found = find(spec.model, spec.revision)  # located and its config.json read once, before torch loads
-    from attn_cli.sources.checkpoint.source import CheckpointSource, PairSource
+    from attn_cli.sources.checkpoint.pair_source import PairSource
+    from attn_cli.sources.checkpoint.source import CheckpointSource
 
     if is_seq2seq(found.config):
         return PairSource(spec, found)

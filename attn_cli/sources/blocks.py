@@ -38,6 +38,9 @@ from attn_cli.sources.attend import attention_weights, check_finite, explain_ove
 
 
 LayerSink = Callable[[int, int, int], "BlockConsumer"]  # (layer, T, S) -> a consumer of that layer's blocks
+# a position bias made a block at a time, where the whole (H, T, S) would not fit (T5's relative positions):
+# (heads, start, end, first, stop) -> (H', R, K) for heads ``heads``, query rows start .. end - 1, keys first .. stop - 1
+BiasRows = Callable[[slice, int, int, int, int], torch.Tensor]
 
 
 class BlockConsumer(Protocol):
@@ -59,7 +62,7 @@ def attend_in_blocks(
     mask: torch.Tensor | Band | None,
     block_rows: int,
     consumers: Sequence[BlockConsumer] = (),
-    bias: torch.Tensor | None = None,
+    bias: torch.Tensor | BiasRows | None = None,
     softcap: float | None = None,
     scale: float | None = None,
     softmax_in_dtype: bool = False,
@@ -71,7 +74,7 @@ def attend_in_blocks(
     keys and values stay in the processor's cache while its blocks read them again and again.
 
     Shapes: queries (..., H, T, Dk), keys (..., H, S, Dk), values (..., H, S, Dv), mask a ``Band``
-    or (T, S) True = hidden, bias (..., H or 1, T, S) -> context (..., H, T, Dv). The peak memory
+    or (T, S) True = hidden, bias (..., H or 1, T, S) or ``BiasRows`` -> context (..., H, T, Dv). The peak memory
     beyond the inputs and the context is one (..., H', R, K) block of weights, allocated once.
     """
     n_heads, n_queries, n_keys = queries.shape[-3], queries.shape[-2], keys.shape[-2]
@@ -86,14 +89,13 @@ def attend_in_blocks(
     for head in range(0, n_heads, group):
         heads = slice(head, head + group)
         q, k, v = queries[..., heads, :, :], keys[..., heads, :, :], values[..., heads, :, :]  # (..., H', T or S, D)
-        b = None if bias is None else bias if bias.shape[-3] == 1 else bias[..., heads, :, :]  # (..., H' or 1, T, S)
         for (start, end), (first, stop) in zip(bounds, spans):
             block = scratch[: q.shape[:-2].numel() * (end - start) * (stop - first)].view(*q.shape[:-2], end - start, stop - first)
             mask_from, hidden = _block_mask(mask, start, end, first, stop)
             hidden = hidden.to(queries.device) if hidden is not None else None
             context[..., heads, start:end, :] = _attend_block(
                 q, k[..., first:stop, :], v[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
-                bias=None if b is None else b[..., first:stop], softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
+                bias=_block_bias(bias, heads, start, end, first, stop), softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
                 mask_from=mask_from,
             )  # fmt: skip
             for consumer in consumers:
@@ -110,6 +112,15 @@ def _block_mask(mask: torch.Tensor | Band | None, start: int, end: int, first: i
     return 0, None if mask is None else mask[start:end]  # (R, S)
 
 
+def _block_bias(bias: torch.Tensor | BiasRows | None, heads: slice, start: int, end: int, first: int, stop: int) -> torch.Tensor | None:
+    """The bias of heads ``heads``' rows start .. end - 1 over keys first .. stop - 1: (..., H' or 1, R, K)."""
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor):
+        return bias(heads, start, end, first, stop)  # (H', R, K), made for this block
+    return (bias if bias.shape[-3] == 1 else bias[..., heads, :, :])[..., start:end, first:stop]
+
+
 def block_bounds(n_queries: int, block_rows: int) -> list[tuple[int, int]]:
     """The (start, end) query rows of each block: ``block_rows`` of them, the last block what is left."""
     if block_rows < 1:
@@ -123,11 +134,11 @@ def _attend_block(
     softmax_in_dtype: bool, mask_from: int = 0,
 ) -> torch.Tensor:  # fmt: skip
     """Query rows start .. end - 1 against ``keys`` (..., H, K, Dk): their weights written into
-    ``block`` (..., H, R, K), their context returned. ``bias`` (..., T, K): the block's keys;
-    ``mask`` (R, K') its rows already, keys mask_from .. mask_from + K' - 1 of the block's."""
+    ``block`` (..., H, R, K), their context returned. ``bias`` (..., H or 1, R, K) and ``mask``
+    (R, K') the block's rows already, the mask over keys mask_from .. mask_from + K' - 1 of the block's."""
     rows = queries[..., start:end, :]  # (..., H, R, Dk)
     attention_weights(
-        rows, keys, divisor=divisor, mask=mask, bias=None if bias is None else bias[..., start:end, :], softcap=softcap,
+        rows, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap,
         out=block, scale=scale, softmax_in_dtype=softmax_in_dtype, mask_from=mask_from, check=False,
     )  # fmt: skip
     context = block @ values  # (..., H, R, K) @ (..., H, K, Dv) -> (..., H, R, Dv)

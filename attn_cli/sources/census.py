@@ -244,7 +244,7 @@ class EncoderStack:
 
 def one_stack(source: Source) -> Any:
     """The one stack of self-attention a census reads: the model's, or an encoder-decoder's encoder."""
-    from attn_cli.sources.checkpoint.source import PairSource
+    from attn_cli.sources.checkpoint.pair_source import PairSource
 
     if not isinstance(source, PairSource):
         return source

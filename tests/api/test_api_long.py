@@ -25,7 +25,7 @@ def test_rows_and_stats_with_and_without_tables(mistral: Path, monkeypatch: pyte
     n = len(whole.tokens)
     assert whole.tables_omitted is None and whole.queries == (0, n - 2, n - 1)
     assert torch.equal(whole.rows(head=3), whole.layers[0].weights[3, [0, n - 2, n - 1]])
-    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
     blocked = attn_cli.trace(checkpoints.LONG, model=mistral, query=["last:2", 0], layer=1)
     assert blocked.tables_omitted is not None and blocked.queries == whole.queries
     torch.testing.assert_close(blocked.rows(), whole.rows(), atol=1e-6, rtol=0)

@@ -63,7 +63,7 @@ def test_blocks_and_tables_draw_the_same_picture(mistral: Path, view: str) -> No
 
 
 def test_heatmap_without_room(mistral: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
     for args in ([], ["--query", "last:4"], ["--window", "100:140", "--keys", "90:140"], ["--pool", "mean", "--layer", "all"]):
         out = tmp_path / f"p{len(args)}.png"
         result = invoke("heatmap", TEXT, "--model", str(mistral), "--head", "0-1", *args, "-o", str(out))
@@ -90,7 +90,7 @@ def test_html_of_a_long_text(mistral: Path, tmp_path: Path, monkeypatch: pytest.
     import json
 
     rows = json.loads(invoke("run", TEXT, "--model", str(mistral), "--layer", "1", "--head", "0-1", "--query", "last", "-F", "json").stdout)
-    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
     page = tmp_path / "doc.html"
     args = ("--layer", "1", "--head", "0-1", "--query", "last", "--window", "100:130", "-o", str(page))
     result = invoke("html", TEXT, "--model", str(mistral), *args)

@@ -29,7 +29,7 @@ def mistral(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def no_room(monkeypatch: pytest.MonkeyPatch) -> None:
     """No table fits: every run of `run` computes in blocks."""
-    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
 
 
 def run_json(folder: Path, *args: str) -> tuple[dict[str, Any], str]:
@@ -94,7 +94,7 @@ def test_heads_without_room_score_from_the_statistics(mistral: Path, monkeypatch
     """`heads` where the tables do not fit: every score but the norms' equal to the run with tables."""
     args = ("heads", TEXT, "--model", str(mistral), "-F", "json", "--no-probe")
     whole = json.loads(invoke(*args).stdout)["heads"]
-    monkeypatch.setattr(checkpoint_source, "_fit", lambda parts, device: False)
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
     result = invoke(*args)
     assert "note: the T x T tables of" in result.stderr
     blocked = json.loads(result.stdout)["heads"]

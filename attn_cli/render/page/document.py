@@ -52,6 +52,9 @@ def document_page(trace: Trace, *, command: str, view: LongView, dpi: float = ZO
     ]
     if trace.tables_omitted is not None:
         parts.append(f"<p class=note>Not kept: {html.escape(trace.tables_omitted)}.</p>")
+    if trace.model.decoder_layers:
+        parts.append("<p class=note>An encoder-decoder: this page is its encoder's self-attention over the source; the decoder's and "
+                     "cross-attention's tables are in <code>attn-cli run -F json</code>.</p>")  # fmt: skip
     parts.append(_section("Pooled maps", _png(long_figure(_only(trace, queries=()), HeatmapOptions(dpi=dpi), LongView(how=view.how)), "pooled")))
     for layer in trace.layers:
         parts.append(f"<h2>Layer {layer.layer}: the heads' statistics</h2>" + _stats_table(trace, layer, heads))

@@ -25,6 +25,8 @@ from attn_cli.sources.checkpoint.tokenizer import CheckpointTokenizer
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
     from attn_cli.records.layers import LayerWeights
+    from attn_cli.records.summary import LayerSummary
+    from attn_cli.sources.blocks import BlockPlan
     import torch
 
     from attn_cli.records.results import Predictions, Target
@@ -41,7 +43,7 @@ class PairLayers:
     """The kept layers of each stack, in layer order: encoder (H, S, S), decoder (H, T, T),
     cross (H, T, S), float32 on the CPU."""
 
-    encoder: tuple[LayerWeights, ...]
+    encoder: tuple[LayerWeights, ...] | tuple[LayerSummary, ...]  # summaries where the encoder ran in blocks
     decoder: tuple[LayerWeights, ...]
     cross: tuple[LayerWeights, ...]
 
@@ -80,11 +82,18 @@ class PairCheckpoint:
         special = self.tokenizer.special_ids()
         return self.tokenizer.tokens_from_ids(ids, tuple(i in special for i in ids))
 
-    def estimate_bytes(self, n_source: int, n_target: int, keep: Keep = "all", *, predict: bool = False, norms: bool = False) -> dict[str, int]:
+    def estimate_bytes(
+        self, n_source: int, n_target: int, keep: Keep = "all", *, predict: bool = False, norms: bool = False,
+        blocks: tuple[int, int] | None = None,
+    ) -> dict[str, int]:  # fmt: skip
         """What a trace of every layer of the three stacks needs, by part: weights (every
         tensor of both stacks, and the token rows read), tables (the kept (H, S, S),
         (H, T, T) and (H, T, S) weights, twice at ``keep="all"``, where the raw scores are
-        derived too) and activations (the kept vectors and one layer in flight)."""
+        derived too) and activations (the kept vectors and one layer in flight). ``blocks``
+        (block bytes, chosen rows): the encoder in blocks, its statistics and rows for its tables,
+        a block and a position bias's in flight for its (H, S, S)."""
+        if blocks is not None:
+            return self._blocked_bytes(n_source, n_target, keep, predict, *blocks)
         encoder, decoder = self.model.encoder, self.model.decoder
         s, t, d = n_source, n_target, encoder.d_model
         weights = sum(self._weights.entry(ROOT + name).numel for name in self._weights.names()) * DTYPES[self.info.dtype]
@@ -106,14 +115,32 @@ class PairCheckpoint:
             in_flight += 2 * FLOAT32 * min(t, block_rows(vocab)) * vocab
         return {"weights": weights, "tables": tables, "activations": kept + in_flight}
 
+    def _blocked_bytes(self, s: int, t: int, keep: Keep, predict: bool, block_bytes: int, rows: int) -> dict[str, int]:
+        """``estimate_bytes`` with the encoder in blocks: the decoder's own over S source tokens
+        (its tables, cross-attention's, one decoder layer in flight), and the encoder's in blocks."""
+        from attn_cli.sources.checkpoint.model import STATS_BYTES_PER_ROW
+
+        encoder = self.model.encoder
+        whole = self.estimate_bytes(0, t, keep, predict=predict)  # the decoder's tables and layer over no source
+        decoder = self.model.decoder
+        cross = (2 if keep == "all" else 1) * FLOAT32 * decoder.layers * decoder.heads * t * s  # (H, T, S) per layer
+        width = max(encoder.d_model, encoder.heads * encoder.head_dim)
+        in_flight = FLOAT32 * (2 * decoder.heads * t * s + 8 * s * width)
+        in_flight += (6 if keep == "all" else 0) * FLOAT32 * width * decoder.layers * s  # cross-attention's kept keys and values
+        summaries = encoder.layers * encoder.heads * s * (STATS_BYTES_PER_ROW + rows * FLOAT32)
+        return {
+            "weights": whole["weights"], "tables": whole["tables"] + cross + summaries,
+            "activations": whole["activations"] + in_flight + 2 * block_bytes,  # a block, and a bias's (T5) beside it
+        }  # fmt: skip
+
     def trace(
-        self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0, norms: bool = False
+        self, source: Tokens, decoder: Tokens, keep: Keep = "all", *, predict: int = 0, norms: bool = False, blocks: BlockPlan | None = None
     ) -> tuple[PairLayers, Predictions | None]:
         """Every layer of the three stacks over the source and the decoder's inputs, through the
         one layer loop (``seq2seq.pair_forward``); with ``predict`` K, every decoder position's
         top K next tokens through the model's head, softmax in float32; with ``norms``, every
         layer's value-weighted norms (``analysis.norms``: cross-attention's keys send the
-        encoder's output)."""
+        encoder's output); with ``blocks``, the encoder's layers in blocks (summaries)."""
         import torch
 
         from attn_cli.analysis.effects import top_k
@@ -123,7 +150,7 @@ class PairCheckpoint:
         model, weights = self.model, self._weights
         predict = PREDICT_DEFAULT if predict < 0 else predict  # --predict with no count
         head = model.decoder.head(weights) if predict else None
-        done = pair_forward(model, weights, source, decoder, weights.device, keep, norms=norms, whole=head is not None)
+        done = pair_forward(model, weights, source, decoder, weights.device, keep, norms=norms, whole=head is not None, blocks=blocks)
         predictions = None
         if head is not None:
             hidden = done.hidden
@@ -144,17 +171,17 @@ class PairCheckpoint:
         score = TargetScore((self.model.decoder, self._weights, self.tokenizer, None), decoder, None, token)  # type: ignore[arg-type]
         return pair_attention_gradients(self.model, self._weights, source, decoder, score, self._weights.device), score.target
 
-    def generate(self, source: Tokens, n: int) -> tuple[int, ...]:
+    def generate(self, source: Tokens, n: int, blocks: BlockPlan | None = None) -> tuple[int, ...]:
         """Greedy decoding of up to ``n`` target tokens: from ``decoder_start_token_id``, each
         step the argmax of the last decoder position's logits (no logits processors, whatever
         generation_config.json says), stopping after an end-of-sequence id. The encoder runs
-        once; each step runs the whole decoder over the tokens so far (no cache)."""
+        once (``blocks``: in blocks); each step runs the whole decoder over the tokens so far (no cache)."""
         from attn_cli.sources.checkpoint.families.greedy import greedy
         from attn_cli.sources.checkpoint.families.seq2seq import encode
 
         decoder, weights = self.model.decoder, self._weights
         decoder.head(weights)  # ModelUnavailable, naming what is missing, before the encoder runs
-        memory = encode(self.model, weights, source, (), weights.device).output  # (S, D)
+        memory = encode(self.model, weights, source, (), weights.device, blocks=blocks).output  # (S, D)
         return greedy(decoder, weights, self.tokenizer, [decoder.decoder_start], n, self.eos_ids, memory, weights.device)
 
     def ablate(self, source: Tokens, decoder: Tokens, labels: Sequence[int], method: str, stack: str) -> Ablation:

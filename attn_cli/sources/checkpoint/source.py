@@ -1,34 +1,30 @@
 """A trained checkpoint as a source (``--model``): ``CheckpointSource`` runs a decoder or an
-encoder, every layer up to the last selected one; ``PairSource`` an encoder-decoder, the
-text through the encoder and the target through the decoder, with the three stacks in its
-trace. Each checks the memory its run needs before it allocates.
+encoder, every layer up to the last selected one (an encoder-decoder's is ``pair_source.PairSource``).
+It checks the memory its run needs before it allocates.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attn_cli.analysis.flow import attention_flow, check_size
-from attn_cli.analysis.rollout import RolloutAccumulator, rollout_of
-from attn_cli.records.layers import LayerWeights
+from attn_cli.analysis.rollout import RolloutAccumulator
 from attn_cli.records.positions import resolve_queries
-from attn_cli.records.selection import IndexSpec, Keep, Selection
+from attn_cli.records.selection import Selection
 from attn_cli.records.tokens import Tokens
-from attn_cli.records.trace import ModelInfo, Trace, encoder_decoder_trace
+from attn_cli.records.trace import ModelInfo, Trace
 from attn_cli.runtime import threads
 from attn_cli.runtime.errors import TooLargeError, UsageError
 from attn_cli.runtime.threads import attention_flops, using_threads
 from attn_cli.sources.base import PROBE_TEXT, Batches, check_budget, check_device_budget, check_length, check_text, with_threads
-from attn_cli.sources.checkpoint.attributing import Attributing, encoder_maps
+from attn_cli.sources.checkpoint.attributing import Attributing
 from attn_cli.sources.checkpoint.files import Found
-from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
+from attn_cli.sources.spec import SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
     from attn_cli.sources.blocks import BlockPlan
-    from attn_cli.sources.checkpoint.pair import PairLayers
 
 
 class CheckpointSource(Batches):
@@ -116,7 +112,7 @@ class CheckpointSource(Batches):
         if attributing is not None:  # value zeroing, ALTI, attention x gradient: their maps and their work
             parts["attributions"] = attributing.bytes()
             culprits["attributions"] = (f"the attribution maps of {len(tokens)} tokens through {selection.last_layer + 1} layers", "use a shorter text")
-        omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not _fit(parts, self.spec.device))
+        omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not fits_at_hand(parts, self.spec.device))
         if omit and not (combined or selection.maps):
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
             blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
@@ -158,7 +154,7 @@ class CheckpointSource(Batches):
         from attn_cli.sources.blocks import BlockPlan
 
         info, n_tokens = self.info, len(tokens)
-        block_bytes = min(BLOCK_BYTES, (budget.device_available_bytes(self.spec.device) or budget.available_bytes() or BLOCK_BYTES) // 8)
+        block_bytes = block_bytes_for(self.spec.device)
         rows, group = self.checkpoint.block_shape(n_tokens, block_bytes)
         every_head = tuple(selection.heads) == tuple(range(info.heads))
         special = tuple(tokens.special) if tokens.special and any(tokens.special) else None
@@ -183,7 +179,7 @@ class CheckpointSource(Batches):
         return plan, omitted, parts
 
 
-def _fit(parts: dict[str, int], device: str) -> bool:
+def fits_at_hand(parts: dict[str, int], device: str) -> bool:
     """Whether ``parts`` fit the memory at hand, and on a GPU its part there."""
     from attn_cli.runtime import budget
 
@@ -195,174 +191,11 @@ def _fit(parts: dict[str, int], device: str) -> bool:
 BLOCK_BYTES = 256 * 2**20  # the most one block of a layer's weights, and what its consumers derive, may take
 
 
-class PairSource(Batches):
-    """An encoder-decoder checkpoint (``--model`` with ``--target``): the text through the
-    encoder, the target's labels shifted right through the decoder (``attn_cli.sources.checkpoint.pair``);
-    the trace holds the three stacks (``Trace.stack`` shows one)."""
+def block_bytes_for(device: str) -> int:
+    """One block's bytes on ``device``: ``BLOCK_BYTES``, or an eighth of the memory at hand where that is less."""
+    from attn_cli.runtime import budget
 
-    def __init__(self, spec: SourceSpec, found: Found | None = None) -> None:
-        from attn_cli.sources.checkpoint import open_checkpoint
-        from attn_cli.sources.checkpoint.pair import PairCheckpoint
-
-        assert spec.model is not None
-        self.spec = spec
-        self.notes: list[str] = []
-        opened = open_checkpoint(spec.model, revision=spec.revision, dtype=spec.dtype, device=spec.device, found=found, pairs=True)
-        assert isinstance(opened, PairCheckpoint), "open_source sends encoder-decoders here"
-        self.checkpoint = opened
-        self.info = self.checkpoint.info
-        # --layer and --head choose within each stack (``_resolve``): any index one of them has passes here
-        self.n_layers = max(self.info.layers, self.info.decoder_layers or 0)
-        self.n_heads = max(self.info.heads, self.info.decoder_heads or 0)
-        self._source: Tokens | None = None
-        self._labels: tuple[int, ...] = ()  # the last text's target, as the decoder's labels (``ablate``)
-
-    def run(self, text: str, selection: Selection | None = None) -> Trace:
-        check_text(text)
-        spec, info = self.spec, self.info
-        if spec.pair is not None or spec.truncate or (selection is not None and selection.tables == "omit"):
-            flag = "--pair" if spec.pair is not None else "--truncate" if spec.truncate else "--no-tables"
-            raise UsageError(f"{flag} is not available with an encoder-decoder model yet; drop it")
-        rollout_stack = spec.stack or "cross"
-        if selection is not None and selection.rollout and rollout_stack == "cross":
-            raise UsageError(
-                "--rollout multiplies a stack's layers from its input up, and cross-attention's rows and columns are two texts: "
-                "roll out --stack encoder or --stack decoder"
-            )
-        source = check_length(self.checkpoint.tokenizer.encode(text), spec.token_limit(info.max_positions))
-        self._source = source  # what the encoder reads under the heads' probe (``trace_ids``)
-        keep = selection.keep if selection is not None else "all"
-        predict = selection.predict if selection is not None else 0
-        norms = selection is not None and selection.norms
-        generate = selection.generate if selection is not None else 0
-        target, labels = self._target(source, generate, keep, norms)
-        self._labels = labels.ids
-        ended_at_once = bool(generate) and len(labels) == 1 and labels.ids[0] in self.checkpoint.eos_ids
-        decoder = check_length(self.checkpoint.decoder_tokens(labels), spec.token_limit(info.max_positions))
-        self._check_budget(len(source), len(decoder), keep, predict=bool(predict), norms=norms)
-        n = max(len(source), len(decoder))
-        n_threads = threads.threads_for(attention_flops(n, info.d_model, info.heads, info.head_dim, info.value_dim) + 16 * n * info.d_model**2)
-        with using_threads(n_threads):
-            stacks, predictions = self.checkpoint.trace(source, decoder, keep, predict=predict, norms=norms)
-        kept, encoder_heads, decoder_heads = self._chosen(stacks, selection, n_threads)
-        encoder_layers, maps, flow, explained = kept["encoder"], {}, None, None
-        if selection is not None and (selection.maps or selection.flow):  # the encoder's (attributing.encoder_maps)
-            encoder_layers, maps, flow, explained = encoder_maps(self.checkpoint, source, decoder, selection, spec.stack, kept["encoder"])
-        rollout = None
-        if selection is not None and selection.rollout:  # through the last layer the stack keeps, from every layer before it
-            rollout = rollout_of(getattr(stacks, rollout_stack), kept[rollout_stack][-1].layer)
-        encoder = Trace(
-            text, source, dataclasses.replace(info, threads=n_threads), tuple(encoder_layers), chosen_heads=encoder_heads, maps=maps,
-            flow=flow, explained=explained,
-            predictions=predictions, generated_text=target if generate else None, ended_at_once=ended_at_once,
-            rollout=rollout if rollout_stack == "encoder" else None,
-        )  # fmt: skip
-        decoder_rollout = rollout if rollout_stack == "decoder" else None
-        return encoder_decoder_trace(encoder, target, decoder, kept["decoder"], kept["cross"], decoder_heads, decoder_rollout)
-
-    def _target(self, source: Tokens, generate: int, keep: Keep, norms: bool) -> tuple[str, Tokens]:
-        """(the target's text, its labels): --target's, or with --generate the model's own,
-        greedy from decoder_start_token_id."""
-        spec, info, tokenizer = self.spec, self.info, self.checkpoint.tokenizer
-        target = spec.target
-        if generate:
-            if target is not None:
-                raise UsageError("--generate writes the target itself: drop --target, or drop --generate to read yours")
-            check_room(spec, info, "the decoder's start token", 1, generate)
-            self._check_budget(len(source), generate + 1, keep, predict=True, norms=norms)  # the longest target it may write
-            made = self.checkpoint.generate(source, generate)
-            return tokenizer.decode(made), tokenizer.tokens_from_ids(made, tuple(i in tokenizer.special_ids() for i in made))
-        if target is None:
-            raise UsageError(
-                f"{info.name} is an encoder-decoder ({info.family}): give the decoder's text with --target "
-                f"(`attn-cli run TEXT --model MODEL --target TARGET`), or let it write one with --generate N"
-            )
-        if not target.strip():
-            raise UsageError("--target is empty: give the decoder's text (the translation or summary to read)")
-        return target, self.checkpoint.encode_target(target)
-
-    def _chosen(
-        self, stacks: PairLayers, selection: Selection | None, n_threads: int
-    ) -> tuple[dict[str, tuple[LayerWeights, ...]], tuple[int, ...], tuple[int, ...]]:
-        """Each stack's layers the trace keeps, and the encoder's and the decoder's heads. JSON,
-        CSV and the page hold every stack, each with every layer and head unless --layer/--head
-        say otherwise; tables, pictures and explain show one stack, where alone the indexes must exist."""
-        spec, info = self.spec, self.info
-        heads = {"encoder": info.heads, "decoder": info.decoder_heads or 0}
-        layers = {"encoder": info.layers, "decoder": info.decoder_layers or 0}
-        everything = selection is None or selection.everything
-        shown = None if everything else ({"encoder"} if spec.stack == "encoder" else {"decoder", "cross"})
-
-        def pick(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
-            if shown is None or stack in shown:
-                return self._resolve(index, count, what, stack, default)
-            try:  # a stack not shown: what it has of the indexes, else its last
-                return index.resolve(count, what, default=default)
-            except UsageError:
-                return (count - 1,)
-
-        def chosen(stack: str, kept: Sequence[LayerWeights]) -> tuple[LayerWeights, ...]:
-            count = layers["decoder" if stack == "cross" else stack]
-            wanted = pick(spec.layers, count, "layer", stack, None if everything else [count - 1])
-            return tuple(dataclasses.replace(kept[i], threads=n_threads) for i in wanted)
-
-        def default_heads(count: int) -> Sequence[int] | None:
-            """Unless --head chose: every head (JSON), or those the command asked for that the stack has (the model view: all)."""
-            if everything:
-                return None
-            asked = [h for h in (selection.heads if selection is not None else ()) if h < count]
-            return asked or range(min(TABLE_HEADS, count))
-
-        encoder_heads = pick(spec.heads, heads["encoder"], "head", "encoder", default_heads(heads["encoder"]))
-        decoder_heads = pick(spec.heads, heads["decoder"], "head", "decoder", default_heads(heads["decoder"]))
-        kept = {stack: chosen(stack, getattr(stacks, stack)) for stack in ("encoder", "decoder", "cross")}
-        return kept, encoder_heads, decoder_heads
-
-    def ablate(self, trace: Trace, method: str) -> Ablation:
-        """``heads --ablate``: each head of the stack --stack names (cross-attention's by default)
-        and its change in the target's loss (``PairCheckpoint.ablate``), for the trace ``run`` made last."""
-        stacks = trace.stacks
-        assert len(stacks) > 1 and self._labels, "run the text first"
-        return self.checkpoint.ablate(trace.tokens, stacks["decoder"].tokens, self._labels, method, self.spec.stack or "cross")
-
-    def _check_budget(self, n_source: int, n_target: int, keep: Keep, *, predict: bool, norms: bool) -> None:
-        """Refuse, before anything runs, three stacks over these lengths that would not fit (on a
-        GPU, its part there too)."""
-        parts = self.checkpoint.estimate_bytes(n_source, n_target, keep, predict=predict, norms=norms)
-        culprits = {
-            "weights": ("the weights of both stacks", "use a smaller model"),
-            "tables": (f"the tables of {n_source} source and {n_target} target tokens in every layer of three stacks", "use shorter texts"),
-            "activations": ("the hidden states of both texts", "use shorter texts"),
-        }
-        check_budget(parts, culprits)
-        check_device_budget(parts, culprits, self.spec.device)
-
-    @staticmethod
-    def _resolve(index: IndexSpec, count: int, what: str, stack: str, default: Sequence[int] | None) -> tuple[int, ...]:
-        """``--layer``/``--head`` within one stack; an index the stack lacks names the stack."""
-        try:
-            return index.resolve(count, what, default=default)
-        except UsageError as err:
-            raise UsageError(f"{err} (the {stack} stack)") from None
-
-    def probe_pool(self) -> tuple[tuple[int, ...], Sequence[int]] | str:
-        """The repeated-token probe reads the decoder's self-attention: its inputs are
-        ``decoder_start_token_id`` and the probe's ids (the encoder reads the text, see ``trace_ids``)."""
-        if self.spec.stack != "decoder":
-            return "the repeated-token probe reads a decoder's self-attention: heads --stack decoder runs it"
-        return (self.checkpoint.model.decoder.decoder_start,), self.checkpoint.tokenizer.ordinary_ids()
-
-    def trace_ids(self, ids: Sequence[int], selection: Selection | None = None) -> Trace:
-        """The decoder over ``ids`` as its inputs (the probe), the encoder over the last text run."""
-        if self._source is None:
-            raise UsageError("an encoder-decoder's probe reads the decoder over the ids, with a text in the encoder: run a text first")
-        tokenizer = self.checkpoint.tokenizer
-        decoder = tokenizer.tokens_from_ids(tuple(ids), tuple(i == 0 for i in range(len(ids))))
-        keep = selection.keep if selection is not None else "all"
-        with using_threads(threads.threads_for(16 * len(ids) * self.info.d_model**2)):
-            stacks, _ = self.checkpoint.trace(self._source, decoder, keep)
-        encoder = Trace(PROBE_TEXT, self._source, self.info, stacks.encoder)
-        return encoder_decoder_trace(encoder, PROBE_TEXT, decoder, stacks.decoder, stacks.cross)
+    return min(BLOCK_BYTES, (budget.device_available_bytes(device) or budget.available_bytes() or BLOCK_BYTES) // 8)
 
 
 def _checkpoint_culprits(n_tokens: int, selection: Selection, info: ModelInfo) -> dict[str, tuple[str, str]]:

@@ -19,7 +19,7 @@ import abc
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -29,6 +29,9 @@ from attn_cli.records.layers import Projections
 from attn_cli.records.tokens import Tokens
 from attn_cli.records.trace import Anatomy
 from attn_cli.runtime.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    from attn_cli.sources.blocks import BiasRows
 
 
 class Weights(Protocol):
@@ -187,6 +190,11 @@ class Family(abc.ABC):
         """What layer ``layer``'s softmax reads besides the scaled scores: an additive
         bias (H or 1, T, T) (relative positions) and a soft-cap, each None when absent."""
         return None, None
+
+    def blocked_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | BiasRows | None, float | None]:
+        """``score_modifiers`` for a layer run in blocks: the bias may be made a block at a time
+        (``BiasRows``) where the family's (H, T, T) would be as large as the tables it spares."""
+        return self.score_modifiers(layer, n_tokens)
 
     def layer_mask(self, layer: int, shared: torch.Tensor | None, n_tokens: int) -> torch.Tensor | None:
         """(T, T) layer ``layer``'s mask over ``n_tokens`` given the shared one (a sliding window adds to it)."""

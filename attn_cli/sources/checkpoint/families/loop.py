@@ -195,7 +195,7 @@ def blocked_step(
     ``LayerSummary``. The same steps as ``attention_step``, without an (H, T, T) tensor."""
     t, x, divisor, divisor_text = layer_inputs(family, weights, index, hidden)
     n_tokens = hidden.shape[-2]
-    bias, softcap = family.score_modifiers(index, n_tokens)  # (H or 1, T, T) or None, float or None
+    bias, softcap = family.blocked_modifiers(index, n_tokens)  # (H or 1, T, T), BiasRows or None; float or None
     band = family.band(index)
     gathering = plan.gathering(index, family.heads, n_tokens, n_tokens, band) if keep else None
     projections = family.projections(t)

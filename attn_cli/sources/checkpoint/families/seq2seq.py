@@ -32,6 +32,8 @@ from attn_cli.records.tokens import Tokens
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights, token_rows
 from attn_cli.sources.checkpoint.families.config import FamilyConfig, first_of, key
+from attn_cli.records.summary import LayerSummary
+from attn_cli.sources.blocks import BiasRows, BlockPlan
 from attn_cli.sources.checkpoint.families.loop import forward
 
 STACKS = ("encoder", "decoder")
@@ -123,6 +125,14 @@ class Seq2Seq(Family):
         """(H, N, N) added to every self-attention layer's scores of this stack, or None."""
         return None
 
+    def blocked_modifiers(self, layer: int, n_tokens: int) -> tuple[torch.Tensor | BiasRows | None, float | None]:
+        assert self._weights is not None, "embed first"
+        return self.bias_rows(self._weights), None
+
+    def bias_rows(self, weights: Weights) -> BiasRows | None:
+        """``position_bias`` a block at a time (``attend_in_blocks``), or None where the stack has none."""
+        return None
+
     # -- the loop's steps, from the family's steps per kind of attention --
 
     def attention_input(self, t: LayerTensors, hidden: torch.Tensor) -> torch.Tensor:
@@ -202,7 +212,7 @@ class PairForward:
     """The three stacks' kept layers, in layer order: encoder (H, S, S), decoder (H, T, T), cross
     (H, T, S), each float32 on the CPU (``loop.forward``'s records)."""
 
-    encoder: list[LayerWeights]
+    encoder: list[LayerWeights] | list[LayerSummary]  # summaries where the encoder ran in blocks
     decoder: list[LayerWeights]
     cross: list[LayerWeights]
     hidden: torch.Tensor | None  # (T, D) the decoder's output after its final norm (``whole``), else None
@@ -210,13 +220,15 @@ class PairForward:
 
 def pair_forward(
     model: EncoderDecoder, weights: Weights, source: Tokens, decoder: Tokens, device: torch.device | str = "cpu",
-    keep: Keep = "all", *, norms: bool = False, whole: bool = False,
+    keep: Keep = "all", *, norms: bool = False, whole: bool = False, blocks: BlockPlan | None = None,
 ) -> PairForward:  # fmt: skip
     """The source through every encoder layer, its output (after the encoder's final norm) as
     the memory every decoder layer's cross-attention reads, and the decoder's inputs through
     every decoder layer, both in ``loop.forward``. ``whole``: the decoder's last MLP and final
-    norm too, for the head (``PairForward.hidden``)."""
-    memory = encode(model, weights, source, range(model.encoder.layers), device, keep, norms=norms)
+    norm too, for the head (``PairForward.hidden``). ``blocks``: the encoder's layers in blocks
+    of query rows, each kept one a ``LayerSummary`` (the decoder's and cross-attention's tables
+    are T x T and T x S: a long source's are its encoder's)."""
+    memory = encode(model, weights, source, range(model.encoder.layers), device, keep, norms=norms, blocks=blocks)
     done = forward(
         model.decoder, weights, decoder, range(model.decoder.layers), device, keep, norms=norms, whole=whole,
         memory=memory.output,
@@ -227,15 +239,16 @@ def pair_forward(
 
 @dataclasses.dataclass
 class Encoded:
-    layers: list[LayerWeights]  # the encoder's kept layers
+    layers: list[LayerWeights] | list[LayerSummary]  # the encoder's kept layers
     output: torch.Tensor  # (S, D) what the decoder's cross-attention reads
 
 
 def encode(
     model: EncoderDecoder, weights: Weights, source: Tokens, layers: Sequence[int] = (), device: torch.device | str = "cpu",
-    keep: Keep = "weights", *, norms: bool = False,
+    keep: Keep = "weights", *, norms: bool = False, blocks: BlockPlan | None = None,
 ) -> Encoded:  # fmt: skip
-    """The encoder over ``source``, ``layers`` of it kept at ``keep``, and its output after its final norm."""
-    done = forward(model.encoder, weights, source, layers, device, keep, norms=norms, whole=True)
+    """The encoder over ``source``, ``layers`` of it kept at ``keep`` (``blocks``: in blocks, summaries),
+    and its output after its final norm."""
+    done = forward(model.encoder, weights, source, layers, device, keep, norms=norms, whole=True, blocks=blocks)
     assert done.hidden is not None
     return Encoded(done.layers, model.encoder.final_norm(weights, done.hidden))

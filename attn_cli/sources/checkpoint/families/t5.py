@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
+from attn_cli.sources.blocks import BiasRows
 from attn_cli.runtime.errors import ModelUnavailable
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
@@ -138,6 +139,21 @@ class T5(Seq2Seq):
             buckets = relative_buckets(relative, self.buckets, self.max_distance, bidirectional=self.encoder)
             self._bias = {n_tokens: table[buckets.to(table.device)].permute(2, 0, 1).contiguous()}  # (N, N, H) -> (H, N, N)
         return self._bias[n_tokens]
+
+    def bias_rows(self, weights: Weights) -> BiasRows:
+        """``position_bias``'s (H', R, K) of a block: the table's row for each distance j - i the block
+        holds (R + K - 1 of them, lowest first), laid out so that row i's key j reads distance j - i."""
+        table = weights.read(f"{self.stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")  # (buckets, H)
+
+        def rows(heads: slice, start: int, end: int, first: int, stop: int) -> torch.Tensor:
+            distances = torch.arange(first - (end - 1), stop - start)[None, :]  # (1, R + K - 1) j - i
+            buckets = relative_buckets(distances, self.buckets, self.max_distance, bidirectional=self.encoder)[0]
+            by_distance = table[buckets.to(table.device)][:, heads].T.contiguous()  # (R + K - 1, H') -> (H', R + K - 1)
+            r, k = end - start, stop - first
+            # the last row reads distances from the lowest on: row R - 1 - r starts r further along
+            return by_distance.as_strided((by_distance.shape[0], r, k), (by_distance.stride(0), 1, 1)).flip(-2)  # (H', R, K)
+
+        return rows
 
     def _norm(self, t: LayerTensors, role: str, x: torch.Tensor) -> torch.Tensor:
         return rms_norm_in_gain_dtype(x, t[role], None, self.eps)
