@@ -101,3 +101,23 @@ def test_generate_reads_the_source_in_blocks(t5: Path, no_room: None, monkeypatc
 def test_rollout_keeps_the_tables_or_refuses(t5: Path) -> None:
     result = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--no-tables", "--rollout", "--stack", "encoder", code=2)
     assert "--no-tables keeps statistics only" in result.stderr
+
+
+def test_tables_file_holds_the_encoders_weights(t5: Path, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    path = tmp_path / "enc.safetensors"
+    refused = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--tables", str(path), "--layer", "1", code=2)
+    assert "add --stack encoder" in refused.stderr and not list(tmp_path.iterdir())
+    result = invoke(
+        "run", SOURCE, "--model", str(t5), "--target", TARGET, "--tables", str(path), "--layer", "1", "--head", "0-1", "--stack", "encoder",
+        "-F", "json", "-o", str(tmp_path / "run.json"),
+    )  # fmt: skip
+    data = json.loads((tmp_path / "run.json").read_text())
+    ids, decoder = [t["id"] for t in data["tokens"]], [t["id"] for t in data["target_tokens"]]
+    weights = encoder_attentions(t5, ids, decoder)[1]  # (H, S, S)
+    tables = load_file(str(path))
+    assert sorted(tables) == ["layer.1.head.0", "layer.1.head.1"] and "--tables: the encoder's tables went to their file" in data["tables_omitted"]
+    for head in (0, 1):
+        torch.testing.assert_close(torch.from_numpy(tables[f"layer.1.head.{head}"]), weights[head], atol=1e-5, rtol=0)
+    assert result.exit_code == 0

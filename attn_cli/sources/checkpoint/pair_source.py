@@ -29,7 +29,7 @@ from attn_cli.sources.spec import TABLE_HEADS, SourceSpec
 
 if TYPE_CHECKING:
     from attn_cli.analysis.effects import Ablation
-    from attn_cli.sources.blocks import BlockPlan
+    from attn_cli.sources.blocks import BlockPlan, LayerSink
     from attn_cli.sources.checkpoint.pair import PairLayers
 
 
@@ -193,6 +193,16 @@ class PairSource(Batches):
         check_device_budget(parts, culprits, self.spec.device)
         return plan, omitted
 
+    def _sink(self, selection: Selection) -> LayerSink | None:
+        """--tables FILE's writer for the encoder's chosen layers (every encoder layer runs in blocks)."""
+        sink = selection.sink
+        if sink is None:
+            return None
+        if self.spec.stack != "encoder":
+            raise UsageError("--tables writes an encoder-decoder's encoder tables (the source's, in blocks): add --stack encoder")
+        chosen = {layer for layer, _ in getattr(sink, "tables", ())}
+        return lambda layer, n_queries, n_keys: sink(layer, n_queries, n_keys) if layer in chosen else _skip
+
     def _blocks(self, source: Tokens, selection: Selection, tables: int, block_bytes: int) -> tuple[BlockPlan, str]:
         """The encoder's plan of blocks (the --query rows are the source's) and the note that says what was kept."""
         from attn_cli.runtime import budget
@@ -204,7 +214,7 @@ class PairSource(Batches):
         every_head = tuple(h for h in selection.heads if h < info.heads) == tuple(range(info.heads))
         special = tuple(source.special) if source.special and any(source.special) else None
         plan = BlockPlan(
-            rows=rows, heads_at_once=group, queries=queries, scores=selection.row_scores, special=special, sink=selection.sink,
+            rows=rows, heads_at_once=group, queries=queries, scores=selection.row_scores, special=special, sink=self._sink(selection),
             heads=None if every_head else tuple(h for h in selection.heads if h < info.heads), pool=selection.pool,
         )  # fmt: skip
         kept = f"the encoder's statistics{' and its ' + str(len(queries)) + ' --query rows' if queries else ''}, computed in blocks"
@@ -243,3 +253,7 @@ class PairSource(Batches):
             stacks, _ = self.checkpoint.trace(self._source, decoder, keep, blocks=self._encoder_plan)
         encoder = Trace(PROBE_TEXT, self._source, self.info, stacks.encoder)
         return encoder_decoder_trace(encoder, PROBE_TEXT, decoder, stacks.decoder, stacks.cross)
+
+
+def _skip(start: int, weights: object, first: int = 0, head: int = 0) -> None:
+    """A block consumer of a layer --tables does not write."""
