@@ -7,9 +7,10 @@ Each number becomes a 32-byte cell, four int64 words whose bytes are its charact
 the cells' bytes, NULs deleted, are the text. The digits are exact: a number x with decimal
 exponent e is scaled to N = x 10^(8 - e) in [10^8, 10^9) in float64 and rounded, a tie to even
 as Python rounds one. For e >= -4 the product is exact (x has 24 bits, 5^12 < 2^29); below, where
-N lies within 10^-6 of a half (float64's error is under 10^-7), Python's correctly rounded
-formatting writes that number instead. So it does infinities and NaN (``null`` where allowed) and
-numbers of 10^8 and more, which ``{:.9}`` writes with an exponent that JSON takes from ``repr``.
+N lies within 10^-6 of a half (float64's error is at most about 1.7 x 10^-7), Python's correctly
+rounded formatting writes that number instead. So it does numbers of 10^8 and more, which ``{:.9}``
+writes with an exponent that JSON takes from ``repr``. NaN and infinities are ``null`` (where the
+table allows them: a causal layer's softmax input is half -inf), in the tensor operations too.
 
 Cell layout, bytes 0 .. 31 (D0 .. D8 the digits of N, a slot for "." after each of D0 .. D7):
     0 "[" where a row starts, 1 the sign, 2 .. 6 "0.000" before a number under 1 (as many zeros
@@ -63,6 +64,7 @@ def _tables() -> dict[str, torch.Tensor]:
     made["significant"] = torch.tensor([len(f"{g:03d}".rstrip("0")) for g in range(1000)], dtype=torch.int64)  # (1000,)
     made["put"], made["keep"] = torch.tensor(put, dtype=torch.int64), torch.tensor(keep, dtype=torch.int64)  # (layouts, 4)
     made["powers"] = torch.tensor([float(f"1e{k}") for k in range(8 - LOWEST + 2)], dtype=torch.float64)  # 10^k, rounded once
+    made["null"] = torch.tensor(_words({1: ord("n"), 2: ord("u"), 3: ord("l"), 4: ord("l"), 30: ord(","), 31: ord(" ")}), dtype=torch.int64)
     return made
 
 
@@ -88,9 +90,9 @@ def _layout(e: int, significant: int) -> tuple[dict[int, int], dict[int, int]]:
 def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(n,) float64 magnitudes -> (N rounded, e, whether Python must write it): N = x 10^(8 - e) in [10^8, 10^9)."""
     powers = _tables()["powers"]
-    slow = ~(x < 1e8)  # 10^8 and up, infinities, NaN
+    slow = x >= 1e8  # 10^8 and up (and infinity: ``cells`` writes it null)
     zero = x == 0
-    safe = torch.where(zero | slow, 1.0, x)  # (n,)
+    safe = torch.where(zero | ~(x < 1e8), 1.0, x)  # (n,) 1.0 where x is no number to scale
     e = safe.log10().floor_().long()  # (n,) off by one at worst next to a power of ten
     scaled = safe * powers[8 - e]
     for off, wrong in ((-1, scaled < 1e8), (1, scaled >= 1e9)):
@@ -106,8 +108,12 @@ def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return rounded, e, slow | (e >= HIGHEST)
 
 
-def cells(values: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    """(n,) float32 -> ((n, 4) int64 cells, the positions whose cells Python must write)."""
+def cells(values: torch.Tensor, nulls: bool) -> tuple[torch.Tensor, list[int]]:
+    """(n,) float32 -> ((n, 4) int64 cells, the positions whose cells Python must write); NaN and
+    infinities are ``null`` where ``nulls`` allows them, else refused (ValueError), as json refuses them."""
+    not_numbers = ~values.isfinite()  # (n,)
+    if not nulls and bool(not_numbers.any()):
+        raise ValueError("Out of range float values are not JSON compliant")
     rounded, e, slow = _scaled(values.abs().double())
     t = _tables()
     hi = torch.div(rounded, 1e6, rounding_mode="floor")  # (n,) D0 .. D2
@@ -118,7 +124,8 @@ def cells(values: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
     layout = (e.clamp(LOWEST, HIGHEST - 1) - LOWEST) * 9 + significant - 1  # (n,)
     made = (t["hi"][hi] | t["mid"][mid] | t["lo"][lo]) & t["keep"][layout] | t["put"][layout]  # (n, 4)
     made[:, 0] |= torch.signbit(values).long() * (ord("-") << 8)  # the sign at byte 1
-    return made, slow.nonzero().view(-1).tolist()
+    made[not_numbers] = t["null"]  # (4,) "null, " in every such cell
+    return made, (slow & ~not_numbers).nonzero().view(-1).tolist()
 
 
 def finished(text: str, nulls: bool) -> str:
@@ -137,7 +144,7 @@ def json_numbers(values: torch.Tensor, width: int, start: int, *, nulls: bool) -
     """(n,) numbers start .. start + n - 1 of a table ``width`` numbers a row, as its JSON text: a
     row opened with "[" and closed with "]", ", " between numbers (none after the last)."""
     values = values.reshape(-1).to(torch.float32)
-    made, slow = cells(values)
+    made, slow = cells(values, nulls)
     raw = made.view(torch.uint8).view(-1, CELL)  # (n, 32)
     raw[(-start) % width :: width, OPEN_AT] = ord("[")
     raw[(width - 1 - start) % width :: width, CLOSE_AT] = ord("]")

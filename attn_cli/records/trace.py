@@ -311,9 +311,10 @@ class Trace(Generic[LayerT]):
             )  # fmt: skip
         chosen = stacks[name]
         view = StackView(name, texts, self.tokens, self.hiding) if chosen.cross else StackView(name, texts)
-        return dataclasses.replace(
+        return dataclasses.replace(  # the --query rows and the tables a run in blocks left out are the encoder's
             self, text=chosen.text, tokens=chosen.tokens, model=chosen.model, layers=chosen.layers, pair=None,
             chosen_heads=chosen.chosen_heads, hiding=chosen.hiding, rollout=chosen.rollout, others=(), view=view, maps={},
+            queries=(), row_scores=False, tables_omitted=None,
         )  # fmt: skip
 
     @property

@@ -121,3 +121,21 @@ def test_tables_file_holds_the_encoders_weights(t5: Path, tmp_path: Path) -> Non
     for head in (0, 1):
         torch.testing.assert_close(torch.from_numpy(tables[f"layer.1.head.{head}"]), weights[head], atol=1e-5, rtol=0)
     assert result.exit_code == 0
+
+
+def test_the_query_rows_and_the_note_are_the_encoders(t5: Path) -> None:
+    """--query names the source's positions in blocks: the cross view's rows are the target's, and its
+    tables are kept (no "Not kept"); the encoder's view lists the chosen row."""
+    wide = {"COLUMNS": "100"}
+    refused = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--no-tables", "--query", "100", "-F", "table", env=wide, code=2)
+    assert "--query 100 is out of range" in refused.stderr
+    cross = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--no-tables", "-F", "table", env=wide).stdout
+    assert "Not kept" not in cross and "cross-attention" in cross
+    encoder = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--no-tables", "--query", "100", "--stack", "encoder", env=wide).stdout
+    assert "Not kept: --no-tables: kept the encoder's statistics and its 1 --query row," in encoder and "query 100" in encoder
+
+
+def test_tables_file_layers_and_heads_are_the_encoders(t5: Path, tmp_path: Path) -> None:
+    path = tmp_path / "t.npy"
+    result = invoke("run", SOURCE, "--model", str(t5), "--target", TARGET, "--tables", str(path), "--stack", "encoder", "--head", "0", code=2)
+    assert "the encoder has 2 layers of 4 heads, and layer 2 head 0 is chosen" in result.stderr and not path.exists()

@@ -125,7 +125,7 @@ class PairCheckpoint:
         decoder = self.model.decoder
         cross = (2 if keep == "all" else 1) * FLOAT32 * decoder.layers * decoder.heads * t * s  # (H, T, S) per layer
         width = max(encoder.d_model, encoder.heads * encoder.head_dim)
-        in_flight = FLOAT32 * (2 * decoder.heads * t * s + 8 * s * width)
+        in_flight = FLOAT32 * (2 * decoder.heads * t * s + 8 * s * width + 2 * s * encoder.d_ffn)  # and the encoder's MLP
         in_flight += (6 if keep == "all" else 0) * FLOAT32 * width * decoder.layers * s  # cross-attention's kept keys and values
         summaries = encoder.layers * encoder.heads * s * (STATS_BYTES_PER_ROW + rows * FLOAT32)
         return {

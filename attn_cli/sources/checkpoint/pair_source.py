@@ -187,7 +187,8 @@ class PairSource(Batches):
             return None, None
         block_bytes = block_bytes_for(self.spec.device)
         plan, omitted = self._blocks(source, selection, parts["tables"], block_bytes)
-        parts = self.checkpoint.estimate_bytes(s, n_target, keep, predict=predict, blocks=(block_bytes, len(plan.queries)))
+        rows = len(plan.queries) * (2 if plan.scores else 1)  # each chosen row's weights, and with --show scores its scores
+        parts = self.checkpoint.estimate_bytes(s, n_target, keep, predict=predict, blocks=(block_bytes, rows))
         culprits["tables"] = (f"the decoder's tables over {s} source tokens, and the encoder's statistics and rows", "use shorter texts")
         check_budget(parts, culprits)
         check_device_budget(parts, culprits, self.spec.device)
@@ -200,7 +201,14 @@ class PairSource(Batches):
             return None
         if self.spec.stack != "encoder":
             raise UsageError("--tables writes an encoder-decoder's encoder tables (the source's, in blocks): add --stack encoder")
-        chosen = {layer for layer, _ in getattr(sink, "tables", ())}
+        info, tables = self.info, tuple(getattr(sink, "tables", ()))
+        outside = [(layer, head) for layer, head in tables if layer >= info.layers or head >= info.heads]
+        if outside:
+            raise UsageError(
+                f"--tables: the encoder has {info.layers} layers of {info.heads} heads, and layer {outside[0][0]} head {outside[0][1]} "
+                "is chosen: choose --layer and --head within them"
+            )
+        chosen = {layer for layer, _ in tables}
         return lambda layer, n_queries, n_keys: sink(layer, n_queries, n_keys) if layer in chosen else _skip
 
     def _blocks(self, source: Tokens, selection: Selection, tables: int, block_bytes: int) -> tuple[BlockPlan, str]:
@@ -217,7 +225,8 @@ class PairSource(Batches):
             rows=rows, heads_at_once=group, queries=queries, scores=selection.row_scores, special=special, sink=self._sink(selection),
             heads=None if every_head else tuple(h for h in selection.heads if h < info.heads), pool=selection.pool,
         )  # fmt: skip
-        kept = f"the encoder's statistics{' and its ' + str(len(queries)) + ' --query rows' if queries else ''}, computed in blocks"
+        rows = f" and its {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else ""
+        kept = f"the encoder's statistics{rows}, computed in blocks"
         if selection.sink is not None:
             return plan, f"--tables: the encoder's tables went to their file; kept here {kept}"
         if selection.tables == "omit":
