@@ -27,6 +27,8 @@ import re
 
 import torch
 
+from attn_cli.runtime.threads import PARALLEL_FLOPS, threads_for, using_threads
+
 FLOAT32 = "{:.9}"  # 9 significant digits give back every float32; floats stay floats ("1.0", not "1")
 LOWEST, HIGHEST = -46, 8  # the decimal exponents e written here: 10^-46 <= |x| < 10^8 (float32's smallest is 1.4e-45)
 CELL = 32  # bytes a number's cell holds
@@ -144,7 +146,8 @@ def json_numbers(values: torch.Tensor, width: int, start: int, *, nulls: bool) -
     """(n,) numbers start .. start + n - 1 of a table ``width`` numbers a row, as its JSON text: a
     row opened with "[" and closed with "]", ", " between numbers (none after the last)."""
     values = values.reshape(-1).to(torch.float32)
-    made, slow = cells(values, nulls)
+    with using_threads(threads_for(PARALLEL_FLOPS)):  # elementwise, the same bits on any count (the toy runs on one)
+        made, slow = cells(values, nulls)
     raw = made.view(torch.uint8).view(-1, CELL)  # (n, 32)
     raw[(-start) % width :: width, OPEN_AT] = ord("[")
     raw[(width - 1 - start) % width :: width, CLOSE_AT] = ord("]")
