@@ -225,8 +225,8 @@ class PairSource(Batches):
             rows=rows, heads_at_once=group, queries=queries, scores=selection.row_scores, special=special, sink=self._sink(selection),
             heads=None if every_head else tuple(h for h in selection.heads if h < info.heads), pool=selection.pool,
         )  # fmt: skip
-        rows = f" and its {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else ""
-        kept = f"the encoder's statistics{rows}, computed in blocks"
+        chosen = f" and its {len(queries)} --query row{'s' if len(queries) != 1 else ''}" if queries else ""
+        kept = f"the encoder's statistics{chosen}, computed in blocks"
         if selection.sink is not None:
             return plan, f"--tables: the encoder's tables went to their file; kept here {kept}"
         if selection.tables == "omit":
