@@ -137,8 +137,6 @@ def token_dicts(tokens: Tokens, hidden: Sequence[int] = (), prompt_length: int |
     return out
 
 
-
-
 def float32_value(value: float) -> float:
     """A float32 value as the JSON and CSV write it: rounded to 9 significant digits, which
     reads back as the same float32 (``json.dumps`` of the result is the text ``to_json`` writes)."""

@@ -28,11 +28,11 @@ import torch
 
 from attn_cli.records.layers import LayerWeights, Projections
 from attn_cli.records.selection import Keep
+from attn_cli.records.summary import LayerSummary
 from attn_cli.records.tokens import Tokens
 from attn_cli.sources.attend import causal_mask
 from attn_cli.sources.checkpoint.families.base import Family, LayerTensors, Weights, token_rows
 from attn_cli.sources.checkpoint.families.config import FamilyConfig, first_of, key
-from attn_cli.records.summary import LayerSummary
 from attn_cli.sources.blocks import BiasRows, BlockPlan
 from attn_cli.sources.checkpoint.families.loop import forward
 
