@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from attn_cli.records.layers import FusedLinear, Projections
-from attn_cli.sources.blocks import BiasRows
 from attn_cli.runtime.errors import ModelUnavailable
+from attn_cli.sources.blocks import BiasRows
 from attn_cli.sources.checkpoint.families.activations import activation
 from attn_cli.sources.checkpoint.families.base import Head, LayerTensors, Weights
 from attn_cli.sources.checkpoint.families.bert import relative_buckets
@@ -133,11 +133,8 @@ class T5(Seq2Seq):
 
     def position_bias(self, weights: Weights, n_tokens: int) -> torch.Tensor:
         """(H, N, N) from the first block's table (buckets, H), bidirectional in the encoder."""
-        if n_tokens not in self._bias:
-            table = weights.read(f"{self.stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")  # (buckets, H)
-            relative = torch.arange(n_tokens)[None, :] - torch.arange(n_tokens)[:, None]  # (N, N) j - i
-            buckets = relative_buckets(relative, self.buckets, self.max_distance, bidirectional=self.encoder)
-            self._bias = {n_tokens: table[buckets.to(table.device)].permute(2, 0, 1).contiguous()}  # (N, N, H) -> (H, N, N)
+        if n_tokens not in self._bias:  # the whole table as one block of every row and key
+            self._bias = {n_tokens: self.bias_rows(weights)(slice(None), 0, n_tokens, 0, n_tokens)}  # (H, N, N)
         return self._bias[n_tokens]
 
     def bias_rows(self, weights: Weights) -> BiasRows:
