@@ -89,6 +89,11 @@ def _layout(e: int, significant: int) -> tuple[dict[int, int], dict[int, int]]:
     return put, {DIGIT_AT[j]: 0xFF for j in range(kept)}
 
 
+def _take(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] for (n,) indices: index_select, several times as fast as indexing on the CPU."""
+    return torch.index_select(table, 0, index)
+
+
 def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(n,) float64 magnitudes -> (N rounded, e, whether Python must write it): N = x 10^(8 - e) in [10^8, 10^9)."""
     powers = _tables()["powers"]
@@ -96,11 +101,11 @@ def _scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     zero = x == 0
     safe = torch.where(zero | ~(x < 1e8), 1.0, x)  # (n,) 1.0 where x is no number to scale
     e = safe.log10().floor_().long()  # (n,) off by one at worst next to a power of ten
-    scaled = safe * powers[8 - e]
+    scaled = safe * _take(powers, 8 - e)
     for off, wrong in ((-1, scaled < 1e8), (1, scaled >= 1e9)):
         if wrong.any():
             e += off * wrong
-            scaled = torch.where(wrong, safe * powers[(8 - e).clamp_min(0)], scaled)
+            scaled = torch.where(wrong, safe * _take(powers, (8 - e).clamp_min(0)), scaled)
     rounded = scaled.round()  # half to even, as Python rounds a tie
     # x 10^(8 - e) is exact for e >= -4 (24 bits times 5^12 < 2^29); below, its last bit may cross a half
     slow |= ((scaled - scaled.floor() - 0.5).abs_() < 1e-6) & (e < -4)
@@ -122,9 +127,10 @@ def cells(values: torch.Tensor, nulls: bool) -> tuple[torch.Tensor, list[int]]:
     rest = rounded - hi * 1e6
     mid = torch.div(rest, 1e3, rounding_mode="floor")  # (n,) D3 .. D5
     hi, mid, lo = hi.long(), mid.long(), (rest - mid * 1e3).long()
-    significant = torch.where(lo != 0, 6 + t["significant"][lo], torch.where(mid != 0, 3 + t["significant"][mid], t["significant"][hi].clamp_min(1)))
+    digits = t["significant"]
+    significant = torch.where(lo != 0, 6 + _take(digits, lo), torch.where(mid != 0, 3 + _take(digits, mid), _take(digits, hi).clamp_min(1)))
     layout = (e.clamp(LOWEST, HIGHEST - 1) - LOWEST) * 9 + significant - 1  # (n,)
-    made = (t["hi"][hi] | t["mid"][mid] | t["lo"][lo]) & t["keep"][layout] | t["put"][layout]  # (n, 4)
+    made = (_take(t["hi"], hi) | _take(t["mid"], mid) | _take(t["lo"], lo)) & _take(t["keep"], layout) | _take(t["put"], layout)  # (n, 4)
     made[:, 0] |= torch.signbit(values).long() * (ord("-") << 8)  # the sign at byte 1
     made[not_numbers] = t["null"]  # (4,) "null, " in every such cell
     return made, (slow & ~not_numbers).nonzero().view(-1).tolist()
