@@ -43,9 +43,34 @@ def block_entropy_bits(weights: torch.Tensor, scratch: torch.Tensor | None = Non
     return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
 
 
-# the numbers one head's rows of a block are read in at a time, so that the statistics' several
-# passes over them (the entropy's terms and sum, the distance profile's shifted copy and sums) find
-# them in a core's cache: each pass about twice as fast as over the whole block
+def row_maxima(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(..., R, K) -> each row's largest value and its key, the first of equal maxima, as ``max(dim=-1)``
+    gives them, in a quarter less time: the maxima of groups of GROUP keys (a vectorised amax), the
+    first group holding the row's largest, the first key of that group holding it. A row's last
+    K mod GROUP keys are a group of their own. NaN as max gives it (the first NaN)."""
+    n_keys = rows.shape[-1]
+    whole = n_keys - n_keys % GROUP
+    if whole < 2 * GROUP:
+        top = rows.max(dim=-1)
+        return top.values, top.indices
+    groups = rows[..., :whole].unflatten(-1, (whole // GROUP, GROUP))  # (..., R, K // GROUP, GROUP)
+    best = groups.amax(dim=-1).max(dim=-1)  # (..., R): the largest, the first group holding it
+    inside = torch.gather(groups, -2, best.indices[..., None, None].expand(*best.indices.shape, 1, GROUP))  # (..., R, 1, GROUP)
+    key = best.indices * GROUP + inside.squeeze(-2).max(dim=-1).indices  # (..., R)
+    value = best.values
+    if whole < n_keys:  # the last keys, after every group: theirs only where strictly larger (or NaN)
+        tail = rows[..., whole:].max(dim=-1)
+        later = (tail.values > value) | (tail.values.isnan() & ~value.isnan())
+        value, key = torch.where(later, tail.values, value), torch.where(later, tail.indices + whole, key)
+    return value, key
+
+
+GROUP = 64  # keys a group of ``row_maxima`` holds
+
+
+# the numbers a block's rows (every head's) are read in at a time, so that the statistics' several
+# passes over them (the maxima, the entropy's terms and sum, the distance profile's shifted copy and
+# sums) find them in a core's cache: each pass about twice as fast as over the whole block
 CHUNK_NUMBERS = 1 << 19
 
 
@@ -86,29 +111,29 @@ class RowStats:
         if any(self.seen[h] != start for h in heads):
             raise ValueError(f"rows from {start} after {self.seen[head]} rows: a head's blocks must come in order")
         end = start + weights.shape[-2]
-        top = weights.max(dim=-1)  # (H', R) each row's largest weight and its key, the first of equal maxima (as argmax)
-        self.top_key[heads.start : heads.stop, start:end] = top.indices + first
-        self.top_weight[heads.start : heads.stop, start:end] = top.values
-        chunk = max(1, min(weights.shape[-2], CHUNK_NUMBERS // max(weights.shape[-1], 1)))  # rows read at a time
-        scratch = torch.empty(chunk * (weights.shape[-1] + chunk), dtype=torch.float32, device=weights.device)
-        for h in heads:
-            for r in range(0, weights.shape[-2], chunk):
-                self._rows_of(h, weights[h - head, r : r + chunk], start + r, first, scratch)
+        # rows read at a time, every head's: each pass over them finds them in a core's cache
+        chunk = max(1, min(weights.shape[-2], CHUNK_NUMBERS // max(weights.shape[0] * weights.shape[-1], 1)))
+        scratch = torch.empty(weights.shape[0] * chunk * (weights.shape[-1] + chunk), dtype=torch.float32, device=weights.device)
+        for r in range(0, weights.shape[-2], chunk):
+            self._rows_of(heads, weights[:, r : r + chunk], start + r, first, scratch)
         if self.masses:
             self._masses_of(weights, start, end, first, heads)
         for h in heads:
             self.seen[h] = end
 
-    def _rows_of(self, head: int, rows: torch.Tensor, start: int, first: int, scratch: torch.Tensor) -> None:
-        """One head's (R', K) rows start .. start + R' - 1: their entropy and, for self-attention,
-        distance sums (torch's max with its indices is as fast over the whole block)."""
-        end = start + rows.shape[0]
-        self.bits[head, start:end] = block_entropy_bits(rows, scratch)  # (R',)
+    def _rows_of(self, heads: range, rows: torch.Tensor, start: int, first: int, scratch: torch.Tensor) -> None:
+        """The heads' (H', R', K) rows start .. start + R' - 1: each row's largest weight and its key (the
+        first of equal maxima, as argmax), its entropy and, for self-attention, the distance sums."""
+        end, at = start + rows.shape[-2], slice(heads.start, heads.stop)
+        top_weight, top_key = row_maxima(rows)  # (H', R') each
+        self.top_key[at, start:end] = top_key + first
+        self.top_weight[at, start:end] = top_weight
+        self.bits[at, start:end] = block_entropy_bits(rows, scratch)  # (H', R')
         if self.masses:
             # column c of the shifted rows holds key j - query i = c - (R' - 1) + first - start for every row
-            columns = skewed_columns(rows, scratch)  # (K + R' - 1,)
-            lowest = first - start - (rows.shape[0] - 1) + self.n_queries - 1  # where column 0 lands in ``by_offset``
-            self.by_offset[head, lowest : lowest + columns.shape[0]] += columns.to(self.by_offset.device, torch.float64)
+            columns = skewed_columns(rows, scratch)  # (H', K + R' - 1)
+            lowest = first - start - (rows.shape[-2] - 1) + self.n_queries - 1  # where column 0 lands in ``by_offset``
+            self.by_offset[at, lowest : lowest + columns.shape[-1]] += columns.to(self.by_offset.device, torch.float64)
 
     def _masses_of(self, weights: torch.Tensor, start: int, end: int, first: int, heads: range) -> None:
         """Rows start .. end - 1's diagonal, previous-token and first-token weights (0 where the block

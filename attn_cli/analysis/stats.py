@@ -112,8 +112,25 @@ def entropy_nats(weights: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
 def skewed_columns(rows: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """(..., R, K) rows -> (..., K + R - 1) column sums of the rows shifted so that one column holds one
     offset j - i for every row: row r's key k lands in column k + R - 1 - r, R terms a column in the
-    rows' dtype (float32 for float32 weights: float64 in a strided sum over rows is 25x slower).
+    dtype of ``scratch``, else the rows' (float32 for float32 weights: float64 in a strided sum over
+    rows is 25x slower).
+    The offsets every row holds (0 .. K - R) are summed where the rows lie, read along a diagonal
+    stride; only the two R x R corners are shifted into a copy (``_shifted_sums``).
     ``scratch``: at least ... x R x (K + R - 1) numbers to shift them in (its dtype; else a new tensor)."""
+    *lead, n_rows, n_keys = rows.shape
+    if n_keys < 2 * n_rows or rows.stride(-1) != 1:
+        return _shifted_sums(rows, scratch)
+    dtype = rows.dtype if scratch is None else scratch.dtype
+    sums = torch.empty(*lead, n_keys + n_rows - 1, dtype=dtype, device=rows.device)  # (..., K + R - 1)
+    every = rows.as_strided((*lead, n_rows, n_keys - n_rows + 1), (*rows.stride()[:-2], rows.stride(-2) + 1, 1))  # [r, d] = rows[r, d + r]
+    torch.sum(every, dim=-2, dtype=dtype, out=sums[..., n_rows - 1 : n_keys])  # offsets 0 .. K - R: every row's
+    sums[..., : n_rows - 1] = _shifted_sums(rows[..., :n_rows], scratch)[..., : n_rows - 1]  # offsets below 0: key < row
+    sums[..., n_keys:] = _shifted_sums(rows[..., n_keys - n_rows :], scratch)[..., n_rows:]  # beyond K - R: the last keys'
+    return sums
+
+
+def _shifted_sums(rows: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """``skewed_columns`` by a shifted copy: each row written into a (..., R, K + R - 1) tensor at its offset."""
     *lead, n_rows, n_keys = rows.shape
     width = n_keys + n_rows - 1
     count = rows[..., :1, :1].numel() * n_rows * width

@@ -123,3 +123,78 @@ def test_bins_off_by_one_are_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rowstats, "distance_bins", stats.distance_bins)
     for got in (attention_stats(weights, mask=mask), fed(weights, 5, mask).result()):
         assert [s.distance_mass for s in got] != [pytest.approx(p, abs=1e-6) for p in profile]
+
+
+def shifted_by_hand(rows: torch.Tensor) -> torch.Tensor:
+    """(..., R, K) -> (..., K + R - 1): row r's key k added into column k + R - 1 - r, in float64."""
+    *lead, n_rows, n_keys = rows.shape
+    out = torch.zeros(*lead, n_keys + n_rows - 1, dtype=torch.float64)
+    for r in range(n_rows):
+        out[..., n_rows - 1 - r : n_rows - 1 - r + n_keys] += rows[..., r, :].double()
+    return out
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (5, 9), (5, 10), (2, 4, 64), (3, 16, 40), (2, 3, 7, 33)], ids=str)
+def test_skewed_columns_by_hand(shape: tuple[int, ...]) -> None:
+    """Both ways (the diagonal read where K >= 2R, the shifted copy below), on a view of a larger
+    block (its rows strided), and bfloat16 rows summed in a float32 scratch."""
+    from attn_cli.analysis.stats import skewed_columns
+
+    gen = torch.Generator().manual_seed(len(shape) * 100 + shape[-1])
+    whole = torch.rand(*shape[:-2], shape[-2] + 3, shape[-1] + 2, generator=gen)
+    for rows in (whole[..., 1 : 1 + shape[-2], :-2].contiguous(), whole[..., 2 : 2 + shape[-2], 1:-1]):
+        assert skewed_columns(rows).double() == pytest.approx(shifted_by_hand(rows), abs=1e-5)
+        half = rows.to(torch.bfloat16)
+        scratch = torch.empty(half.numel() * 2 + shape[-1] * 4, dtype=torch.float32)
+        summed = skewed_columns(half, scratch)
+        assert summed.dtype == torch.float32
+        assert summed.double() == pytest.approx(shifted_by_hand(half), abs=1e-5)
+
+
+def test_a_corner_off_by_one_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the last keys' corner one column to the side fails the comparison above."""
+    from attn_cli.analysis import stats
+
+    rows = torch.rand(2, 4, 20, generator=torch.Generator().manual_seed(3))
+    made = stats._shifted_sums
+    calls = []
+
+    def shifted(part: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+        calls.append(part.shape)
+        got = made(part, scratch)
+        return got.roll(1, dims=-1) if len(calls) == 2 else got  # the second call: the last keys' corner
+
+    monkeypatch.setattr(stats, "_shifted_sums", shifted)
+    assert stats.skewed_columns(rows).double() != pytest.approx(shifted_by_hand(rows), abs=1e-5)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("keys", [1, 7, 127, 128, 130, 200, 4099], ids=str)
+def test_row_maxima_are_max_with_its_indices(keys: int) -> None:
+    """Each row's largest value and the first key holding it, as max(dim=-1): random rows, rows of
+    many ties, a largest value in the last keys (after every whole group), NaNs, a strided view."""
+    gen = torch.Generator().manual_seed(keys)
+    cases = [torch.randn(3, 5, keys, generator=gen), torch.randint(0, 3, (3, 5, keys), generator=gen).float()]
+    tail = torch.randint(0, 3, (3, 5, keys), generator=gen).float()
+    tail[..., -1] = 5.0
+    nan = torch.randn(3, 5, keys, generator=gen)
+    nan[0, :, keys // 2] = nan[1, :, -1] = float("nan")
+    cases += [tail, nan, torch.randn(3, 9, keys + 3, generator=gen)[:, 2:7, 1:-2]]
+    for rows in cases:
+        value, key = rowstats.row_maxima(rows)
+        want = rows.max(dim=-1)
+        assert torch.equal(key, want.indices)
+        assert torch.equal(value.nan_to_num(-9.0), want.values.nan_to_num(-9.0))
+
+
+def test_row_maxima_cases_catch_their_bugs() -> None:
+    """The controls: a row_maxima that ignores the keys after the last whole group, or that takes the
+    last of equal maxima, gives other keys on the cases above."""
+    gen = torch.Generator().manual_seed(130)
+    tail = torch.randint(0, 3, (3, 5, 130), generator=gen).float()
+    tail[..., -1] = 5.0
+    whole = 130 - 130 % rowstats.GROUP
+    assert not torch.equal(tail[..., :whole].max(dim=-1).indices, tail.max(dim=-1).indices)
+    ties = torch.randint(0, 3, (3, 5, 130), generator=gen).float()
+    last = 129 - ties.flip(-1).max(dim=-1).indices
+    assert not torch.equal(last, rowstats.row_maxima(ties)[1])
