@@ -43,17 +43,19 @@ class Band:
         """The narrowest run of keys first .. stop - 1 that holds every key some row start .. end - 1
         may not see: (its first key less ``first``, its (R, K') ``hidden``); None where every row sees
         every key. A causal block's run is its last R - 1 keys, not all of them."""
+        run = self.hidden_run(start, end, first, stop)
+        hidden = None if run is None else self.hidden(start, end, *run)  # (R, K')
+        return None if hidden is None else (run[0] - first, hidden)
+
+    def hidden_run(self, start: int, end: int, first: int, stop: int) -> tuple[int, int] | None:
+        """``hidden_span``'s run of keys (lo, hi): lo .. hi - 1, or None; no tensor made."""
         parts = []
         if self.before is not None:  # keys j < i - before, for the last row at most
             parts.append((first, min(stop, end - 1 - self.before)))
         if self.after is not None:  # keys j > i + after, for the first row at least
             parts.append((max(first, start + 1 + self.after), stop))
         parts = [(lo, hi) for lo, hi in parts if lo < hi]
-        if not parts:
-            return None
-        lo, hi = min(p[0] for p in parts), max(p[1] for p in parts)
-        hidden = self.hidden(start, end, lo, hi)  # (R, K')
-        return None if hidden is None else (lo - first, hidden)
+        return (min(p[0] for p in parts), max(p[1] for p in parts)) if parts else None
 
     def visible(self, start: int, end: int, n_keys: int) -> list[int]:
         """How many keys each row start .. end - 1 sees."""

@@ -56,7 +56,8 @@ def attention_weights(
     check: bool = True,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
-    ``mask`` (T, T) is True where a query may not see a key (every row must keep one key).
+    ``mask`` (T, T) is True where a query may not see a key (every row must keep one key), or its
+    ``hiding`` already made (-inf there, 0 elsewhere, in the scores' dtype).
     A family's score modifiers come after the division, before the mask, as
     transformers applies them: ``bias`` (..., T, T) added (MPNet's relative
     positions), then ``softcap`` * tanh(s / ``softcap``) (Gemma 2's soft-capping).
@@ -87,7 +88,7 @@ def attention_weights(
         weights.div_(softcap).tanh_().mul_(softcap)
     if mask is not None:
         masked = weights if mask_from == 0 and mask.shape[-1] == weights.shape[-1] else weights[..., mask_from : mask_from + mask.shape[-1]]
-        masked.add_(hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
+        masked.add_(mask if mask.is_floating_point() else hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
     # softmax subtracts the row max, so large finite inputs cannot overflow; a
     # masked cell is exp(-inf) = exactly 0.
     _softmax_(weights, in_dtype=softmax_in_dtype)
@@ -109,7 +110,7 @@ def _differentiable_weights(
     if softcap is not None:
         weights = torch.tanh(weights / softcap) * softcap
     if mask is not None:
-        hidden = hiding(mask, weights.dtype)  # (T, T) -inf where hidden
+        hidden = mask if mask.is_floating_point() else hiding(mask, weights.dtype)  # (T, T) -inf where hidden
         if mask_from or mask.shape[-1] != weights.shape[-1]:
             hidden = torch.nn.functional.pad(hidden, (mask_from, weights.shape[-1] - mask_from - mask.shape[-1]))
         weights = weights + hidden

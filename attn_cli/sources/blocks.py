@@ -24,6 +24,7 @@ computes each row alone) over every key, the weights and the context are the who
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -34,7 +35,7 @@ from attn_cli.analysis.pooling import PooledMap
 from attn_cli.analysis.rowstats import KeptRows, RowStats, SpecialMass
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
-from attn_cli.sources.attend import attention_weights, check_finite, explain_overflow
+from attn_cli.sources.attend import attention_weights, check_finite, explain_overflow, hiding
 
 
 LayerSink = Callable[[int, int, int], "BlockConsumer"]  # (layer, T, S) -> a consumer of that layer's blocks
@@ -91,8 +92,7 @@ def attend_in_blocks(
         q, k, v = queries[..., heads, :, :], keys[..., heads, :, :], values[..., heads, :, :]  # (..., H', T or S, D)
         for (start, end), (first, stop) in zip(bounds, spans):
             block = scratch[: q.shape[:-2].numel() * (end - start) * (stop - first)].view(*q.shape[:-2], end - start, stop - first)
-            mask_from, hidden = _block_mask(mask, start, end, first, stop)
-            hidden = hidden.to(queries.device) if hidden is not None else None
+            mask_from, hidden = _block_mask(mask, start, end, first, stop, queries.dtype, queries.device)
             context[..., heads, start:end, :] = _attend_block(
                 q, k[..., first:stop, :], v[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
                 bias=_block_bias(bias, heads, start, end, first, stop), softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
@@ -103,13 +103,26 @@ def attend_in_blocks(
     return context
 
 
-def _block_mask(mask: torch.Tensor | Band | None, start: int, end: int, first: int, stop: int) -> tuple[int, torch.Tensor | None]:
+def _block_mask(
+    mask: torch.Tensor | Band | None, start: int, end: int, first: int, stop: int, dtype: torch.dtype, device: torch.device
+) -> tuple[int, torch.Tensor | None]:
     """Rows start .. end - 1's mask over the block's keys first .. stop - 1: (the first key it covers,
-    less ``first``; (R, K') True = hidden) — a band's narrowest span of hidden keys, a table's rows."""
+    less ``first``; (R, K')) — a band's narrowest span of hidden keys as its ``hiding`` (-inf where
+    hidden), a table's rows (True = hidden)."""
     if isinstance(mask, Band):
-        span = mask.hidden_span(start, end, first, stop)
-        return (0, None) if span is None else span
-    return 0, None if mask is None else mask[start:end]  # (R, S)
+        run = mask.hidden_run(start, end, first, stop)
+        hidden = None if run is None else _band_hiding(mask, end - start, run[0] - start, run[1] - start, dtype, device)
+        return (0, None) if hidden is None else (run[0] - first, hidden)
+    return 0, None if mask is None else mask[start:end].to(device)  # (R, S)
+
+
+@functools.lru_cache(maxsize=4)
+def _band_hiding(band: Band, rows: int, low: int, high: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """(R, K') -inf where row r may not see key low + k (both relative to the block's first row), 0
+    elsewhere: the same for every block of the same shape (a layer's blocks and every layer's), made
+    once. Shared: read, never written."""
+    hidden = band.hidden(0, rows, low, high)  # (R, K'): only the rows' and keys' distances matter
+    return None if hidden is None else hiding(hidden.to(device), dtype)
 
 
 def _block_bias(bias: torch.Tensor | BiasRows | None, heads: slice, start: int, end: int, first: int, stop: int) -> torch.Tensor | None:
