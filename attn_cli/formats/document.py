@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
-from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, float32_values, token_dicts
+from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.results import COMBINED, Classification
 from attn_cli.records.summary import LayerSummary
@@ -66,7 +66,7 @@ def layer_dict(
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
-        entry["stats"]["top_weight"] = float32_values(head_stats.top_weight)  # float32 weights, as in the table
+        entry["stats"]["top_weight"] = _top_weights(table, head_stats.top_weight)
         entries.append(entry)
     made = {
         "layer": layer.layer,
@@ -97,12 +97,17 @@ def _vector(table: Table, vector: torch.Tensor) -> Any:
     return as_lists(vector[None])[0] if table is as_lists else table(vector)
 
 
+def _top_weights(table: Table, values: Sequence[float]) -> Any:
+    """A head's top weights, float32 weights written as in their table: ``table``'s (S,) row of them."""
+    return _vector(table, torch.tensor(values, dtype=torch.float32))
+
+
 def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> dict[str, Any]:
     """A layer whose tables were not kept: each chosen head's statistics and chosen rows."""
     entries = []
     for h in heads:
         stats = layer.stats[h].as_dict()
-        stats["top_weight"] = float32_values(layer.stats[h].top_weight)
+        stats["top_weight"] = _top_weights(table, layer.stats[h].top_weight)
         entry: dict[str, Any] = {"head": h, "stats": stats}
         if layer.queries:
             entry["rows"] = [_summary_row(layer, q, h, table) for q in layer.queries]
@@ -141,7 +146,7 @@ def _weights_layer_dict(
         if layer.norms is not None:
             entry["norms"] = table(layer.norms[h])
         entry["stats"] = head_stats.as_dict()
-        entry["stats"]["top_weight"] = float32_values(head_stats.top_weight)
+        entry["stats"]["top_weight"] = _top_weights(table, head_stats.top_weight)
         entries.append(entry)
     return _with_layer_norms({"layer": layer.layer, "input": None, "heads": entries}, layer, table)
 
@@ -361,6 +366,10 @@ def _pieces(value: Any) -> Iterator[str]:
             yield from _members(entry)
             yield "}"
         yield "]"
+    elif type(value) is dict and any(type(v) is StreamedTable for v in value.values()):  # a head's stats
+        yield "{"
+        yield from _members(value)
+        yield "}"
     elif type(value) is int:
         yield str(value)
     else:

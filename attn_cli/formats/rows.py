@@ -136,7 +136,7 @@ class _Rows:
         stats = head["stats"]
         yield [
             (index, tokenizer, p + "most_attended", h, n, i, j, rl[i], cl[j], w)
-            for i, (j, w) in enumerate(zip(stats["most_attended"], stats["top_weight"]))
+            for i, (j, w) in enumerate(zip(stats["most_attended"], _listed(stats["top_weight"])))
         ]
         for table in ("entropy_bits", "effective_tokens"):
             yield [(index, tokenizer, p + table, h, n, i, "", rl[i], "", v) for i, v in enumerate(stats[table])]
@@ -147,7 +147,7 @@ class _Rows:
             i = row["query"]
             for table, name in (("weights", "rows"), ("scores", "row_scores")):
                 if table in row:
-                    values = as_lists(row[table].source[None])[0] if isinstance(row[table], StreamedTable) else row[table]
+                    values = _listed(row[table])
                     yield [(index, tokenizer, p + name, h, n, i, j, rl[i], cl[j], v) for j, v in enumerate(values)]
 
     def stack_rows(self, key: str, stack: Stack) -> Iterator[list[tuple[Any, ...]]]:
@@ -161,3 +161,8 @@ class _Rows:
         for layer in stack.layers:
             made = layer_dict(layer, stack.shown_heads, kept_of(stack), table=StreamedTable, kept_rows=kept_rows_of(stack))
             yield from self.layer_rows(made, target, columns, prefix, True, row_hidden, column_hidden)
+
+
+def _listed(values: StreamedTable | list[Any]) -> list[Any]:
+    """A (S,) row of ``layer_dict(table=StreamedTable)`` as its list of numbers (a streamed row read back as JSON writes it)."""
+    return as_lists(values.source[None])[0] if isinstance(values, StreamedTable) else values
