@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
-from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, token_dicts
+from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, streamed_rows, check_export_size, decoder_stacks, float32_value, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.results import COMBINED, Classification
 from attn_cli.records.summary import LayerSummary
@@ -110,17 +110,20 @@ def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> di
         stats["top_weight"] = _top_weights(table, layer.stats[h].top_weight)
         entry: dict[str, Any] = {"head": h, "stats": stats}
         if layer.queries:
-            entry["rows"] = [_summary_row(layer, q, h, table) for q in layer.queries]
+            entry["rows"] = _summary_rows(layer, h, table)
         entries.append(entry)
     return {"layer": layer.layer, "input": None, "heads": entries}
 
 
-def _summary_row(layer: LayerSummary, query: int, head: int, table: Table) -> dict[str, Any]:
-    """One chosen row of a summary: its weights, and its raw scores where they were kept."""
-    made = {"query": query, "weights": _vector(table, layer.row(query, head))}
-    scores = layer.row_score(query, head)
-    if scores is not None:
-        made["scores"] = _vector(table, scores)
+def _summary_rows(layer: LayerSummary, head: int, table: Table) -> list[dict[str, Any]]:
+    """A summary's chosen rows of one head: their weights, and their raw scores where they were kept."""
+    made: list[dict[str, Any]] = [{"query": q} for q in layer.queries]
+    rows = {"weights": [layer.row(q, head) for q in layer.queries], "scores": [layer.row_score(q, head) for q in layer.queries]}
+    for name, vectors in rows.items():
+        if vectors and vectors[0] is not None:
+            stacked = torch.stack(vectors)  # (Q, S)
+            for entry, value in zip(made, as_lists(stacked) if table is as_lists else streamed_rows(stacked)):
+                entry[name] = value
     return made
 
 
@@ -358,7 +361,7 @@ def _members(entry: dict[str, Any]) -> Iterator[str]:
 def _pieces(value: Any) -> Iterator[str]:
     """JSON text of a value of ``layer_dict(table=StreamedTable)``: tables and the heads'
     objects around them here, the rest through json."""
-    if type(value) is StreamedTable:
+    if isinstance(value, StreamedTable):
         yield from value.json_pieces()
     elif type(value) is list and value and type(value[0]) is dict:  # a layer's heads
         for i, entry in enumerate(value):
@@ -366,7 +369,7 @@ def _pieces(value: Any) -> Iterator[str]:
             yield from _members(entry)
             yield "}"
         yield "]"
-    elif type(value) is dict and any(type(v) is StreamedTable for v in value.values()):  # a head's stats
+    elif type(value) is dict and any(isinstance(v, StreamedTable) for v in value.values()):  # a head's stats
         yield "{"
         yield from _members(value)
         yield "}"

@@ -23,6 +23,7 @@ part's ("100.0").
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 
 import torch
@@ -151,6 +152,22 @@ def finished(text: str, nulls: bool) -> str:
 def json_numbers(values: torch.Tensor, width: int, start: int, *, nulls: bool) -> str:
     """(n,) numbers start .. start + n - 1 of a table ``width`` numbers a row, as its JSON text: a
     row opened with "[" and closed with "]", ", " between numbers (none after the last)."""
+    return _written(values, width, start, nulls).numpy().tobytes().translate(None, b"\x00")[:-2].decode("ascii")
+
+
+def json_rows(values: torch.Tensor, *, nulls: bool) -> list[str]:
+    """(R, W) -> each row's JSON text (as ``json_numbers`` writes a row alone), made in one pass over
+    all of them: several short rows written at once, the tensor operations' overhead spread."""
+    made = _written(values, values.shape[-1], 0, nulls)  # (R * W, 4)
+    lengths = made.view(torch.uint8).view(values.shape[0], -1).ne(0).sum(dim=-1).tolist()  # each row's text and its ", "
+    text = made.numpy().tobytes().translate(None, b"\x00")
+    ends = list(itertools.accumulate(lengths))
+    return [text[end - length : end - 2].decode("ascii") for end, length in zip(ends, lengths)]
+
+
+def _written(values: torch.Tensor, width: int, start: int, nulls: bool) -> torch.Tensor:
+    """``cells`` of numbers start .. start + n - 1 of a table ``width`` a row, with its rows' brackets and
+    the numbers Python must write written in: (n, 4) int64, the text's bytes and NULs."""
     values = values.reshape(-1).to(torch.float32)
     with using_threads(threads_for(PARALLEL_FLOPS)):  # elementwise, the same bits on any count (the toy runs on one)
         made, slow = cells(values, nulls)
@@ -161,4 +178,4 @@ def json_numbers(values: torch.Tensor, width: int, start: int, *, nulls: bool) -
         text = finished(FLOAT32.format(values[i].item()), nulls).encode("ascii")
         raw[i, 1:CLOSE_AT] = 0
         raw[i, 1 : 1 + len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
-    return made.numpy().tobytes().translate(None, b"\x00")[:-2].decode("ascii")
+    return made

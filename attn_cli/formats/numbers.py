@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 import torch
 
 from attn_cli.analysis.stats import CHUNK_ROWS
-from attn_cli.formats.floattext import FLOAT32, finished, json_numbers
+from attn_cli.formats.floattext import FLOAT32, finished, json_numbers, json_rows
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.summary import LayerSummary
 from attn_cli.records.tokens import Tokens
@@ -143,11 +143,6 @@ def float32_value(value: float) -> float:
     return float(FLOAT32.format(value))
 
 
-def float32_values(values: Sequence[float]) -> list[float]:
-    """``float32_value`` of each of many float32 values (a head's top weights), at floattext's speed."""
-    return as_lists(torch.tensor(values, dtype=torch.float32)[None])[0] if len(values) else []
-
-
 BLOCK_NUMBERS = 4096  # numbers formatted at a time: a block of a table's rows (at least one), one cached template
 TEXT_NUMBERS = 65536  # float32 numbers ``floattext`` writes at a time: its tensors' overhead spread, about 16 MB of them
 TEXT_ABOVE = 2048  # and from how many on: below, a cached template's one str.format beats its tensor operations' start
@@ -221,6 +216,45 @@ class StreamedTable:
 
 
 JsonTable = StreamedTable  # the name before tables were streamed
+
+
+def streamed_rows(rows: torch.Tensor, nulls: bool = False) -> list[StreamedTable]:
+    """(R, S) rows as R streamed (S,) rows, whose JSON text is made for several at once (``RowGroup``)."""
+    group = RowGroup(rows, nulls)
+    return [GroupRow(group, i) for i in range(rows.shape[0])]
+
+
+class RowGroup:
+    """Rows written together: float32 rows by one ``floattext.json_rows`` for about ``TEXT_NUMBERS`` numbers
+    (a long text's chosen rows of one head: one call, not one a row), made when the first is written,
+    each row's text let go once it is taken."""
+
+    __slots__ = ("rows", "nulls", "_texts")
+
+    def __init__(self, rows: torch.Tensor, nulls: bool) -> None:
+        self.rows, self.nulls, self._texts = rows, nulls, None
+
+    def text(self, i: int) -> str:
+        if self._texts is None or self._texts[i] is None:
+            if self.rows.dtype not in _FLOAT32_EXACT or self.rows.shape[-1] < TEXT_ABOVE:
+                return "".join(StreamedTable(self.rows[i], self.nulls).json_pieces())
+            step = max(1, TEXT_NUMBERS // self.rows.shape[-1])
+            self._texts = [t for at in range(0, self.rows.shape[0], step) for t in json_rows(self.rows[at : at + step], nulls=self.nulls)]
+        text, self._texts[i] = self._texts[i], None
+        return text
+
+
+class GroupRow(StreamedTable):
+    """Row ``index`` of a ``RowGroup``: a streamed (S,) row whose text its group writes."""
+
+    __slots__ = ("group", "index")
+
+    def __init__(self, group: RowGroup, index: int) -> None:
+        super().__init__(group.rows[index], group.nulls)
+        self.group, self.index = group, index
+
+    def json_pieces(self) -> Iterator[str]:
+        yield self.group.text(self.index)
 
 
 def _table_pieces(source: Source, field: str, nulls: bool) -> Iterator[str]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from attn_cli.formats import floattext, numbers
+from attn_cli.formats import document, floattext, numbers
 
 
 def reference(rows: list[list[float]]) -> str:
@@ -87,7 +87,7 @@ def test_a_table_through_the_json_export_is_unchanged() -> None:
 
 
 def test_as_lists_and_top_weights_read_back_the_same_floats(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CSV's and run_dict's floats (``as_lists``) and the top weights (``float32_values``): float("{:.9}")
+    """CSV's and run_dict's floats (``as_lists``) and the top weights (``_top_weights``, either way): float("{:.9}")
     of each, None for NaN and infinities with nulls; without nulls a table that has them keeps its floats."""
     values = _values(50_000, 3)[:49_980].view(-1, 49_980 // 30)
     assert numbers.as_lists(values) == [[float(f"{v:.9}") for v in row] for row in values.tolist()]
@@ -96,8 +96,9 @@ def test_as_lists_and_top_weights_read_back_the_same_floats(monkeypatch: pytest.
     assert numbers.as_lists(odd, nulls=True) == [[1.0, None], [None, float(f"{odd[1, 1].item():.9}")]]
     kept = numbers.as_lists(odd)
     assert math.isnan(kept[0][1]) and kept[1][0] == float("-inf")
-    tops = values[0].double().tolist()
-    assert numbers.float32_values(tops) == [numbers.float32_value(v) for v in tops] and numbers.float32_values([]) == []
+    tops = values[0].double().tolist()  # a head's top weights, float32 values as float64
+    assert document._top_weights(numbers.as_lists, tops) == [numbers.float32_value(v) for v in tops]
+    assert json.loads(document._top_weights(numbers.StreamedTable, tops).json()) == [numbers.float32_value(v) for v in tops]
 
 
 def test_nan_and_infinities_are_written_by_the_tensor_operations() -> None:
@@ -110,3 +111,30 @@ def test_nan_and_infinities_are_written_by_the_tensor_operations() -> None:
         floattext.cells(values, nulls=False)
     causal = torch.randn(64, 64).masked_fill_(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
     assert numbers.StreamedTable(causal, nulls=True).json() == reference(causal.tolist())
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (16, 700), (5, 4099)], ids=str)
+def test_rows_written_together_are_each_row_alone(shape: tuple[int, int]) -> None:
+    """``json_rows`` (a long text's chosen rows of a head, in one call): each row's text is
+    ``json_numbers`` of that row alone, Python's numbers (1e8 and up) and nulls included; a
+    ``RowGroup``'s rows the same, and a row asked for again after its text was let go."""
+    values = _values(shape[0] * shape[1] + 1000, 7)[: shape[0] * shape[1]].view(shape).clone()
+    values[0, 0] = 3e9
+    for nulls in (False, True):
+        if nulls:
+            values[-1, -1] = float("nan")
+        alone = [floattext.json_numbers(row, shape[1], 0, nulls=nulls) for row in values]
+        assert floattext.json_rows(values, nulls=nulls) == alone
+        rows = numbers.streamed_rows(values, nulls)
+        assert [row.json() for row in rows] == alone == [numbers.StreamedTable(row, nulls).json() for row in values]
+        assert rows[0].json() == alone[0]  # asked again: made again
+        torch.testing.assert_close(torch.stack([r.source for r in rows]), values, rtol=0, atol=0, equal_nan=True)  # CSV reads these
+
+
+def test_rows_split_one_byte_off_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: each row's text cut one byte later than its length says is not the row's text."""
+    values = torch.softmax(torch.randn(4, 3000, generator=torch.Generator().manual_seed(2)), -1)
+    alone = [floattext.json_numbers(row, 3000, 0, nulls=False) for row in values]
+    made = floattext.itertools.accumulate
+    monkeypatch.setattr(floattext.itertools, "accumulate", lambda lengths: [end + 1 for end in made(lengths)])
+    assert floattext.json_rows(values, nulls=False) != alone
