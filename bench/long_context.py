@@ -11,10 +11,12 @@ The checkpoint is Qwen3-0.6B-shaped (1024 wide, 16 query and 8 key/value heads o
 3072-wide MLP, q/k norms, positions to 40,960), cut to --layers layers, random but sharpened as
 the tests' checkpoints are, with a small byte-level tokenizer; built once in the temporary
 folder. The text is words until the tokenizer gives exactly T tokens; every side reads the
-same ids. Each side runs in a fresh interpreter (median of --rounds); its wall time and peak
-RSS (ru_maxrss, from wait4), and on a GPU torch's peak allocation, are kept. Eager's memory
-for its tables is the (layers, heads, T, T) float32 it returns; where that does not fit the
-machine, its row says what it would need instead of running. Not a test.
+same ids. Each side runs in a fresh interpreter (median of --rounds, the sides taking turns, so
+that a machine whose speed drifts, a shared one, drifts for every side); its wall time and peak
+RSS (ru_maxrss, from wait4), and on a GPU torch's peak allocation, are kept; the time ratio is
+the median of each round's. Eager's memory for its tables is the (layers, heads, T, T) float32
+it returns; where that does not fit the machine, its row says what it would need instead of
+running. The outputs are deleted at the end. Not a test.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -104,6 +107,13 @@ def main() -> int:
     args = parser.parse_args()
     folder = checkpoint(args.layers)
     work = Path(tempfile.mkdtemp(prefix="attn-cli-bench-long-"))
+    try:
+        return _measured(args, folder, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measured(args: argparse.Namespace, folder: Path, work: Path) -> int:
     print(f"Qwen3-0.6B shape, {args.layers} layers, {args.device}, {args.rounds} round(s), python {sys.version.split()[0]}, "
           f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("| T | side | wall s | peak RSS GiB | GPU peak GiB | time ratio | memory over SDPA |")
@@ -122,12 +132,16 @@ def main() -> int:
 
         if (budget.available_bytes() or 0) * 0.8 > 2 * tables:
             sides["transformers eager, output_attentions"] = [*sides["transformers SDPA"][:-1], "eager"]
-        runs = {name: [measure(cmd) for _ in range(args.rounds)] for name, cmd in sides.items()}
+        runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in sides}
+        for _ in range(args.rounds):  # the sides in turn, round after round: a machine that slows down slows every side
+            for name, cmd in sides.items():
+                runs[name].append(measure(cmd))
         base = {k: statistics.median(r[i] for r in runs["transformers SDPA"]) for i, k in enumerate(("t", "m", "g"))}
         for name, got in runs.items():
             t, m, g = (statistics.median(r[i] for r in got) for i in range(3))
             over = (g - base["g"]) if args.device == "cuda" else (m - base["m"])
-            print(f"| {n} | {name} | {t:.1f} | {m / 2**30:.2f} | {g / 2**30:.2f} | {t / base['t']:.2f} | {over / 2**30:+.2f} GiB |", flush=True)
+            ratio = statistics.median(mine[0] / sdpa[0] for mine, sdpa in zip(got, runs["transformers SDPA"]))  # round by round
+            print(f"| {n} | {name} | {t:.1f} | {m / 2**30:.2f} | {g / 2**30:.2f} | {ratio:.2f} | {over / 2**30:+.2f} GiB |", flush=True)
         if "transformers eager, output_attentions" not in sides:
             print(f"| {n} | transformers eager, output_attentions | not run: its tables alone take {tables / 2**30:.1f} GiB | | | | |")
     return 0
