@@ -16,7 +16,7 @@ import torch
 
 from attn_cli.analysis.rowstats import stats_of
 from attn_cli.analysis.stats import distance_bins
-from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, streamed_rows, check_export_size, decoder_stacks, float32_value, token_dicts
+from attn_cli.formats.numbers import Rows, StreamedTable, Table, as_lists, check_export_size, decoder_stacks, float32_value, streamed_rows, token_dicts
 from attn_cli.records.layers import LayerAttention, LayerWeights
 from attn_cli.records.results import COMBINED, Classification
 from attn_cli.records.summary import LayerSummary
