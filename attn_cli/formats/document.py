@@ -84,22 +84,26 @@ def with_rows(
     """Each head's ``rows`` (--query): the chosen query rows of its weights, as a summary keeps them,
     and of ``scores`` (the layer's (H, T, S) raw scores, for --show scores) where given."""
     for entry in made["heads"] if queries else ():
-        h = entry["head"]
-        entry["rows"] = [
-            {"query": q, "weights": _vector(table, layer.weights[h, q]), **({} if scores is None else {"scores": _vector(table, scores[h, q])})}
-            for q in queries
-        ]  # fmt: skip
+        h, chosen = entry["head"], list(queries)
+        entry["rows"] = _chosen_rows(queries, layer.weights[h, chosen], None if scores is None else scores[h, chosen], table)
     return made
 
 
-def _vector(table: Table, vector: torch.Tensor) -> Any:
-    """A (S,) row as ``table`` writes a table's row: a list of floats, or streamed."""
-    return as_lists(vector[None])[0] if table is as_lists else table(vector)
+def _chosen_rows(queries: Sequence[int], weights: torch.Tensor, scores: torch.Tensor | None, table: Table) -> list[dict[str, Any]]:
+    """Each chosen query's row object: its (Q, S) ``weights`` row, and its ``scores`` row where given,
+    as ``table`` writes rows (lists of floats, or streamed rows written a head's at once)."""
+    made: list[dict[str, Any]] = [{"query": q} for q in queries]
+    for name, rows in (("weights", weights), ("scores", scores)):
+        if rows is not None:
+            for entry, value in zip(made, as_lists(rows) if table is as_lists else streamed_rows(rows)):
+                entry[name] = value
+    return made
 
 
 def _top_weights(table: Table, values: Sequence[float]) -> Any:
     """A head's top weights, float32 weights written as in their table: ``table``'s (S,) row of them."""
-    return _vector(table, torch.tensor(values, dtype=torch.float32))
+    vector = torch.tensor(values, dtype=torch.float32)
+    return as_lists(vector[None])[0] if table is as_lists else table(vector)
 
 
 def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> dict[str, Any]:
@@ -117,14 +121,9 @@ def _summary_dict(layer: LayerSummary, heads: Sequence[int], table: Table) -> di
 
 def _summary_rows(layer: LayerSummary, head: int, table: Table) -> list[dict[str, Any]]:
     """A summary's chosen rows of one head: their weights, and their raw scores where they were kept."""
-    made: list[dict[str, Any]] = [{"query": q} for q in layer.queries]
-    rows = {"weights": [layer.row(q, head) for q in layer.queries], "scores": [layer.row_score(q, head) for q in layer.queries]}
-    for name, vectors in rows.items():
-        if vectors and vectors[0] is not None:
-            stacked = torch.stack(vectors)  # (Q, S)
-            for entry, value in zip(made, as_lists(stacked) if table is as_lists else streamed_rows(stacked)):
-                entry[name] = value
-    return made
+    weights = torch.stack([layer.row(q, head) for q in layer.queries])  # (Q, S)
+    scores = None if layer.row_scores is None else torch.stack([layer.row_score(q, head) for q in layer.queries])
+    return _chosen_rows(layer.queries, weights, scores, table)
 
 
 def _with_layer_norms(made: dict[str, Any], layer: LayerWeights, table: Table) -> dict[str, Any]:
