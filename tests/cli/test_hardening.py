@@ -562,6 +562,23 @@ def test_help_loads_no_completion_machinery_beyond_typers_own() -> None:
     assert result.stderr.strip().splitlines()[-1] == "['attn_cli.cli.completion']"
 
 
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A TIKTOKEN_CACHE_DIR as `attn-cli run -t r50k_base` leaves it after its first run from a rank
+    folder holding the file (once: each case below starts from a copy); None without the rank files."""
+    source = real_rank_dir()
+    if source is None:
+        return None
+    base = tmp_path_factory.mktemp("filled")
+    ranks, cache = base / "ranks", base / "cache"
+    ranks.mkdir()
+    shutil.copy(source / "r50k_base.tiktoken", ranks)
+    env = child_env(ATTN_CLI_TIKTOKEN_DIR=str(ranks), TIKTOKEN_CACHE_DIR=str(cache), ATTN_CLI_OFFLINE="1", ATTN_CLI_DATA_DIR=str(base / "data"))
+    fill = subprocess.run([sys.executable, "-m", "attn_cli", "run", "hi", "-t", "r50k_base", "-F", "json"], env=env, capture_output=True, text=True)
+    assert fill.returncode == 0 and len(list(cache.iterdir())) == 1, fill.stderr  # the cache holds a copy now
+    return cache
+
+
 @pytest.mark.parametrize(
     "unreadable, tokenizer, code, says",
     [
@@ -573,7 +590,9 @@ def test_help_loads_no_completion_machinery_beyond_typers_own() -> None:
         ("a-file", "r50k_base", 3, "cannot be read (permission denied)"),
     ],
 )
-def test_unreadable_rank_folders_and_caches(tmp_path: Path, unreadable: str, tokenizer: str | None, code: int, says: str | None) -> None:
+def test_unreadable_rank_folders_and_caches(
+    tmp_path: Path, filled_cache: Path | None, unreadable: str, tokenizer: str | None, code: int, says: str | None
+) -> None:
     """TIKTOKEN_CACHE_DIR and ATTN_CLI_TIKTOKEN_DIR that this process may not read (root
     without the capabilities that override permission bits): passed over like missing
     ones, or one line and exit 3; they were tracebacks (PermissionError from pathlib)."""
@@ -585,9 +604,8 @@ def test_unreadable_rank_folders_and_caches(tmp_path: Path, unreadable: str, tok
     ranks, cache = tmp_path / "ranks", tmp_path / "cache"
     ranks.mkdir()
     shutil.copy(source / "r50k_base.tiktoken", ranks)
+    shutil.copytree(filled_cache, cache)  # the copy a first run leaves in the cache
     env = child_env(ATTN_CLI_TIKTOKEN_DIR=str(ranks), TIKTOKEN_CACHE_DIR=str(cache), ATTN_CLI_OFFLINE="1", ATTN_CLI_DATA_DIR=str(tmp_path / "data"))
-    fill = subprocess.run([sys.executable, "-m", "attn_cli", "run", "hi", "-t", "r50k_base", "-F", "json"], env=env, capture_output=True, text=True)
-    assert fill.returncode == 0 and len(list(cache.iterdir())) == 1, fill.stderr  # the cache holds a copy now
     if unreadable == "a-file":
         shutil.rmtree(cache)
         os.chmod(ranks / "r50k_base.tiktoken", 0)

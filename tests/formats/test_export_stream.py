@@ -5,11 +5,13 @@ module's block size and at blocks of a few numbers; and the memory they need."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -65,27 +67,42 @@ def written(write: Callable[..., None], run: Trace, **options) -> bytes:
     return out.getvalue()
 
 
-def assert_same_bytes(run: Trace) -> None:
-    old_json = reference.to_json(run)
-    assert export.to_json(run) == old_json
-    assert written(export.write_json, run) == old_json.encode("utf-8")
-    assert export.to_csv(run) == reference.to_csv(run)
-    assert written(export.write_csv, run, header=False, index=2) == reference.to_csv(run, header=False, index=2).encode("utf-8")
-    assert rows.csv_rows(run, 1) == reference.csv_rows(run, 1)
-    assert document.run_dict(run) == reference.run_dict(run) == json.loads(export.to_json(run))
+def reference_texts(run: Trace) -> dict[str, Any]:
+    """What the writers before streaming (tests/export_reference.py) make of ``run``."""
+    return {
+        "json": reference.to_json(run), "csv": reference.to_csv(run), "csv, index 2": reference.to_csv(run, header=False, index=2),
+        "rows": reference.csv_rows(run, 1), "dict": reference.run_dict(run),
+    }  # fmt: skip
+
+
+@functools.cache
+def named_reference(name: str) -> dict[str, Any]:
+    """reference_texts of TRACES[name], once for both block sizes (the reference writes no blocks)."""
+    return reference_texts(TRACES[name]())
+
+
+def assert_same_bytes(run: Trace, want: dict[str, Any]) -> None:
+    made = export.to_json(run)
+    assert made == want["json"]
+    assert written(export.write_json, run) == want["json"].encode("utf-8")
+    assert export.to_csv(run) == want["csv"]
+    assert written(export.write_csv, run, header=False, index=2) == want["csv, index 2"].encode("utf-8")
+    assert rows.csv_rows(run, 1) == want["rows"]
+    assert document.run_dict(run) == want["dict"] == json.loads(made)
 
 
 @pytest.mark.parametrize("block", [numbers.BLOCK_NUMBERS, 7], ids=["blocks", "tiny blocks"])
 @pytest.mark.parametrize("name", TRACES)
 def test_streamed_bytes_are_the_whole_writers_bytes(name: str, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numbers, "BLOCK_NUMBERS", block)
-    assert_same_bytes(TRACES[name]())
+    assert_same_bytes(TRACES[name](), named_reference(name))
 
 
 @pytest.mark.parametrize("hidden", [None, "0,5"])
 def test_streamed_bytes_of_a_checkpoint(gpt2_folder: Path, hidden: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numbers, "BLOCK_NUMBERS", 50)
-    assert_same_bytes(checkpoint_trace(gpt2_folder, hidden))
+    run = checkpoint_trace(gpt2_folder, hidden)
+    assert_same_bytes(run, reference_texts(run))
 
 
 class Recorder(io.BytesIO):

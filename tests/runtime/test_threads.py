@@ -56,7 +56,7 @@ def test_attention_flops_grow_with_the_square_of_the_text() -> None:
 
 # conftest's thread-sensitive BLAS settings; every child also runs SPLIT_SUMS_ON_THREADS first
 THREAD_SENSITIVE = MKL_AVX2
-LONG = " ".join(f"w{i % 97}" for i in range(400))
+LONG = " ".join(f"w{i % 97}" for i in range(160))
 # issue 18's two reports, and a causal multi-head one with every table
 TOY_CASES = [
     ["-t", "words", "--init", "normal", "--d-model", "64"],
