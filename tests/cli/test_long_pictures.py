@@ -62,6 +62,28 @@ def test_blocks_and_tables_draw_the_same_picture(mistral: Path, view: str) -> No
         np.testing.assert_allclose(g, w, atol=1e-5)  # a band's softmax sums fewer zeros: 1e-6 apart
 
 
+@pytest.mark.parametrize("view", ["overview", "strips", "window"])
+def test_a_long_model_name_keeps_the_title_inside_the_picture(mistral: Path, view: str) -> None:
+    """The title wraps between words where it is wider than the picture (a --window of one head cut
+    its title at both sides); the control: the same title unwrapped overflows."""
+    import dataclasses
+
+    import attn_cli
+
+    query = {"overview": None, "strips": ["last:3"], "window": "10:30"}[view]
+    drawn = LongView(cells=40, window=(10, 30) if view == "window" else None, keys=(0, 30) if view == "window" else None)
+    run = attn_cli.trace(TEXT, model=mistral, layer=1, head=0, query=query)
+    run = dataclasses.replace(run, model=dataclasses.replace(run.model, source="some-org/" + "a-long-checkpoint-name-" * 2, path=None))
+    fig = long_figure(run, HeatmapOptions(), drawn)
+    fig.canvas.draw()
+    title = fig._suptitle  # type: ignore[attr-defined]
+    inside = fig.bbox
+    box = title.get_window_extent()
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and "\n" in title.get_text()
+    title.set_text(title.get_text().replace("\n", " "))
+    assert title.get_window_extent().width > inside.width  # the control
+
+
 def test_heatmap_without_room(mistral: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkpoint_source, "fits_at_hand", lambda parts, device: False)
     for args in ([], ["--query", "last:4"], ["--window", "100:140", "--keys", "90:140"], ["--pool", "mean", "--layer", "all"]):

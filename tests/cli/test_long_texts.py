@@ -70,6 +70,47 @@ def test_without_room_the_statistics_and_rows_come_from_blocks(mistral: Path, no
                 assert row["weights"] == pytest.approx(table_row["weights"], abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("room", "args", "advice"),
+    [
+        (None, ("--query", "3"), "; write the chosen heads' tables to disk with run --tables FILE.safetensors"),
+        (None, (), "; choose rows to keep whole with --query or write the chosen heads' tables to disk with run --tables FILE.safetensors"),
+        (None, ("--layer", "0"), "; choose rows to keep whole with --query or write"),
+        (2 / 3, (), "; keep at most 2 layers (--layer) for the tables, choose rows to keep whole with --query, or write"),
+        (1 / 3, ("--query", "3"), "; keep at most 1 layer (--layer) for the tables or write"),
+    ],
+)
+def test_the_note_names_only_what_would_get_the_tables(
+    mistral: Path, monkeypatch: pytest.MonkeyPatch, room: float | None, args: tuple[str, ...], advice: str
+) -> None:
+    """Fewer layers only where that many layers' tables would fit, and never at one layer (issue 35: the
+    note said --layer to a run of one layer); --query only where no row was chosen; --tables always."""
+    whole = {}
+
+    def fits(parts: dict[str, int], device: str) -> bool:  # room: the share of the 3 layers' tables that fits
+        whole.setdefault("tables", parts["tables"])
+        return room is not None and parts["tables"] <= whole["tables"] * room
+
+    monkeypatch.setattr(checkpoint_source, "fits_at_hand", fits)
+    data, stderr = run_json(mistral, *args)
+    assert advice in data["tables_omitted"] and data["tables_omitted"] in stderr
+    assert ("(--layer)" in data["tables_omitted"]) == (room is not None)  # the control: one layer never gets it
+
+
+@pytest.mark.parametrize(("args", "hint"), [((), "keep fewer layers with --layer"), (("--layer", "0"), "choose fewer --query rows")])
+def test_a_refusal_of_the_rows_names_a_way_the_run_can_take(
+    mistral: Path, no_room: None, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], hint: str
+) -> None:
+    """Blocks whose chosen rows do not fit either: exit 4, and --layer only where more than one layer is kept."""
+    from attn_cli.runtime import budget
+
+    rows = run_json(mistral, "--query", "0:200", *args)[0]  # every row of the text: the rows are the run's largest part
+    monkeypatch.setattr(budget, "available_bytes", lambda: 100_000)
+    said = invoke("run", TEXT, "--model", str(mistral), "-F", "json", "--query", "0:200", *args, code=4).stderr
+    assert len(rows["queries"]) > 50 and f"mostly for the statistics and {len(rows['queries'])} chosen rows" in said
+    assert said.endswith(f"; {hint}\n") and said.count("\n") == 1
+
+
 def test_without_room_the_table_view_lists_the_strongest_keys(mistral: Path, no_room: None) -> None:
     out = invoke("run", TEXT, "--model", str(mistral), "--query", "last", "--head", "0-1", env={"COLUMNS": "100"}).stdout
     assert "Not kept: the T x T tables of" in out and "its strongest keys" in out and "peak distance" in out

@@ -30,6 +30,7 @@ from attn_cli.records.tokens import visible
 from attn_cli.render.picture.canvas import check_pixels
 from attn_cli.render.picture.fonts import font_families
 from attn_cli.render.picture.panels import HeatmapOptions, colour_map
+from attn_cli.render.picture.titles import fit_title
 from attn_cli.runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ def long_figure(run: Trace, options: HeatmapOptions, view: LongView, *, new_figu
                 _ticks(axes[r][c], yticks, xticks, left=c == 0, bottom=r == len(layers) - 1)
         scale = "" if top == 1.0 else f", 0 to the largest drawn ({top:.3g})"
         fig.colorbar(image, ax=axes, shrink=0.8, label="weight" + (" (log)" if options.log else "") + scale)
-        fig.suptitle(f"{run.model.name}: {n_queries:,} tokens; {panels[0][0]}", fontsize=11)
+        title = f"{run.model.name}: {n_queries:,} tokens; {panels[0][0]}"  # wrapped between words where wider than the figure
+        fig.suptitle(fit_title([[title]], (fig.get_figwidth() - 0.2) * 72, 11), fontsize=11, parse_math=False)
     return fig
 
 

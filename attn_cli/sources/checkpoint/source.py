@@ -115,8 +115,9 @@ class CheckpointSource(Batches):
         omit = selection.tables == "omit" or selection.sink is not None or (selection.tables == "fit" and not fits_at_hand(parts, self.spec.device))
         if omit and not (combined or selection.maps):
             # without tables there are no norms (heads' norm_special_mass is None then); run asks for tables with --norms
-            blocks, omitted, parts = self._blocked(tokens, selection, queries, parts["tables"])
-            culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", "keep fewer layers with --layer")
+            blocks, omitted, parts = self._blocked(tokens, selection, queries, parts)
+            fewer = "keep fewer layers with --layer" if len(selection.layers) > 1 else "choose fewer --query rows" if queries else "use a shorter text"
+            culprits["tables"] = (f"the statistics and {len(queries)} chosen rows of {len(tokens)} tokens", fewer)
         check_budget(parts, culprits)
         check_device_budget(parts, culprits, self.spec.device)
         # Threads follow the size of one layer's operations, not the whole model's:
@@ -146,10 +147,10 @@ class CheckpointSource(Batches):
         )  # fmt: skip
 
     def _blocked(
-        self, tokens: Tokens, selection: Selection, queries: tuple[int, ...], tables: int
+        self, tokens: Tokens, selection: Selection, queries: tuple[int, ...], whole: dict[str, int]
     ) -> tuple[BlockPlan, str, dict[str, int]]:
-        """A run whose tables (``tables`` bytes) do not fit: its plan of blocks, the sentence that says
-        so, and its memory estimate."""
+        """A run whose tables do not fit (``whole``: its estimate with them): its plan of blocks, the
+        sentence that says so, and its memory estimate."""
         from attn_cli.runtime import budget
         from attn_cli.sources.blocks import BlockPlan
 
@@ -173,10 +174,24 @@ class CheckpointSource(Batches):
             return plan, f"--no-tables: kept each head's statistics{rows_kept}, computed in blocks", parts
         omitted = (
             f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads would take "
-            f"{budget.gib(tables)}, more than the memory at hand: kept each head's statistics{rows_kept}; "
-            "keep fewer layers (--layer) for the tables, or choose rows to keep whole with --query"
+            f"{budget.gib(whole['tables'])}, more than the memory at hand: kept each head's statistics{rows_kept}; "
+            + _tables_advice(_layers_that_fit(whole, kept, self.spec.device), kept, bool(queries))
         )
         return plan, omitted, parts
+
+
+def _layers_that_fit(whole: dict[str, int], kept: int, device: str) -> int:
+    """How many of the ``kept`` layers' tables would fit the memory at hand (``whole``: the estimate of all of them)."""
+    return next((n for n in range(kept - 1, 0, -1) if fits_at_hand({**whole, "tables": whole["tables"] * n // kept}, device)), 0)
+
+
+def _tables_advice(fitting: int, kept: int, queries: bool) -> str:
+    """What would get a run's tables that did not fit: fewer layers where ``fitting`` of its ``kept`` would
+    fit, rows of --query where it chose none, and the tables written to disk, which any length may."""
+    ways = [f"keep at most {fitting} layer{'s' if fitting != 1 else ''} (--layer) for the tables"] if fitting else []
+    ways += [] if queries else ["choose rows to keep whole with --query"]
+    ways.append("write the chosen heads' tables to disk with run --tables FILE.safetensors")
+    return ", ".join(ways[:-1]) + (", or " if len(ways) > 2 else " or ") + ways[-1] if len(ways) > 1 else ways[0]
 
 
 def fits_at_hand(parts: dict[str, int], device: str) -> bool:
