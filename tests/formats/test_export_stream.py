@@ -11,8 +11,8 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch

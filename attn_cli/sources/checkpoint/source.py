@@ -175,7 +175,7 @@ class CheckpointSource(Batches):
         omitted = (
             f"the T x T tables of {n_tokens} tokens x {kept} layer{'s' if kept != 1 else ''} x {info.heads} heads would take "
             f"{budget.gib(whole['tables'])}, more than the memory at hand: kept each head's statistics{rows_kept}; "
-            + _tables_advice(_layers_that_fit(whole, kept, self.spec.device), kept, bool(queries))
+            + _tables_advice(_layers_that_fit(whole, kept, self.spec.device), bool(queries))
         )
         return plan, omitted, parts
 
@@ -185,13 +185,13 @@ def _layers_that_fit(whole: dict[str, int], kept: int, device: str) -> int:
     return next((n for n in range(kept - 1, 0, -1) if fits_at_hand({**whole, "tables": whole["tables"] * n // kept}, device)), 0)
 
 
-def _tables_advice(fitting: int, kept: int, queries: bool) -> str:
-    """What would get a run's tables that did not fit: fewer layers where ``fitting`` of its ``kept`` would
-    fit, rows of --query where it chose none, and the tables written to disk, which any length may."""
+def _tables_advice(fitting: int, queries: bool) -> str:
+    """What would get a run's tables that did not fit: fewer layers where ``fitting`` layers' would fit,
+    rows of --query where it chose none, and the tables written to disk, which any length may."""
     ways = [f"keep at most {fitting} layer{'s' if fitting != 1 else ''} (--layer) for the tables"] if fitting else []
     ways += [] if queries else ["choose rows to keep whole with --query"]
     ways.append("write the chosen heads' tables to disk with run --tables FILE.safetensors")
-    return ", ".join(ways[:-1]) + (", or " if len(ways) > 2 else " or ") + ways[-1] if len(ways) > 1 else ways[0]
+    return ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + ("," if len(ways) > 2 else "") + " or " + ways[-1]
 
 
 def fits_at_hand(parts: dict[str, int], device: str) -> bool:
