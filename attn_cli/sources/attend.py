@@ -54,6 +54,7 @@ def attention_weights(
     softmax_in_dtype: bool = False,
     mask_from: int = 0,
     check: bool = True,
+    softmax_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(Q K^T / divisor, masked) over the keys. Shapes (..., T, Dk) -> (..., T, T);
     ``mask`` (T, T) is True where a query may not see a key (every row must keep one key), or its
@@ -72,7 +73,9 @@ def attention_weights(
     softmax worked out by torch in their dtype (GPT-2, BERT, BART call nn.functional.softmax on
     them), not in float32 and rounded back (Llama's softmax(dtype=float32)): the two can differ
     in the last bit. ``check``: whether to read every weight for an overflow's NaN (``attend_in_blocks``
-    reads each block's context instead, R x Dv numbers, not R x S).
+    reads each block's context instead, R x Dv numbers, not R x S). ``softmax_out``: a float32 tensor of
+    the weights' shape the softmax writes into, leaving the softmax's input in ``out`` (what ``attend_in_blocks``
+    gives a consumer that reads the scores too): the same weights as in place.
     """
     if torch.is_grad_enabled() and (queries.requires_grad or keys.requires_grad):  # attention x gradient's autograd run
         return _differentiable_weights(queries, keys, divisor, mask, bias, softcap, scale, softmax_in_dtype, mask_from)
@@ -89,9 +92,8 @@ def attention_weights(
     if mask is not None:
         masked = weights if mask_from == 0 and mask.shape[-1] == weights.shape[-1] else weights[..., mask_from : mask_from + mask.shape[-1]]
         masked.add_(mask if mask.is_floating_point() else hiding(mask, weights.dtype))  # (H, T, T) + (T, T): -inf where hidden, 0 elsewhere
-    # softmax subtracts the row max, so large finite inputs cannot overflow; a
-    # masked cell is exp(-inf) = exactly 0.
-    _softmax_(weights, in_dtype=softmax_in_dtype)
+    # softmax subtracts the row max, so large finite inputs cannot overflow; a masked cell is exp(-inf) = exactly 0
+    weights = _softmax_(weights, in_dtype=softmax_in_dtype, into=softmax_out)
     if check and not math.isfinite(float(weights.sum())):
         explain_overflow(queries, keys, divisor)
     return weights
@@ -119,23 +121,23 @@ def _differentiable_weights(
     return torch.softmax(weights, dim=-1, dtype=torch.float32).to(weights.dtype)
 
 
-def _softmax_(x: torch.Tensor, in_dtype: bool = False) -> None:
-    """Softmax over the last dimension, written back into x: torch.softmax's own numbers
-    (public API). Contiguous float32 scores on the CPU in place (its kernel reads a row's inputs
-    before it writes them: the same numbers as into a new tensor, with no copy); elsewhere one
-    (T, T) block at a time through one block allocated once for every head: half-precision
-    scores exponentiated in float32 and rounded back, as transformers' eager attention does for
-    most families; with ``in_dtype``, torch's softmax of the half-precision block itself. A
+def _softmax_(x: torch.Tensor, in_dtype: bool = False, into: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last dimension, written back into x (or into float32 scores' ``into``, which
+    it returns): torch.softmax's own numbers (public API). Contiguous float32 scores on the CPU in place
+    (its kernel reads a row's inputs before it writes them: the same numbers as into a new tensor, with
+    no copy); elsewhere one (T, T) block at a time through one block allocated once for every head:
+    half-precision scores exponentiated in float32 and rounded back, as transformers' eager attention
+    does for most families; with ``in_dtype``, torch's softmax of the half-precision block itself. A
     masked cell (-inf) becomes exactly 0."""
-    if x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous():
-        torch.softmax(x, dim=-1, out=x)
-        return
+    if into is not None or (x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()):
+        return torch.softmax(x, dim=-1, out=x if into is None else into)
     blocks = x.reshape(-1, *x.shape[-2:]) if x.dim() > 2 else x.unsqueeze(0)  # (..., T, T) -> (B, T, T), a view
     dtype = x.dtype if in_dtype else torch.float32
     scratch = torch.empty(blocks.shape[-2:], dtype=dtype, device=x.device)  # (T, T)
     for block in blocks:
         torch.softmax(block, dim=-1, dtype=None if in_dtype else torch.float32, out=scratch)  # (T, T)
         block.copy_(scratch)  # cast back to x's dtype
+    return x
 
 
 def explain_overflow(queries: torch.Tensor, keys: torch.Tensor, divisor: float) -> None:

@@ -51,7 +51,9 @@ class BlockConsumer(Protocol):
     def __call__(self, start: int, weights: torch.Tensor, first: int, head: int) -> None:
         """``weights`` (..., H', R, K): heads head .. head + H' - 1, query rows start .. start + R - 1
         against keys first .. first + K - 1 (every other key's weight is 0). The block is reused for
-        the next rows once this returns: a consumer copies what it keeps."""
+        the next rows once this returns: a consumer copies what it keeps. A consumer whose ``wants_scores``
+        is True is also given ``scores=``, the block's softmax input (..., H', R, K) (-inf where hidden), where
+        the scores are float32; else it is called without them."""
 
 
 def attend_in_blocks(
@@ -86,20 +88,28 @@ def attend_in_blocks(
     most = max(((end - start) * (stop - first) for (start, end), (first, stop) in zip(bounds, spans)), default=0)
     batch = queries.shape[:-3].numel()
     scratch = torch.empty(batch * group * most, dtype=queries.dtype, device=queries.device)  # (... * H' * R * K,)
+    # the softmax's input kept beside the weights, for a consumer that reads both (RowStats: the entropy without a log)
+    readers = [bool(getattr(c, "wants_scores", False)) and queries.dtype == torch.float32 for c in consumers]
+    kept_scores = torch.empty_like(scratch) if any(readers) else None
     context = torch.empty(*queries.shape[:-1], values.shape[-1], dtype=values.dtype, device=values.device)  # (..., H, T, Dv)
     for head in range(0, n_heads, group):
         heads = slice(head, head + group)
         q, k, v = queries[..., heads, :, :], keys[..., heads, :, :], values[..., heads, :, :]  # (..., H', T or S, D)
         for (start, end), (first, stop) in zip(bounds, spans):
-            block = scratch[: q.shape[:-2].numel() * (end - start) * (stop - first)].view(*q.shape[:-2], end - start, stop - first)
+            shape = (*q.shape[:-2], end - start, stop - first)
+            block = scratch[: math.prod(shape)].view(shape)
+            scores = None if kept_scores is None else kept_scores[: block.numel()].view(shape)
             mask_from, hidden = _block_mask(mask, start, end, first, stop, queries.dtype, queries.device)
             context[..., heads, start:end, :] = _attend_block(
                 q, k[..., first:stop, :], v[..., first:stop, :], start, end, block, divisor=divisor, mask=hidden,
                 bias=_block_bias(bias, heads, start, end, first, stop), softcap=softcap, scale=scale, softmax_in_dtype=softmax_in_dtype,
-                mask_from=mask_from,
+                mask_from=mask_from, scores=scores,
             )  # fmt: skip
-            for consumer in consumers:
-                consumer(start, block, first, head)
+            for consumer, reads in zip(consumers, readers):
+                if reads:
+                    consumer(start, block, first, head, scores=scores)
+                else:
+                    consumer(start, block, first, head)
     return context
 
 
@@ -144,15 +154,16 @@ def block_bounds(n_queries: int, block_rows: int) -> list[tuple[int, int]]:
 def _attend_block(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, end: int, block: torch.Tensor, *,
     divisor: float, mask: torch.Tensor | None, bias: torch.Tensor | None, softcap: float | None, scale: float | None,
-    softmax_in_dtype: bool, mask_from: int = 0,
+    softmax_in_dtype: bool, mask_from: int = 0, scores: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Query rows start .. end - 1 against ``keys`` (..., H, K, Dk): their weights written into
     ``block`` (..., H, R, K), their context returned. ``bias`` (..., H or 1, R, K) and ``mask``
-    (R, K') the block's rows already, the mask over keys mask_from .. mask_from + K' - 1 of the block's."""
+    (R, K') the block's rows already, the mask over keys mask_from .. mask_from + K' - 1 of the block's.
+    ``scores``: a float32 tensor of ``block``'s shape that keeps the softmax's input (else it is not kept)."""
     rows = queries[..., start:end, :]  # (..., H, R, Dk)
     attention_weights(
-        rows, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap,
-        out=block, scale=scale, softmax_in_dtype=softmax_in_dtype, mask_from=mask_from, check=False,
+        rows, keys, divisor=divisor, mask=mask, bias=bias, softcap=softcap, out=block if scores is None else scores,
+        scale=scale, softmax_in_dtype=softmax_in_dtype, mask_from=mask_from, check=False, softmax_out=None if scores is None else block,
     )  # fmt: skip
     context = block @ values  # (..., H, R, K) @ (..., H, K, Dv) -> (..., H, R, Dv)
     if not math.isfinite(float(context.sum())):  # an overflow's NaN weight reaches its row's context: R x Dv to read, not R x K
@@ -237,8 +248,9 @@ def block_rows_for(heads: int, n_keys: int, budget: int) -> int:
     return max(1, budget // ((BYTES_PER_CELL * heads + ROW_BYTES_PER_KEY) * max(n_keys, 1)))
 
 
-# a head's cell: its float32 weight (4), and a copy of the kept heads where a picture pools some (4)
-BYTES_PER_CELL = 4 + 4
+# a head's cell: its float32 weight (4), its softmax input kept beside it for RowStats's entropy (4), and a
+# copy of the kept heads where a picture pools some (4)
+BYTES_PER_CELL = 4 + 4 + 4
 # a (row, key) of the block once, whatever H: the mask and its -inf (1 + 4), and what consumers make
 # of one head at a time: the entropy's float32 w log w (4), the distance profile's shifted copy (4),
 # the softmax's scratch (4)

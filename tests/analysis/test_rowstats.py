@@ -5,6 +5,8 @@ CHUNK_ROWS. Controls: entropy summed in float32, a block's rows out of place, a 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -198,3 +200,73 @@ def test_row_maxima_cases_catch_their_bugs() -> None:
     ties = torch.randint(0, 3, (3, 5, 130), generator=gen).float()
     last = 129 - ties.flip(-1).max(dim=-1).indices
     assert not torch.equal(last, rowstats.row_maxima(ties)[1])
+
+
+def scored_rows(n_queries: int, n_keys: int, mask: torch.Tensor | None, scale: float = 3.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, T, S) softmax inputs of seeded scores (-inf where ``mask`` hides a key) and their softmax."""
+    gen = torch.Generator().manual_seed(n_keys)
+    scores = torch.randn(HEADS, n_queries, 8, generator=gen) @ torch.randn(HEADS, 8, n_keys, generator=gen) * scale / 8**0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    return scores, torch.softmax(scores, dim=-1)
+
+
+def fed_with_scores(scores: torch.Tensor, weights: torch.Tensor, block_rows: int, mask: torch.Tensor | None, cross: bool = False) -> RowStats:
+    """``fed``, each block with its softmax input, as attend_in_blocks hands float32 blocks to RowStats."""
+    consumer = RowStats(HEADS, *weights.shape[-2:], mask=mask, cross=cross)
+    for start in range(0, weights.shape[-2], block_rows):
+        rows = slice(start, start + block_rows)
+        consumer(start, weights[:, rows].contiguous(), scores=scores[:, rows].contiguous())
+    return consumer
+
+
+@pytest.mark.parametrize("block_rows", [1, 5, 37, 256])
+@pytest.mark.parametrize(("name", "n_queries", "n_keys", "mask", "cross"), CASES, ids=[c[0] for c in CASES])
+def test_stats_from_blocks_and_their_scores_are_stats_py(name, n_queries, n_keys, mask, cross, block_rows) -> None:
+    """The entropy from the softmax's input (no log over the rows): stats.py's float64 numbers to 1e-6 bits."""
+    scores, weights = scored_rows(n_queries, n_keys, mask)
+    assert_same_stats(fed_with_scores(scores, weights, block_rows, mask, cross).result(), attention_stats(weights, mask=mask, cross=cross))
+
+
+def test_rowstats_reads_the_scores_where_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: an entropy from the scores in nats fails the comparison above (the scores' way is the one taken)."""
+    scores, weights = scored_rows(37, 37, causal_mask(37))
+    monkeypatch.setattr(rowstats, "entropy_bits_from_scores", lambda rows, *_: entropy_in_nats(rows))
+    with pytest.raises(AssertionError):
+        assert_same_stats(fed_with_scores(scores, weights, 5, causal_mask(37)).result(), attention_stats(weights, mask=causal_mask(37)))
+
+
+def long_rows(n_keys: int = 4096) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(4, 8, S) rows from near-even to sharp (a row's scores times 0.3, 1, 6, 30), the last 100 keys
+    and, in every other row, the first 7 hidden: softmax inputs, weights, and their float64 entropy in bits."""
+    gen = torch.Generator().manual_seed(7)
+    scores = torch.randn(4, 8, n_keys, generator=gen) * torch.tensor([0.3, 1.0, 6.0, 30.0])[:, None, None]
+    scores[..., :50] += 3 * scores[..., :50].abs()  # a few keys stand out
+    scores[..., -100:] = float("-inf")
+    scores[:, ::2, :7] = float("-inf")
+    weights = torch.softmax(scores, dim=-1)
+    w = weights.double()
+    return scores, weights, -torch.special.xlogy(w, w).sum(dim=-1) / math.log(2)
+
+
+def test_entropy_from_scores_on_long_rows() -> None:
+    """4,096 keys a row: both float32 ways within 2e-6 bits of the float64 entropy of the same weights
+    (the error grows with a row's keys and its entropy: about 2e-6 bits at 32,768 near-even keys, either way)."""
+    scores, weights, want = long_rows()
+    top_weight, top_key = rowstats.row_maxima(weights)
+    from_scores = rowstats.entropy_bits_from_scores(weights, scores, top_weight, top_key)
+    from_logs = rowstats.block_entropy_bits(weights)
+    assert from_scores.dtype == torch.float64 and not from_scores.isnan().any()
+    assert (from_scores - want).abs().max() < 2e-6
+    assert (from_logs - want).abs().max() < 2e-6
+
+
+def test_entropy_from_scores_controls() -> None:
+    """The bugs the comparison above catches: the peak score taken at the wrong key, and the hidden
+    keys' terms (0 x inf) summed with the rest (NaN)."""
+    scores, weights, want = long_rows()
+    top_weight, top_key = rowstats.row_maxima(weights)
+    beside = rowstats.entropy_bits_from_scores(weights, scores, top_weight, (top_key + 1) % scores.shape[-1])
+    assert not ((beside - want).abs() <= 1e-3).all()
+    terms = (scores.gather(-1, top_key[..., None]) - scores) * weights
+    assert terms.sum(dim=-1).isnan().all() and not terms.nansum(dim=-1).isnan().any()

@@ -160,6 +160,87 @@ def test_statistics_from_blocks_are_the_whole_tables(row_by_row: None, name: str
     assert_same_stats(stats.result(), attention_stats(weights, mask=args["mask"]))
 
 
+def test_float32_statistics_take_their_entropy_from_the_scores(row_by_row: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: RowStats fed by attend_in_blocks in float32 reads the scores (an entropy from them in
+    nats fails the comparison above), in bfloat16 the weights alone."""
+    from attn_cli.analysis import rowstats
+
+    monkeypatch.setattr(rowstats, "entropy_bits_from_scores", lambda rows, *_: torch.special.entr(rows).sum(dim=-1).double())
+    for dtype, caught in ((torch.float32, True), (torch.bfloat16, False)):
+        args = case("causal", dtype)
+        stats = RowStats(HEADS, TOKENS, TOKENS, mask=args["mask"])
+        attend_in_blocks(**args, block_rows=5, consumers=[stats])
+        try:
+            assert_same_stats(stats.result(), attention_stats(attend(**args)[1], mask=args["mask"]))
+        except AssertionError:
+            assert caught, dtype
+        else:
+            assert not caught, dtype
+
+
+class Scored(Stitch):
+    """A Stitch that reads the scores too: the softmax input of each block it is given, else None."""
+
+    wants_scores = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scores: list[torch.Tensor | None] = []
+
+    def __call__(self, start: int, weights: torch.Tensor, first: int, head: int = 0, scores: torch.Tensor | None = None) -> None:
+        super().__call__(start, weights, first, head)
+        self.scores.append(None if scores is None else scores.clone())
+
+
+def softmax_input(args: dict) -> torch.Tensor:
+    """(H, T, S) the scores attend's softmax reads, made here from the case's arguments: Q K^T divided
+    by the divisor (or times the scale), the bias added, soft-capped, -inf where the mask hides a key."""
+    scores = args["queries"] @ args["keys"].transpose(-2, -1)
+    scores = scores * args["scale"] if args.get("scale") else scores / args["divisor"]
+    if args.get("bias") is not None:
+        scores = scores + args["bias"]
+    if args.get("softcap"):
+        scores = torch.tanh(scores / args["softcap"]) * args["softcap"]
+    return scores if args["mask"] is None else scores.masked_fill(args["mask"], float("-inf"))
+
+
+def check_scores(args: dict, block_rows: int) -> None:
+    """With a consumer of the scores: the weights and context still the whole table's bit for bit, and
+    the scores stitched back together the softmax's input."""
+    context, weights = attend(**args)
+    scored = Scored()
+    got = attend_in_blocks(**args, block_rows=block_rows, consumers=[scored])
+    assert torch.equal(scored.table(), weights) and torch.equal(got, context)
+    stitched = torch.cat(scored.scores, dim=-2)  # (H, T, S): one group of every head
+    assert torch.equal(stitched, softmax_input(args)), "the scores a consumer got are not the softmax's input"
+
+
+@pytest.mark.parametrize("block_rows", [5, 37])
+@pytest.mark.parametrize("name", CASES)
+def test_a_consumer_of_the_scores_gets_the_softmax_input(row_by_row: None, name: str, block_rows: int) -> None:
+    check_scores(case(name, torch.float32), block_rows)
+
+
+def test_half_precision_blocks_come_without_their_scores() -> None:
+    """bfloat16 scores are not what RowStats's entropy needs (float32 ones): its blocks come without them."""
+    scored = Scored()
+    attend_in_blocks(**case("causal", torch.bfloat16), block_rows=5, consumers=[scored])
+    assert scored.scores and all(s is None for s in scored.scores)
+
+
+def test_scores_overwritten_by_the_softmax_are_seen(row_by_row: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the softmax done in place in the scores' block (and copied to the weights') fails the check."""
+    made = blocks.attention_weights
+
+    def in_place(*args: object, softmax_out: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
+        weights = made(*args, **kwargs)  # the softmax written over the scores
+        return weights if softmax_out is None else softmax_out.copy_(weights)
+
+    monkeypatch.setattr(blocks, "attention_weights", in_place)
+    with pytest.raises(AssertionError, match="softmax's input"):
+        check_scores(case("causal", torch.float32), 5)
+
+
 def test_cross_attention_and_leading_dimensions(row_by_row: None) -> None:
     """(B, H, T, Dk) queries against (B, H, S, Dk) keys, S != T, as a checkpoint's batch and cross-attention give them."""
     gen = torch.Generator().manual_seed(1)
