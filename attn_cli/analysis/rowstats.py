@@ -21,13 +21,12 @@ through): every other key's weight is 0, as in the whole table.
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
-from attn_cli.analysis.stats import HeadStats, attention_stats, binned, distance_bins, effective_tokens, entropy_nats, skewed_columns
+from attn_cli.analysis.stats import HeadStats, attention_stats, binned, bits_of, distance_bins, effective_tokens, entropy_nats, skewed_columns
 from attn_cli.records.band import Band
 from attn_cli.records.summary import LayerSummary
 
@@ -39,10 +38,7 @@ def block_entropy_bits(weights: torch.Tensor, scratch: torch.Tensor | None = Non
     """(..., R, K) probability rows -> (..., R) entropy in bits, float64, from float32 terms and sums:
     w log w with log of max(w, smallest float) (0 log 0 = 0 exactly, as entr's, in a third the time).
     ``scratch``: a float32 tensor of at least R x K numbers the terms are written into (else a new one)."""
-    terms = torch.empty(weights.shape, dtype=torch.float32, device=weights.device) if scratch is None else (
-        scratch.view(-1)[: weights.numel()].view(weights.shape))  # fmt: skip
-    nats = entropy_nats(weights, terms)  # (..., R)
-    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
+    return bits_of(entropy_nats(weights, _terms_for(weights, scratch)))  # (..., R)
 
 
 def entropy_bits_from_scores(
@@ -56,13 +52,18 @@ def entropy_bits_from_scores(
     In twice to three times less time than ``block_entropy_bits`` (a sub, a multiply and two sums against
     a clamp, a log, a multiply and a sum), and as close to the float64 entropy of the float32 weights.
     ``scratch``: a float32 tensor of at least R x K numbers the terms are written into (else a new one)."""
-    terms = torch.empty(weights.shape, dtype=torch.float32, device=weights.device) if scratch is None else (
-        scratch.view(-1)[: weights.numel()].view(weights.shape))  # fmt: skip
+    terms = _terms_for(weights, scratch)
     peak = torch.gather(scores, -1, top_key[..., None])  # (..., R, 1) s_k
     torch.sub(peak, scores, out=terms)  # (..., R, K) s_k - s_j = ln w_k - ln w_j >= 0, +inf where hidden
     spread = terms.mul_(weights).nansum(dim=-1).double()  # (..., R)
-    nats = spread - top_weight.double().log() * weights.sum(dim=-1).double()  # - ln w_k * sum w (the sum is 1 but for rounding)
-    return (nats / math.log(2)).clamp_min(0.0) + 0.0  # + 0.0: a one-hot row's -0.0 is 0.0
+    return bits_of(spread - top_weight.double().log() * weights.sum(dim=-1).double())  # - ln w_k * sum w (1 but for rounding)
+
+
+def _terms_for(weights: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
+    """A float32 tensor of ``weights``' shape for an entropy's terms: the start of ``scratch``, else a new one."""
+    if scratch is None:
+        return torch.empty(weights.shape, dtype=torch.float32, device=weights.device)
+    return scratch.view(-1)[: weights.numel()].view(weights.shape)
 
 
 def row_maxima(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,6 +112,8 @@ def _visibility(mask: torch.Tensor | Band | None, n_queries: int, n_keys: int) -
 class RowStats:
     """A block consumer that gathers ``attention_stats(weights, mask=mask, cross=cross)`` of every row."""
 
+    wants_scores = True  # attend_in_blocks gives float32 blocks' softmax input too: the entropy without a log
+
     def __init__(
         self, heads: int, n_queries: int, n_keys: int, *, mask: torch.Tensor | Band | None = None, cross: bool = False
     ) -> None:
@@ -128,8 +131,6 @@ class RowStats:
         self.diagonal = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, i]
         self.previous = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, i-1], row 0 unused
         self.first = torch.empty(heads, n_queries, dtype=torch.float64)  # (H, T) w[i, 0], row 0 unused
-
-    wants_scores = True  # attend_in_blocks gives float32 blocks' softmax input too: the entropy without a log
 
     def __call__(self, start: int, weights: torch.Tensor, first: int = 0, head: int = 0, scores: torch.Tensor | None = None) -> None:
         """Gather query rows start .. start + R - 1 of (H', R, K) weights of heads head .. head + H' - 1

@@ -46,7 +46,7 @@ import torch
 
 from attn_cli.records.summary import HeadStats
 
-__all__ = ["HeadStats", "attention_stats", "binned", "distance_bins", "distance_sums", "effective_tokens", "entropy_bits", "skewed_columns"]
+__all__ = ["HeadStats", "attention_stats", "binned", "bits_of", "distance_bins", "distance_sums", "effective_tokens", "entropy_bits", "skewed_columns"]
 
 CHUNK_ROWS = 256  # query rows converted to float64 at a time
 
@@ -54,9 +54,12 @@ CHUNK_ROWS = 256  # query rows converted to float64 at a time
 def entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     """(..., T) probability rows -> (...) entropy in bits, in float64, never negative."""
     w = weights.double()  # (..., T)
-    nats = -torch.special.xlogy(w, w).sum(dim=-1)  # (...,) xlogy(0, 0) = 0
-    # + 0.0 turns the -0.0 of a one-hot row into 0.0
-    return (nats / math.log(2)).clamp_min(0.0) + 0.0  # (...,)
+    return bits_of(-torch.special.xlogy(w, w).sum(dim=-1))  # (...,) xlogy(0, 0) = 0
+
+
+def bits_of(nats: torch.Tensor) -> torch.Tensor:
+    """(...) entropy in nats -> bits, float64, never negative (+ 0.0 turns a one-hot row's -0.0 into 0.0)."""
+    return (nats.double() / math.log(2)).clamp_min(0.0) + 0.0
 
 
 def effective_tokens(bits: torch.Tensor) -> torch.Tensor:
