@@ -50,7 +50,7 @@ def run_without_resources(tmp_path: Path, ci: str | None) -> tuple[int, str, dic
         env["CI"] = ci
     report = tmp_path / "report.xml"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "hide_resources", "-p", "no:cacheprovider", "-q", "-rfEs",
+        [sys.executable, "-m", "pytest", "-n", "0", "-p", "hide_resources", "-p", "no:cacheprovider", "-q", "-rfEs",
          f"--junitxml={report}", *(node for node, _ in NEEDS.values())],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
