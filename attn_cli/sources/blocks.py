@@ -251,7 +251,9 @@ def block_rows_for(heads: int, n_keys: int, budget: int) -> int:
 # a head's cell: its float32 weight (4), its softmax input kept beside it for RowStats's entropy (4), and a
 # copy of the kept heads where a picture pools some (4)
 BYTES_PER_CELL = 4 + 4 + 4
-# a (row, key) of the block once, whatever H: the mask and its -inf (1 + 4), and what consumers make
-# of one head at a time: the entropy's float32 w log w (4), the distance profile's shifted copy (4),
-# the softmax's scratch (4)
-ROW_BYTES_PER_KEY = 1 + 4 + 4 + 4 + 4
+# a (row, key) of the block once, whatever H: the mask and its -inf (1 + 4), the softmax's scratch (4),
+# and 8 that counted the entropy's terms and the distance profile's shifted copy, which since session 20
+# live in RowStats's fixed scratch (CHUNK_NUMBERS): a margin, kept because bench/README.md's block sizes
+# were measured with it (without it, 780 rows of one head at 32,768 keys: between the 512 MiB blocks'
+# 564 and the 768 MiB blocks' 847, which were no faster)
+ROW_BYTES_PER_KEY = 1 + 4 + 4 + 8

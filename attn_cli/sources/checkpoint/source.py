@@ -204,7 +204,7 @@ def fits_at_hand(parts: dict[str, int], device: str) -> bool:
 
 
 # the most one block of a layer's weights, and what its consumers derive, may take: at 32,768 keys
-# 565 rows of one head a block (blocks.block_rows_for), whose products ran 1-layer Qwen3-0.6B-shaped
+# 564 rows of one head a block (blocks.block_rows_for), whose products ran 1-layer Qwen3-0.6B-shaped
 # runs in 61-64 s against 66-70 s at 256 MiB (282 rows) and 71-73 s at 768 (847 rows), an AMD EPYC,
 # 2026-11-28; a block's weights and scores take 150 MB of it there (the rest is each row's bound)
 BLOCK_BYTES = 512 * 2**20
