@@ -9,6 +9,7 @@ import functools
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,21 @@ class Truncation:
         )
 
 
+class Around(NamedTuple):
+    """A token's text with the text around it (``Tokens.around``): tokens ``low`` .. ``high`` - 1."""
+
+    before: str
+    own: str
+    after: str
+    low: int
+    high: int
+
+
+def _continues(hex_bytes: str) -> bool:
+    """A partial token whose first byte continues a character begun in the token before it."""
+    return bool(hex_bytes) and int(hex_bytes[:2], 16) & 0xC0 == 0x80
+
+
 @dataclasses.dataclass(frozen=True)
 class Tokens:
     """A tokenized text. ``texts`` decode each token alone: bytes that are not
@@ -71,6 +87,32 @@ class Tokens:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def around(self, key: int, n: int) -> Around:
+        """The text of the ``n`` tokens before token ``key``, its own, and of the ``n`` after, each
+        joined as the text joins them. Where a character is split over tokens (``partial``), the window
+        takes the tokens that hold the rest of its edge characters (at most 3 more a side: UTF-8's longest
+        character is 4 bytes) and its bytes are decoded together, the key's part widened to the whole
+        characters its bytes belong to; bytes no character completes stay \\xNN escapes."""
+        low, high, sep = max(0, key - n), min(len(self.texts), key + 1 + n), separator(self.texts)
+        if not any(self.partial[low:high]):
+            after = (sep if key + 1 < len(self.texts) else "") + sep.join(self.texts[key + 1 : high])
+            return Around(sep.join(self.texts[low:key]) + (sep if key else ""), self.texts[key], after, low, high)
+        for _ in range(3):  # a window edge inside a character: the tokens that hold its other bytes
+            if low > 0 and _continues(self.partial[low]):
+                low -= 1
+            if high < len(self.texts) and _continues(self.partial[high]):
+                high += 1
+        pieces = [bytes.fromhex(b) if b else t.encode() for b, t in zip(self.partial[low:high], self.texts[low:high])]
+        joined = sep.encode().join(pieces)
+        start = sum(len(piece) + len(sep) for piece in pieces[: key - low])
+        end = start + len(pieces[key - low])
+        while 0 < start < len(joined) and joined[start] & 0xC0 == 0x80:  # a continuation byte: back to its character's first
+            start -= 1
+        while end < len(joined) and joined[end] & 0xC0 == 0x80:
+            end += 1
+        text = lambda part: part.decode("utf-8", errors="backslashreplace")  # noqa: E731
+        return Around(text(joined[:start]), text(joined[start:end]), text(joined[end:]), low, high)
 
     def is_special(self, position: int) -> bool:
         return bool(self.special) and self.special[position]

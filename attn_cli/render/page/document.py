@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attn_cli.analysis.stats import distance_bins
-from attn_cli.records.tokens import separator
 from attn_cli.render.picture.panels import HeatmapOptions
 from attn_cli.analysis.rowstats import row_of, stats_of
 from attn_cli.render.picture.pooled import LongView, long_figure
@@ -105,16 +104,15 @@ def _stats_table(trace: Trace, layer: object, heads: Sequence[int]) -> str:
 
 def _query_keys(trace: Trace, layer: object, query: int, heads: Sequence[int]) -> str:
     """Query ``query``'s strongest keys per head, each with the text around it."""
-    texts = trace.own_stack.key_tokens.texts
-    sep = separator(texts)
+    keys = trace.own_stack.key_tokens
     rows = []
     for h in heads:
         weights = row_of(layer, query, h)  # (S,)
         top = weights.topk(min(TOP_KEYS, weights.shape[-1]))
         for rank, (w, key) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-            before = html.escape(sep.join(texts[max(0, key - AROUND) : key]) + (sep if key else ""))
-            after = html.escape((sep if key + 1 < len(texts) else "") + sep.join(texts[key + 1 : key + 1 + AROUND]))
-            snippet = f"…{before}<b class=key>{html.escape(texts[key])}</b>{after}…"
+            around = keys.around(key, AROUND)
+            before, own, after = html.escape(around.before), html.escape(around.own), html.escape(around.after)
+            snippet = f"{'…' * (around.low > 0)}{before}<b class=key>{own}</b>{after}{'…' * (around.high < len(keys.texts))}"
             rows.append(f"<tr><td>{h if rank == 0 else ''}</td><td>{key}</td><td>{w:.4f}</td><td class=text>{snippet}</td></tr>")
     title = f"Layer {layer.layer}, query {query} {html.escape(repr(trace.tokens.texts[query]))}: its strongest keys"  # type: ignore[attr-defined]
     return f"<h2>{title}</h2><table><tr><th>head</th><th>key</th><th>weight</th><th class=text>around the key</th></tr>{''.join(rows)}</table>"

@@ -7,7 +7,6 @@ Shapes: T query rows, S keys, H heads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -17,13 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from attn_cli.analysis.rowstats import row_of, row_score_of, stats_of
-from attn_cli.records.tokens import separator
 from attn_cli.render.terminal.cells import printable
 from attn_cli.render.terminal.header import config_header, text_rule
 
 if TYPE_CHECKING:
     from attn_cli.records.layers import LayerWeights
     from attn_cli.records.summary import LayerSummary
+    from attn_cli.records.tokens import Tokens
     from attn_cli.records.trace import Trace
 
 TOP_KEYS = 5  # keys listed for each chosen query and head
@@ -78,25 +77,23 @@ def query_keys(run: Trace, layer: LayerWeights | LayerSummary, query: int, preci
     names = ("head", "key", "weight", *(("score",) if run.row_scores else ()), "around the key")
     for name in names:
         table.add_column(name, justify="left" if name == "around the key" else "right")
-    sep = separator(keys.texts)
     for h in run.shown_heads:
         weights = row_of(layer, query, h)  # (S,)
         scores = row_score_of(layer, query, h) if run.row_scores else None  # (S,) raw Q K^T, or None
         top = weights.topk(min(TOP_KEYS, weights.shape[-1]))
         for rank, (weight, key) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
             score = () if scores is None else (f"{float(scores[key]):.{precision}f}",)
-            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", *score, snippet(keys.texts, key, sep))
+            table.add_row(str(h) if rank == 0 else "", str(key), f"{weight:.{precision}f}", *score, snippet(keys, key))
         table.add_section()
     return table
 
 
-def snippet(texts: Sequence[str], key: int, sep: str = "") -> Text:
-    """The key's token in brackets, with AROUND tokens of text on each side."""
-    before = printable(sep.join(texts[max(0, key - AROUND) : key]) + (sep if key else ""))
-    after = printable((sep if key + 1 < len(texts) else "") + sep.join(texts[key + 1 : key + 1 + AROUND]))
-    made = Text("…" if key > AROUND else "")
-    made.append(before)
-    made.append(f"[{printable(texts[key])}]", style="bold")
-    made.append(after)
-    made.append("…" if key + 1 + AROUND < len(texts) else "")
+def snippet(tokens: Tokens, key: int) -> Text:
+    """The key's token in brackets, with AROUND tokens of text on each side (``Tokens.around``)."""
+    around = tokens.around(key, AROUND)
+    made = Text("…" if around.low > 0 else "")
+    made.append(printable(around.before))
+    made.append(f"[{printable(around.own)}]", style="bold")
+    made.append(printable(around.after))
+    made.append("…" if around.high < len(tokens.texts) else "")
     return made
