@@ -328,7 +328,7 @@ SHARED_NAMES = {p.name for p in SHARED}
 # ``query: QueryOption = None`` in the commands that want it.
 QueryOption = Annotated[
     Optional[str],
-    typer.Option("--query", "-q", help="Follow one query: a position (0-based) or a token's text.", rich_help_panel=DISPLAY, show_default=False),
+    typer.Option("--query", "-q", help="Follow one query: a position (0-based; -1 or last the last token) or a token's text.", rich_help_panel=DISPLAY, show_default=False),
 ]
 KeyOption = Annotated[
     Optional[str],

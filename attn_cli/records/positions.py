@@ -17,11 +17,13 @@ SHOWN_CANDIDATES = 12  # tokens listed in a "no such token" message
 def resolve_position(spec: str, texts: Sequence[str], labels: Sequence[str], flag: str) -> int:
     """The position ``spec`` names among the tokens (``texts``, display ``labels``).
 
-    ``spec`` is a position (0-based; negative counts from the end), a label
-    (``saw#3``), ``TEXT#POSITION`` for any token, or a token's text: exactly,
-    with whitespace made visible (``␣the``), without its surrounding spaces, or
-    else ignoring case. A text that several tokens share is refused with the
-    labels to choose from. Raises UsageError.
+    ``spec`` is a position (0-based; negative counts from the end), ``last`` (the
+    last token, as ``resolve_queries`` takes it: a token whose text is "last" is
+    named by its label or ``last#POSITION``), a label (``saw#3``),
+    ``TEXT#POSITION`` for any token, or a token's text: exactly, with whitespace
+    made visible (``␣the``), without its surrounding spaces, or else ignoring
+    case. A text that several tokens share is refused with the labels to choose
+    from. Raises UsageError.
     """
     from attn_cli.records.tokens import visible
 
@@ -31,6 +33,9 @@ def resolve_position(spec: str, texts: Sequence[str], labels: Sequence[str], fla
         if not -n <= position < n:
             raise UsageError(f"{flag} {spec} is out of range: the text has {n} tokens, positions 0 to {n - 1}")
         return position % n
+    last = _LAST.fullmatch(spec)
+    if last and last[1] is None and n:
+        return n - 1
     if spec in labels:
         return labels.index(spec)
 

@@ -187,6 +187,8 @@ GPT2_LABELS = ("I", "␣saw#1", "␣a", "␣saw#3", "␣The", "3")
         ("a", 2),  # without its leading space
         ("␣a", 2),  # with the space made visible
         ("the", 4),  # no exact match: case is ignored
+        ("last", 5),  # the last token, as run --query's rows take it
+        (" Last ", 5),
     ],
 )
 def test_resolve_position(spec: str, expected: int) -> None:
@@ -209,6 +211,16 @@ def test_resolve_position_errors(spec: str, message: str) -> None:
         resolve_position(spec, GPT2_LIKE, GPT2_LABELS, "--query")
     assert message in str(err.value)
     assert err.value.exit_status == ExitStatus.USAGE
+
+
+def test_last_is_the_last_token_and_a_token_last_has_its_label() -> None:
+    """`last` names the last token even where a token's text is "last" (as --query's rows read it);
+    that token is named by TEXT#POSITION or its label."""
+    texts, labels = ("the", " last", " word", " last", "."), ("the", "␣last#1", "␣word", "␣last#3", ".")
+    assert resolve_position("last", texts, labels, "--query") == 4
+    assert resolve_position("last#1", texts, labels, "--query") == 1 and resolve_position("␣last#3", texts, labels, "--key") == 3
+    with pytest.raises(UsageError, match="is not a token"):
+        resolve_position("last:2", texts, labels, "--query")  # several rows: resolve_queries's, not one position
 
 
 def test_long_texts_list_only_the_first_tokens_in_the_error() -> None:

@@ -148,6 +148,17 @@ def test_query_by_position_with_other_tables() -> None:
     assert "Query saw#3 (position 3)" in out and "Attention weights" in out
 
 
+def test_query_last_is_the_last_token_in_every_view(gpt2_folder: Path) -> None:
+    """`--query last` as the rows at any length take it: the toy's and a checkpoint's focused table view
+    and explain's walk-through are those of `--query -1` (before, a text without the token "last" was an error)."""
+    for args in (SAW, ("run", "The cat sat on the mat", "--model", str(gpt2_folder))):
+        last, minus_one = invoke(*args, "--query", "last").stdout, invoke(*args, "--query", "-1").stdout
+        assert last == minus_one and "(position " in last
+        assert last != invoke(*args, "--query", "0").stdout  # control: another row reads otherwise
+    walk = ("explain", "I saw a saw", "-t", "words")
+    assert invoke(*walk, "--query", "last").stdout == invoke(*walk, "--query", "-1").stdout
+
+
 # -- colour ---------------------------------------------------------------------------
 
 
