@@ -94,7 +94,7 @@ class Tokens:
         takes the tokens that hold the rest of its edge characters (at most 3 more a side: UTF-8's longest
         character is 4 bytes) and its bytes are decoded together, the key's part widened to the whole
         characters its bytes belong to; bytes no character completes stay \\xNN escapes."""
-        low, high, sep = max(0, key - n), min(len(self.texts), key + 1 + n), separator(self.texts)
+        low, high, sep = max(0, key - n), min(len(self.texts), key + 1 + n), self.joiner
         if not any(self.partial[low:high]):
             after = (sep if key + 1 < len(self.texts) else "") + sep.join(self.texts[key + 1 : high])
             return Around(sep.join(self.texts[low:key]) + (sep if key else ""), self.texts[key], after, low, high)
@@ -135,6 +135,11 @@ class Tokens:
             positions=tuple(self.position(i) for i in kept),
             given_labels=pick(self.labels),
         )
+
+    @functools.cached_property
+    def joiner(self) -> str:
+        """What joins the tokens into text (``separator``), found once: it reads every token."""
+        return separator(self.texts)
 
     @functools.cached_property
     def labels(self) -> tuple[str, ...]:
