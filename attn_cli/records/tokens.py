@@ -53,9 +53,14 @@ class Around(NamedTuple):
     high: int
 
 
+def _continuation(byte: int) -> bool:
+    """A UTF-8 byte 10xxxxxx: one that continues a character, never its first."""
+    return byte & 0xC0 == 0x80
+
+
 def _continues(hex_bytes: str) -> bool:
     """A partial token whose first byte continues a character begun in the token before it."""
-    return bool(hex_bytes) and int(hex_bytes[:2], 16) & 0xC0 == 0x80
+    return bool(hex_bytes) and _continuation(int(hex_bytes[:2], 16))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +112,9 @@ class Tokens:
         joined = sep.encode().join(pieces)
         start = sum(len(piece) + len(sep) for piece in pieces[: key - low])
         end = start + len(pieces[key - low])
-        while 0 < start < len(joined) and joined[start] & 0xC0 == 0x80:  # a continuation byte: back to its character's first
+        while 0 < start < len(joined) and _continuation(joined[start]):  # back to its character's first byte
             start -= 1
-        while end < len(joined) and joined[end] & 0xC0 == 0x80:
+        while end < len(joined) and _continuation(joined[end]):
             end += 1
         text = lambda part: part.decode("utf-8", errors="backslashreplace")  # noqa: E731
         return Around(text(joined[:start]), text(joined[start:end]), text(joined[end:]), low, high)
